@@ -1,0 +1,61 @@
+"""One error family for everything a user can get wrong in CEL or AIR text.
+
+Every error that points into user text carries the line and column (1-based)
+and renders an excerpt with a caret under the column, like::
+
+    line 2, column 14: expected '}' but found 'Stock'
+      FROM FILTER{Price > 3 Stock
+                            ^
+"""
+
+from __future__ import annotations
+
+
+class CayugaError(Exception):
+    """Base of all user-facing errors raised by the ``air`` package."""
+
+
+class SourceError(CayugaError):
+    """An error at a position in some source text."""
+
+    kind = "error"
+
+    def __init__(self, message: str, line: int = 0, column: int = 0, source: str = "") -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source = source
+        super().__init__(self.render())
+
+    @property
+    def excerpt(self) -> str:
+        """The offending source line with a caret under the column."""
+        if not self.source or self.line < 1:
+            return ""
+        lines = self.source.splitlines() or [""]
+        if self.line > len(lines):
+            text = ""
+        else:
+            text = lines[self.line - 1].expandtabs(1)
+        caret = " " * max(self.column - 1, 0) + "^"
+        return f"  {text}\n  {caret}"
+
+    def render(self) -> str:
+        head = f"line {self.line}, column {self.column}: {self.message}" if self.line else self.message
+        ex = self.excerpt
+        return f"{head}\n{ex}" if ex else head
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "line": self.line,
+            "column": self.column,
+            "excerpt": self.excerpt,
+        }
+
+
+class ExprSyntaxError(SourceError):
+    """A malformed expression (in a CEL query or an AIR ``Expr`` attribute)."""
+
+    kind = "syntax"

@@ -1,0 +1,74 @@
+"""Built-in and user-defined functions callable from predicates and schema maps.
+
+The original Cayuga offered ``CONTAINS`` and ``SIMILARITY``; users can register
+more Python functions, each with a declared return type so that the CEL
+compiler can type-check expressions that use it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from air.model import normalize_type
+
+
+def contains(text: str, pattern: str) -> int:
+    """1 if ``pattern`` occurs in ``text``, else 0."""
+    return 1 if pattern in text else 0
+
+
+SIMILARITY_WIDTH = 10
+
+
+def similarity(a: str, b: str) -> float:
+    """Share of 10-character substrings common to both strings (as multisets),
+    relative to the string with fewer of them; 0 when either is shorter than 10."""
+    w = SIMILARITY_WIDTH
+    if len(a) < w or len(b) < w:
+        return 0.0
+    ga = Counter(a[i:i + w] for i in range(len(a) - w + 1))
+    gb = Counter(b[i:i + w] for i in range(len(b) - w + 1))
+    common = sum((ga & gb).values())
+    return common / min(len(a) - w + 1, len(b) - w + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    name: str
+    fn: Callable
+    return_type: str
+    arity: int | None = None
+
+
+class FunctionRegistry:
+    """Name (case-insensitive) -> function. Copy before changing a shared one."""
+
+    def __init__(self, functions: dict[str, Function] | None = None) -> None:
+        self._fns: dict[str, Function] = dict(functions or {})
+
+    @classmethod
+    def default(cls) -> "FunctionRegistry":
+        reg = cls()
+        reg.register("CONTAINS", contains, "int", arity=2)
+        reg.register("SIMILARITY", similarity, "float", arity=2)
+        return reg
+
+    def register(self, name: str, fn: Callable, return_type: str, arity: int | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"function {name} is not callable")
+        key = name.upper()
+        self._fns[key] = Function(key, fn, normalize_type(return_type), arity)
+
+    def get(self, name: str) -> Function | None:
+        return self._fns.get(name.upper())
+
+    def return_types(self) -> dict[str, str]:
+        return {k: f.return_type for k, f in self._fns.items()}
+
+    def copy(self) -> "FunctionRegistry":
+        return FunctionRegistry(self._fns)
+
+    def __contains__(self, name: str) -> bool:
+        return name.upper() in self._fns
