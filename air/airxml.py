@@ -81,6 +81,16 @@ def load_air(data: str | bytes, *, name: str = "") -> Automaton:
 
 def load_air_many(data: str | bytes, *, name: str = "") -> list[Automaton]:
     """Parse an AIR document: one ``<NFA>`` or several inside ``<NFAs>``."""
+    try:
+        return _load_many(data, name)
+    except AirError as exc:
+        if exc.source or not exc.line:
+            raise
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+        raise AirError(exc.message, exc.line, exc.column, text) from None
+
+
+def _load_many(data: str | bytes, name: str) -> list[Automaton]:
     root = _parse_xml(data, "AIR document")
     if root.tag not in ("NFA", "NFAs"):
         raise AirError(f"root element must be <NFA> (or <NFAs>), not <{root.tag}>", root.sourceline or 0)

@@ -37,11 +37,18 @@ class SourceError(CayugaError):
             text = ""
         else:
             text = lines[self.line - 1].expandtabs(1)
-        caret = " " * max(self.column - 1, 0) + "^"
+        if self.column <= 0:
+            return f"  {text}"
+        caret = " " * (self.column - 1) + "^"
         return f"  {text}\n  {caret}"
 
     def render(self) -> str:
-        head = f"line {self.line}, column {self.column}: {self.message}" if self.line else self.message
+        if self.line and self.column > 0:
+            head = f"line {self.line}, column {self.column}: {self.message}"
+        elif self.line:
+            head = f"line {self.line}: {self.message}"
+        else:
+            head = self.message
         ex = self.excerpt
         return f"{head}\n{ex}" if ex else head
 

@@ -26,6 +26,9 @@ _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volu
 
 
 @main.command()
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Declare the streams of this configuration file (default: the bundled config.yaml "
+                   "when no --stream or --schema is given).")
 @click.option("--stream", "streams", multiple=True, help=_STREAM_HELP)
 @click.option("--schema", "schema_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="An original Cayuga <StreamType> XML schema file. Repeatable.")
@@ -39,18 +42,21 @@ _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volu
 @click.option("--output", "output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
               help="Where to write witnesses as JSON lines (default: standard output).")
 @click.option("--include-resub", is_flag=True, help="Also write witnesses of internal (RESUB) streams.")
-def run(streams, schema_files, queries, events_path, fmt, output, include_resub) -> None:
+def run(config_path, streams, schema_files, queries, events_path, fmt, output, include_resub) -> None:
     """Run queries over an event file offline and print the witnesses.
 
     Exit code 0 when every input line was accepted, 1 when some line was
     rejected (each is reported on standard error with its line number), 2 on
     a usage, schema or query error."""
+    from server.config import ConfigError, load_settings
     from server.engine import EngineError
     from server.runner import load_streams, run_offline
 
     try:
         schemas = load_streams(streams, schema_files)
-    except (ModelError, CayugaError) as exc:
+        if config_path or not schemas:
+            schemas = load_settings(config_path).stream_schemas() + schemas
+    except (ModelError, CayugaError, ConfigError) as exc:
         _fail(str(exc))
     out = click.open_file(output, "w", encoding="utf-8")
     try:

@@ -1,0 +1,116 @@
+"""`cayuga run` end to end, as a user runs it: a real subprocess, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import AIR_DIR, ROOT
+
+STOCK_DECL = "Stock(Name string, Price float, Volume int)"
+
+
+def cayuga(*args, stdin: str | None = None):
+    return subprocess.run([sys.executable, "-m", "clients.cli", *args], input=stdin, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+def test_bundled_example_prints_the_papers_witness():
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", "examples/example9.xml",
+               "--events", "examples/example9.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x) for x in r.stdout.splitlines()] == [
+        {"stream": "RisingAfterDecline", "t0": 33000000, "t1": 33840000, "Name": "IBM",
+         "MaxPrice": 90.0, "MinPrice": 81.0, "FinalPrice": 91.0}]
+    assert "6 events, 1 witnesses, 0 rejected lines" in r.stderr
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("jsonl", '{"stream": "Stock", "t0": 1, "t1": 1, "Name": "IBM", "Price": 1.5, "Volume": 10}\n'
+              '{"stream": "Stock", "t1": 2, "Name": "IBM", "Price": 2.5, "Volume": 20}\n'),
+    ("cayuga", "IBM, 1.5, 10, Stock, 1, 1\nIBM, 2.5, 20, Stock, 2, 2,\n"),
+    ("csv", "stream,t0,t1,Name,Price,Volume\nStock,1,1,IBM,1.5,10\nStock,2,2,IBM,2.5,20\n"),
+])
+def test_event_formats(tmp_path, fmt, text):
+    events = tmp_path / f"events.{fmt}"
+    events.write_text(text)
+    out = tmp_path / "w.jsonl"
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", str(AIR_DIR / "T5.xml"), "--events", str(events),
+               "--format", fmt, "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [
+        {"stream": "T5", "t0": 1, "t1": 2, "Name_1": "IBM", "Price_1": 1.5, "Volume_1": 10,
+         "Name": "IBM", "Price": 2.5, "Volume": 20}]
+
+
+def test_bad_lines_are_reported_with_line_numbers_and_the_run_goes_on(tmp_path):
+    events = tmp_path / "e.jsonl"
+    events.write_text("\n".join([
+        '{"stream": "Stock", "t0": 1, "t1": 1, "Name": "IBM", "Price": 1, "Volume": 1}',
+        '{"stream": "Stock", "t1": 2, "Name": "IBM", "Price": "cheap", "Volume": 1}',
+        '{"stream": "Bond", "t1": 2}',
+        'not json',
+        '{"stream": "Stock", "t1": 3, "Name": "IBM", "Price": 3, "Volume": 1, "Extra": 1}',
+        '{"stream": "Stock", "t0": 5, "t1": 4, "Name": "IBM", "Price": 3, "Volume": 1}',
+        '{"stream": "Stock", "t1": 6, "Name": "IBM", "Price": 6, "Volume": 1}',
+    ]) + "\n")
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", str(AIR_DIR / "T5.xml"), "--events", str(events))
+    assert r.returncode == 1
+    errs = [line for line in r.stderr.splitlines() if "rejected:" in line]
+    assert errs == [
+        f"{events}:2: rejected: attribute 'Price' must be float, got 'cheap'",
+        f"{events}:3: rejected: unknown stream 'Bond'; declare it first",
+        f"{events}:4: rejected: invalid JSON: Expecting value at column 1",
+        f"{events}:5: rejected: stream Stock has no attribute 'Extra' "
+        "(its schema: Stock(Name string, Price float, Volume int))",
+        f"{events}:6: rejected: t0 (5) is after t1 (4); an event needs t0 <= t1",
+    ]
+    assert [json.loads(x)["t1"] for x in r.stdout.splitlines()] == [6]
+
+
+def test_original_schema_file_and_resubscription_chain(tmp_path):
+    schema = tmp_path / "stock.xml"
+    schema.write_text('<StreamType Name="Stock"><AttrNameType Name="Name" Type="string"/>'
+                      '<AttrNameType Name="Price" Type="float"/><AttrNameType Name="Volume" Type="int"/>'
+                      '</StreamType>')
+    lines = ["IBM, 90, 1, Stock, 1, 1", "MSFT, 5, 1, Stock, 2, 2", "IBM, 70, 1, Stock, 3, 3"]
+    events = tmp_path / "e.txt"
+    events.write_text("\n".join(lines) + "\n")
+    r = cayuga("run", "--schema", str(schema), "--query", str(AIR_DIR / "IBMStock.xml"),
+               "--query", str(AIR_DIR / "IBM_MSFT_PAIR.xml"), "--events", str(events), "--format", "cayuga")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x) for x in r.stdout.splitlines()] == [
+        {"stream": "IBMStock", "t0": 1, "t1": 1, "IBMPrice": 90.0},
+        {"stream": "IBM_MSFT_PAIR", "t0": 1, "t1": 2, "IBMPrice": 90.0, "MSFTPrice": 5.0},
+    ]
+
+
+def test_resub_streams_are_hidden_unless_asked_for(tmp_path):
+    events = tmp_path / "e.txt"
+    events.write_text("IBM, 1, 20000, Stock, 1, 1\nIBM, 2, 1, Stock, 2, 2\n")
+    args = ["run", "--stream", STOCK_DECL, "--query", str(AIR_DIR / "94.xml"), "--events", str(events),
+            "--format", "cayuga"]
+    assert cayuga(*args).stdout == ""
+    r = cayuga(*args, "--include-resub")
+    assert [json.loads(x)["cnt"] for x in r.stdout.splitlines()] == [2]
+
+
+def test_bad_query_is_a_clear_error_not_a_traceback(tmp_path):
+    q = tmp_path / "q.xml"
+    q.write_text((AIR_DIR / "T5.xml").read_text().replace('Destination="2"', 'Destination="7"'))
+    events = tmp_path / "e.jsonl"
+    events.write_text("")
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", str(q), "--events", str(events))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "line 24: <ForwardEdge Destination=\"7\">: no node has NodeID '7'" in r.stderr
+
+
+def test_bad_stream_declaration():
+    r = cayuga("run", "--stream", "Stock(Name strin)", "--query", str(AIR_DIR / "T1.xml"), "--events", "-",
+               stdin="")
+    assert r.returncode == 2
+    assert "unknown attribute type 'strin'" in r.stderr

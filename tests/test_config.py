@@ -1,0 +1,38 @@
+"""Settings: config.yaml, overridden by CAYUGA_* environment variables, validated."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.config import ConfigError, load_settings
+
+
+def test_bundled_config_declares_stock():
+    s = load_settings()
+    assert [str(x) for x in s.stream_schemas()] == ["Stock(Name string, Price float, Volume int)"]
+    assert s.time_unit_ms == 1.0
+
+
+def test_environment_overrides_the_file(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("time_unit_ms: 1\nstreams:\n  Temp:\n    Room: string\n    Celsius: float\n")
+    monkeypatch.setenv("CAYUGA_TIME_UNIT_MS", "1000")
+    s = load_settings(cfg)
+    assert s.time_unit_ms == 1000.0
+    assert [str(x) for x in s.stream_schemas()] == ["Temp(Room string, Celsius float)"]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("time_unit_ms: 0\n", "time_unit_ms: Value error, must be a positive number of milliseconds"),
+    ("streams:\n  S:\n    a: integr\n", "stream S, attribute a: unknown attribute type 'integr'"),
+    ("tcp_prot: 5\n", "tcp_prot: Extra inputs are not permitted"),
+    ("- a\n- b\n", "the top level must be a mapping"),
+    ("a: [\n", "not valid YAML"),
+])
+def test_bad_settings_are_reported_precisely(tmp_path, text, fragment):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    assert fragment in str(info.value)
+    assert str(cfg) in str(info.value)
