@@ -118,5 +118,17 @@ def compile_(query, streams, schema_files, output) -> None:
         click.echo(air, nl=False)
 
 
+def _add_optional_groups() -> None:
+    """Command groups that live with their subsystem (e.g. ``bench/cli.py``)."""
+    try:
+        from bench.cli import bench
+    except ImportError:  # the benchmark package is not part of this installation
+        return
+    main.add_command(bench)
+
+
+_add_optional_groups()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
