@@ -1,13 +1,18 @@
-"""Settings: one pydantic-settings class, loaded from config.yaml and overridden
-by ``CAYUGA_*`` environment variables (environment wins)."""
+"""Settings: one pydantic class, loaded from config.yaml, overridden by
+``CAYUGA_*`` environment variables, overridden by command-line flags.
+
+An environment value is read as YAML, so ``CAYUGA_AUTH_TOKENS='[a, b]'`` is a
+list and ``CAYUGA_DELAY=250`` a number."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
-from pydantic import ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import os
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
 
@@ -19,11 +24,31 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message says which and why."""
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CAYUGA_", extra="forbid", env_nested_delimiter="__")
+ENV_PREFIX = "CAYUGA_"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
     streams: dict[str, dict[str, str]] = {}
     time_unit_ms: float = 1.0
+
+    # --- the server (cayuga serve)
+    host: str = "127.0.0.1"
+    http_port: int = Field(8400, ge=0, le=65535)
+    tcp_port: int = Field(8401, ge=0, le=65535)
+    data_dir: Path = Path("data")
+    #: T: an event leaves the priority queue only when t1 < now - T (time units).
+    delay: float = Field(0.0, ge=0)
+    queue_capacity: int = Field(100_000, ge=1)
+    batch_size: int = Field(1024, ge=1)
+    max_connections: int = Field(64, ge=1)
+    max_line_bytes: int = Field(1 << 20, ge=64)
+    client_buffer: int = Field(10_000, ge=1)
+    slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
+    auth_tokens: list[str] = []
+    shutdown_timeout: float = Field(10.0, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("streams")
     @classmethod
@@ -42,11 +67,6 @@ class Settings(BaseSettings):
         if v <= 0:
             raise ValueError("must be a positive number of milliseconds")
         return v
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings):
-        return env_settings, init_settings
 
     def stream_schemas(self) -> list[StreamSchema]:
         return [StreamSchema(name, tuple(Attribute(a, normalize_type(t)) for a, t in attrs.items()))
@@ -67,11 +87,17 @@ def load_settings(path: str | Path | None = None, **overrides) -> Settings:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of setting names to values")
+    merged = dict(data)
+    for name in Settings.model_fields:
+        raw = os.environ.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            try:
+                merged[name] = yaml.safe_load(raw) if raw.strip() else raw
+            except yaml.YAMLError:
+                merged[name] = raw
+    merged.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        settings = Settings(**data)
-        if overrides:
-            settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-            Settings.model_validate(settings.model_dump())
+        settings = Settings(**merged)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())

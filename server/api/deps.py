@@ -1,0 +1,39 @@
+"""Shared dependencies of the API routes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, WebSocket, status
+
+from server.daemon import Daemon
+
+
+def get_daemon(request: Request) -> Daemon:
+    return request.app.state.daemon
+
+
+def require_token(request: Request) -> None:
+    """When auth tokens are configured, REST calls need ``Authorization: Bearer <token>``."""
+    tokens = request.app.state.daemon.settings.auth_tokens
+    if not tokens:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or token not in tokens:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED,
+                            detail="missing or wrong token: send 'Authorization: Bearer <token>' "
+                                   "with one of the tokens in the server's auth_tokens setting",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+def ws_token_ok(ws: WebSocket) -> bool:
+    tokens = ws.app.state.daemon.settings.auth_tokens
+    if not tokens:
+        return True
+    header = ws.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return (scheme.lower() == "bearer" and token in tokens) or ws.query_params.get("token") in tokens
+
+
+DaemonDep = Annotated[Daemon, Depends(get_daemon)]

@@ -1,0 +1,74 @@
+"""Request and response bodies of the REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class StreamIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "example": {"name": "Stock", "schema": {"Name": "string", "Price": "float", "Volume": "int"}}})
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200,
+                      description="Stream name: letters, digits and underscores, not starting with a digit")
+    schema_: dict[str, str] = Field(alias="schema", description="Attribute name -> type, in schema order")
+
+
+class StreamOut(BaseModel):
+    name: str
+    schema_: dict[str, str] = Field(serialization_alias="schema")
+    kind: str = Field(description="'declared' (an input stream) or 'published' (a subscription's output)")
+
+
+class SubscriptionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "example": {"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"}})
+
+    cel: str | None = Field(None, max_length=1_000_000, description="A CEL query")
+    air: str | None = Field(None, max_length=4_000_000, description="AIR XML: one <NFA> or several in <NFAs>")
+    name: str | None = Field(None, max_length=200, description="An optional label")
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        if (self.cel is None) == (self.air is None):
+            raise ValueError("give exactly one of 'cel' (a CEL query) or 'air' (AIR XML)")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "cel" if self.cel is not None else "air"
+
+    @property
+    def text(self) -> str:
+        return self.cel if self.cel is not None else self.air  # type: ignore[return-value]
+
+
+class SubscriptionOut(BaseModel):
+    id: str
+    kind: str
+    name: str | None
+    outputs: list[str]
+    internal_streams: list[str]
+    created: float
+    instances: int
+    websocket: str
+
+
+class SubscriptionDetail(SubscriptionOut):
+    text: str
+    air: str
+
+
+class ValidationOut(BaseModel):
+    valid: bool
+    errors: list[dict[str, Any]]
+    outputs: list[str] = []
+    air: str | None = None
+
+
+class EventsOut(BaseModel):
+    accepted: int
+    rejected: list[dict[str, Any]]
+    late: int

@@ -1,0 +1,60 @@
+"""/subscriptions: register CEL or AIR, validate, list, describe, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, HTTPException, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from server.api.deps import DaemonDep, require_token
+from server.api.schemas import SubscriptionDetail, SubscriptionIn, SubscriptionOut, ValidationOut
+from server.daemon import Subscription, SubscriptionError
+
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)])
+
+
+def _out(d, s: Subscription, detail: bool = False):
+    common = dict(id=s.id, kind=s.kind, name=s.name, outputs=s.outputs, internal_streams=s.internal,
+                  created=s.created, instances=d.instance_counts().get(s.id, 0),
+                  websocket=f"/ws/subscriptions/{s.id}")
+    if detail:
+        return SubscriptionDetail(**common, text=s.text, air=s.air)
+    return SubscriptionOut(**common)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SubscriptionOut,
+             responses={400: {"description": "The query has errors; the body lists each with its position"}})
+async def register(body: SubscriptionIn, d: DaemonDep):
+    try:
+        sub = await run_in_threadpool(d.add_subscription, body.kind, body.text, body.name)
+    except SubscriptionError as exc:
+        return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
+    return _out(d, sub)
+
+
+@router.post("/validate", response_model=ValidationOut)
+async def validate(body: SubscriptionIn, d: DaemonDep) -> ValidationOut:
+    errors, outs, air = await run_in_threadpool(d.validate_subscription, body.kind, body.text)
+    return ValidationOut(valid=not errors, errors=errors, outputs=outs, air=air)
+
+
+@router.get("", response_model=list[SubscriptionOut])
+def list_subscriptions(d: DaemonDep):
+    return [_out(d, s) for s in list(d.subscriptions.values())]
+
+
+@router.get("/{sid}", response_model=SubscriptionDetail)
+def get_subscription(sid: str, d: DaemonDep):
+    s = d.subscriptions.get(sid)
+    if s is None:
+        raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them")
+    return _out(d, s, detail=True)
+
+
+@router.delete("/{sid}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_subscription(sid: str, d: DaemonDep) -> Response:
+    try:
+        await run_in_threadpool(d.remove_subscription, sid)
+    except KeyError:
+        raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them") from None
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

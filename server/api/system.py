@@ -1,0 +1,29 @@
+"""/health and /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from server.api.deps import DaemonDep
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/health")
+def health(d: DaemonDep) -> dict:
+    alive = d._thread is not None and d._thread.is_alive()
+    return {
+        "status": "ok" if alive and d.engine_error is None else "degraded",
+        "engine_thread": alive,
+        "engine_error": d.engine_error,
+        "queue_depth": len(d.queue),
+        "subscriptions": len(d.subscriptions),
+        "clients": d.hub.client_count,
+        "tcp_port": d.receiver.port if d.receiver else None,
+    }
+
+
+@router.get("/metrics")
+def metrics(d: DaemonDep) -> Response:
+    return Response(generate_latest(d.registry), media_type=CONTENT_TYPE_LATEST)

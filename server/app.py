@@ -1,0 +1,46 @@
+"""The FastAPI application: wiring and lifespan only."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from server.api import events, streams, subscriptions, system, ws
+from server.config import Settings
+from server.daemon import Daemon
+
+
+def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
+    """The app for ``settings``. The daemon starts with the app (lifespan) unless
+    the caller passes one it manages itself (``cayuga serve`` does, to drain on
+    SIGTERM before the HTTP server stops)."""
+    owned = daemon is None
+    d = daemon or Daemon(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        d.start()
+        try:
+            yield
+        finally:
+            if owned:
+                d.stop()
+
+    app = FastAPI(title="Cayuga", version="0.1.0", lifespan=lifespan,
+                  description="Complex event processing: register CEL or AIR subscriptions, send events, "
+                              "receive matches over WebSockets.")
+    app.state.daemon = d
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, exc: RequestValidationError):
+        problems = [{"where": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in exc.errors()]
+        summary = "; ".join(f"{p['where']}: {p['problem']}" for p in problems)
+        return JSONResponse(status_code=422, content={"detail": f"invalid request body: {summary}",
+                                                      "errors": problems})
+
+    for r in (streams.router, subscriptions.router, events.router, system.router, ws.router):
+        app.include_router(r)
+    return app

@@ -1,0 +1,316 @@
+"""The daemon: wires the receivers, the priority queue, the engine thread, the
+notifiers and the store together, and shuts them down in order.
+
+Threads and who owns what:
+- TCP receiver threads decode lines and put events on the bounded queue;
+- the single engine thread is the only one that touches the engine: it pops
+  batches, runs them, and between batches applies control commands (add or
+  remove a subscription) submitted by the API as futures;
+- the engine thread hands each witness, already serialised, to the channels
+  of the WebSocket clients listening for it (see notifiers.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as stdqueue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+from air.airxml import dump_air, load_air_many
+from air.errors import CayugaError
+from air.model import Automaton, StreamSchema
+from server.config import Settings
+from server.engine import Emission, Engine, EngineError, LateEvent
+from server.formats import encode_json, witness_dict
+from server.metrics import Counters, make_registry
+from server.notifiers import ClientChannel, NotifierHub
+from server.queue import DelayQueue
+from server.receivers import TcpReceiver
+from server.store import Store, StoredSubscription
+
+log = logging.getLogger("cayuga.daemon")
+
+
+class SubscriptionError(ValueError):
+    """A subscription that cannot be registered; ``errors`` holds positioned details."""
+
+    def __init__(self, message: str, errors: list[dict] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or [{"message": message}]
+
+
+@dataclass
+class Subscription:
+    id: str
+    kind: str
+    text: str
+    automata: tuple[Automaton, ...]
+    outputs: list[str]
+    internal: list[str]
+    name: str | None = None
+    created: float = field(default_factory=time.time)
+
+    @property
+    def air(self) -> str:
+        if len(self.automata) == 1:
+            return dump_air(self.automata[0])
+        return "<NFAs>\n" + "".join(dump_air(a) for a in self.automata) + "</NFAs>\n"
+
+
+def compile_subscription(kind: str, text: str, streams: dict[str, StreamSchema], sid: str,
+                         functions: dict[str, str], time_unit_ms: float) -> tuple[tuple[Automaton, ...], list[str]]:
+    """Automata and user-visible output streams of a CEL or AIR text."""
+    if kind == "cel":
+        from air.cel import compile_cel
+
+        compiled = compile_cel(text, streams, functions=functions, time_unit_ms=time_unit_ms, name_prefix=sid)
+        return tuple(compiled.automata), list(compiled.outputs)
+    autos = tuple(load_air_many(text, name=sid))
+    outs = list(dict.fromkeys(o.name for a in autos for _, o in a.outputs if o.type == "OUT"))
+    return autos, outs
+
+
+class Daemon:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.counters = Counters()
+        self.engine = Engine()
+        self.engine.on_emit = self._on_emit
+        self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms)
+        self.hub = NotifierHub()
+        self.store = Store(settings.data_dir / "cayuga.sqlite3")
+        self.registry, self.latency = make_registry(self)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.receiver: TcpReceiver | None = None
+        self._commands: stdqueue.Queue = stdqueue.Queue(maxsize=1000)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # guards subscriptions and stream declarations
+        self._instances: dict[str, int] = {}
+        self._epoch = None
+        self.started = False
+        self.engine_error: str | None = None
+        self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
+
+    # ------------------------------------------------------------------ clock
+
+    def now(self) -> float:
+        """The server clock in stream time units."""
+        return time.time() * 1000.0 / self.settings.time_unit_ms
+
+    def epoch_lag(self) -> float:
+        return 0.0 if self._epoch is None else max(self.now() - self._epoch, 0.0)
+
+    def instance_counts(self) -> dict[str, int]:
+        return dict(self._instances)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self.started:
+            return
+        for s in self.settings.stream_schemas():
+            self.engine.declare(s)
+            self.declared.add(s.name)
+        for name, attrs in self.store.streams():
+            self._declare_restored(name, attrs)
+        for stored in self.store.subscriptions():
+            try:
+                self._install(stored.id, stored.kind, stored.text, stored.name, stored.created, persist=False)
+            except (SubscriptionError, EngineError) as exc:
+                log.error("could not restore subscription %s: %s", stored.id, exc)
+        self._thread = threading.Thread(target=self._engine_loop, name="cayuga-engine", daemon=True)
+        self._thread.start()
+        self.receiver = TcpReceiver(
+            self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
+            max_connections=self.settings.max_connections, max_line_bytes=self.settings.max_line_bytes,
+            time_unit_ms=self.settings.time_unit_ms)
+        self.receiver.start()
+        self.started = True
+
+    def _declare_restored(self, name: str, attrs) -> None:
+        from air.model import Attribute
+
+        self.engine.declare(StreamSchema(name, tuple(Attribute(a, t) for a, t in attrs)))
+        self.declared.add(name)
+
+    def drain(self, timeout: float) -> None:
+        """Graceful stop, first half: no new events, run what is queued, and
+        give WebSocket clients time to receive what is buffered for them."""
+        deadline = time.monotonic() + timeout
+        if self.receiver:
+            self.receiver.stop(timeout=max(deadline - time.monotonic(), 0.1))
+        self.queue.close(drain=True)
+        while len(self.queue) and time.monotonic() < deadline and self._thread and self._thread.is_alive():
+            time.sleep(0.01)
+        self._stop.set()
+        if self._thread:
+            self._thread.join(max(deadline - time.monotonic(), 0.1))
+        while self.hub.pending() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop everything (idempotent); returns when threads have ended."""
+        if not self.started:
+            return
+        timeout = timeout if timeout is not None else self.settings.shutdown_timeout
+        self.drain(timeout)
+        for ch in self.hub.channels():
+            ch.close()
+        self.store.close()
+        self.started = False
+
+    # ------------------------------------------------------------------ the engine thread
+
+    def submit(self, fn: Callable[[Engine], object]) -> Future:
+        """Run ``fn(engine)`` on the engine thread between batches."""
+        fut: Future = Future()
+        if not self._thread or not self._thread.is_alive():
+            try:
+                fut.set_result(fn(self.engine))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+            return fut
+        self._commands.put((fn, fut), timeout=5)
+        return fut
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                fn, fut = self._commands.get_nowait()
+            except stdqueue.Empty:
+                return
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(self.engine))
+                except Exception as exc:  # noqa: BLE001
+                    fut.set_exception(exc)
+
+    def _engine_loop(self) -> None:
+        eng = self.engine
+        perf = time.perf_counter
+        last_snapshot = 0.0
+        while True:
+            self._apply_commands()
+            batch = self.queue.get_batch(self.settings.batch_size, timeout=0.05)
+            if batch:
+                start = perf()
+                for ev in batch:
+                    try:
+                        eng.feed(ev)
+                    except LateEvent:
+                        pass  # counted by the engine
+                    except EngineError as exc:
+                        self.engine_error = str(exc)
+                        log.error("engine: %s", exc)
+                self._epoch = eng.epoch
+                per_event = (perf() - start) / len(batch)
+                self.latency.observe(per_event)
+            now = time.monotonic()
+            if now - last_snapshot > 0.5 or not batch:
+                self._instances = {sid: eng.instance_count(sid) for sid in list(self.subscriptions)
+                                   if sid in eng.owners}
+                last_snapshot = now
+            if self._stop.is_set() and not batch and not len(self.queue):
+                self._apply_commands()
+                return
+
+    def _on_emit(self, em: Emission) -> None:
+        sub = self.subscriptions.get(em.owner)
+        deliver = sub is not None and em.stream in sub.outputs
+        chans = self.hub.listeners(em.owner, em.stream, deliver)
+        if not chans:
+            return
+        payload = encode_json(witness_dict(em.stream, em.event, self.engine.schema(em.stream)))
+        for ch in chans:
+            ch.offer(payload)
+        self.counters.add("delivered", len(chans))
+
+    def on_client_drop(self, ch: ClientChannel, policy: str) -> None:
+        self.counters.add(f"drop_{policy}")
+        if policy == "disconnect":
+            log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full",
+                        ch.id, ch.label, ch.capacity)
+
+    # ------------------------------------------------------------------ streams
+
+    def declare_stream(self, schema: StreamSchema) -> bool:
+        """Declare (and persist) a stream; False when it already existed identically."""
+        with self._lock:
+            existing = self.engine.schema(schema.name)
+            if existing is not None:
+                if existing.attributes != schema.attributes:
+                    raise EngineError(f"stream {schema.name} already exists as {existing}")
+                return False
+            self.submit(lambda eng: eng.declare(schema)).result(timeout=10)
+            self.declared.add(schema.name)
+            self.store.save_stream(schema.name, [(a.name, a.type) for a in schema.attributes])
+            return True
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def functions(self) -> dict[str, str]:
+        return self.engine.functions.return_types()
+
+    def _install(self, sid: str, kind: str, text: str, name: str | None, created: float,
+                 persist: bool = True) -> Subscription:
+        try:
+            autos, outs = compile_subscription(kind, text, self.engine.streams, sid, self.functions(),
+                                               self.settings.time_unit_ms)
+        except CayugaError as exc:
+            detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
+            raise SubscriptionError(str(exc), [detail]) from None
+        published = self.submit(lambda eng: eng.add(autos, owner=sid)).result(timeout=30)
+        internal = [s for s in published if s not in outs]
+        sub = Subscription(sid, kind, text, autos, outs, internal, name, created)
+        self.subscriptions[sid] = sub
+        if persist:
+            self.store.save_subscription(StoredSubscription(sid, kind, text, name, created))
+        return sub
+
+    def add_subscription(self, kind: str, text: str, name: str | None = None) -> Subscription:
+        with self._lock:
+            sid = self.store.next_id()
+            try:
+                return self._install(sid, kind, text, name, time.time())
+            except EngineError as exc:
+                raise SubscriptionError(str(exc)) from None
+
+    def remove_subscription(self, sid: str) -> None:
+        with self._lock:
+            if sid not in self.subscriptions:
+                raise KeyError(sid)
+            self.submit(lambda eng: eng.remove(sid)).result(timeout=30)
+            del self.subscriptions[sid]
+            self._instances.pop(sid, None)
+            self.store.delete_subscription(sid)
+        self.hub.close_owner(sid)
+
+    def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:
+        """Every error (with positions) a registration would meet; registers nothing."""
+        if kind == "cel":
+            from air.cel import parse_all
+
+            _, errors = parse_all(text)
+            if errors:
+                return [e.to_dict() for e in errors], [], None
+        with self._lock:
+            streams = self.engine.streams
+        try:
+            autos, outs = compile_subscription(kind, text, streams, "validate", self.functions(),
+                                               self.settings.time_unit_ms)
+        except CayugaError as exc:
+            return [exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}], [], None
+        probe = Engine(self.engine.functions)
+        for s in streams.values():
+            probe.declare(s)
+        try:
+            probe.add(autos, owner="validate")
+        except EngineError as exc:
+            return [{"kind": "bind", "message": str(exc), "line": 0, "column": 0, "excerpt": ""}], [], None
+        sub = Subscription("validate", kind, text, autos, outs, [])
+        return [], outs, sub.air

@@ -1,0 +1,89 @@
+"""Prometheus metrics. Counters live where the work happens (receivers, queue,
+engine, notifiers); a collector reads them at scrape time, so the hot paths
+only bump integers. Each server has its own registry (tests run several)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.daemon import Daemon
+
+
+class Counters:
+    """Thread-safe named counters (receivers and the API write; scrapes read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._c: Counter[str] = Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._c[key] += n
+
+    def get(self, key: str) -> int:
+        with self._lock:
+            return self._c[key]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._c)
+
+
+class _Collector:
+    def __init__(self, daemon: "Daemon") -> None:
+        self.d = daemon
+
+    def collect(self):
+        d = self.d
+        c = d.counters.snapshot()
+        stats = d.engine.stats
+        received = CounterMetricFamily("cayuga_events_received", "Events accepted into the queue",
+                                       labels=["source"])
+        for source in ("tcp", "http"):
+            received.add_metric([source], c.get(f"received_{source}", 0))
+        yield received
+        rejected = CounterMetricFamily("cayuga_events_rejected", "Malformed or schema-violating events",
+                                       labels=["source"])
+        for source in ("tcp", "http"):
+            rejected.add_metric([source], c.get(f"rejected_{source}", 0))
+        yield rejected
+        yield CounterMetricFamily("cayuga_events_late", "Events older than one already released (dropped)",
+                                  value=d.queue.late + stats.late)
+        yield CounterMetricFamily("cayuga_events_processed", "Events processed by the engine, "
+                                  "resubscribed witnesses included", value=stats.events)
+        yield CounterMetricFamily("cayuga_witnesses", "Witnesses produced", value=stats.witnesses)
+        yield CounterMetricFamily("cayuga_witnesses_delivered", "Witness messages handed to WebSocket clients",
+                                  value=c.get("delivered", 0))
+        yield CounterMetricFamily("cayuga_eval_errors", "Predicate or schema-map evaluations that failed",
+                                  value=stats.eval_errors)
+        drops = CounterMetricFamily("cayuga_client_drops", "Slow WebSocket clients: disconnections and "
+                                    "discarded witnesses", labels=["policy"])
+        drops.add_metric(["disconnect"], c.get("drop_disconnect", 0))
+        drops.add_metric(["drop_oldest"], c.get("drop_drop_oldest", 0))
+        yield drops
+        yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
+        yield GaugeMetricFamily("cayuga_epoch_lag", "Current time minus the engine's epoch, in time units",
+                                value=d.epoch_lag())
+        yield GaugeMetricFamily("cayuga_clients", "Connected WebSocket clients", value=d.hub.client_count)
+        yield GaugeMetricFamily("cayuga_tcp_connections", "Open TCP event connections",
+                                value=d.receiver.connections if d.receiver else 0)
+        inst = GaugeMetricFamily("cayuga_instances", "Active automaton instances per subscription",
+                                 labels=["subscription"])
+        for sid, n in d.instance_counts().items():
+            inst.add_metric([sid], n)
+        yield inst
+
+
+def make_registry(daemon: "Daemon") -> tuple[CollectorRegistry, Histogram]:
+    reg = CollectorRegistry()
+    reg.register(_Collector(daemon))
+    latency = Histogram("cayuga_engine_latency_seconds", "Engine processing time per event",
+                        registry=reg,
+                        buckets=(1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))
+    return reg, latency

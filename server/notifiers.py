@@ -1,0 +1,141 @@
+"""Client notifiers: deliver witnesses to WebSocket clients without ever
+blocking the engine thread.
+
+Each connected client has a :class:`ClientChannel`: a bounded buffer that the
+engine thread appends to and the client's own sender task (on the server's
+event loop) drains. A client that cannot keep up fills its buffer; then the
+configured policy applies:
+
+- ``disconnect`` (default): the client is closed with WebSocket code 1013
+  ("try again later") and a reason naming the buffer size; the drop is counted.
+  Nothing is lost silently: the client learns it was cut off.
+- ``drop_oldest``: the oldest buffered witness is discarded to make room and
+  counted; the client stays connected.
+
+A client that keeps up never loses a witness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import deque
+from typing import Callable
+
+SLOW_CLIENT_CLOSE = 1013
+SHUTDOWN_CLOSE = 1001
+
+_ids = itertools.count(1)
+
+
+class ClientChannel:
+    def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int, policy: str = "disconnect",
+                 on_drop: Callable[["ClientChannel", str], None] | None = None, label: str = "") -> None:
+        self.id = next(_ids)
+        self.label = label
+        self.loop = loop
+        self.capacity = capacity
+        self.policy = policy
+        self.on_drop = on_drop
+        self.buffer: deque[str] = deque()
+        self.wake = asyncio.Event()
+        self._wake_pending = False
+        self._lock = threading.Lock()
+        self.overflowed = False
+        self.closed = False
+        self.dropped = 0
+        self.sent = 0
+
+    # -- engine thread
+    def offer(self, payload: str) -> None:
+        with self._lock:
+            if self.closed or self.overflowed:
+                return
+            if len(self.buffer) >= self.capacity:
+                if self.policy == "drop_oldest":
+                    self.buffer.popleft()
+                    self.dropped += 1
+                    if self.on_drop:
+                        self.on_drop(self, "drop_oldest")
+                else:
+                    self.overflowed = True
+                    if self.on_drop:
+                        self.on_drop(self, "disconnect")
+                    self._signal()
+                    return
+            self.buffer.append(payload)
+            self._signal()
+
+    def _signal(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self.wake.set)
+            except RuntimeError:  # the loop is closed: the client is gone
+                self.closed = True
+
+    # -- event loop
+    def take_all(self) -> list[str]:
+        with self._lock:
+            self._wake_pending = False
+            self.wake.clear()
+            items = list(self.buffer)
+            self.buffer.clear()
+            return items
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+        try:
+            self.loop.call_soon_threadsafe(self.wake.set)
+        except RuntimeError:
+            pass
+
+
+class NotifierHub:
+    """Routes witnesses to the channels listening to a subscription or a stream."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_owner: dict[str, set[ClientChannel]] = {}
+        self._by_stream: dict[str, set[ClientChannel]] = {}
+
+    def _table(self, kind: str) -> dict[str, set[ClientChannel]]:
+        return self._by_owner if kind == "subscription" else self._by_stream
+
+    def register(self, kind: str, key: str, ch: ClientChannel) -> None:
+        with self._lock:
+            self._table(kind).setdefault(key, set()).add(ch)
+
+    def unregister(self, kind: str, key: str, ch: ClientChannel) -> None:
+        with self._lock:
+            chans = self._table(kind).get(key)
+            if chans is not None:
+                chans.discard(ch)
+                if not chans:
+                    del self._table(kind)[key]
+
+    def listeners(self, owner: str, stream: str, deliver_to_owner: bool) -> list[ClientChannel]:
+        with self._lock:
+            out = list(self._by_stream.get(stream, ()))
+            if deliver_to_owner:
+                out.extend(self._by_owner.get(owner, ()))
+            return out
+
+    def channels(self) -> list[ClientChannel]:
+        with self._lock:
+            return [c for t in (self._by_owner, self._by_stream) for cs in t.values() for c in cs]
+
+    def close_owner(self, owner: str) -> None:
+        with self._lock:
+            chans = list(self._by_owner.get(owner, ()))
+        for c in chans:
+            c.close()
+
+    def pending(self) -> int:
+        return sum(len(c.buffer) for c in self.channels())
+
+    @property
+    def client_count(self) -> int:
+        return len(self.channels())

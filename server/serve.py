@@ -1,0 +1,131 @@
+"""Running the daemon behind uvicorn, with a graceful stop.
+
+On SIGTERM or SIGINT the server first drains (receivers stop, the queue is
+processed, WebSocket clients get what is buffered for them) and only then
+lets uvicorn close the HTTP side. A second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+
+import uvicorn
+
+from server.app import create_app
+from server.config import Settings
+from server.daemon import Daemon
+
+log = logging.getLogger("cayuga.serve")
+
+
+class CayugaServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, daemon: Daemon) -> None:
+        super().__init__(config)
+        self.daemon = daemon
+        self._draining = False
+        self._drained = threading.Event()
+
+    def handle_exit(self, sig, frame) -> None:  # called by uvicorn's signal handlers
+        if self._draining:
+            super().handle_exit(sig, frame)  # a second signal: stop now
+            return
+        self._draining = True
+        log.info("shutting down: draining events and notifications (at most %.0f s)",
+                 self.daemon.settings.shutdown_timeout)
+        threading.Thread(target=self._drain_then_exit, args=(sig,), name="cayuga-drain", daemon=True).start()
+
+    def _drain_then_exit(self, sig) -> None:
+        try:
+            self.daemon.drain(self.daemon.settings.shutdown_timeout)
+        finally:
+            self._drained.set()
+            super().handle_exit(sig, None)
+
+    def request_shutdown(self) -> None:
+        self.handle_exit(signal.SIGTERM, None)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+class RunningServer:
+    """A server started in a background thread (tests, embedding); ``cayuga
+    serve`` uses :func:`serve` in the main thread instead."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.daemon = Daemon(settings)
+        self.app = create_app(settings, self.daemon)
+        self._sock = _bind(settings.host, settings.http_port)
+        config = uvicorn.Config(self.app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                                access_log=False)
+        self.server = CayugaServer(config, self.daemon)
+        self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.server.run(sockets=[self._sock])
+        finally:
+            self.daemon.stop()
+
+    def start(self, timeout: float = 20.0) -> "RunningServer":
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.02)
+        return self
+
+    @property
+    def http_port(self) -> int:
+        return self._sock.getsockname()[1]
+
+    @property
+    def tcp_port(self) -> int:
+        return self.daemon.receiver.port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.settings.host}:{self.http_port}"
+
+    def stop(self, timeout: float | None = None) -> None:
+        timeout = timeout if timeout is not None else self.settings.shutdown_timeout + 5
+        if self._thread.is_alive():
+            self.server.request_shutdown()
+            self._thread.join(timeout)
+        self._sock.close()
+        if self._thread.is_alive():
+            raise RuntimeError("the server did not stop in time")
+
+    def __enter__(self) -> "RunningServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve(settings: Settings) -> None:
+    """Run in the foreground until SIGTERM/SIGINT; returns after a clean stop."""
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    daemon = Daemon(settings)
+    app = create_app(settings, daemon)
+    sock = _bind(settings.host, settings.http_port)
+    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio")
+    server = CayugaServer(config, daemon)
+    log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d",
+             settings.host, sock.getsockname()[1], settings.host, settings.tcp_port)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        daemon.stop()
+        sock.close()

@@ -1,0 +1,90 @@
+"""Persistence of stream declarations and subscriptions in SQLite under the data
+directory, so that a restarted server comes back with the same ids."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS streams (
+    name TEXT PRIMARY KEY,
+    attributes TEXT NOT NULL,          -- JSON list of [name, type]
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('cel', 'air')),
+    text TEXT NOT NULL,
+    name TEXT,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class StoredSubscription:
+    id: str
+    kind: str
+    text: str
+    name: str | None
+    created: float
+
+
+class Store:
+    """A small thread-safe SQLite store (one connection, one lock)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- streams
+    def save_stream(self, name: str, attributes: list[tuple[str, str]]) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO streams VALUES (?, ?, ?)",
+                             (name, json.dumps(attributes), time.time()))
+
+    def streams(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, attributes FROM streams ORDER BY created, name").fetchall()
+        return [(n, [tuple(a) for a in json.loads(attrs)]) for n, attrs in rows]
+
+    # -- subscriptions
+    def next_id(self) -> str:
+        """A new subscription id, never reused, even across restarts."""
+        with self._lock:
+            self._db.execute("INSERT INTO counters VALUES ('subscription', 1) "
+                             "ON CONFLICT(key) DO UPDATE SET value = value + 1")
+            (n,) = self._db.execute("SELECT value FROM counters WHERE key = 'subscription'").fetchone()
+        return f"s{n}"
+
+    def save_subscription(self, sub: StoredSubscription) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
+                             (sub.id, sub.kind, sub.text, sub.name, sub.created))
+
+    def delete_subscription(self, sid: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+
+    def subscriptions(self) -> list[StoredSubscription]:
+        with self._lock:
+            rows = self._db.execute("SELECT id, kind, text, name, created FROM subscriptions ORDER BY seq").fetchall()
+        return [StoredSubscription(*r) for r in rows]
