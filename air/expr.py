@@ -38,7 +38,7 @@ _TOKEN_RE = re.compile(
   | (?P<string>'(?:[^']|'')*')
   | (?P<dollar>\$(?:\d+)?)
   | (?P<ident>[A-Za-z_][A-Za-z_0-9]*)
-  | (?P<op><>|!=|<=|>=|==|[=<>+\-*/%^(){},.;])
+  | (?P<op><>|!=|<=|>=|==|/(?!\*)|[=<>+\-*%^(){},.;])
     """,
     re.X | re.S,
 )
@@ -215,9 +215,6 @@ def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
 # --------------------------------------------------------------------------- parser
 
 _KEYWORDS_STOP = {"AND", "OR", "AS", "FROM", "NEXT", "FOLD", "PUBLISH", "SELECT", "FILTER"}
-_UNITS = ("MS", "MSEC", "MSECS", "MILLISECOND", "MILLISECONDS", "SEC", "SECS", "SECOND",
-          "SECONDS", "S", "MIN", "MINS", "MINUTE", "MINUTES", "HOUR", "HOURS", "H",
-          "DAY", "DAYS", "D")
 
 
 class TokenStream:

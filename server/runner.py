@@ -14,8 +14,13 @@ from typing import Callable, Iterable, TextIO
 
 from air.airxml import load_air_many, load_stream_types
 from air.model import Automaton, StreamSchema, parse_stream_decl
-from server.engine import Engine, Event, FunctionRegistry
+from air.errors import CayugaError
+from server.engine import Engine, EngineError, Event, FunctionRegistry
 from server.formats import LineError, encode_json, make_decoder, witness_dict
+
+
+class QueryError(CayugaError):
+    """A query file that cannot be loaded; the message starts with its path."""
 
 
 @dataclass
@@ -76,8 +81,11 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
     for s in streams:
         engine.declare(s)
     for q in queries:
-        autos = load_query(q, engine.streams, engine.functions)
-        engine.add(autos, owner=Path(q).stem)
+        try:
+            autos = load_query(q, engine.streams, engine.functions)
+            engine.add(autos, owner=Path(q).stem)
+        except (CayugaError, EngineError) as exc:
+            raise QueryError(f"{q}: {exc}") from None
     result = RunResult()
     events = decode_file(events_in, fmt, engine.schema, result)
     events.sort(key=lambda e: e.t1)

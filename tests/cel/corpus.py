@@ -1,0 +1,47 @@
+"""The conformance corpus (a copy lives in tests/conformance, see its README)
+and the schemas it was compiled against, for the CEL tests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from air.model import parse_stream_decl
+
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance"
+
+STOCK = parse_stream_decl("Stock(Name string, Price float, Volume int)")
+IBMSTOCK = parse_stream_decl("IBMStock(IBMPrice float)")
+STREAMS = {"Stock": STOCK, "IBMStock": IBMSTOCK}
+
+#: CEL file -> the AIR files the original compiler produced from it.
+AIR_OF: dict[str, tuple[str, ...]] = {f"test{n}": (f"T{n}.xml",) for n in range(1, 42)}
+AIR_OF.update({
+    "test200": ("MyStock.xml",), "test201": ("IBMStock.xml",), "test202": ("IBMStock2.xml",),
+    "test203": ("IBM_MSFT_PAIR.xml",), "test204": ("IBM_OTHER_PAIR.xml",),
+    "test206": ("94.xml", "LONG_MONOTONIC_INC.xml"), "test207": ("IBM_PAIR.xml",),
+})
+#: Queries over the undeclared ``webfeeds`` stream: they parse but need not compile.
+UNKNOWN_SCHEMA = {"test100", "test101", "test102"}
+
+
+def _key(p: Path) -> int:
+    return int(re.sub(r"\D", "", p.stem))
+
+
+def cel_files() -> list[Path]:
+    return sorted((CONFORMANCE / "cel").glob("*.cel"), key=_key)
+
+
+def pairs() -> list[tuple[str, tuple[Path, ...]]]:
+    out = []
+    for name, airs in sorted(AIR_OF.items(), key=lambda kv: int(kv[0][4:])):
+        paths = tuple(CONFORMANCE / "air" / a for a in airs)
+        if all(p.exists() for p in paths):
+            out.append((name, paths))
+    return out
+
+
+def cel_text(name: str) -> str:
+    return (CONFORMANCE / "cel" / f"{name}.cel").read_text()
+
