@@ -118,6 +118,105 @@ def compile_(query, streams, schema_files, output) -> None:
         click.echo(air, nl=False)
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Configuration file (default: the bundled config.yaml).")
+@click.option("--host", default=None, help="Address to listen on (default from config: 127.0.0.1).")
+@click.option("--http-port", type=int, default=None, help="REST/WebSocket port (0 picks a free one).")
+@click.option("--tcp-port", type=int, default=None, help="TCP event port (0 picks a free one).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Where streams and subscriptions are stored.")
+def serve(config_path, host, http_port, tcp_port, data_dir) -> None:
+    """Run the Cayuga server until SIGTERM or SIGINT (then drain and exit 0)."""
+    from server.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(config_path, host=host, http_port=http_port, tcp_port=tcp_port,
+                                 data_dir=data_dir)
+    except ConfigError as exc:
+        _fail(str(exc))
+    from server.serve import serve as run_server
+
+    try:
+        run_server(settings)
+    except OSError as exc:
+        _fail(f"cannot start: {exc}")
+
+
+_URL_HELP = "Base URL of the server's HTTP API."
+
+
+@main.command()
+@click.argument("events_path", metavar="FILE", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
+@click.option("--port", "tcp_port", type=int, default=None,
+              help="The server's TCP event port (default: asked from the server's /health).")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "cayuga", "csv"]), default="jsonl", show_default=True)
+@click.option("--rate", type=float, default=None, help="Events per second (default: as fast as possible).")
+@click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
+def send(events_path, url, tcp_port, fmt, rate, token) -> None:
+    """Send an event file to a running server's TCP port, with a progress bar."""
+    import time
+
+    from tqdm import tqdm
+
+    from clients.client import CayugaClient, TcpSender
+
+    client = CayugaClient(url, token=token, tcp_port=tcp_port)
+    try:
+        host, port = client.tcp_address()
+        sender = TcpSender(host, port, fmt=fmt)
+    except Exception as exc:  # noqa: BLE001 - any connection problem is reported plainly
+        _fail(f"cannot reach the server at {url}: {exc}")
+    start = time.monotonic()
+    with click.open_file(events_path, "r", encoding="utf-8") as fh:
+        lines = [line for line in fh if line.strip()]
+    with tqdm(total=len(lines), unit="ev", disable=None) as bar:
+        for i, line in enumerate(lines):
+            if rate:
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            sender.send(line)
+            bar.update(1)
+    errors = sender.close()
+    for e in errors:
+        click.echo(f"{events_path}: {e}", err=True)
+    click.echo(f"cayuga: sent {len(lines)} lines, {len(errors)} rejected", err=True)
+    sys.exit(1 if errors else 0)
+
+
+@main.command()
+@click.argument("subscription", required=False)
+@click.option("--stream", default=None, help="Watch an output stream instead of a subscription.")
+@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
+@click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
+@click.option("--count", type=int, default=None, help="Exit after this many witnesses.")
+def watch(subscription, stream, url, token, count) -> None:
+    """Print the witnesses of a subscription (or stream) as JSON lines."""
+    import json
+
+    from clients.client import CayugaAPIError, CayugaClient
+
+    if not subscription and not stream:
+        _fail("give a SUBSCRIPTION id or --stream NAME")
+    client = CayugaClient(url, token=token)
+    n = 0
+    try:
+        with client.watch(subscription, stream=stream) as matches:
+            for w in matches:
+                click.echo(json.dumps(w))
+                n += 1
+                if count is not None and n >= count:
+                    break
+    except CayugaAPIError as exc:
+        _fail(f"the server closed the connection: {exc}")
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        _fail(f"cannot reach the server at {url}: {exc}")
+
+
 def _add_optional_groups() -> None:
     """Command groups that live with their subsystem (e.g. ``bench/cli.py``)."""
     try:

@@ -152,6 +152,10 @@ class Daemon:
             self._thread.join(max(deadline - time.monotonic(), 0.1))
         while self.hub.pending() and time.monotonic() < deadline:
             time.sleep(0.01)
+        for ch in self.hub.channels():  # tell each client we are going away (close code 1001)
+            ch.close()
+        while self.hub.client_count and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop everything (idempotent); returns when threads have ended."""

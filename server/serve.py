@@ -29,9 +29,13 @@ class CayugaServer(uvicorn.Server):
         self._draining = False
         self._drained = threading.Event()
 
+    # uvicorn records handled signals and raises them again after shutting down
+    # (so the process dies "by the signal"); a drained Cayuga exits with 0, so
+    # the flags are set directly instead of through Server.handle_exit.
     def handle_exit(self, sig, frame) -> None:  # called by uvicorn's signal handlers
         if self._draining:
-            super().handle_exit(sig, frame)  # a second signal: stop now
+            self.should_exit = True  # a second signal: stop now
+            self.force_exit = True
             return
         self._draining = True
         log.info("shutting down: draining events and notifications (at most %.0f s)",
@@ -43,7 +47,7 @@ class CayugaServer(uvicorn.Server):
             self.daemon.drain(self.daemon.settings.shutdown_timeout)
         finally:
             self._drained.set()
-            super().handle_exit(sig, None)
+            self.should_exit = True
 
     def request_shutdown(self) -> None:
         self.handle_exit(signal.SIGTERM, None)

@@ -1,0 +1,167 @@
+"""A small Python client for a Cayuga server: REST, WebSocket and the TCP event port.
+
+>>> c = CayugaClient("http://127.0.0.1:8400")                       # doctest: +SKIP
+>>> c.declare_stream("Stock", {"Name": "string", "Price": "float"})  # doctest: +SKIP
+>>> sub = c.subscribe(cel="SELECT * FROM Stock PUBLISH All")          # doctest: +SKIP
+>>> with c.watch(sub["id"]) as matches:                              # doctest: +SKIP
+...     with c.sender() as s:
+...         s.send({"stream": "Stock", "Name": "IBM", "Price": 84.0})
+...     print(next(matches))
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+from urllib.parse import urlparse
+
+import httpx
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+
+class CayugaAPIError(RuntimeError):
+    """The server answered with an error; ``status`` and ``body`` say what and why."""
+
+    def __init__(self, status: int, body) -> None:
+        self.status = status
+        self.body = body
+        detail = body.get("detail") if isinstance(body, dict) else body
+        super().__init__(f"HTTP {status}: {detail}")
+
+
+class CayugaClient:
+    def __init__(self, base_url: str = "http://127.0.0.1:8400", *, token: str | None = None,
+                 tcp_port: int | None = None, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.token = token
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._tcp_port = tcp_port
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "CayugaClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kw):
+        r = self.http.request(method, path, **kw)
+        body = r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else r.text
+        if r.status_code >= 400:
+            raise CayugaAPIError(r.status_code, body)
+        return body
+
+    # -- REST
+    def health(self) -> dict:
+        return self._call("GET", "/health")
+
+    def declare_stream(self, name: str, schema: dict[str, str]) -> dict:
+        return self._call("POST", "/streams", json={"name": name, "schema": schema})
+
+    def streams(self) -> list[dict]:
+        return self._call("GET", "/streams")
+
+    def subscribe(self, *, cel: str | None = None, air: str | None = None, name: str | None = None) -> dict:
+        body = {"cel": cel} if cel is not None else {"air": air}
+        if name:
+            body["name"] = name
+        return self._call("POST", "/subscriptions", json=body)
+
+    def validate(self, *, cel: str | None = None, air: str | None = None) -> dict:
+        return self._call("POST", "/subscriptions/validate", json={"cel": cel} if cel is not None else {"air": air})
+
+    def subscriptions(self) -> list[dict]:
+        return self._call("GET", "/subscriptions")
+
+    def subscription(self, sid: str) -> dict:
+        return self._call("GET", f"/subscriptions/{sid}")
+
+    def unsubscribe(self, sid: str) -> None:
+        self._call("DELETE", f"/subscriptions/{sid}")
+
+    def post_events(self, events: list[dict]) -> dict:
+        return self._call("POST", "/events", json=events)
+
+    # -- WebSocket
+    def _ws_url(self, path: str) -> str:
+        u = urlparse(self.base_url)
+        scheme = "wss" if u.scheme == "https" else "ws"
+        return f"{scheme}://{u.netloc}{path}"
+
+    @contextmanager
+    def watch(self, subscription: str | None = None, *, stream: str | None = None,
+              timeout: float | None = None) -> Iterator[Iterator[dict]]:
+        """Iterate over witnesses of a subscription (or any output stream).
+        ``timeout`` bounds the wait for each witness (TimeoutError)."""
+        path = f"/ws/subscriptions/{subscription}" if subscription else f"/ws/streams/{stream}"
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        with connect(self._ws_url(path), additional_headers=headers, open_timeout=10) as ws:
+            def messages() -> Iterator[dict]:
+                while True:
+                    try:
+                        msg = ws.recv(timeout=timeout)
+                    except ConnectionClosed as exc:
+                        if exc.rcvd is not None and exc.rcvd.code not in (1000, 1001, 1012):
+                            raise CayugaAPIError(exc.rcvd.code, exc.rcvd.reason) from None
+                        return
+                    yield json.loads(msg)
+
+            yield messages()
+
+    # -- TCP
+    def tcp_address(self) -> tuple[str, int]:
+        port = self._tcp_port or self.health()["tcp_port"]
+        return urlparse(self.base_url).hostname or "127.0.0.1", port
+
+    @contextmanager
+    def sender(self, fmt: str = "jsonl") -> Iterator["TcpSender"]:
+        s = TcpSender(*self.tcp_address(), fmt=fmt)
+        try:
+            yield s
+        finally:
+            s.close()
+
+
+class TcpSender:
+    """Streams events to the server's TCP port. Error lines the server sends
+    back (malformed events) are collected in :attr:`errors` on :meth:`close`."""
+
+    def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.errors: list[str] = []
+        self.sent = 0
+        if fmt != "jsonl":
+            self.sock.sendall(f"#format {fmt}\n".encode())
+
+    def send(self, event: dict | str) -> None:
+        line = event if isinstance(event, str) else json.dumps(event)
+        self.sock.sendall(line.rstrip("\n").encode() + b"\n")
+        self.sent += 1
+
+    def send_many(self, events: Iterable[dict | str]) -> None:
+        for e in events:
+            self.send(e)
+
+    def close(self, timeout: float = 5.0) -> list[str]:
+        """Finish sending, then read error lines until the server closes."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(timeout)
+            data = b""
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            self.errors.extend(line for line in data.decode(errors="replace").splitlines() if line)
+        except OSError:
+            pass
+        finally:
+            self.sock.close()
+        return self.errors

@@ -1,0 +1,65 @@
+"""Real servers on free loopback ports; every test checks it leaves no thread behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from clients.client import CayugaClient
+from server.config import load_settings
+from server.serve import RunningServer
+
+
+def cayuga_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("cayuga"))
+
+
+def make_settings(tmp_path, **kw):
+    base = dict(data_dir=tmp_path / "data", http_port=0, tcp_port=0, log_level="warning", shutdown_timeout=5)
+    base.update(kw)
+    return load_settings(None, **base)
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """Start servers with setting overrides; all are stopped after the test."""
+    started: list[RunningServer] = []
+
+    def start(**kw) -> RunningServer:
+        srv = RunningServer(make_settings(tmp_path, **kw)).start()
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
+    deadline = time.monotonic() + 10
+    while cayuga_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cayuga_threads() == [], "threads left behind"
+
+
+@pytest.fixture
+def server(start_server):
+    return start_server()
+
+
+@pytest.fixture
+def client(server):
+    with CayugaClient(server.base_url) as c:
+        yield c
+
+
+def stock(name, price, vol, t0, t1=None) -> dict:
+    return {"stream": "Stock", "t0": t0, "t1": t0 if t1 is None else t1, "Name": name, "Price": price, "Volume": vol}
+
+
+def collect(matches, n: int) -> list[dict]:
+    out = []
+    for w in matches:
+        out.append(w)
+        if len(out) == n:
+            break
+    return out

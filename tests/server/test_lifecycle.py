@@ -1,0 +1,200 @@
+"""Ordering with T > 0, restarts, slow clients, shutdown, and the real
+`cayuga serve` / `send` / `watch` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from clients.client import CayugaClient
+from server.serve import RunningServer
+from tests.conftest import ROOT
+from tests.server.conftest import cayuga_threads, collect, make_settings, stock
+
+PAIRS = "SELECT Name, Price_1 AS First, Price AS Second FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
+
+
+def test_delay_reorders_out_of_order_events_and_drops_too_late_ones(start_server):
+    srv = start_server(delay=400)  # T = 400 ms
+    with CayugaClient(srv.base_url) as c:
+        sub = c.subscribe(cel=PAIRS)
+        now = int(time.time() * 1000)
+        with c.watch(sub["id"], timeout=10) as m:
+            # sent out of order, but within T: the queue puts them back in t1 order
+            c.post_events([stock("IBM", 3.0, 1, now + 30), stock("IBM", 1.0, 1, now + 10),
+                           stock("IBM", 2.0, 1, now + 20)])
+            got = collect(m, 2)
+            assert [(w["First"], w["Second"]) for w in got] == [(1.0, 2.0), (2.0, 3.0)]
+            # now + 20 has been released: an event before it is too late
+            r = c.post_events([stock("IBM", 9.0, 1, now + 15)])
+            assert (r["accepted"], r["late"]) == (0, 1)
+        text = c.http.get("/metrics").text
+        assert "cayuga_events_late_total 1.0" in text
+
+
+def test_restart_restores_streams_and_subscriptions_with_the_same_ids(tmp_path):
+    settings = make_settings(tmp_path)
+    with RunningServer(settings) as srv, CayugaClient(srv.base_url) as c:
+        c.declare_stream("Temp", {"Room": "string", "Celsius": "float"})
+        hot = c.subscribe(cel="SELECT Room, Celsius FROM FILTER{Celsius > 30}(Temp) PUBLISH Hot")
+        pairs = c.subscribe(cel=PAIRS)
+        gone = c.subscribe(cel="SELECT * FROM Stock PUBLISH All")
+        c.unsubscribe(gone["id"])
+    with RunningServer(settings) as srv, CayugaClient(srv.base_url) as c:
+        assert [s["id"] for s in c.subscriptions()] == [hot["id"], pairs["id"]]
+        assert c.subscription(hot["id"])["outputs"] == ["Hot"]
+        new = c.subscribe(cel="SELECT * FROM Stock PUBLISH All2")
+        assert new["id"] not in (hot["id"], pairs["id"], gone["id"])  # ids are never reused
+        with c.watch(hot["id"], timeout=10) as m:
+            c.post_events([{"stream": "Temp", "t1": 5, "Room": "lab", "Celsius": 31.5}])
+            assert collect(m, 1) == [{"stream": "Hot", "t0": 5, "t1": 5, "Room": "lab", "Celsius": 31.5}]
+
+
+def stalled_websocket(port: int, path: str) -> socket.socket:
+    """A WebSocket client that completes the handshake and then never reads,
+    with a tiny receive window: the server's buffers for it fill up."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                  "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                  "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+    sock.settimeout(10)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def test_a_slow_websocket_client_does_not_slow_a_fast_one(start_server):
+    srv = start_server(client_buffer=20)
+    big = "X" * 20_000  # large witnesses fill the slow client's socket buffers quickly
+    with CayugaClient(srv.base_url) as c:
+        c.declare_stream("Blob", {"Body": "string", "N": "int"})
+        sub = c.subscribe(cel="SELECT * FROM Blob PUBLISH Blobs")
+        total = 400
+        slow = stalled_websocket(srv.http_port, f"/ws/subscriptions/{sub['id']}")
+        with c.watch(sub["id"], timeout=20) as fast:
+            got: list[dict] = []
+            reader = threading.Thread(target=lambda: got.extend(collect(fast, total)))
+            reader.start()  # the fast client reads as witnesses arrive
+            with c.sender() as s:
+                for i in range(total):
+                    s.send({"stream": "Blob", "t1": i, "Body": big, "N": i})
+                    if i % 5 == 4:
+                        time.sleep(0.01)  # a steady rate: bursts stay below the client buffer
+            reader.join(30)
+            assert [w["N"] for w in got] == list(range(total))  # the fast client lost nothing
+        # the stalled client was cut off and counted
+        deadline = time.monotonic() + 20
+        while "disconnect\"} 1.0" not in c.http.get("/metrics").text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        slow.close()
+        text = c.http.get("/metrics").text
+        assert 'cayuga_client_drops_total{policy="disconnect"} 1.0' in text
+
+
+def test_drop_oldest_policy_keeps_the_client(start_server):
+    srv = start_server(client_buffer=5, slow_client_policy="drop_oldest")
+    d = srv.daemon
+    with CayugaClient(srv.base_url) as c:
+        sub = c.subscribe(cel="SELECT * FROM Stock PUBLISH All")
+        with c.watch(sub["id"], timeout=10) as m:
+            deadline = time.monotonic() + 10
+            while d.hub.client_count == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            (ch,) = d.hub.channels()
+            ch.wake.set = lambda: None  # the sender task is never woken: the client "stalls"
+            c.post_events([stock("IBM", float(i), 1, i) for i in range(12)])
+            deadline = time.monotonic() + 10
+            while ch.dropped < 7 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert ch.dropped == 7 and list(ch.buffer) and len(ch.buffer) == 5
+            assert [json.loads(x)["Price"] for x in ch.buffer] == [7.0, 8.0, 9.0, 10.0, 11.0]
+
+
+def test_shutdown_drains_the_queue_and_flushes_clients(tmp_path):
+    srv = RunningServer(make_settings(tmp_path, delay=60_000)).start()  # events wait a minute in the queue
+    try:
+        c = CayugaClient(srv.base_url)
+        sub = c.subscribe(cel="SELECT * FROM Stock PUBLISH All")
+        received = []
+        with c.watch(sub["id"], timeout=15) as m:
+            now = int(time.time() * 1000)
+            c.post_events([stock("IBM", float(i), 1, now + i) for i in range(50)])
+            assert len(srv.daemon.queue) == 50
+            stopper = threading.Thread(target=srv.stop)
+            stopper.start()
+            for w in m:  # iteration ends when the server closes the socket
+                received.append(w["Price"])
+            stopper.join(20)
+        assert received == [float(i) for i in range(50)]
+        c.close()
+    finally:
+        if cayuga_threads():
+            srv.stop()
+    assert cayuga_threads() == []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cayuga_serve_send_watch_processes_and_sigterm(tmp_path):
+    http, tcp = free_port(), free_port()
+    env = dict(os.environ, CAYUGA_LOG_LEVEL="warning", CAYUGA_DELAY="0")
+    proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "serve", "--http-port", str(http),
+                             "--tcp-port", str(tcp), "--data-dir", str(tmp_path / "d")],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watcher = None
+    try:
+        url = f"http://127.0.0.1:{http}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c = CayugaClient(url)
+                c.health()
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError(f"server did not come up: {proc.stderr.read() if proc.poll() else ''}")
+                time.sleep(0.1)
+        sub = c.subscribe(cel=PAIRS)
+        watcher = subprocess.Popen([sys.executable, "-m", "clients.cli", "watch", sub["id"], "--url", url,
+                                    "--count", "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        deadline = time.monotonic() + 30
+        while c.health()["clients"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        events = tmp_path / "e.jsonl"
+        events.write_text("\n".join(json.dumps(stock("IBM", p, 1, t)) for t, p in [(1, 1.0), (2, 2.0)]) + "\n")
+        sent = subprocess.run([sys.executable, "-m", "clients.cli", "send", str(events), "--url", url],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert sent.returncode == 0, sent.stderr
+        assert "sent 2 lines, 0 rejected" in sent.stderr
+        out, err = watcher.communicate(timeout=30)
+        assert [json.loads(x) for x in out.splitlines()] == [
+            {"stream": "Pairs", "t0": 1, "t1": 2, "Name": "IBM", "First": 1.0, "Second": 2.0}]
+        c.close()
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert time.monotonic() - start < 30
+    finally:
+        for p in (watcher, proc):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
