@@ -105,6 +105,10 @@ class Daemon:
     def epoch_lag(self) -> float:
         return 0.0 if self._epoch is None else max(self.now() - self._epoch, 0.0)
 
+    @property
+    def engine_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def instance_counts(self) -> dict[str, int]:
         return dict(self._instances)
 
@@ -208,9 +212,10 @@ class Daemon:
                         eng.feed(ev)
                     except LateEvent:
                         pass  # counted by the engine
-                    except EngineError as exc:
-                        self.engine_error = str(exc)
-                        log.error("engine: %s", exc)
+                    except Exception as exc:  # noqa: BLE001 - the engine thread must survive a bad event
+                        self.engine_error = f"{type(exc).__name__}: {exc}"
+                        self.counters.add("engine_errors")
+                        log.exception("engine failed on %r", ev)
                 self._epoch = eng.epoch
                 per_event = (perf() - start) / len(batch)
                 self.latency.observe(per_event)

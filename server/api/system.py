@@ -12,7 +12,7 @@ router = APIRouter(tags=["system"])
 
 @router.get("/health")
 def health(d: DaemonDep) -> dict:
-    alive = d._thread is not None and d._thread.is_alive()
+    alive = d.engine_alive
     return {
         "status": "ok" if alive and d.engine_error is None else "degraded",
         "engine_thread": alive,
