@@ -53,16 +53,18 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     from server.runner import load_streams, run_offline
 
     try:
+        settings = load_settings(config_path)
         schemas = load_streams(streams, schema_files)
         if config_path or not schemas:
-            schemas = load_settings(config_path).stream_schemas() + schemas
+            schemas = settings.stream_schemas() + schemas
+        functions = settings.function_registry()
     except (ModelError, CayugaError, ConfigError) as exc:
         _fail(str(exc))
     out = click.open_file(output, "w", encoding="utf-8")
     try:
         with click.open_file(events_path, "r", encoding="utf-8") as fh:
             result = run_offline(
-                schemas, list(queries), fh, fmt, include_resub=include_resub,
+                schemas, list(queries), fh, fmt, include_resub=include_resub, functions=functions,
                 on_witness=lambda w: out.write(_json(w) + "\n"),
             )
     except (CayugaError, EngineError, ModelError) as exc:

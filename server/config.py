@@ -27,11 +27,28 @@ class ConfigError(ValueError):
 ENV_PREFIX = "CAYUGA_"
 
 
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", description="module:attribute")
+    returns: str
+
+    @field_validator("returns")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        try:
+            return normalize_type(v)
+        except ModelError as exc:
+            raise ValueError(str(exc)) from None
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     streams: dict[str, dict[str, str]] = {}
     time_unit_ms: float = 1.0
+    #: User-defined functions for CEL and AIR: NAME -> {"path": "module:attribute", "returns": type}.
+    functions: dict[str, FunctionSpec] = {}
 
     # --- the server (cayuga serve)
     host: str = "127.0.0.1"
@@ -67,6 +84,22 @@ class Settings(BaseModel):
         if v <= 0:
             raise ValueError("must be a positive number of milliseconds")
         return v
+
+    def function_registry(self):
+        """The built-in functions plus the configured ones, imported now."""
+        import importlib
+
+        from server.engine.functions import FunctionRegistry
+
+        reg = FunctionRegistry.default()
+        for name, spec in self.functions.items():
+            module, _, attr = spec.path.partition(":")
+            try:
+                fn = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as exc:
+                raise ConfigError(f"functions.{name}: cannot import {spec.path}: {exc}") from None
+            reg.register(name, fn, spec.returns)
+        return reg
 
     def stream_schemas(self) -> list[StreamSchema]:
         return [StreamSchema(name, tuple(Attribute(a, normalize_type(t)) for a, t in attrs.items()))

@@ -78,7 +78,7 @@ class Daemon:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.counters = Counters()
-        self.engine = Engine()
+        self.engine = Engine(functions=settings.function_registry())
         self.engine.on_emit = self._on_emit
         self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms)
         self.hub = NotifierHub()
