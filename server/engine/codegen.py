@@ -15,11 +15,12 @@ the engine counts as an evaluation error.
 from __future__ import annotations
 
 import math
+import types
 from typing import Callable, Sequence
 
 from air.expr import And, Binary, Call, Compare, Dur, Expr, Literal, Or, Ref, Unary
 from air.model import (
-    Attribute, ComplexAtom, Computed, DurationAtom, DynamicAtom, Predicate, Rename, StaticAtom,
+    Attribute, Clause, ComplexAtom, Computed, DurationAtom, DynamicAtom, Predicate, Rename, StaticAtom,
 )
 from server.engine.functions import FunctionRegistry
 
@@ -84,9 +85,10 @@ class Scope:
         self._consts = 0
 
     def const(self, value) -> str:
-        if isinstance(value, (int, float, bool)) and not isinstance(value, str):
-            return repr(value)
-        name = f"_c{self._consts}"
+        """A constant as a global name, so that functions differing only in
+        their constants share one compiled code object (see :meth:`build`)."""
+        i = self._consts
+        name = _CONST_NAMES[i] if i < len(_CONST_NAMES) else f"_c{i}"
         self._consts += 1
         self.globals[name] = value
         return name
@@ -155,20 +157,29 @@ class Scope:
             if a.kind == "COMPOSITE":
                 if not self.has_node:
                     raise BindError(f"{self.where}: COMPOSITE duration on a START state's edge")
-                return f"((et1 - nt0) {_PY_OP[a.op]} {a.const!r})"
-            return f"((et1 - et0) {_PY_OP[a.op]} {a.const!r})"
+                return f"((et1 - nt0) {_PY_OP[a.op]} {self.const(a.const)})"
+            return f"((et1 - et0) {_PY_OP[a.op]} {self.const(a.const)})"
         if isinstance(a, ComplexAtom):
             return self.expr(a.expr)
         raise BindError(f"{self.where}: unknown atom {a!r}")
 
     def build(self, name: str, params: str, body: str) -> Callable:
+        """A function ``name(params): return body``. Code objects are cached by
+        source text: thousands of subscriptions that differ only in constants
+        share one, which keeps loading fast and memory small."""
         src = f"def {name}({params}):\n    return {body}\n"
-        code = compile(src, f"<cayuga {self.where}>", "exec")
-        ns = dict(self.globals)
-        exec(code, ns)  # noqa: S102 - source is generated from the validated model only
-        fn = ns[name]
-        fn.__cayuga_source__ = src
-        return fn
+        code = _CODE_CACHE.get(src)
+        if code is None:
+            module = compile(src, "<cayuga>", "exec")
+            code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+            if len(_CODE_CACHE) < _CODE_CACHE_MAX:
+                _CODE_CACHE[src] = code
+        return types.FunctionType(code, self.globals)
+
+
+_CODE_CACHE: dict[str, types.CodeType] = {}
+_CONST_NAMES = tuple(f"_c{i}" for i in range(64))
+_CODE_CACHE_MAX = 100_000
 
 
 def compile_predicate(pred: Predicate, scope: Scope) -> Callable | None:
@@ -203,3 +214,55 @@ def compile_schema_map(entries, dest: Sequence[Attribute], scope: Scope) -> Call
         items.append(code)
     body = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     return scope.build("smap", "e, n", body)
+
+
+def split_clause(clause: Clause, scope: Scope) -> tuple[list[tuple[int, object]], list[tuple[int, int]], list]:
+    """Split one conjunctive clause for indexing (002 §3.1, 000 §4.3.3).
+
+    Returns ``(static_eq, dynamic_eq, rest)``: ``static_eq`` holds
+    ``(event attribute index, typed constant)`` for each ``e.a = CONST`` atom,
+    ``dynamic_eq`` holds ``(event attribute index, instance attribute index)``
+    for each ``e.a = I.b`` atom, and ``rest`` the remaining atoms in order.
+    Attribute references are checked as in :meth:`Scope.atom`."""
+    static_eq: list[tuple[int, object]] = []
+    dynamic_eq: list[tuple[int, int]] = []
+    rest = []
+    for a in clause.atoms:
+        if isinstance(a, StaticAtom) and a.op == "=":
+            scope.ev_ref(a.event_attr)
+            idx, type_ = scope.ev[a.event_attr]
+            static_eq.append((idx, convert_const(a.const, type_)))
+        elif isinstance(a, DynamicAtom) and a.op == "=" and scope.has_node:
+            scope.ev_ref(a.event_attr)
+            scope.node_ref(a.node_attr)
+            dynamic_eq.append((scope.ev[a.event_attr][0], scope.node[a.node_attr][0]))
+        else:
+            rest.append(a)
+    return static_eq, dynamic_eq, rest
+
+
+def eq_key(static_eq: list[tuple[int, object]]) -> tuple[tuple[int, ...], object] | None:
+    """The hash-index signature and key of a clause's static equality atoms:
+    ``((attr indexes, ascending), key)`` where the key is the constant for one
+    attribute and a tuple of constants for several (as ``operator.itemgetter``
+    returns them). ``None`` if there are none or they contradict each other
+    (``a = 1 AND a = 2``), in which case the caller must not index the clause."""
+    by_attr: dict[int, object] = {}
+    for idx, value in static_eq:
+        if idx in by_attr:
+            old = by_attr[idx]
+            if old != value or type(old) is not type(value):
+                return None
+        by_attr[idx] = value
+    if not by_attr:
+        return None
+    sig = tuple(sorted(by_attr))
+    key = by_attr[sig[0]] if len(sig) == 1 else tuple(by_attr[i] for i in sig)
+    return sig, key
+
+
+def compile_atoms(atoms, scope: Scope) -> Callable | None:
+    """Compile the conjunction of ``atoms`` (``None`` when there are none: TRUE)."""
+    if not atoms:
+        return None
+    return scope.build("pred", "e, n, et0, et1, nt0", " and ".join(scope.atom(a) for a in atoms))

@@ -15,12 +15,14 @@ The engine is single-threaded by design: exactly one thread may call
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from air.model import Automaton, Edge, State, StreamSchema
-from server.engine.codegen import BindError, Scope, compile_predicate, compile_schema_map
+from air.model import Automaton, StreamSchema
+from server.engine.codegen import BindError
 from server.engine.functions import FunctionRegistry
+from server.engine.loader import Holding, LoadError, Loader, Options
+from server.engine.network import Instance, Node, seq_of
 
 
 class EngineError(ValueError):
@@ -53,18 +55,6 @@ class Event:
         return hash((self.stream, self.values, self.t0, self.t1))
 
 
-class Instance:
-    """An automaton instance: stored values in the state's schema and an interval."""
-
-    __slots__ = ("values", "t0", "t1", "dead")
-
-    def __init__(self, values: tuple, t0, t1) -> None:
-        self.values = values
-        self.t0 = t0
-        self.t1 = t1
-        self.dead = False
-
-
 @dataclass(frozen=True, slots=True)
 class Emission:
     """A witness produced by an automaton reaching a state with an output stream."""
@@ -73,37 +63,6 @@ class Emission:
     event: Event
     kind: str  # "OUT" or "RESUB"
     owner: str
-
-
-class _CEdge:
-    __slots__ = ("pred", "smap", "dest", "resets_start")
-
-    def __init__(self, pred, smap, dest: "_CState", resets_start: bool) -> None:
-        self.pred = pred
-        self.smap = smap
-        self.dest = dest
-        self.resets_start = resets_start
-
-
-class _CState:
-    """A state bound to stream schemas, with its live and pending instances."""
-
-    __slots__ = ("model", "owner", "key", "is_start", "stream", "filter", "rebind", "forwards",
-                 "outputs", "instances", "pending", "has_dead")
-
-    def __init__(self, model: State, owner: str, key: str) -> None:
-        self.model = model
-        self.owner = owner
-        self.key = key
-        self.is_start = model.is_start
-        self.stream = model.input_stream
-        self.filter = None
-        self.rebind: _CEdge | None = None
-        self.forwards: list[_CEdge] = []
-        self.outputs: tuple[tuple[str, str], ...] = tuple((o.name, o.type) for o in model.outputs)
-        self.instances: list[Instance] = []
-        self.pending: list[Instance] = []
-        self.has_dead = False
 
 
 @dataclass
@@ -117,34 +76,41 @@ class EngineStats:
     late: int = 0
 
 
-@dataclass
-class _Loaded:
-    owner: str
-    automata: tuple[Automaton, ...]
-    states: list[_CState] = field(default_factory=list)
-
 
 #: A runaway resubscription loop within one epoch stops after this many events.
 MAX_EVENTS_PER_EPOCH = 1_000_000
 
 
 class Engine:
-    """Runs many automata at once over time-ordered events."""
+    """Runs many automata at once over time-ordered events.
+
+    ``merge`` shares manifestly equivalent states between automata; ``index``
+    switches all indexes, and ``an_index`` (static filter atoms -> active
+    nodes), ``instance_index`` (AN + per-node AI index on a dynamic equality
+    filter atom; off also turns ``an_index`` off unless it is given) and
+    ``fr_index`` (static parts of forward edges) each one on its own. None of
+    them changes results, only speed (002 §4.1, Fig. 7)."""
 
     def __init__(self, functions: FunctionRegistry | None = None,
-                 on_emit: Callable[[Emission], None] | None = None) -> None:
+                 on_emit: Callable[[Emission], None] | None = None, *, merge: bool = True, index: bool = True,
+                 an_index: bool | None = None, instance_index: bool | None = None,
+                 fr_index: bool | None = None) -> None:
         self.functions = functions or FunctionRegistry.default()
         self.on_emit = on_emit
         self.stats = EngineStats()
+        inst = index if instance_index is None else instance_index
+        self.options = Options(merge=merge, an_index=inst if an_index is None else an_index,
+                               instance_index=inst, fr_index=index if fr_index is None else fr_index)
+        self._net = Loader(self.options, self.functions)
         self._declared: dict[str, StreamSchema] = {"DUAL": StreamSchema("DUAL", ())}
         self._published: dict[str, tuple[StreamSchema, set[str]]] = {}  # stream -> (schema, owners)
-        self._loaded: dict[str, _Loaded] = {}
-        self._start_by_stream: dict[str, list[_CState]] = {}
-        self._states_by_stream: dict[str, list[_CState]] = {}
+        self._loaded: dict[str, Holding] = {}
+        self._readers: dict[str, int] = {}  # stream -> number of states reading it
+        self._gen = 0
         self._epoch = None
         self._closed = False
         self._epoch_events = 0
-        self._dirty: list[_CState] = []
+        self._dirty: list[Node] = []
         self._resub: deque[Event] = deque()
 
     # ------------------------------------------------------------------ catalogue
@@ -179,12 +145,12 @@ class Engine:
 
         Automata of one call are bound in order, so a later one may read an
         earlier one's output. Everything is checked before anything is
-        installed: on error nothing changes."""
+        installed: on error nothing changes. The new automata start empty,
+        even where their states are merged with older ones."""
         autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
         if owner in self._loaded:
             raise EngineError(f"owner {owner!r} already has automata loaded; remove it first")
         new_pub: dict[str, StreamSchema] = {}
-        bound: list[_CState] = []
         for ai, auto in enumerate(autos):
             for st, out in auto.outputs:
                 schema = StreamSchema(out.name, st.schema)
@@ -194,69 +160,49 @@ class Engine:
                         f"automaton {auto.name or ai} publishes {out.name} as {schema}, but {out.name} "
                         f"is already {known}")
                 new_pub[out.name] = schema
-            bound.extend(self._bind(auto, owner, ai, new_pub))
-        loaded = _Loaded(owner, autos, bound)
-        self._loaded[owner] = loaded
+        try:
+            stage, bound = self._net.stage(autos, owner, lambda s: self.schema(s) or new_pub.get(s))
+        except (LoadError, BindError) as exc:
+            raise EngineError(str(exc)) from None
+        self._gen += 1
+        holding = Holding(owner, self._gen, autos)
+        self._net.commit(holding, stage, bound)
+        self._loaded[owner] = holding
+        for stream in holding.readers:
+            self._readers[stream] = self._readers.get(stream, 0) + 1
         for name, schema in new_pub.items():
             self._published.setdefault(name, (schema, set()))[1].add(owner)
-        for cs in bound:
-            if cs.stream is None:
-                continue
-            index = self._start_by_stream if cs.is_start else self._states_by_stream
-            index.setdefault(cs.stream, []).append(cs)
         return list(new_pub)
 
-    def _bind(self, auto: Automaton, owner: str, ai: int, new_pub: dict[str, StreamSchema]) -> list[_CState]:
-        label = auto.name or f"automaton {ai}"
-        cstates = {s.id: _CState(s, owner, f"{owner}/{ai}/{s.id}") for s in auto.states}
-        for s in auto.states:
-            cs = cstates[s.id]
-            ev_schema = None
-            if s.input_stream is not None:
-                ev_schema = self.schema(s.input_stream) or new_pub.get(s.input_stream)
-                if ev_schema is None:
-                    raise EngineError(
-                        f"{label}: node {s.id} reads stream {s.input_stream!r}, which is not declared "
-                        "and not published by any loaded automaton; declare it first")
-            ev_attrs = ev_schema.attributes if ev_schema else ()
-            node_attrs = None if s.is_start else s.schema
-            try:
-                if s.filter is not None and not s.is_start:
-                    cs.filter = compile_predicate(
-                        s.filter, Scope(ev_attrs, node_attrs, self.functions, f"{label}, node {s.id} filter"))
-                if s.rebind is not None:
-                    cs.rebind = self._edge(s.rebind, cstates, ev_attrs, node_attrs, label, s.id, "rebind")
-                cs.forwards = [self._edge(e, cstates, ev_attrs, node_attrs, label, s.id, "forward")
-                               for e in s.forwards]
-            except BindError as exc:
-                raise EngineError(str(exc)) from None
-        return list(cstates.values())
-
-    def _edge(self, e: Edge, cstates, ev_attrs, node_attrs, label, sid, kind) -> _CEdge:
-        dest = cstates[e.destination]
-        where = f"{label}, node {sid} {kind} edge to {e.destination}"
-        pred = compile_predicate(e.predicate, Scope(ev_attrs, node_attrs, self.functions, where))
-        smap = compile_schema_map(e.schema_map, dest.model.schema,
-                                  Scope(ev_attrs, node_attrs, self.functions, where))
-        return _CEdge(pred, smap, dest, e.resets_start)
-
     def remove(self, owner: str) -> None:
-        """Remove ``owner``'s automata and exactly their instances."""
-        loaded = self._loaded.pop(owner, None)
-        if loaded is None:
+        """Remove ``owner``'s automata and exactly their instances; merged
+        nodes other owners still use keep the instances those owners see."""
+        holding = self._loaded.pop(owner, None)
+        if holding is None:
             raise EngineError(f"no automata loaded for owner {owner!r}")
-        gone = set(map(id, loaded.states))
-        for index in (self._start_by_stream, self._states_by_stream):
-            for stream in list(index):
-                index[stream] = [c for c in index[stream] if id(c) not in gone]
-                if not index[stream]:
-                    del index[stream]
-        self._dirty = [c for c in self._dirty if id(c) not in gone]
+        gone = self._net.release(holding)
+        if gone:
+            self._dirty = [n for n in self._dirty if n.alive]
+        for stream in holding.readers:
+            left = self._readers[stream] - 1
+            if left:
+                self._readers[stream] = left
+            else:
+                del self._readers[stream]
         for name in list(self._published):
             schema, owners = self._published[name]
             owners.discard(owner)
             if not owners:
                 del self._published[name]
+
+    def plan_stats(self) -> dict[str, int]:
+        """Size of the query network: nodes and edges after merging, the
+        states and edges the loaded automata have, and active nodes."""
+        states = sum(len(h.states) for h in self._loaded.values())
+        edges = sum(len(h.edges) for h in self._loaded.values())
+        active = sum(p.an_index.size + len(p.active_scan) for p in self._net.plans.values())
+        return {"nodes": self._net.nodes, "edges": self._net.edges, "states": states,
+                "automaton_edges": edges, "active_nodes": active}
 
     # ------------------------------------------------------------------ running
 
@@ -293,13 +239,45 @@ class Engine:
         if self._closed:
             return
         self._closed = self._epoch is not None
-        for cs in self._dirty:
-            if cs.has_dead:
-                cs.instances = [i for i in cs.instances if not i.dead]
-                cs.has_dead = False
-            if cs.pending:
-                cs.instances.extend(cs.pending)
-                cs.pending = []
+        for node in self._dirty:
+            node.dirty = False
+            ai = node.ai_ev >= 0
+            if node.ndead:
+                if ai:
+                    buckets = node.buckets
+                    for key in node.dead_keys or ():
+                        b = buckets.get(key)
+                        if b is not None:
+                            kept = [i for i in b if not i.dead]
+                            if kept:
+                                buckets[key] = kept
+                            else:
+                                del buckets[key]
+                    node.dead_keys = None
+                else:
+                    node.instances = [i for i in node.instances if not i.dead]
+                node.count -= node.ndead
+                node.ndead = 0
+            pending = node.pending
+            if pending:
+                if ai:
+                    buckets = node.buckets
+                    k = node.ai_node
+                    for inst in pending:
+                        key = inst.values[k]
+                        b = buckets.get(key)
+                        if b is None:
+                            buckets[key] = [inst]
+                        else:
+                            b.append(inst)
+                elif node.instances:
+                    node.instances.extend(pending)
+                else:
+                    node.instances = pending
+                node.count += len(pending)
+                node.pending = []
+            if (node.count > 0) is not node.active and not node.is_start:
+                node.plan.set_active(node, node.count > 0)
         self._dirty = []
         if self._epoch is not None:
             self.stats.epochs += 1
@@ -329,82 +307,137 @@ class Engine:
             raise EngineError(
                 f"more than {MAX_EVENTS_PER_EPOCH} events in epoch {self._epoch}: "
                 "an automaton is resubscribing to its own output without end")
-        stream = ev.stream
+        plan = self._net.plans.get(ev.stream)
+        if plan is None:
+            return
         e = ev.values
         et0 = ev.t0
         et1 = ev.t1
-        for cs in self._start_by_stream.get(stream, ()):
-            for edge in cs.forwards:
+        create = self._create
+        # start edges: the global FR index of the stream, plus the edges it cannot hold
+        edges = plan.start_scan_list
+        if plan.start_index.size:
+            found: list = []
+            plan.start_index.probe(e, found)
+            if found:
+                if edges:
+                    found.extend(edges)
+                if len(found) > 1:
+                    found.sort(key=seq_of)
+                edges = found
+        if edges:
+            gen = self._gen
+            for edge in edges:
                 try:
-                    if edge.pred is None or edge.pred(e, (), et0, et1, et0):
-                        self._create(edge, e, (), et1 if edge.resets_start else et0, et1)
+                    run = edge.run
+                    if run is None or run(e, (), et0, et1, et0):
+                        create(edge, edge.smap(e, ()), et1 if edge.resets else et0, et1, gen)
                 except Exception as exc:  # noqa: BLE001 - a user expression failed on this event
-                    self._eval_error(cs, exc)
-        for cs in self._states_by_stream.get(stream, ()):
-            insts = cs.instances
-            if not insts:
-                continue
-            filt = cs.filter
-            rebind = cs.rebind
-            forwards = cs.forwards
+                    self._eval_error(edge.src.label, exc)
+        # active nodes: the AN index, plus active nodes it cannot hold
+        nodes: list = []
+        if plan.an_index.size:
+            plan.an_index.probe(e, nodes)
+        if plan.active_scan:
+            nodes.extend(plan.active_scan)
+        if not nodes:
+            return
+        if len(nodes) > 1:
+            nodes.sort(key=seq_of)
+        dirty = self._dirty
+        for node in nodes:
+            k = node.ai_ev
+            if k >= 0:
+                insts = node.buckets.get(e[k])
+                if not insts:
+                    continue
+            else:
+                insts = node.instances
+            filt = node.filter_run
+            rebind = node.rebind
+            forwards = node.forwards if node.fr is None else node.fr_candidates(e)
             for inst in insts:
                 if et0 <= inst.t1:
                     continue  # the event overlaps the instance: not affected
                 n = inst.values
+                nt0 = inst.t0
                 try:
-                    if filt is not None and not filt(e, n, et0, et1, inst.t0):
+                    if filt is not None and not filt(e, n, et0, et1, nt0):
                         continue
                     if not inst.dead:
                         inst.dead = True
-                        if not cs.has_dead:
-                            cs.has_dead = True
-                            self._dirty.append(cs)
+                        node.ndead += 1
+                        if k >= 0:
+                            if node.dead_keys is None:
+                                node.dead_keys = {e[k]}
+                            else:
+                                node.dead_keys.add(e[k])
+                        if not node.dirty:
+                            node.dirty = True
+                            dirty.append(node)
+                    born = inst.born
                     if rebind is not None:
-                        if rebind.pred is not None and not rebind.pred(e, n, et0, et1, inst.t0):
+                        run = rebind.pred
+                        if run is not None and not run(e, n, et0, et1, nt0):
                             continue
-                        self._create(rebind, e, n, et1 if rebind.resets_start else inst.t0, et1)
+                        create(rebind, rebind.smap(e, n), et1 if rebind.resets else nt0, et1, born)
                     for edge in forwards:
-                        if edge.pred is None or edge.pred(e, n, et0, et1, inst.t0):
-                            self._create(edge, e, n, et1 if edge.resets_start else inst.t0, et1)
+                        run = edge.run
+                        if (run is None or run(e, n, et0, et1, nt0)) and born >= edge.min_gen:
+                            create(edge, edge.smap(e, n), et1 if edge.resets else nt0, et1, born)
                 except Exception as exc:  # noqa: BLE001
-                    self._eval_error(cs, exc)
+                    self._eval_error(node.label, exc)
 
-    def _create(self, edge: _CEdge, e: tuple, n: tuple, t0, t1) -> None:
-        values = edge.smap(e, n)
+    def _create(self, edge, values: tuple, t0, t1, born: int) -> None:
         dest = edge.dest
         if dest.stream is not None:
-            if not dest.pending:
+            if not dest.dirty:
+                dest.dirty = True
                 self._dirty.append(dest)
-            dest.pending.append(Instance(values, t0, t1))
+            dest.pending.append(Instance(values, t0, t1, born))
         if dest.outputs:
-            for name, kind in dest.outputs:
+            for name, kind, owner, gen in dest.outputs:
+                if born < gen:
+                    continue  # the run began before this owner subscribed
                 wit = Event(name, values, t0, t1)
                 self.stats.witnesses += 1
                 if self.on_emit is not None:
-                    self.on_emit(Emission(name, wit, kind, dest.owner))
-                if name in self._start_by_stream or name in self._states_by_stream:
+                    self.on_emit(Emission(name, wit, kind, owner))
+                if name in self._readers:
                     self.stats.resubscribed += 1
                     self._resub.append(wit)
 
-    def _eval_error(self, cs: _CState, exc: Exception) -> None:
+    def _eval_error(self, where: str, exc: Exception) -> None:
         self.stats.eval_errors += 1
-        self.stats.last_eval_error = f"{cs.key}: {type(exc).__name__}: {exc}"
+        self.stats.last_eval_error = f"{where}: {type(exc).__name__}: {exc}"
 
     # ------------------------------------------------------------------ inspection
 
     def instances(self, owner: str) -> dict[str, list[tuple[tuple, object, object]]]:
         """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``."""
-        loaded = self._loaded.get(owner)
-        if loaded is None:
+        holding = self._loaded.get(owner)
+        if holding is None:
             raise EngineError(f"no automata loaded for owner {owner!r}")
         out: dict[str, list] = {}
-        for cs in loaded.states:
-            if cs.stream is None or cs.is_start:
+        for ai, sid, node in holding.states:
+            if node.stream is None or node.is_start:
                 continue
-            key = cs.key.split("/", 1)[1]
-            out[key] = [(i.values, i.t0, i.t1) for i in cs.instances]
+            out[f"{ai}/{sid}"] = [(i.values, i.t0, i.t1) for i in node.all_instances() if i.born >= holding.gen]
         return out
 
     def instance_count(self, owner: str | None = None) -> int:
-        owners = [self._loaded[owner]] if owner is not None else list(self._loaded.values())
-        return sum(len(cs.instances) + len(cs.pending) for lo in owners for cs in lo.states)
+        """Installed and pending instances of ``owner`` (as if nothing were
+        merged), or of the whole network."""
+        if owner is None:
+            return sum(n.count + len(n.pending) for n in {id(n): n for h in self._loaded.values()
+                                                          for _a, _s, n in h.states}.values())
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        g = holding.gen
+        total = 0
+        for _ai, _sid, node in holding.states:
+            if node.count or node.pending:
+                total += sum(1 for i in node.all_instances() if i.born >= g)
+                total += sum(1 for i in node.pending if i.born >= g)
+        return total

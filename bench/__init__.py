@@ -1,0 +1,1 @@
+"""Reproducible benchmarks of the engine (``cayuga bench ...``); see BENCHMARKS.md."""

@@ -1,0 +1,84 @@
+"""``cayuga bench ...``: each command prints one JSON object (see BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from bench import workloads as wl
+from bench.runner import engine_options, run_workload
+
+
+def _switches(f):
+    f = click.option("--no-index", is_flag=True, help="Turn every index off.")(f)
+    f = click.option("--no-merge", is_flag=True, help="Do not merge equivalent states.")(f)
+    f = click.option("--no-fr-index", is_flag=True, help="Turn the FR index (forward/start edges) off.")(f)
+    f = click.option("--no-instance-index", is_flag=True, help="Turn the AN and AI indexes off.")(f)
+    f = click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")(f)
+    f = click.option("--profile", type=click.Path(dir_okay=False), default=None,
+                     help="Write a cProfile of the event loop to this file.")(f)
+    return f
+
+
+def _emit(result: dict, **extra) -> None:
+    result.update(extra)
+    click.echo(json.dumps(result))
+
+
+@click.group()
+def bench() -> None:
+    """Engine benchmarks from the papers; each prints one JSON summary."""
+
+
+@bench.command()
+@click.option("--template", type=click.Choice(wl.TEMPLATES), default="LinearStat", show_default=True)
+@click.option("--subscriptions", type=int, default=20000, show_default=True)
+@click.option("--events", type=int, default=10000, show_default=True)
+@click.option("--zipf", type=float, nargs=3, default=(1.0, 1.0, 0.8), show_default=True,
+              help="zipf1 zipf2 zipf3 of Table 3.")
+@_switches
+def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index, no_instance_index, seed,
+         profile):
+    """The technical benchmark of 002 §4.1 (Table 3) for one template."""
+    w = wl.edbt(template, subscriptions, events, seed=seed, zipf=tuple(zipf))
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    _emit(run_workload(w, opts, profile=profile), template=template)
+
+
+@bench.command()
+@click.option("--queries", type=int, default=1000, show_default=True, help="One static query per symbol.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--symbols", "n_symbols", type=int, default=None,
+              help="Symbols in the stream (default: as many as queries).")
+@click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
+@_switches
+def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_index, no_instance_index, seed,
+               profile):
+    """001 §5.1: K static "ten consecutive increasing prices" queries."""
+    w = wl.increasing(queries, events, length=length, seed=seed, stream_symbols=n_symbols)
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    _emit(run_workload(w, opts, profile=profile), queries=queries, symbols=n_symbols or queries)
+
+
+@bench.command()
+@click.option("--events", type=int, default=1000000, show_default=True)
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@_switches
+def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, seed, profile):
+    """One query: the next quote of the same symbol at least 5% higher."""
+    w = wl.Workload("rise", (wl.STOCK,), [wl.rise_query()], wl.random_walk(n_symbols, events, seed))
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    _emit(run_workload(w, opts, profile=profile), symbols=n_symbols)
+
+
+@bench.command()
+@click.option("--events", type=int, default=1000000, show_default=True)
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@click.option("--min-length", type=int, default=5, show_default=True)
+@_switches
+def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, seed, profile):
+    """One query: a Kleene run-up (FOLD) of at least --min-length rising quotes."""
+    w = wl.Workload("runup", (wl.STOCK,), [wl.runup_query(min_length)], wl.random_walk(n_symbols, events, seed))
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    _emit(run_workload(w, opts, profile=profile), symbols=n_symbols)

@@ -1,0 +1,351 @@
+"""Binding automata into the query network, with state merging, and undoing it.
+
+:class:`Loader` turns the states of one :meth:`Engine.add` call into nodes and
+edges. It works in two phases so that a failing automaton changes nothing:
+:meth:`Loader.stage` compiles everything that is new into detached objects
+(and finds what can be shared with the existing network), :meth:`Loader.commit`
+then links it in. :meth:`Loader.release` undoes one owner's share.
+
+A state is merged with an existing node when it is *manifestly* equivalent:
+same input stream (and schema), same stored schema, same filter, same rebind
+edge, and reached by its only incoming edge — with the same predicate, schema
+map and ``Type="DEL"`` flag — from a node that was itself merged (or from the
+stream's shared start node). States on cycles or with several incoming edges
+are never merged, nor is anything downstream of them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from air.expr import Literal, walk
+from air.model import (
+    Automaton, ComplexAtom, Computed, DynamicAtom, Edge, Predicate, State, StaticAtom, StreamSchema,
+)
+from server.engine.codegen import (
+    BindError, Scope, compile_atoms, compile_predicate, compile_schema_map, eq_key, split_clause,
+)
+from server.engine.network import NEdge, Node, StreamPlan
+
+
+class LoadError(ValueError):
+    """An automaton that cannot be bound (the engine re-raises it as EngineError)."""
+
+
+@dataclass
+class Options:
+    merge: bool = True
+    an_index: bool = True
+    instance_index: bool = True
+    fr_index: bool = True
+
+
+@dataclass
+class Holding:
+    """What one owner holds in the network."""
+
+    owner: str
+    gen: int
+    automata: tuple[Automaton, ...]
+    states: list[tuple[int, str, Node]] = field(default_factory=list)  # (automaton, state id, node)
+    edges: list[NEdge] = field(default_factory=list)  # one entry per automaton edge held
+    readers: list[str] = field(default_factory=list)  # streams read, one entry per state
+
+
+class _Stage:
+    def __init__(self) -> None:
+        self.new_nodes: list[Node] = []
+        self.new_edges: list[NEdge] = []
+        self.start_nodes: dict[str, Node] = {}
+        self.children: dict[tuple[int, object], NEdge] = {}
+        self.outputs: list[tuple[Node, tuple[str, str]]] = []
+
+
+def _rebind_sig(s: State):
+    r = s.rebind
+    return None if r is None else (r.predicate, r.schema_map, r.resets_start, r.has_map)
+
+
+class Loader:
+    def __init__(self, options: Options, functions) -> None:
+        self.opt = options
+        self.functions = functions
+        self.plans: dict[str, StreamPlan] = {}
+        self.start_nodes: dict[str, Node] = {}  # the shared start node per stream (merging on)
+        self.owner_gen: dict[str, int] = {}
+        self.nodes = 0
+        self.edges = 0
+        self._seq = 0
+
+    # ------------------------------------------------------------------ staging
+
+    def stage(self, autos: tuple[Automaton, ...], owner: str, schema_of) -> tuple[_Stage, list]:
+        """Compile and match ``autos``; returns the stage and, per automaton,
+        (state id -> node, edges held). Raises :class:`LoadError`."""
+        stage = _Stage()
+        bound = []
+        for ai, auto in enumerate(autos):
+            try:
+                bound.append(self._stage_one(auto, ai, owner, schema_of, stage))
+            except BindError as exc:
+                raise LoadError(str(exc)) from None
+        return stage, bound
+
+    def _stage_one(self, auto: Automaton, ai: int, owner: str, schema_of, stage: _Stage):
+        label = auto.name or f"automaton {ai}"
+        by_id = {s.id: s for s in auto.states}
+        incoming: Counter[str] = Counter()
+        for s in auto.states:
+            for kind, e in [("forward", f) for f in s.forwards] + ([("rebind", s.rebind)] if s.rebind else []):
+                if e.destination not in by_id:
+                    raise LoadError(f"{label}: node {s.id} has a {kind} edge to unknown node {e.destination!r}")
+                if kind == "forward" or e.destination != s.id:
+                    incoming[e.destination] += 1
+        ev_schema: dict[str, StreamSchema | None] = {}
+        for s in auto.states:
+            if s.input_stream is None:
+                ev_schema[s.id] = None
+                continue
+            sch = schema_of(s.input_stream)
+            if sch is None:
+                raise LoadError(f"{label}: node {s.id} reads stream {s.input_stream!r}, which is not declared "
+                                "and not published by any loaded automaton; declare it first")
+            ev_schema[s.id] = sch
+
+        nodes: dict[str, Node] = {}
+        reused: dict[tuple[str, int], NEdge] = {}
+        new_sig: dict[tuple[str, int], object] = {}
+        merge = self.opt.merge
+        queue: deque[State] = deque()
+        for s in auto.states:
+            if not s.is_start:
+                continue
+            if merge and incoming[s.id] == 0:
+                node = self.start_nodes.get(s.input_stream) or stage.start_nodes.get(s.input_stream)
+                if node is None:
+                    node = self._new_node(s, f"{owner}/{ai}/{s.id}", True, None, ev_schema[s.id], label, stage)
+                    stage.start_nodes[s.input_stream] = node
+                nodes[s.id] = node
+            else:
+                nodes[s.id] = self._new_node(s, f"{owner}/{ai}/{s.id}", False, None, ev_schema[s.id], label, stage)
+            queue.append(s)
+        while queue:  # merge along single-entry paths from the start nodes
+            s = queue.popleft()
+            parent = nodes[s.id]
+            for i, e in enumerate(s.forwards):
+                d = by_id[e.destination]
+                if d.id in nodes:
+                    continue
+                if not (merge and parent.shareable and incoming[d.id] == 1 and not d.is_start
+                        and (d.rebind is None or d.rebind.destination == d.id)):
+                    continue
+                sch = ev_schema[d.id]
+                sig = (e.predicate, e.schema_map, e.resets_start, d.input_stream, sch.attributes if sch else None,
+                       d.schema, d.filter, _rebind_sig(d))
+                sig += _literal_types(sig)
+                hit = parent.children.get(sig) or stage.children.get((id(parent), sig))
+                if hit is not None:
+                    nodes[d.id] = hit.dest
+                    reused[(s.id, i)] = hit
+                else:
+                    nodes[d.id] = self._new_node(d, f"{owner}/{ai}/{d.id}", True, sig, sch, label, stage)
+                    new_sig[(s.id, i)] = sig
+                queue.append(d)
+        for s in auto.states:  # everything else is this automaton's own
+            if s.id not in nodes:
+                nodes[s.id] = self._new_node(s, f"{owner}/{ai}/{s.id}", False, None, ev_schema[s.id], label, stage)
+
+        held: list[NEdge] = []
+        for s in auto.states:
+            src = nodes[s.id]
+            for i, e in enumerate(s.forwards):
+                edge = reused.get((s.id, i))
+                if edge is None:
+                    sig = new_sig.get((s.id, i))
+                    edge = self._edge(e, src, nodes[e.destination], s, ev_schema[s.id], label, "forward", sig)
+                    stage.new_edges.append(edge)
+                    if sig is not None:
+                        stage.children[(id(src), sig)] = edge
+                held.append(edge)
+            if src.rebind is None and s.rebind is not None and src in stage.new_nodes:
+                src.rebind = self._edge(s.rebind, src, nodes[s.rebind.destination], s, ev_schema[s.id], label,
+                                        "rebind", None)
+            for out in s.outputs:
+                stage.outputs.append((nodes[s.id], (out.name, out.type)))
+        return nodes, held
+
+    def _new_node(self, s: State, label: str, shareable: bool, sig, sch: StreamSchema | None, where: str,
+                  stage: _Stage) -> Node:
+        node = Node(s, label, shareable)
+        node.merge_key = sig
+        if s.filter is not None and not s.is_start and s.input_stream is not None:
+            scope = Scope(sch.attributes, s.schema, self.functions, f"{where}, node {s.id} filter")
+            node.filter_full = compile_predicate(s.filter, scope)
+            node.filter_run = node.filter_full
+            if len(s.filter.clauses) == 1 and node.filter_full is not None:
+                clause = s.filter.clauses[0]
+                static_eq, dyn_eq, _rest = split_clause(clause, scope)
+                node.an = eq_key(static_eq) if self.opt.an_index else None
+                use_ai = bool(dyn_eq) and self.opt.instance_index
+                if use_ai:
+                    node.ai_ev, node.ai_node = dyn_eq[0]
+                used, dropped = [], False
+                for a in clause.atoms:  # what the indexes do not guarantee
+                    if node.an is not None and _is_static_eq(a):
+                        continue
+                    if use_ai and not dropped and _is_dyn_eq(a):
+                        dropped = True
+                        continue
+                    used.append(a)
+                node.filter_run = compile_atoms(used, scope)
+        stage.new_nodes.append(node)
+        return node
+
+    def _edge(self, e: Edge, src: Node, dest: Node, s: State, sch: StreamSchema | None, label: str,
+              kind: str, sig) -> NEdge:
+        where = f"{label}, node {s.id} {kind} edge to {e.destination}"
+        ev_attrs = sch.attributes if sch else ()
+        node_attrs = None if s.is_start else s.schema
+        scope = Scope(ev_attrs, node_attrs, self.functions, where)
+        smap = compile_schema_map(e.schema_map, dest.schema, scope)
+        eq = rest = None
+        if len(e.predicate.clauses) == 1 and not e.predicate.is_true and kind == "forward":
+            static_eq, _dyn, _rest = split_clause(e.predicate.clauses[0], scope)
+            eq = eq_key(static_eq)
+            if eq is not None:
+                rest = compile_atoms([a for a in e.predicate.clauses[0].atoms if not _is_static_eq(a)], scope)
+        if eq is not None and s.is_start and self.opt.fr_index:
+            pred = None  # never evaluated: the start edge lives in the stream's FR index
+        else:
+            pred = compile_predicate(e.predicate, scope)
+        if eq is None:
+            rest = pred
+        return NEdge(src, dest, pred, rest, eq, smap, e.resets_start, sig)
+
+    # ------------------------------------------------------------------ commit / release
+
+    def commit(self, holding: Holding, stage: _Stage, bound: list) -> None:
+        owner, gen = holding.owner, holding.gen
+        self.owner_gen[owner] = gen
+        for node in stage.new_nodes:
+            self._seq += 1
+            node.seq = self._seq
+            node.min_gen = gen
+            self.nodes += 1
+            if node.stream is not None:
+                plan = self.plans.get(node.stream)
+                if plan is None:
+                    plan = self.plans[node.stream] = StreamPlan(node.stream)
+                node.plan = plan
+                if not node.is_start:
+                    plan.nodes += 1
+        self.start_nodes.update(stage.start_nodes)
+        for edge in stage.new_edges:
+            self._seq += 1
+            edge.seq = self._seq
+            edge.min_gen = gen
+            self.edges += 1
+            if edge.is_start:
+                edge.src.forwards.append(edge)
+                if edge.sig is not None:
+                    edge.src.children[edge.sig] = edge
+                edge.src.plan.add_start_edge(edge, self.opt.fr_index)
+            else:
+                edge.src.add_forward(edge, self.opt.fr_index)
+        for ai, (nodes, held) in enumerate(bound):
+            for sid, node in nodes.items():
+                node.owners[owner] = node.owners.get(owner, 0) + 1
+                holding.states.append((ai, sid, node))
+                if node.stream is not None:
+                    holding.readers.append(node.stream)
+            for edge in held:
+                edge.owners[owner] = edge.owners.get(owner, 0) + 1
+                holding.edges.append(edge)
+        for node, (name, kind) in stage.outputs:
+            node.outputs.append((name, kind, owner, gen))
+
+    def release(self, holding: Holding) -> list[Node]:
+        """Undo one owner's share; returns the nodes that no longer exist."""
+        owner = holding.owner
+        gens = self.owner_gen
+        for edge in holding.edges:
+            left = edge.owners[owner] - 1
+            if left:
+                edge.owners[owner] = left
+                continue
+            del edge.owners[owner]
+            if edge.owners:
+                edge.min_gen = min(gens[o] for o in edge.owners)
+                continue
+            self.edges -= 1
+            src = edge.src
+            if edge.is_start:
+                src.forwards.remove(edge)
+                if edge.sig is not None and src.children.get(edge.sig) is edge:
+                    del src.children[edge.sig]
+                src.plan.remove_start_edge(edge)
+            else:
+                src.remove_forward(edge, self.opt.fr_index)
+        gone: list[Node] = []
+        seen: set[int] = set()
+        for _ai, _sid, node in holding.states:
+            left = node.owners[owner] - 1
+            if left:
+                node.owners[owner] = left
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            del node.owners[owner]
+            node.outputs = [o for o in node.outputs if o[2] != owner]
+            if node.owners:
+                node.min_gen = min(gens[o] for o in node.owners)
+                node.purge_older_than(node.min_gen)
+                if node.plan is not None and not node.is_start and node.active and node.count == 0:
+                    node.plan.set_active(node, False)
+                continue
+            gone.append(node)
+            self.nodes -= 1
+            node.alive = False
+            plan = node.plan
+            if plan is not None:
+                if node.active:
+                    plan.set_active(node, False)
+                if not node.is_start:
+                    plan.nodes -= 1
+                if plan.empty:
+                    self.plans.pop(plan.name, None)
+            if node.is_start and self.start_nodes.get(node.stream) is node:
+                del self.start_nodes[node.stream]
+            node.instances, node.buckets, node.pending, node.count = [], {}, [], 0
+        del gens[owner]
+        return gone
+
+
+def _literal_types(parts) -> tuple:
+    """Types of the literals in the expressions of ``parts``: model equality
+    says ``1 == 1.0 == True``, but ``x / 2`` and ``x / 2.0`` differ."""
+    out: list[str] = []
+    stack = list(parts)
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (tuple, list)):
+            stack.extend(x)
+        elif isinstance(x, Predicate):
+            stack.extend(c.atoms for c in x.clauses)
+        elif isinstance(x, Edge):
+            stack.extend((x.predicate, x.schema_map))
+        elif isinstance(x, ComplexAtom):
+            out.extend(type(n.value).__name__ for n in walk(x.expr) if isinstance(n, Literal))
+        elif isinstance(x, Computed):
+            out.extend(type(n.value).__name__ for n in walk(x.expr) if isinstance(n, Literal))
+    return tuple(out)
+
+
+def _is_static_eq(a) -> bool:
+    return isinstance(a, StaticAtom) and a.op == "="
+
+
+def _is_dyn_eq(a) -> bool:
+    return isinstance(a, DynamicAtom) and a.op == "="

@@ -1,0 +1,47 @@
+"""``cayuga bench ...`` runs and prints one JSON object with the agreed keys
+(the numbers themselves are measured in BENCHMARKS.md, never asserted here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from clients.cli import main
+
+KEYS = {"events_per_second", "events", "subscriptions", "matches", "peak_rss_mb", "wall_s"}
+
+
+@pytest.mark.parametrize("args, events, subs", [
+    (["edbt", "--template", "LinearStat", "--subscriptions", "200", "--events", "300"], 300, 200),
+    (["edbt", "--template", "NonDeterministicAgg", "--subscriptions", "100", "--events", "200", "--no-index",
+      "--no-merge"], 200, 100),
+    (["edbt", "--template", "Filter", "--subscriptions", "100", "--events", "200", "--no-fr-index",
+      "--no-instance-index"], 200, 100),
+    (["rise", "--events", "2000", "--symbols", "20"], 2000, 1),
+    (["runup", "--events", "2000", "--symbols", "20"], 2000, 1),
+    (["increasing", "--queries", "20", "--events", "2000"], 2000, 20),
+])
+def test_bench_command_prints_one_json_summary(args, events, subs):
+    result = CliRunner().invoke(main, ["bench", *args])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    summary = json.loads(lines[0])
+    assert KEYS <= set(summary)
+    assert summary["events"] == events and summary["subscriptions"] == subs
+    assert summary["eval_errors"] == 0
+
+
+def test_increasing_matches_every_event_after_nine_of_its_symbol():
+    result = CliRunner().invoke(main, ["bench", "increasing", "--queries", "5", "--events", "500"])
+    summary = json.loads(result.output)
+    assert summary["matches"] == 500 - 5 * 9
+
+
+def test_switches_reach_the_engine():
+    result = CliRunner().invoke(main, ["bench", "edbt", "--subscriptions", "50", "--events", "50", "--no-merge",
+                                       "--no-fr-index"])
+    assert json.loads(result.output)["options"] == {"merge": False, "an_index": True, "instance_index": True,
+                                                    "fr_index": False}
