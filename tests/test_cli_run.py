@@ -114,3 +114,28 @@ def test_bad_stream_declaration():
                stdin="")
     assert r.returncode == 2
     assert "unknown attribute type 'strin'" in r.stderr
+
+
+def test_compile_prints_air_that_runs_like_the_original(tmp_path):
+    out = tmp_path / "t5.xml"
+    r = cayuga("compile", "tests/conformance/cel/test5.cel", "--stream", STOCK_DECL, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    events = tmp_path / "e.txt"
+    events.write_text("IBM, 1, 1, Stock, 1, 1\nMSFT, 2, 1, Stock, 2, 2\nIBM, 3, 1, Stock, 3, 3\n")
+    ours = cayuga("run", "--stream", STOCK_DECL, "--query", str(out), "--events", str(events), "--format", "cayuga")
+    orig = cayuga("run", "--stream", STOCK_DECL, "--query", str(AIR_DIR / "T5.xml"), "--events", str(events),
+                  "--format", "cayuga")
+    assert ours.returncode == orig.returncode == 0
+    assert ours.stdout == orig.stdout != ""
+
+
+def test_run_accepts_cel_and_reports_cel_errors_with_a_caret(tmp_path):
+    q = tmp_path / "q.cel"
+    q.write_text("SELECT Name\nFROM FILTER{Prize > 1}(Stock)\nPUBLISH P\n")
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", str(q), "--events", "examples/example9.jsonl")
+    assert r.returncode == 2
+    assert f"{q}: line 2, column 13: unknown attribute 'Prize' in FILTER" in r.stderr
+    assert "FROM FILTER{Prize > 1}(Stock)\n" in r.stderr and "            ^" in r.stderr
+    q.write_text("SELECT Name FROM FILTER{Price > 84}(Stock) PUBLISH P\n")
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", str(q), "--events", "examples/example9.jsonl")
+    assert [json.loads(x)["Name"] for x in r.stdout.splitlines()] == ["IBM", "IBM", "IBM"]
