@@ -104,6 +104,9 @@ class Query:
     publish: str | None = None
     line: int = field(**_POS)
     column: int = field(**_POS)
+    #: position of the name after PUBLISH (0 when there is none)
+    publish_line: int = field(**_POS)
+    publish_column: int = field(**_POS)
 
 
 __all__ = ["Quantity", "Star", "SelectItem", "StreamRef", "Filter", "Next", "Fold",

@@ -149,8 +149,9 @@ class _Parser:
         publish = None
         if ts.at_kw("PUBLISH"):
             ts.next()
-            publish = self._name("an output stream name after PUBLISH").name
-        return ast.Query(select, source, publish, start.line, start.column), has_select
+            publish = self._name("an output stream name after PUBLISH")
+        return ast.Query(select, source, publish.name if publish else None, start.line, start.column,
+                         publish.line if publish else 0, publish.column if publish else 0), has_select
 
     def _select_list(self) -> tuple:
         items = [self._guarded_item()]

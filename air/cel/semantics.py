@@ -495,11 +495,12 @@ def analyze(query: ast.Query, streams: Mapping[str, StreamSchema], *, source: st
     names = [n for n, _ in an.published] + ([query.publish] if query.publish else [])
     seen: set[str] = set()
     for (name, q) in an.published + ([(query.publish, query)] if query.publish else []):
+        at = ast.StreamRef(name, q.publish_line, q.publish_column)  # point at the PUBLISH name
         if name in seen:
-            raise an.error(CelSchemaError, f"the query publishes '{name}' twice", q)
+            raise an.error(CelSchemaError, f"the query publishes '{name}' twice", at)
         if name in an.read:
             raise an.error(CelSchemaError, f"the query reads the stream '{name}' that it "
-                           "publishes; give the output another name", q)
+                           "publishes; give the output another name", at)
         seen.add(name)
     return Analysis(plan, tuple(n for n in names if n != query.publish))
 

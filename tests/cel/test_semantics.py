@@ -72,8 +72,8 @@ ERRORS = [
      "attributes to *_1"),
     (CelSchemaError, "SELECT * FROM Stock FOLD{,,} Stock FOLD{,,} Stock", 1, 36,
      "FOLD output would have two attributes named 'Name_1'"),
-    (CelSchemaError, "SELECT * FROM (Stock PUBLISH X) NEXT Stock PUBLISH X", 1, 1, "the query publishes 'X' twice"),
-    (CelSchemaError, "SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Stock", 1, 1,
+    (CelSchemaError, "SELECT * FROM (Stock PUBLISH X) NEXT Stock PUBLISH X", 1, 52, "the query publishes 'X' twice"),
+    (CelSchemaError, "SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Stock", 1, 48,
      "the query reads the stream 'Stock' that it publishes"),
     # FOLD invariant and aggregates
     (CelSchemaError, "SELECT *\nFROM (SELECT Name FROM Stock) FOLD{,,} Stock", 2, 31,
