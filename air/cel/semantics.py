@@ -456,6 +456,9 @@ class Analyzer:
         if e.op == "%" and (lt, rt) != ("int", "int"):
             raise self.error(CelTypeError, "'%' (remainder) needs int operands", e)
         t = "int" if (lt, rt) == ("int", "int") else "float"
+        if e.op == "^" and not (isinstance(right, Literal) and isinstance(right.value, int)
+                                and right.value >= 0):
+            t = "float"  # int ^ int is an int only for a constant exponent >= 0 (2 ^ -1 = 0.5)
         return Binary(e.op, left, right, e.line, e.column), t
 
     def _v_Call(self, e: Call, scope: _Scope):

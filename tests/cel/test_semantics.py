@@ -202,3 +202,12 @@ def test_dur_without_unit_is_in_the_time_unit_and_constants_may_come_first():
     assert dur_const("FILTER{10 MIN <= DUR}(Stock)") == (">=", Literal(600_000))
     assert dur_const("FILTER{DUR < 1.5 MIN}(Stock)", time_unit_ms=1000) == ("<", Literal(90))
     assert dur_const("FILTER{DUR < 1 MS}(Stock)", time_unit_ms=1000) == ("<", Literal(0.001))
+
+
+def test_power_is_int_only_for_a_constant_non_negative_exponent():
+    from air.model import parse_stream_decl
+
+    s = {"S": parse_stream_decl("S(a int, b int)")}
+    q = compile_cel("SELECT a ^ 2 AS sq, a ^ b AS p, 2 ^ -1 AS half FROM S PUBLISH P", s)
+    assert [(a.name, a.type) for a in q.schemas["P"].attributes] == [("sq", "int"), ("p", "float"),
+                                                                       ("half", "float")]
