@@ -220,7 +220,11 @@ def watch(subscription, stream, url, token, count) -> None:
 
 
 def _add_optional_groups() -> None:
-    """Command groups that live with their subsystem (e.g. ``bench/cli.py``)."""
+    """Command groups that live with their subsystem (``bench/cli.py``,
+    ``clients/spark_cli.py``); Spark itself is imported only when a command runs."""
+    from clients.spark_cli import spark
+
+    main.add_command(spark)
     try:
         from bench.cli import bench
     except ImportError:  # the benchmark package is not part of this installation

@@ -1,0 +1,8 @@
+"""The Spark connector: bulk event source and witness sink for a running server,
+and distributed batch execution of subscriptions inside Spark executors.
+
+Import the pieces from their modules (:mod:`clients.spark.run`,
+:mod:`clients.spark.source`, :mod:`clients.spark.sink`,
+:mod:`clients.spark.partitioning`); importing this package does not import
+pyspark.
+"""

@@ -1,0 +1,242 @@
+"""``cayuga spark ...``: the Spark connector's commands (a click group to mount on ``cayuga``).
+
+- ``run``: distributed batch execution of queries inside Spark executors;
+- ``source``: read events with Spark and stream them to a server's TCP port;
+- ``sink``: write witnesses received over WebSocket as Parquet;
+- ``bench``: events/s of the distributed run against the single engine.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from air.errors import CayugaError
+from air.model import ModelError
+
+_STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volume int)". Repeatable.'
+_INPUT_FORMATS = ["jsonl", "cayuga", "csv", "parquet", "json"]
+_COLUMN_HELP = ("Column mapping ATTR=COLUMN (also stream=, t0=, t1=); repeatable. "
+                "Unmapped attributes use the column of the same name.")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"cayuga spark: {message}", err=True)
+    sys.exit(code)
+
+
+def _schemas(streams, schema_files, config_path):
+    from server.config import ConfigError, load_settings
+    from server.runner import load_streams
+
+    try:
+        schemas = load_streams(streams, schema_files)
+        if config_path or not schemas:
+            schemas = load_settings(config_path).stream_schemas() + schemas
+    except (ModelError, CayugaError, ConfigError) as exc:
+        _fail(str(exc))
+    if not schemas:
+        _fail("declare the input streams with --stream")
+    return schemas
+
+
+def _mapping(columns):
+    from clients.spark.io import ColumnMapping, InputError
+
+    try:
+        return ColumnMapping.parse(columns)
+    except InputError as exc:
+        _fail(str(exc))
+
+
+def _report_rejects(n: int, samples) -> None:
+    for where, text, reason in samples:
+        click.echo(f"{where}: rejected: {reason}", err=True)
+    if n > len(samples):
+        click.echo(f"... and {n - len(samples)} more rejected records", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def spark() -> None:
+    """Spark connector: distributed runs, bulk event source, witness sink."""
+
+
+def _common(f):
+    f = click.option("--master", default="local[2]", show_default=True,
+                     help="Spark master; 'none' leaves it to spark-submit.")(f)
+    f = click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Declare the streams of this configuration file.")(f)
+    f = click.option("--schema", "schema_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+                     help="An original Cayuga <StreamType> XML schema file. Repeatable.")(f)
+    f = click.option("--stream", "streams", multiple=True, help=_STREAM_HELP)(f)
+    return f
+
+
+class _Session:
+    """The SparkSession of one command; stopped at the end only if this command
+    created it (an embedding program's session is left running)."""
+
+    def __init__(self, master: str, app: str) -> None:
+        from pyspark.sql import SparkSession
+
+        from clients.spark.session import get_session
+
+        existing = SparkSession.getActiveSession()
+        self.spark = get_session(None if master == "none" else master, app)
+        self.owned = existing is None
+
+    def stop(self) -> None:
+        if self.owned:
+            self.spark.stop()
+
+
+def _session(master: str, app: str) -> _Session:
+    return _Session(master, app)
+
+
+@spark.command()
+@_common
+@click.option("--query", "queries", multiple=True, required=True, type=click.Path(exists=True, dir_okay=False),
+              help="A query: AIR (.xml) or CEL (.cel). Repeatable; later queries may read earlier outputs.")
+@click.option("--input", "input_path", required=True, help="Events: a file or directory (JSON lines, CSV, Parquet).")
+@click.option("--input-format", type=click.Choice(_INPUT_FORMATS), default=None,
+              help="Default: from the file name (.parquet, .csv, .txt = cayuga lines; else JSON lines).")
+@click.option("--column", "columns", multiple=True, help=_COLUMN_HELP)
+@click.option("--output", "output", required=True, help="Where to write the witnesses.")
+@click.option("--output-format", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True,
+              help="jsonl: one file, as `cayuga run` writes it; parquet: a dataset per output stream, OUTPUT/<stream>.")
+@click.option("--partitions", type=int, default=None, help="Partitions of a keyed stage (default: 2 x cores).")
+@click.option("--include-resub", is_flag=True, help="Also write witnesses of internal (RESUB) streams.")
+def run(streams, schema_files, config_path, master, queries, input_path, input_format, columns, output,
+        output_format, partitions, include_resub) -> None:
+    """Run queries over historical events inside Spark executors.
+
+    The input is hash-partitioned by the key the queries' equality predicates
+    imply (one engine per partition); without one the job runs in a single
+    partition and says so. Exit code 0, 1 when input records were rejected,
+    2 on a usage, schema or query error."""
+    from clients.spark.io import InputError
+    from clients.spark.run import run_distributed, write_jsonl, write_parquet
+    from server.engine import EngineError
+
+    schemas = _schemas(streams, schema_files, config_path)
+    mapping = _mapping(columns)
+    session = _session(master, "cayuga-spark-run")
+    spark_session = session.spark
+    try:
+        try:
+            res = run_distributed(spark_session, schemas, list(queries), input_path, input_format,
+                                  mapping=mapping, partitions=partitions, include_resub=include_resub,
+                                  say=lambda m: click.echo(f"cayuga spark: {m}", err=True))
+        except (CayugaError, EngineError, ModelError, InputError) as exc:
+            _fail(str(exc))
+        if output_format == "jsonl":
+            write_jsonl(res, output)
+        else:
+            write_parquet(spark_session, res, output)
+        _report_rejects(res.rejected, res.rejected_samples)
+        eps = res.events / res.seconds if res.seconds else 0.0
+        click.echo(f"cayuga spark: {res.events} events, {res.witnesses} witnesses, {res.rejected} rejected, "
+                   f"{len([p for p in res.partitions if p.stage == 1])} partitions (skew {res.skew():.2f}), "
+                   f"{res.seconds:.1f} s ({eps:,.0f} events/s)", err=True)
+        res.release()
+    finally:
+        session.stop()
+    sys.exit(1 if res.rejected else 0)
+
+
+@spark.command()
+@_common
+@click.argument("input_path", metavar="INPUT")
+@click.option("--input-format", type=click.Choice(_INPUT_FORMATS), default=None)
+@click.option("--column", "columns", multiple=True, help=_COLUMN_HELP)
+@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help="The server's HTTP API.")
+@click.option("--port", "tcp_port", type=int, default=None, help="TCP event port (default: asked from /health).")
+@click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
+@click.option("--partitions", type=int, default=None, help="Partitions of the time-ordered sort.")
+def source(streams, schema_files, config_path, master, input_path, input_format, columns, url, tcp_port,
+           token, partitions) -> None:
+    """Stream the events of INPUT to a server, in detection-time order."""
+    from clients.client import CayugaClient
+    from clients.spark.io import InputError
+    from clients.spark.source import stream_to_server
+
+    schemas = _schemas(streams, schema_files, config_path)
+    mapping = _mapping(columns)
+    with CayugaClient(url, token=token, tcp_port=tcp_port) as client:
+        try:
+            host, port = client.tcp_address()
+        except Exception as exc:  # noqa: BLE001 - any connection failure is reported the same way
+            _fail(f"cannot reach the server at {url}: {exc}")
+    session = _session(master, "cayuga-spark-source")
+    spark_session = session.spark
+    try:
+        try:
+            res = stream_to_server(spark_session, input_path, schemas, host, port, input_format,
+                                   mapping=mapping, partitions=partitions)
+        except (InputError, OSError) as exc:
+            _fail(str(exc))
+    finally:
+        session.stop()
+    _report_rejects(res.rejected_input, res.rejected_samples)
+    for line in res.server_errors:
+        click.echo(f"server: {line}", err=True)
+    click.echo(f"cayuga spark: sent {res.sent} events from {res.partitions} partitions; "
+               f"{res.rejected_input} input records rejected, {len(res.server_errors)} refused by the server",
+               err=True)
+    sys.exit(1 if res.rejected_input or res.server_errors else 0)
+
+
+@spark.command()
+@click.argument("subscription", required=False)
+@click.option("--stream", default=None, help="Watch an output stream instead of a subscription.")
+@click.option("--output", required=True, help="Parquet dataset to append the witnesses to.")
+@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help="The server's HTTP API.")
+@click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
+@click.option("--count", type=int, default=None, help="Stop after this many witnesses.")
+@click.option("--idle-timeout", type=float, default=10.0, show_default=True,
+              help="Stop when no witness arrives for this many seconds.")
+@click.option("--batch-size", type=int, default=10_000, show_default=True, help="Witnesses per Parquet append.")
+@click.option("--master", default="local[2]", show_default=True)
+def sink(subscription, stream, output, url, token, count, idle_timeout, batch_size, master) -> None:
+    """Write the witnesses of SUBSCRIPTION (or --stream) as Parquet."""
+    from clients.client import CayugaAPIError, CayugaClient
+    from clients.spark.sink import sink_to_parquet
+
+    if not subscription and not stream:
+        _fail("give a subscription id or --stream")
+    session = _session(master, "cayuga-spark-sink")
+    spark_session = session.spark
+    try:
+        with CayugaClient(url, token=token) as client:
+            try:
+                n = sink_to_parquet(spark_session, client, output, subscription, stream=stream, count=count,
+                                    idle_timeout=idle_timeout, batch_size=batch_size)
+            except (CayugaAPIError, KeyError, ValueError, OSError) as exc:
+                _fail(str(exc))
+    finally:
+        session.stop()
+    click.echo(f"cayuga spark: wrote {n} witnesses to {output}", err=True)
+
+
+@spark.command()
+@click.option("--events", "n_events", type=int, default=2_000_000, show_default=True)
+@click.option("--symbols", type=int, default=1000, show_default=True)
+@click.option("--skew", type=float, default=0.0, show_default=True,
+              help="Share of all events that go to the single hottest symbol (0: uniform).")
+@click.option("--masters", default="local[1],local[2]", show_default=True, help="Comma-separated Spark masters.")
+@click.option("--query", "query", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CEL query (default: ten consecutive increasing prices per symbol, 001 §5.1).")
+@click.option("--workdir", default="bench-spark", show_default=True, help="Where the input and outputs go.")
+@click.option("--seed", type=int, default=1)
+def bench(n_events, symbols, skew, masters, query, workdir, seed) -> None:
+    """Events/s of `spark run` on 1..N cores next to the single engine."""
+    from clients.spark.bench import run_bench
+
+    run_bench(n_events=n_events, symbols=symbols, skew=skew, masters=masters.split(","), query=query,
+              workdir=workdir, seed=seed, echo=lambda m: click.echo(m, err=True))
+
+
+if __name__ == "__main__":
+    spark()
