@@ -41,6 +41,16 @@ def _schemas(streams, schema_files, config_path):
     return schemas
 
 
+def _functions(config_path) -> dict[str, tuple[str, str]]:
+    """User functions of the configuration file (shipped to executors by import path)."""
+    from server.config import ConfigError, load_settings
+
+    try:
+        return load_settings(config_path).function_specs() if config_path else {}
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
 def _mapping(columns):
     from clients.spark.io import ColumnMapping, InputError
 
@@ -66,7 +76,7 @@ def _common(f):
     f = click.option("--master", default="local[2]", show_default=True,
                      help="Spark master; 'none' leaves it to spark-submit.")(f)
     f = click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-                     help="Declare the streams of this configuration file.")(f)
+                     help="Declare the streams (and user functions) of this configuration file.")(f)
     f = click.option("--schema", "schema_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
                      help="An original Cayuga <StreamType> XML schema file. Repeatable.")(f)
     f = click.option("--stream", "streams", multiple=True, help=_STREAM_HELP)(f)
@@ -128,6 +138,7 @@ def run(streams, schema_files, config_path, master, queries, input_path, input_f
         try:
             res = run_distributed(spark_session, schemas, list(queries), input_path, input_format,
                                   mapping=mapping, partitions=partitions, include_resub=include_resub,
+                                  functions=_functions(config_path),
                                   say=lambda m: click.echo(f"cayuga spark: {m}", err=True))
         except (CayugaError, EngineError, ModelError, InputError) as exc:
             _fail(str(exc))

@@ -85,25 +85,35 @@ class Settings(BaseModel):
             raise ValueError("must be a positive number of milliseconds")
         return v
 
+    def function_specs(self) -> dict[str, tuple[str, str]]:
+        """NAME -> (module:attribute, return type): plain data that can be shipped
+        to another process (Spark executors) and imported there."""
+        return {name: (spec.path, spec.returns) for name, spec in self.functions.items()}
+
     def function_registry(self):
         """The built-in functions plus the configured ones, imported now."""
-        import importlib
-
-        from server.engine.functions import FunctionRegistry
-
-        reg = FunctionRegistry.default()
-        for name, spec in self.functions.items():
-            module, _, attr = spec.path.partition(":")
-            try:
-                fn = getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as exc:
-                raise ConfigError(f"functions.{name}: cannot import {spec.path}: {exc}") from None
-            reg.register(name, fn, spec.returns)
-        return reg
+        return import_functions(self.function_specs())
 
     def stream_schemas(self) -> list[StreamSchema]:
         return [StreamSchema(name, tuple(Attribute(a, normalize_type(t)) for a, t in attrs.items()))
                 for name, attrs in self.streams.items()]
+
+
+def import_functions(specs: dict[str, tuple[str, str]]):
+    """A FunctionRegistry of the built-ins plus ``specs`` (see Settings.function_specs)."""
+    import importlib
+
+    from server.engine.functions import FunctionRegistry
+
+    reg = FunctionRegistry.default()
+    for name, (path, returns) in specs.items():
+        module, _, attr = path.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"functions.{name}: cannot import {path}: {exc}") from None
+        reg.register(name, fn, returns)
+    return reg
 
 
 def load_settings(path: str | Path | None = None, **overrides) -> Settings:

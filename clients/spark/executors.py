@@ -219,14 +219,18 @@ class RunEngine:
     ``("S", stage, partition, events, witnesses, seconds, float_time_streams)``."""
 
     def __init__(self, stage: int, schemas: Sequence[StreamSchema],
-                 queries: Sequence[tuple[str, Sequence[Automaton]]]) -> None:
+                 queries: Sequence[tuple[str, Sequence[Automaton]]],
+                 functions: dict[str, tuple[str, str]] | None = None) -> None:
         self.stage = stage
         self.schemas = list(schemas)
         self.queries = [(o, list(a)) for o, a in queries]
+        self.functions = dict(functions or {})
 
     def __call__(self, pidx: int, records: Iterable[tuple]) -> Iterator[tuple]:
+        from server.config import import_functions
+
         started = time.perf_counter()
-        engine = Engine()
+        engine = Engine(functions=import_functions(self.functions))
         for s in self.schemas:
             engine.declare(s)
         for owner, autos in self.queries:

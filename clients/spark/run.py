@@ -27,6 +27,7 @@ from air.model import StreamSchema
 from clients.spark import executors as X
 from clients.spark.io import ColumnMapping, read_events
 from clients.spark.partitioning import Owned, Plan, plan_stages
+from server.config import import_functions
 from server.engine import Engine, EngineError
 from server.runner import QueryError, load_query
 
@@ -71,9 +72,11 @@ class DistributedResult:
             rdd.unpersist()
 
 
-def load_queries(streams: Sequence[StreamSchema], queries: Sequence[str | Path]) -> tuple[list[Owned], Engine]:
-    """Load ``queries`` as ``cayuga run`` does (raises QueryError naming the file)."""
-    engine = Engine()
+def load_queries(streams: Sequence[StreamSchema], queries: Sequence[str | Path],
+                 functions: dict[str, tuple[str, str]] | None = None) -> tuple[list[Owned], Engine]:
+    """Load ``queries`` as ``cayuga run`` does (raises QueryError naming the file).
+    ``functions`` are user functions as NAME -> (module:attribute, return type)."""
+    engine = Engine(functions=import_functions(functions or {}))
     for s in streams:
         engine.declare(s)
     owned = []
@@ -90,16 +93,19 @@ def load_queries(streams: Sequence[StreamSchema], queries: Sequence[str | Path])
 def run_distributed(spark, streams: Sequence[StreamSchema], queries: Sequence[str | Path], input_path: str,
                     fmt: str | None = None, *, mapping: ColumnMapping | None = None,
                     partitions: int | None = None, include_resub: bool = False,
-                    time_unit_ms: float = 1.0, say: Callable[[str], None] | None = None) -> DistributedResult:
+                    time_unit_ms: float = 1.0, say: Callable[[str], None] | None = None,
+                    functions: dict[str, tuple[str, str]] | None = None) -> DistributedResult:
     """Run ``queries`` over the events at ``input_path`` in Spark executors.
 
     Returns a result whose ``witness_rdd`` holds the output witness records
     (persisted; write them with :func:`write_jsonl` / :func:`write_parquet`,
     or :meth:`DistributedResult.collect`). ``partitions`` defaults to twice the
-    default parallelism (more, smaller partitions soften key skew)."""
+    default parallelism (more, smaller partitions soften key skew). User
+    ``functions`` (NAME -> (module:attribute, return type)) are imported in
+    every executor, so their modules must be installed there."""
     say = say or log.info
     started = time.perf_counter()
-    owned, loader = load_queries(streams, queries)
+    owned, loader = load_queries(streams, queries, functions)
     declared = {s.name: s for s in streams}
     plan = plan_stages(owned, declared)
     for line in plan.describe().splitlines():
@@ -131,7 +137,7 @@ def run_distributed(spark, streams: Sequence[StreamSchema], queries: Sequence[st
             key_index, n = None, 1
         inputs_schemas = [all_schemas[s] for s in stage.inputs]
         queries_spec = [(q.owner, q.automata) for q in stage.queries]
-        runner = X.RunEngine(i, inputs_schemas, queries_spec)
+        runner = X.RunEngine(i, inputs_schemas, queries_spec, functions or {})
         if len(plan.stages) == 1 and inp.prepared is not None:
             result = _run_in_jvm_order(inp, list(streams), stage, runner, n, time_unit_ms)
         else:

@@ -143,3 +143,25 @@ def test_cli_run_reports_a_bad_query(spark, event_files, tmp_path):
         "--input", str(event_files["jsonl"]), "--output", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 2
     assert "bad.cel" in result.output and "Stok" in result.output
+
+
+def test_user_functions_are_imported_in_the_executors(spark, event_files, tmp_path, monkeypatch):
+    """A configured function (NAME -> module:attribute) runs inside executors;
+    its module is shipped the way a cluster job would ship it (addPyFile)."""
+    mod = tmp_path / "cayuga_test_udfs.py"
+    mod.write_text("def notional(price, volume):\n    return price * volume\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spark.sparkContext.addPyFile(str(mod))
+    q = tmp_path / "big.cel"
+    q.write_text("SELECT Name, NOTIONAL(Price_1, Volume_1) AS N1, Price AS P2 "
+                 "FROM Stock NEXT{$1.Name = $2.Name AND NOTIONAL($2.Price, $2.Volume) > "
+                 "NOTIONAL($1.Price, $1.Volume)} Stock PUBLISH Bigger")
+    functions = {"NOTIONAL": ("cayuga_test_udfs:notional", "float")}
+    from server.config import import_functions
+
+    with open(event_files["jsonl"], encoding="utf-8") as fh:
+        expected = run_offline([STOCK], [str(q)], fh, "jsonl", functions=import_functions(functions)).witnesses
+    assert expected
+    res = run_distributed(spark, [STOCK], [str(q)], str(event_files["jsonl"]), "jsonl", functions=functions)
+    assert multiset(res.collect()) == multiset(expected)
+    res.release()
