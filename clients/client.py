@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 from urllib.parse import urlparse
@@ -129,15 +130,36 @@ class CayugaClient:
 
 
 class TcpSender:
-    """Streams events to the server's TCP port. Error lines the server sends
-    back (malformed events) are collected in :attr:`errors` on :meth:`close`."""
+    """Streams events to the server's TCP port. A background thread collects
+    the error lines the server sends back for rejected events, so a sender
+    never stalls on them; :meth:`close` returns them all."""
 
     def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.timeout = timeout
         self.errors: list[str] = []
         self.sent = 0
+        self._reader = threading.Thread(target=self._read_errors, name="tcp-sender-errors", daemon=True)
+        self._reader.start()
         if fmt != "jsonl":
             self.sock.sendall(f"#format {fmt}\n".encode())
+
+    def _read_errors(self) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            self.errors.extend(line.decode(errors="replace") for line in lines if line)
+        if buf.strip():
+            self.errors.append(buf.decode(errors="replace"))
 
     def send(self, event: dict | str) -> None:
         line = event if isinstance(event, str) else json.dumps(event)
@@ -148,20 +170,13 @@ class TcpSender:
         for e in events:
             self.send(e)
 
-    def close(self, timeout: float = 5.0) -> list[str]:
-        """Finish sending, then read error lines until the server closes."""
+    def close(self, timeout: float | None = None) -> list[str]:
+        """Finish sending and wait until the server has read everything (it
+        closes its side); returns the server's error lines."""
         try:
             self.sock.shutdown(socket.SHUT_WR)
-            self.sock.settimeout(timeout)
-            data = b""
-            while True:
-                chunk = self.sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            self.errors.extend(line for line in data.decode(errors="replace").splitlines() if line)
         except OSError:
             pass
-        finally:
-            self.sock.close()
+        self._reader.join(timeout if timeout is not None else self.timeout)
+        self.sock.close()
         return self.errors
