@@ -73,19 +73,30 @@ def decode_file(lines: Iterable[str], fmt: str, streams: Callable, result: RunRe
     return events
 
 
-def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_in: TextIO,
-                fmt: str = "jsonl", *, include_resub: bool = False,
-                functions: FunctionRegistry | None = None,
-                on_witness: Callable[[dict], None] | None = None) -> RunResult:
+def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
+                functions: FunctionRegistry | None = None) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
+    """An engine with ``streams`` declared and each query file loaded under its
+    file stem, in order (so later queries may read earlier outputs); returns it
+    with the (owner, automata) pairs. Raises QueryError naming the file."""
     engine = Engine(functions)
     for s in streams:
         engine.declare(s)
+    loaded = []
     for q in queries:
         try:
             autos = load_query(q, engine.streams, engine.functions)
             engine.add(autos, owner=Path(q).stem)
         except (CayugaError, EngineError) as exc:
             raise QueryError(f"{q}: {exc}") from None
+        loaded.append((Path(q).stem, autos))
+    return engine, loaded
+
+
+def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_in: TextIO,
+                fmt: str = "jsonl", *, include_resub: bool = False,
+                functions: FunctionRegistry | None = None,
+                on_witness: Callable[[dict], None] | None = None) -> RunResult:
+    engine, _ = load_engine(streams, queries, functions)
     result = RunResult()
     events = decode_file(events_in, fmt, engine.schema, result)
     events.sort(key=lambda e: e.t1)

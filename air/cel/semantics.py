@@ -354,7 +354,7 @@ class Analyzer:
         if not (lt == rt or (lt in NUMERIC and rt in NUMERIC)):
             raise self.error(CelTypeError, f"cannot compare {lt} with {rt}", e)
         if lt == "bool" and e.op not in ("=", "!="):
-            raise self.error(CelTypeError, f"bool values can only be compared with = or !=", e)
+            raise self.error(CelTypeError, "bool values can only be compared with = or !=", e)
         return Compare(e.op, left, right, e.line, e.column)
 
     def _duration(self, e: Expr, scope: _Scope) -> Duration | None:

@@ -22,14 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from air.errors import CayugaError
 from air.model import StreamSchema
 from clients.spark import executors as X
 from clients.spark.io import ColumnMapping, read_events
 from clients.spark.partitioning import Owned, Plan, plan_stages
 from server.config import import_functions
-from server.engine import Engine, EngineError
-from server.runner import QueryError, load_query
+from server.engine import Engine
+from server.runner import load_engine
 
 log = logging.getLogger("cayuga.spark")
 
@@ -76,18 +75,8 @@ def load_queries(streams: Sequence[StreamSchema], queries: Sequence[str | Path],
                  functions: dict[str, tuple[str, str]] | None = None) -> tuple[list[Owned], Engine]:
     """Load ``queries`` as ``cayuga run`` does (raises QueryError naming the file).
     ``functions`` are user functions as NAME -> (module:attribute, return type)."""
-    engine = Engine(functions=import_functions(functions or {}))
-    for s in streams:
-        engine.declare(s)
-    owned = []
-    for q in queries:
-        try:
-            autos = load_query(q, engine.streams, engine.functions)
-            engine.add(autos, owner=Path(q).stem)
-        except (CayugaError, EngineError) as exc:
-            raise QueryError(f"{q}: {exc}") from None
-        owned.append(Owned(Path(q).stem, tuple(autos)))
-    return owned, engine
+    engine, loaded = load_engine(streams, queries, import_functions(functions or {}))
+    return [Owned(owner, tuple(autos)) for owner, autos in loaded], engine
 
 
 def run_distributed(spark, streams: Sequence[StreamSchema], queries: Sequence[str | Path], input_path: str,
