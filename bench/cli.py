@@ -15,6 +15,8 @@ def _switches(f):
     f = click.option("--no-merge", is_flag=True, help="Do not merge equivalent states.")(f)
     f = click.option("--no-fr-index", is_flag=True, help="Turn the FR index (forward/start edges) off.")(f)
     f = click.option("--no-instance-index", is_flag=True, help="Turn the AN and AI indexes off.")(f)
+    f = click.option("--no-sorted-index", is_flag=True,
+                     help="Turn the sorted index (inequality filter atoms within AI buckets) off.")(f)
     f = click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")(f)
     f = click.option("--profile", type=click.Path(dir_okay=False), default=None,
                      help="Write a cProfile of the event loop to this file.")(f)
@@ -38,11 +40,11 @@ def bench() -> None:
 @click.option("--zipf", type=float, nargs=3, default=(1.0, 1.0, 0.8), show_default=True,
               help="zipf1 zipf2 zipf3 of Table 3.")
 @_switches
-def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index, no_instance_index, seed,
-         profile):
+def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index,
+         seed, profile):
     """The technical benchmark of 002 §4.1 (Table 3) for one template."""
     w = wl.edbt(template, subscriptions, events, seed=seed, zipf=tuple(zipf))
-    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile), template=template)
 
 
@@ -53,11 +55,12 @@ def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index,
               help="Symbols in the stream (default: as many as queries).")
 @click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
 @_switches
-def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_index, no_instance_index, seed,
+def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_index, no_instance_index,
+               no_sorted_index, seed,
                profile):
     """001 §5.1: K static "ten consecutive increasing prices" queries."""
     w = wl.increasing(queries, events, length=length, seed=seed, stream_symbols=n_symbols)
-    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile), queries=queries, symbols=n_symbols or queries)
 
 
@@ -65,10 +68,10 @@ def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_ind
 @click.option("--events", type=int, default=1000000, show_default=True)
 @click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
 @_switches
-def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, seed, profile):
+def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed, profile):
     """One query: the next quote of the same symbol at least 5% higher."""
     w = wl.Workload("rise", (wl.STOCK,), [wl.rise_query()], wl.random_walk(n_symbols, events, seed))
-    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile), symbols=n_symbols)
 
 
@@ -77,8 +80,33 @@ def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, 
 @click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
 @click.option("--min-length", type=int, default=5, show_default=True)
 @_switches
-def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, seed, profile):
+def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed,
+          profile):
     """One query: a Kleene run-up (FOLD) of at least --min-length rising quotes."""
     w = wl.Workload("runup", (wl.STOCK,), [wl.runup_query(min_length)], wl.random_walk(n_symbols, events, seed))
-    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index)
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile), symbols=n_symbols)
+
+
+@bench.command("increasing-sweep")
+@click.option("--ks", default="10,100,1000,10000", show_default=True, help="Comma-separated numbers of queries.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def increasing_sweep(ks, events, length, seed):
+    """The K-sweep of 001 §5.1: `increasing` for each K (one static query per
+    symbol); ``events_per_second`` is the largest K's, ``flatness`` the
+    smallest K's throughput over the largest K's (target: at most 2)."""
+    runs = []
+    for k in (int(x) for x in ks.split(",")):
+        w = wl.increasing(k, events, length=length, seed=seed)
+        r = run_workload(w, engine_options())
+        runs.append({key: r[key] for key in ("subscriptions", "events_per_second", "matches", "wall_s", "load_s",
+                                             "peak_rss_mb")})
+        del w
+    first, last = runs[0], runs[-1]
+    _emit({"workload": "increasing-sweep", "events": events, "subscriptions": last["subscriptions"],
+           "matches": last["matches"], "events_per_second": last["events_per_second"],
+           "wall_s": round(sum(r["wall_s"] for r in runs), 3), "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+           "flatness": round(first["events_per_second"] / last["events_per_second"], 2), "eval_errors": 0,
+           "sweep": runs})

@@ -18,8 +18,10 @@ def peak_rss_mb() -> float:
 
 
 def engine_options(no_index: bool = False, no_merge: bool = False, no_fr_index: bool = False,
-                   no_instance_index: bool = False) -> dict:
+                   no_instance_index: bool = False, no_sorted_index: bool = False) -> dict:
     opts: dict = {"merge": not no_merge, "index": not no_index}
+    if no_sorted_index:
+        opts["sorted_index"] = False
     if no_fr_index:
         opts["fr_index"] = False
     if no_instance_index:
@@ -70,7 +72,8 @@ def run_workload(w: Workload, options: dict, *, one_owner: bool = False, profile
         "wall_s": round(wall, 3),
         "load_s": round(load_s, 3),
         "peak_rss_mb": peak_rss_mb(),
-        "options": {k: getattr(eng.options, k) for k in ("merge", "an_index", "instance_index", "fr_index")},
+        "options": {k: getattr(eng.options, k)
+                    for k in ("merge", "an_index", "instance_index", "fr_index", "sorted_index")},
         "network": plan,
         "instances_at_end": eng.instance_count(),
         "eval_errors": eng.stats.eval_errors,

@@ -15,6 +15,7 @@ the engine counts as an evaluation error.
 from __future__ import annotations
 
 import math
+import sys
 import types
 from typing import Callable, Sequence
 
@@ -50,7 +51,22 @@ def _pow(a, b):
 
 
 def convert_const(text: str, type_: str):
-    """An AIR ``Const`` string as a value of the attribute's type."""
+    """An AIR ``Const`` string as a value of the attribute's type (numbers
+    and strings interned: thousands of subscriptions repeat their constants)."""
+    value = _convert_const(text, type_)
+    t = type(value)
+    if t is str:
+        return sys.intern(value)
+    if (t is float or t is int) and value == value and value != 0 and len(_INTERNED) < _INTERN_MAX:
+        return _INTERNED.setdefault((t, value), value)  # not 0: -0.0 == 0.0; not NaN
+    return value
+
+
+_INTERNED: dict = {}
+_INTERN_MAX = 1_000_000
+
+
+def _convert_const(text: str, type_: str):
     try:
         if type_ == "int":
             try:
@@ -174,10 +190,27 @@ class Scope:
             code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
             if len(_CODE_CACHE) < _CODE_CACHE_MAX:
                 _CODE_CACHE[src] = code
-        return types.FunctionType(code, self.globals)
+        # Each function gets only the globals it reads (the scope's dict holds
+        # every constant of every function compiled in it). Functions without
+        # constants (only helpers such as ``_div``) are shared by everything
+        # that compiles to the same code: ``e[1] > n[1]`` exists once.
+        scope_globals = self.globals
+        globs = {n: scope_globals[n] for n in code.co_names if n in scope_globals}
+        if all(n in _HELPERS or n.startswith("_f_") for n in globs):
+            key = (code, tuple(id(v) for v in globs.values()))
+            fn = _SHARED.get(key)
+            if fn is None:
+                fn = types.FunctionType(code, globs)
+                if len(_SHARED) < _CODE_CACHE_MAX:
+                    _SHARED[key] = fn  # holds the helpers it names, so their ids stay unique
+            return fn
+        return types.FunctionType(code, globs)
 
 
 _CODE_CACHE: dict[str, types.CodeType] = {}
+_HELPERS = frozenset({"_div", "_mod", "_pow"})
+#: Constant-free functions by (code, ids of the helpers they read).
+_SHARED: dict[tuple, Callable] = {}
 _CONST_NAMES = tuple(f"_c{i}" for i in range(64))
 _CODE_CACHE_MAX = 100_000
 
@@ -266,3 +299,59 @@ def compile_atoms(atoms, scope: Scope) -> Callable | None:
     if not atoms:
         return None
     return scope.build("pred", "e, n, et0, et1, nt0", " and ".join(scope.atom(a) for a in atoms))
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _side(x: Expr, scope: Scope) -> str | None:
+    """Whether ``x`` reads only the event (``"ev"``), only the instance
+    (``"node"``), neither (``"const"``), or cannot be split (``None``: both,
+    a function call, a comparison, DUR)."""
+    if isinstance(x, Literal):
+        return "const"
+    if isinstance(x, Ref):
+        if x.source == "EV":
+            return "ev"
+        if x.source == "NODE":
+            return "node"
+        if x.source is None:
+            return "ev" if x.name in scope.ev else "node"
+        return None
+    if isinstance(x, Unary):
+        return _side(x.operand, scope)
+    if isinstance(x, Binary):
+        a, b = _side(x.left, scope), _side(x.right, scope)
+        if a is None or b is None:
+            return None
+        if a == "const":
+            return b
+        if b == "const" or a == b:
+            return a
+        return None
+    return None
+
+
+def split_inequality(atom, scope: Scope):
+    """An atom ``ev_expr OP node_expr`` (OP one of ``< <= > >=``; either side
+    may be written first) whose one side reads only the event and the other
+    only the instance: ``(op, ev_fn, key_fn)`` with ``ev_fn(e)`` and
+    ``key_fn(n)`` such that the atom is true iff ``ev_fn(e) op key_fn(n)``.
+    ``None`` for any other atom. Used by the sorted instance index."""
+    if isinstance(atom, DynamicAtom):
+        if atom.op not in _FLIP or not scope.has_node:
+            return None
+        ev, node, op = scope.ev_ref(atom.event_attr), scope.node_ref(atom.node_attr), atom.op
+    elif isinstance(atom, ComplexAtom) and isinstance(atom.expr, Compare) and atom.expr.op in _FLIP:
+        if not scope.has_node:
+            return None
+        left, right = _side(atom.expr.left, scope), _side(atom.expr.right, scope)
+        if left == "ev" and right == "node":
+            ev, node, op = scope.expr(atom.expr.left), scope.expr(atom.expr.right), atom.expr.op
+        elif left == "node" and right == "ev":
+            ev, node, op = scope.expr(atom.expr.right), scope.expr(atom.expr.left), _FLIP[atom.expr.op]
+        else:
+            return None
+    else:
+        return None
+    return op, scope.build("ev_side", "e", ev), scope.build("key", "n", node)

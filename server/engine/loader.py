@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 from air.expr import Literal, walk
 from air.model import (
-    Automaton, ComplexAtom, Computed, DynamicAtom, Edge, Predicate, State, StaticAtom, StreamSchema,
+    Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom, DynamicAtom, Edge, Predicate, Rename, State,
+    StaticAtom, StreamSchema,
 )
 from server.engine.codegen import (
     BindError, Scope, compile_atoms, compile_predicate, compile_schema_map, eq_key, split_clause,
+    split_inequality,
 )
 from server.engine.network import NEdge, Node, StreamPlan
 
@@ -39,6 +41,7 @@ class Options:
     an_index: bool = True
     instance_index: bool = True
     fr_index: bool = True
+    sorted_index: bool = True
 
 
 @dataclass
@@ -47,7 +50,7 @@ class Holding:
 
     owner: str
     gen: int
-    automata: tuple[Automaton, ...]
+    automata: tuple[Automaton, ...]  # empty: the engine does not keep its callers' automata
     states: list[tuple[int, str, Node]] = field(default_factory=list)  # (automaton, state id, node)
     edges: list[NEdge] = field(default_factory=list)  # one entry per automaton edge held
     readers: list[str] = field(default_factory=list)  # streams read, one entry per state
@@ -62,9 +65,11 @@ class _Stage:
         self.outputs: list[tuple[Node, tuple[str, str]]] = []
 
 
-def _rebind_sig(s: State):
+def _rebind_sig(s: State, loader: "Loader"):
     r = s.rebind
-    return None if r is None else (r.predicate, r.schema_map, r.resets_start, r.has_map)
+    if r is None:
+        return None
+    return (loader._canon_pred(r.predicate), loader._canon_map(r.schema_map), r.resets_start, r.has_map)
 
 
 class Loader:
@@ -77,6 +82,66 @@ class Loader:
         self.nodes = 0
         self.edges = 0
         self._seq = 0
+        self._interned: dict = {}
+
+    # ------------------------------------------------------------------ merge keys
+
+    def _canon(self, x):
+        """A value-equal object (with the same literal types) that the network
+        already holds, or ``x``. Merge keys keep parts of the automata alive;
+        thousands of subscriptions repeat their schemas, schema maps and atoms,
+        so this keeps one copy of each. The table stops growing at
+        ``CANON_MAX`` entries."""
+        t = type(x)
+        # plain tuples of the fields where they are strings: hashing and comparing
+        # them runs in C, a dataclass's __hash__ and __eq__ in Python
+        if t is StaticAtom:
+            key = ("S", x.event_attr, x.op, x.const)
+        elif t is Attribute:
+            key = ("A", x.name, x.type)
+        elif t is Rename:
+            key = ("R", x.source, x.old, x.new)
+        elif t is DynamicAtom:
+            key = ("D", x.event_attr, x.op, x.node_attr)
+        elif t is DurationAtom:
+            key = (x, type(x.const))
+        else:
+            key = (x, _literal_types((x,)))  # 1 == 1.0, but x / 2 and x / 2.0 differ
+        table = self._interned
+        got = table.get(key)
+        if got is None:
+            if len(table) >= CANON_MAX:
+                return x
+            table[key] = got = x
+        return got
+
+    def _canon_tuple(self, items: tuple) -> tuple:
+        """A held tuple of the same canonical items (compared by identity, so
+        literal types are kept apart); ``items`` must already be canonical."""
+        table = self._interned
+        if len(table) >= CANON_MAX:
+            return items  # ids of items that are not held could be reused
+        key = ("tuple", tuple(map(id, items)))
+        got = table.get(key)
+        if got is None:
+            table[key] = got = items
+        return got
+
+    def _canon_pred(self, p: Predicate | None) -> Predicate | None:
+        if p is None:
+            return None
+        c = self._canon
+        if sum(len(cl.atoms) for cl in p.clauses) <= 1:
+            return c(p)  # TRUE and one-atom predicates repeat a lot
+        return Predicate(tuple(Clause(tuple(c(a) for a in cl.atoms)) for cl in p.clauses))
+
+    def _canon_map(self, entries: tuple) -> tuple:
+        c = self._canon
+        return self._canon_tuple(tuple(c(m) for m in entries))
+
+    def _canon_schema(self, attrs: tuple) -> tuple:
+        c = self._canon
+        return self._canon_tuple(tuple(c(a) for a in attrs))
 
     # ------------------------------------------------------------------ staging
 
@@ -141,10 +206,11 @@ class Loader:
                         and (d.rebind is None or d.rebind.destination == d.id)):
                     continue
                 sch = ev_schema[d.id]
-                sig = (e.predicate, e.schema_map, e.resets_start, d.input_stream, sch.attributes if sch else None,
-                       d.schema, d.filter, _rebind_sig(d))
+                sig = (self._canon_pred(e.predicate), self._canon_map(e.schema_map), e.resets_start, d.input_stream,
+                       sch.attributes if sch else None, self._canon_schema(d.schema), self._canon_pred(d.filter),
+                       _rebind_sig(d, self))
                 sig += _literal_types(sig)
-                hit = parent.children.get(sig) or stage.children.get((id(parent), sig))
+                hit = (parent.children or _NONE).get(sig) or stage.children.get((id(parent), sig))
                 if hit is not None:
                     nodes[d.id] = hit.dest
                     reused[(s.id, i)] = hit
@@ -178,6 +244,7 @@ class Loader:
     def _new_node(self, s: State, label: str, shareable: bool, sig, sch: StreamSchema | None, where: str,
                   stage: _Stage) -> Node:
         node = Node(s, label, shareable)
+        node.schema = self._canon_schema(s.schema)
         node.merge_key = sig
         if s.filter is not None and not s.is_start and s.input_stream is not None:
             scope = Scope(sch.attributes, s.schema, self.functions, f"{where}, node {s.id} filter")
@@ -190,6 +257,7 @@ class Loader:
                 use_ai = bool(dyn_eq) and self.opt.instance_index
                 if use_ai:
                     node.ai_ev, node.ai_node = dyn_eq[0]
+                    node.buckets = {}
                 used, dropped = [], False
                 for a in clause.atoms:  # what the indexes do not guarantee
                     if node.an is not None and _is_static_eq(a):
@@ -199,6 +267,11 @@ class Loader:
                         continue
                     used.append(a)
                 node.filter_run = compile_atoms(used, scope)
+                if use_ai and self.opt.sorted_index:
+                    for a in used:  # the sorted index prunes; the filter still decides
+                        node.iq = split_inequality(a, scope)
+                        if node.iq is not None:
+                            break
         stage.new_nodes.append(node)
         return node
 
@@ -249,7 +322,7 @@ class Loader:
             if edge.is_start:
                 edge.src.forwards.append(edge)
                 if edge.sig is not None:
-                    edge.src.children[edge.sig] = edge
+                    edge.src.add_child(edge)
                 edge.src.plan.add_start_edge(edge, self.opt.fr_index)
             else:
                 edge.src.add_forward(edge, self.opt.fr_index)
@@ -263,6 +336,8 @@ class Loader:
                 edge.owners[owner] = edge.owners.get(owner, 0) + 1
                 holding.edges.append(edge)
         for node, (name, kind) in stage.outputs:
+            if not node.outputs:
+                node.outputs = []
             node.outputs.append((name, kind, owner, gen))
 
     def release(self, holding: Holding) -> list[Node]:
@@ -298,7 +373,7 @@ class Loader:
                 continue
             seen.add(id(node))
             del node.owners[owner]
-            node.outputs = [o for o in node.outputs if o[2] != owner]
+            node.outputs = [o for o in node.outputs if o[2] != owner] or ()
             if node.owners:
                 node.min_gen = min(gens[o] for o in node.owners)
                 node.purge_older_than(node.min_gen)
@@ -318,9 +393,16 @@ class Loader:
                     self.plans.pop(plan.name, None)
             if node.is_start and self.start_nodes.get(node.stream) is node:
                 del self.start_nodes[node.stream]
-            node.instances, node.buckets, node.pending, node.count = [], {}, [], 0
+            node.instances, node.pending, node.count = [], [], 0
+            if node.ai_ev >= 0:
+                node.buckets = {}
         del gens[owner]
         return gone
+
+
+_NONE: dict = {}
+#: Size limit of the table of shared merge-key parts (see Loader._canon).
+CANON_MAX = 1_000_000
 
 
 def _literal_types(parts) -> tuple:

@@ -20,12 +20,16 @@ the compiled predicates still decide:
   static equality atoms; active nodes without them are scanned;
 * the **AI index** (per node) buckets instances by their value of the
   filter's first dynamic equality atom ``e.a = I.b``;
+* the **sorted index** (within AI buckets) keeps instances ordered by the
+  instance side of an inequality filter atom (``e.Price >= 1.05 * I.Price``),
+  so an event bisects to the instances the atom holds for (:class:`SortedBucket`);
 * the **FR index**: start edges of a stream sit in one global index; a
   non-start node with many forward edges (after merging) gets its own.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from operator import attrgetter, itemgetter
 
 from air.model import State
@@ -37,19 +41,52 @@ FR_MIN_EDGES = 6
 seq_of = attrgetter("seq")
 
 
-class Instance:
-    """An automaton instance: stored values in the node's schema, its
-    interval, whether the current epoch affected it, and the generation its
-    run began in."""
+def Instance(values: tuple, t0, t1, born: int = 0) -> list:
+    """An automaton instance, as a list (cheaper to make than an object):
+    ``[values, t0, t1, born, dead]`` — stored values in the node's schema, its
+    interval, the generation its run began in, and whether the current epoch
+    affected it. Index with :data:`VALUES`, :data:`T0`, :data:`T1`,
+    :data:`BORN`, :data:`DEAD`."""
+    return [values, t0, t1, born, False]
 
-    __slots__ = ("values", "t0", "t1", "dead", "born")
 
-    def __init__(self, values: tuple, t0, t1, born: int = 0) -> None:
-        self.values = values
-        self.t0 = t0
-        self.t1 = t1
-        self.dead = False
-        self.born = born
+VALUES, T0, T1, BORN, DEAD = range(5)
+
+
+class SortedBucket:
+    """One AI bucket of a node with a sorted index (on a filter atom
+    ``ev_side OP key(instance)``): ``entries`` holds ``(key, cid, instance)``
+    sorted by key and then by ``cid`` (the install order), so the instances an
+    event can affect are one slice found by bisection; ``rest`` holds
+    ``(cid, instance)`` for instances whose key is not a number (or NaN, or
+    raised), which every event must check. An installed instance carries its
+    key and cid at indexes 5 and 6."""
+
+    __slots__ = ("entries", "rest")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple] = []
+        self.rest: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.entries) + len(self.rest)
+
+    def ordered(self) -> list[list]:
+        """Every instance, in install order."""
+        pairs = [(c, i) for _k, c, i in self.entries] + self.rest
+        pairs.sort(key=_first)
+        return [i for _c, i in pairs]
+
+    def remove(self, inst: list) -> None:
+        key, cid = inst[5], inst[6]
+        if key is None:
+            self.rest.remove((cid, inst))
+        else:
+            entries = self.entries
+            del entries[bisect_left(entries, (key, cid))]
+
+
+_first = itemgetter(0)
 
 
 class EqIndex:
@@ -117,7 +154,7 @@ class Node:
     """A (possibly merged) state with its live, pending and affected instances."""
 
     __slots__ = ("seq", "label", "is_start", "stream", "plan", "schema", "filter_full", "filter_run", "an",
-                 "ai_ev", "ai_node", "rebind", "forwards", "fr", "fr_scan", "children", "outputs",
+                 "ai_ev", "ai_node", "iq", "rebind", "forwards", "fr", "fr_scan", "children", "outputs",
                  "instances", "buckets", "pending", "ndead", "dead_keys", "count", "dirty", "active",
                  "owners", "min_gen", "shareable", "merge_key", "alive")
 
@@ -133,17 +170,20 @@ class Node:
         self.an = None  # (signature, key) in the AN index, or None: scanned when active
         self.ai_ev = -1  # AI index: event attribute index, -1 when off
         self.ai_node = -1  # ... and the instance attribute it is compared with
+        self.iq = None  # sorted index within AI buckets: (op, ev_fn, key_fn), see SortedBucket
         self.rebind: NEdge | None = None
         self.forwards: list[NEdge] = []
         self.fr: EqIndex | None = None
-        self.fr_scan: dict[NEdge, None] = {}
-        self.children: dict[object, NEdge] = {}  # merge key -> edge, for merged children
-        self.outputs: list[tuple[str, str, str, int]] = []  # (stream, kind, owner, owner generation)
-        self.instances: list[Instance] = []  # without an AI index
-        self.buckets: dict[object, list[Instance]] = {}  # with one
-        self.pending: list[Instance] = []
+        # made when needed (most nodes have neither an FR index nor merged children nor outputs)
+        self.fr_scan: dict[NEdge, None] | None = None
+        self.children: dict[object, NEdge] | None = None  # merge key -> edge, for merged children
+        self.outputs: list[tuple[str, str, str, int]] | tuple = ()  # (stream, kind, owner, owner generation)
+        self.instances: list[list] = []  # without an AI index
+        self.buckets: dict[object, list[list]] = _NO_BUCKETS  # with one (the loader makes it)
+        self.pending: list[list] = []
         self.ndead = 0
-        self.dead_keys: set | None = None  # AI keys of affected instances (made on demand)
+        # AI keys of affected instances (made on demand); with a sorted index, the instances themselves
+        self.dead_keys: set | list | None = None
         self.count = 0
         self.dirty = False
         self.active = False
@@ -153,8 +193,10 @@ class Node:
         self.merge_key = None
         self.alive = True
 
-    def all_instances(self) -> list[Instance]:
+    def all_instances(self) -> list[list]:
         if self.ai_ev >= 0:
+            if self.iq is not None:
+                return [i for b in self.buckets.values() for i in b.ordered()]
             return [i for b in self.buckets.values() for i in b]
         return list(self.instances)
 
@@ -182,15 +224,20 @@ class Node:
                 self._fr_add(f)
         elif not want and self.fr is not None:
             self.fr = None
-            self.fr_scan = {}
+            self.fr_scan = None
             for f in self.forwards:
                 f.indexed = False
                 f.run = f.pred
 
+    def add_child(self, edge: NEdge) -> None:
+        if self.children is None:
+            self.children = {}
+        self.children[edge.sig] = edge
+
     def add_forward(self, edge: NEdge, fr_enabled: bool) -> None:
         self.forwards.append(edge)
         if edge.sig is not None:
-            self.children[edge.sig] = edge
+            self.add_child(edge)
         if self.fr is not None:
             self._fr_add(edge)
         else:
@@ -221,19 +268,33 @@ class Node:
     def purge_older_than(self, gen: int) -> None:
         """Drop instances no remaining owner may see (their run began before
         every remaining owner was added)."""
-        self.pending = [i for i in self.pending if i.born >= gen]
-        if self.ai_ev >= 0:
+        self.pending = [i for i in self.pending if i[3] >= gen]
+        if self.ai_ev >= 0 and self.iq is not None:
             for key in list(self.buckets):
-                kept = [i for i in self.buckets[key] if i.born >= gen]
+                b = self.buckets[key]
+                b.entries = [x for x in b.entries if x[2][3] >= gen]
+                b.rest = [x for x in b.rest if x[1][3] >= gen]
+                if not b.entries and not b.rest:
+                    del self.buckets[key]
+            self.count = sum(len(b) for b in self.buckets.values())
+        elif self.ai_ev >= 0:
+            for key in list(self.buckets):
+                kept = [i for i in self.buckets[key] if i[3] >= gen]
                 if kept:
                     self.buckets[key] = kept
                 else:
                     del self.buckets[key]
             self.count = sum(len(b) for b in self.buckets.values())
         else:
-            self.instances = [i for i in self.instances if i.born >= gen]
+            self.instances = [i for i in self.instances if i[3] >= gen]
             self.count = len(self.instances)
-        self.ndead = sum(1 for i in self.all_instances() if i.dead)
+        self.ndead = sum(1 for i in self.all_instances() if i[4])
+        if self.iq is not None and self.dead_keys:  # the affected instances still held
+            self.dead_keys = [i for i in self.dead_keys if i[3] >= gen] or None
+
+
+#: Shared by every node without an AI index; never written.
+_NO_BUCKETS: dict = {}
 
 
 class StreamPlan:

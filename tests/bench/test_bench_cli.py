@@ -44,4 +44,18 @@ def test_switches_reach_the_engine():
     result = CliRunner().invoke(main, ["bench", "edbt", "--subscriptions", "50", "--events", "50", "--no-merge",
                                        "--no-fr-index"])
     assert json.loads(result.output)["options"] == {"merge": False, "an_index": True, "instance_index": True,
-                                                    "fr_index": False}
+                                                    "fr_index": False, "sorted_index": True}
+
+
+def test_sorted_index_switch_reaches_the_engine():
+    result = CliRunner().invoke(main, ["bench", "rise", "--events", "500", "--symbols", "5", "--no-sorted-index"])
+    assert json.loads(result.output)["options"]["sorted_index"] is False
+
+
+def test_increasing_sweep_prints_one_summary_per_k():
+    result = CliRunner().invoke(main, ["bench", "increasing-sweep", "--ks", "2,5", "--events", "300"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert KEYS <= set(summary) and "flatness" in summary
+    assert [r["subscriptions"] for r in summary["sweep"]] == [2, 5]
+    assert [r["matches"] for r in summary["sweep"]] == [300 - 2 * 9, 300 - 5 * 9]

@@ -21,6 +21,7 @@ CONFIGS = {
     "no-fr": {"fr_index": False},
     "no-instance": {"instance_index": False},
     "an-only": {"instance_index": False, "an_index": True, "fr_index": False},
+    "no-sorted": {"sorted_index": False},
 }
 
 

@@ -21,10 +21,9 @@ def build(files):
     eng = Engine()
     eng.declare(STOCK)
     for f in files:
-        for dep in PUBLISHERS.get(f, []):
+        for dep in PUBLISHERS.get(f, []) + [f]:  # a publisher is loaded once, before its readers
             if Path(dep).stem not in eng.owners:
                 eng.add(air(dep), owner=Path(dep).stem)
-        eng.add(air(f), owner=Path(f).stem)
     return eng
 
 
