@@ -297,13 +297,17 @@ class Engine:
                 if ndead:
                     if ndead == node.count:  # every installed instance was affected
                         node.ndead = 0
+                        # swap and clear rather than allocate: fresh lists per node and epoch
+                        # would pile up in the cyclic GC's young generation (see BENCHMARKS.md)
+                        gone = node.instances
                         if pending:
                             node.instances = pending
                             node.count = len(pending)
-                            node.pending = []
+                            node.pending = gone
                         else:
-                            node.instances = []
                             node.count = 0
+                        gone.clear()
+                        if not pending:
                             if node.active:
                                 node.plan.set_active(node, False)
                         continue
@@ -311,12 +315,9 @@ class Engine:
                     node.count -= ndead
                     node.ndead = 0
                 if pending:
-                    if node.instances:
-                        node.instances.extend(pending)
-                    else:
-                        node.instances = pending
+                    node.instances.extend(pending)
                     node.count += len(pending)
-                    node.pending = []
+                    pending.clear()
             elif node.iq is not None:
                 self._close_sorted(node)
             else:
@@ -344,7 +345,7 @@ class Engine:
                         else:
                             b.append(inst)
                     node.count += len(pending)
-                    node.pending = []
+                    pending.clear()
             if (node.count > 0) is not node.active and not node.is_start:
                 node.plan.set_active(node, node.count > 0)
         self._dirty = []
@@ -390,7 +391,7 @@ class Engine:
                     inst.append(cid)
                     b.rest.append((cid, inst))
             node.count += len(pending)
-            node.pending = []
+            pending.clear()
 
     def flush(self) -> None:
         """End of input: close the current epoch."""
