@@ -74,15 +74,19 @@ def infer_schema(name: str, witnesses: Iterable[dict]) -> StreamSchema:
     return StreamSchema(name, tuple(Attribute(k, t) for k, t in attrs.items()))
 
 
-def witnesses_to_dataframe(spark, witnesses: list[dict], schema: StreamSchema | None = None):
-    """A DataFrame with columns stream, t0, t1 and the stream's attributes."""
+def witnesses_to_dataframe(spark, witnesses: list[dict], schema: StreamSchema | None = None,
+                           float_times: bool | None = None):
+    """A DataFrame with columns stream, t0, t1 and the stream's attributes.
+    Times are longs when every one is a whole number, else doubles, unless
+    ``float_times`` decides."""
     from clients.spark.run import witness_struct
 
     if schema is None:
         if not witnesses:
             raise ValueError("no witnesses and no schema: cannot build a DataFrame")
         schema = infer_schema(witnesses[0]["stream"], witnesses)
-    float_times = any(not (type(w["t0"]) is int and type(w["t1"]) is int) for w in witnesses)
+    if float_times is None:
+        float_times = any(not (type(w["t0"]) is int and type(w["t1"]) is int) for w in witnesses)
     conv = {"float": float, "int": int, "string": str, "bool": bool}
     rows = []
     for w in witnesses:
@@ -108,7 +112,9 @@ def sink_to_parquet(spark, client: CayugaClient, path: str, subscription: str | 
     written = [0]
 
     def flush(batch: list[dict]) -> None:
-        witnesses_to_dataframe(spark, batch, schema).write.mode("append").parquet(path)
+        # Times are always doubles here: batches are appended to one dataset, and a later
+        # batch may carry fractional (server-clock) times where an earlier one had whole ones.
+        witnesses_to_dataframe(spark, batch, schema, float_times=True).write.mode("append").parquet(path)
         written[0] += len(batch)
 
     collect_witnesses(client, subscription, stream=stream, count=count, idle_timeout=idle_timeout,
