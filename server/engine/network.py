@@ -182,8 +182,9 @@ class Node:
         self.buckets: dict[object, list[list]] = _NO_BUCKETS  # with one (the loader makes it)
         self.pending: list[list] = []
         self.ndead = 0
-        # AI keys of affected instances (made on demand); with a sorted index, the instances themselves
-        self.dead_keys: set | list | None = None
+        # AI keys of affected instances, possibly repeated (made on demand); with a sorted index, the
+        # affected instances themselves
+        self.dead_keys: list | None = None
         self.count = 0
         self.dirty = False
         self.active = False

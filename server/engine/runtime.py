@@ -325,7 +325,11 @@ class Engine:
                     buckets = node.buckets
                     for key in node.dead_keys or ():
                         b = buckets.get(key)
-                        if b is not None:
+                        if b is None:
+                            continue  # a repeated key, already done
+                        if len(b) == 1 and b[0][4]:
+                            del buckets[key]
+                        else:
                             kept = [i for i in b if not i[4]]
                             if kept:
                                 buckets[key] = kept
@@ -496,9 +500,9 @@ class Engine:
                                 node.dead_keys.append(inst)
                         elif k >= 0:
                             if node.dead_keys is None:
-                                node.dead_keys = {e[k]}
+                                node.dead_keys = [e[k]]
                             else:
-                                node.dead_keys.add(e[k])
+                                node.dead_keys.append(e[k])  # repeats are harmless
                         if not node.dirty:
                             node.dirty = True
                             dirty.append(node)
