@@ -407,22 +407,32 @@ CANON_MAX = 1_000_000
 
 def _literal_types(parts) -> tuple:
     """Types of the literals in the expressions of ``parts``: model equality
-    says ``1 == 1.0 == True``, but ``x / 2`` and ``x / 2.0`` differ."""
+    says ``1 == 1.0 == True``, but ``x / 2`` and ``x / 2.0`` differ. (Dispatch
+    on the exact type: this runs for every state loaded.)"""
     out: list[str] = []
     stack = list(parts)
+    pop, push = stack.pop, stack.extend
     while stack:
-        x = stack.pop()
-        if isinstance(x, (tuple, list)):
-            stack.extend(x)
-        elif isinstance(x, Predicate):
-            stack.extend(c.atoms for c in x.clauses)
-        elif isinstance(x, Edge):
-            stack.extend((x.predicate, x.schema_map))
-        elif isinstance(x, ComplexAtom):
+        x = pop()
+        t = type(x)
+        if t is tuple or t is list:
+            push(x)
+        elif t in _NO_LITERALS:
+            continue
+        elif t is Predicate:
+            for cl in x.clauses:
+                push(cl.atoms)
+        elif t is ComplexAtom or t is Computed:
             out.extend(type(n.value).__name__ for n in walk(x.expr) if isinstance(n, Literal))
-        elif isinstance(x, Computed):
-            out.extend(type(n.value).__name__ for n in walk(x.expr) if isinstance(n, Literal))
+        elif t is Edge:
+            push((x.predicate, x.schema_map))
+        elif isinstance(x, (tuple, list)):  # a subclass, e.g. a named tuple
+            push(x)
     return tuple(out)
+
+
+_NO_LITERALS = frozenset({str, bool, type(None), int, float, StaticAtom, DynamicAtom, DurationAtom, Rename,
+                          Attribute})
 
 
 def _is_static_eq(a) -> bool:
