@@ -110,3 +110,15 @@ def increasing_sweep(ks, events, length, seed):
            "wall_s": round(sum(r["wall_s"] for r in runs), 3), "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
            "flatness": round(first["events_per_second"] / last["events_per_second"], 2), "eval_errors": 0,
            "sweep": runs})
+
+
+@bench.command()
+@click.option("--ks", default="10,100,1000,10000", show_default=True, help="Comma-separated numbers of symbols.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def floor(ks, events, length, seed):
+    """The events of `increasing-sweep` through a minimal hand-written loop
+    (a dict per state, no engine): what CPython itself costs as K grows."""
+    from bench.floor import floor_sweep
+    _emit(floor_sweep([int(x) for x in ks.split(",")], events, length, seed))

@@ -59,3 +59,29 @@ def test_increasing_sweep_prints_one_summary_per_k():
     assert KEYS <= set(summary) and "flatness" in summary
     assert [r["subscriptions"] for r in summary["sweep"]] == [2, 5]
     assert [r["matches"] for r in summary["sweep"]] == [300 - 2 * 9, 300 - 5 * 9]
+
+
+def test_floor_prints_one_summary_per_k():
+    result = CliRunner().invoke(main, ["bench", "floor", "--ks", "2,5", "--events", "300"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert {"events_per_second", "flatness", "sweep"} <= set(summary)
+    assert [r["matches"] for r in summary["sweep"]] == [300 - 2 * 9, 300 - 5 * 9]
+
+
+@pytest.mark.parametrize("k", [1, 3, 40])
+def test_floor_loop_finds_what_the_engine_finds(k):
+    """The floor loop is only a fair yardstick if it does the query's work:
+    on prices that fall as well as rise its matches equal the engine's."""
+    from bench import workloads as wl
+    from bench.floor import run_floor
+    from server.engine import Engine
+
+    events = wl.random_walk(k, 3000, seed=7, down=0.02, up=0.03)
+    eng = Engine()
+    eng.declare(wl.STOCK)
+    for sym in wl.symbols(k):
+        eng.add(wl.increasing_query(sym, 4), owner=sym)
+    engine_matches = len(eng.run(events))
+    floor_matches, _ = run_floor(events, 4)
+    assert engine_matches == floor_matches > 0
