@@ -34,6 +34,11 @@ from server.store import Store, StoredSubscription
 
 log = logging.getLogger("cayuga.daemon")
 
+#: Instance counts per subscription (API, /metrics): a full pass at most this often ...
+COUNT_PASS_SECONDS = 1.0
+#: ... taking at most this much engine-thread time per loop iteration.
+COUNT_BUDGET_SECONDS = 0.002
+
 
 class SubscriptionError(ValueError):
     """A subscription that cannot be registered; ``errors`` holds positioned details."""
@@ -90,7 +95,9 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards subscriptions and stream declarations
-        self._instances: dict[str, int] = {}
+        self._instances: dict[str, int] = {}  # per subscription, refreshed by the engine thread
+        self._count_queue: list[str] = []  # subscriptions still to count in the current pass
+        self._count_pass_started = 0.0
         self._epoch = None
         self.started = False
         self.engine_error: str | None = None
@@ -198,10 +205,32 @@ class Daemon:
                 except Exception as exc:  # noqa: BLE001
                     fut.set_exception(exc)
 
+    def _refresh_counts(self, now: float) -> None:
+        """Recount instances per subscription for the API and /metrics, a few
+        subscriptions per loop iteration: one full pass at most every
+        COUNT_PASS_SECONDS, and at most COUNT_BUDGET_SECONDS of engine-thread
+        time per call, so that counting 100K subscriptions never stalls the
+        events (nor spins while the server is idle)."""
+        eng = self.engine
+        todo = self._count_queue
+        if not todo:
+            if now - self._count_pass_started < COUNT_PASS_SECONDS:
+                return
+            self._count_pass_started = now
+            todo.extend(reversed(list(self.subscriptions)))
+        perf = time.perf_counter
+        deadline = perf() + COUNT_BUDGET_SECONDS
+        counts = self._instances
+        while todo:
+            sid = todo.pop()
+            if eng.has_owner(sid):
+                counts[sid] = eng.instance_count(sid)
+            if perf() > deadline:
+                return
+
     def _engine_loop(self) -> None:
         eng = self.engine
         perf = time.perf_counter
-        last_snapshot = 0.0
         while True:
             self._apply_commands()
             batch = self.queue.get_batch(self.settings.batch_size, timeout=0.05)
@@ -219,11 +248,7 @@ class Daemon:
                 self._epoch = eng.epoch
                 per_event = (perf() - start) / len(batch)
                 self.latency.observe(per_event)
-            now = time.monotonic()
-            if now - last_snapshot > 0.5 or not batch:
-                self._instances = {sid: eng.instance_count(sid) for sid in list(self.subscriptions)
-                                   if sid in eng.owners}
-                last_snapshot = now
+            self._refresh_counts(time.monotonic())
             if self._stop.is_set() and not batch and not len(self.queue):
                 self._apply_commands()
                 return

@@ -188,6 +188,9 @@ class Engine:
     def owners(self) -> list[str]:
         return list(self._loaded)
 
+    def has_owner(self, owner: str) -> bool:
+        return owner in self._loaded
+
     # ------------------------------------------------------------------ loading
 
     def add(self, automata: Automaton | Iterable[Automaton], owner: str) -> list[str]:
@@ -323,10 +326,13 @@ class Engine:
             else:
                 if node.ndead:
                     buckets = node.buckets
-                    for key in node.dead_keys or ():
+                    keys = node.dead_keys or ()
+                    if len(keys) > 1:
+                        keys = dict.fromkeys(keys)  # one pass per bucket
+                    for key in keys:
                         b = buckets.get(key)
                         if b is None:
-                            continue  # a repeated key, already done
+                            continue
                         if len(b) == 1 and b[0][4]:
                             del buckets[key]
                         else:
