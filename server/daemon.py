@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from air.airxml import dump_air, load_air_many
 from air.errors import CayugaError
@@ -66,7 +66,7 @@ class Subscription:
         return "<NFAs>\n" + "".join(dump_air(a) for a in self.automata) + "</NFAs>\n"
 
 
-def compile_subscription(kind: str, text: str, streams: dict[str, StreamSchema], sid: str,
+def compile_subscription(kind: str, text: str, streams: Mapping[str, StreamSchema], sid: str,
                          functions: dict[str, str], time_unit_ms: float) -> tuple[tuple[Automaton, ...], list[str]]:
     """Automata and user-visible output streams of a CEL or AIR text."""
     if kind == "cel":
@@ -293,7 +293,7 @@ class Daemon:
     def _install(self, sid: str, kind: str, text: str, name: str | None, created: float,
                  persist: bool = True) -> Subscription:
         try:
-            autos, outs = compile_subscription(kind, text, self.engine.streams, sid, self.functions(),
+            autos, outs = compile_subscription(kind, text, self.engine.stream_view, sid, self.functions(),
                                                self.settings.time_unit_ms)
         except CayugaError as exc:
             detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
@@ -332,16 +332,17 @@ class Daemon:
             _, errors = parse_all(text)
             if errors:
                 return [e.to_dict() for e in errors], [], None
-        with self._lock:
-            streams = self.engine.streams
+        streams = self.engine.stream_view
         try:
             autos, outs = compile_subscription(kind, text, streams, "validate", self.functions(),
                                                self.settings.time_unit_ms)
         except CayugaError as exc:
             return [exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}], [], None
         probe = Engine(self.engine.functions)
-        for s in streams.values():
-            probe.declare(s)
+        for name in {s.input_stream for a in autos for s in a.states if s.input_stream}:
+            schema = streams.get(name)  # the others are published within the query, or unknown (reported)
+            if schema is not None:
+                probe.declare(schema)
         try:
             probe.add(autos, owner="validate")
         except EngineError as exc:

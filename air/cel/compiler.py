@@ -326,9 +326,9 @@ class _Compiler:
 # --------------------------------------------------------------------------- entry points
 
 
-def _schemas(streams) -> dict[str, StreamSchema]:
+def _schemas(streams) -> Mapping[str, StreamSchema]:
     if isinstance(streams, Mapping):
-        return dict(streams)
+        return streams  # only read (a server passes a live view of many streams: no copy)
     return {s.name: s for s in streams}
 
 

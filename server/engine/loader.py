@@ -54,6 +54,7 @@ class Holding:
     states: list[tuple[int, str, Node]] = field(default_factory=list)  # (automaton, state id, node)
     edges: list[NEdge] = field(default_factory=list)  # one entry per automaton edge held
     readers: list[str] = field(default_factory=list)  # streams read, one entry per state
+    published: list[str] = field(default_factory=list)  # output streams of its automata
 
 
 class _Stage:
@@ -319,8 +320,7 @@ class Loader:
             edge.seq = self._seq
             edge.min_gen = gen
             self.edges += 1
-            if edge.is_start:
-                edge.src.forwards.append(edge)
+            if edge.is_start:  # lives in the stream's start index (not in src.forwards: never scanned)
                 if edge.sig is not None:
                     edge.src.add_child(edge)
                 edge.src.plan.add_start_edge(edge, self.opt.fr_index)
@@ -351,12 +351,11 @@ class Loader:
                 continue
             del edge.owners[owner]
             if edge.owners:
-                edge.min_gen = min(gens[o] for o in edge.owners)
+                edge.min_gen = gens[next(iter(edge.owners))]  # owners are held in the order they came
                 continue
             self.edges -= 1
             src = edge.src
             if edge.is_start:
-                src.forwards.remove(edge)
                 if edge.sig is not None and src.children.get(edge.sig) is edge:
                     del src.children[edge.sig]
                 src.plan.remove_start_edge(edge)
@@ -375,8 +374,12 @@ class Loader:
             del node.owners[owner]
             node.outputs = [o for o in node.outputs if o[2] != owner] or ()
             if node.owners:
-                node.min_gen = min(gens[o] for o in node.owners)
-                node.purge_older_than(node.min_gen)
+                # owners are held in the order they came, so the first is the oldest: O(1), where
+                # min() over the shared start node's owners cost the whole network per removal
+                oldest = gens[next(iter(node.owners))]
+                if oldest != node.min_gen:
+                    node.min_gen = oldest
+                    node.purge_older_than(oldest)  # what only the removed owner could see
                 if node.plan is not None and not node.is_start and node.active and node.count == 0:
                     node.plan.set_active(node, False)
                 continue

@@ -323,7 +323,7 @@ class StreamPlan:
         else:
             edge.run = edge.pred
             self.start_scan[edge] = None
-            self.start_scan_list = sorted(self.start_scan, key=seq_of)
+            self.start_scan_list.append(edge)  # the newest edge has the largest seq: still sorted
 
     def remove_start_edge(self, edge: NEdge) -> None:
         self.start_edges -= 1
@@ -331,7 +331,7 @@ class StreamPlan:
             self.start_index.remove(edge.eq[0], edge.eq[1], edge)
         else:
             del self.start_scan[edge]
-            self.start_scan_list = sorted(self.start_scan, key=seq_of)
+            self.start_scan_list.remove(edge)
 
     def set_active(self, node: Node, active: bool) -> None:
         node.active = active

@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from operator import itemgetter
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from air.model import Automaton, StreamSchema
 from server.engine.codegen import BindError
@@ -125,6 +125,32 @@ def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
 _first = itemgetter(0)
 
 
+class _StreamView(Mapping):
+    """See :attr:`Engine.stream_view`."""
+
+    __slots__ = ("_eng",)
+
+    def __init__(self, eng: "Engine") -> None:
+        self._eng = eng
+
+    def __getitem__(self, name: str) -> StreamSchema:
+        schema = self._eng.schema(name)
+        if schema is None:
+            raise KeyError(name)
+        return schema
+
+    def __contains__(self, name) -> bool:
+        return self._eng.schema(name) is not None
+
+    def __iter__(self):
+        eng = self._eng
+        declared = list(eng._declared)
+        return iter(declared + [n for n in list(eng._published) if n not in eng._declared])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Engine:
     """Runs many automata at once over time-ordered events.
 
@@ -180,9 +206,18 @@ class Engine:
 
     @property
     def streams(self) -> dict[str, StreamSchema]:
+        """A snapshot of every stream: declared and published (costs the
+        number of streams; see :attr:`stream_view` for lookups)."""
         out = {k: v[0] for k, v in self._published.items()}
         out.update(self._declared)
         return out
+
+    @property
+    def stream_view(self) -> Mapping[str, StreamSchema]:
+        """A live read-only mapping of every stream: a lookup costs one dict
+        probe however many subscriptions publish streams (compiling a query
+        against a snapshot of 100K published streams cost 1 ms a query)."""
+        return _StreamView(self)
 
     @property
     def owners(self) -> list[str]:
@@ -225,6 +260,7 @@ class Engine:
             self._readers[stream] = self._readers.get(stream, 0) + 1
         for name, schema in new_pub.items():
             self._published.setdefault(name, (schema, set()))[1].add(owner)
+        holding.published = list(new_pub)
         return list(new_pub)
 
     def remove(self, owner: str) -> None:
@@ -242,8 +278,8 @@ class Engine:
                 self._readers[stream] = left
             else:
                 del self._readers[stream]
-        for name in list(self._published):
-            schema, owners = self._published[name]
+        for name in holding.published:  # only its own: removal costs its size, not the network's
+            owners = self._published[name][1]
             owners.discard(owner)
             if not owners:
                 del self._published[name]
