@@ -25,7 +25,7 @@ from air.model import (
     StaticAtom, StreamSchema,
 )
 from server.engine.codegen import (
-    BindError, Scope, compile_atoms, compile_predicate, compile_schema_map, eq_key, split_clause,
+    BindError, Scope, compile_atoms, compile_predicate, compile_schema_map, convert_const, eq_key, split_clause,
     split_inequality,
 )
 from server.engine.network import NEdge, Node, StreamPlan
@@ -179,6 +179,7 @@ class Loader:
                                 "and not published by any loaded automaton; declare it first")
             ev_schema[s.id] = sch
 
+        consts = _constant_attrs(auto, by_id, ev_schema) if self.opt.an_index else {}
         nodes: dict[str, Node] = {}
         reused: dict[tuple[str, int], NEdge] = {}
         new_sig: dict[tuple[str, int], object] = {}
@@ -216,12 +217,14 @@ class Loader:
                     nodes[d.id] = hit.dest
                     reused[(s.id, i)] = hit
                 else:
-                    nodes[d.id] = self._new_node(d, f"{owner}/{ai}/{d.id}", True, sig, sch, label, stage)
+                    nodes[d.id] = self._new_node(d, f"{owner}/{ai}/{d.id}", True, sig, sch, label, stage,
+                                                 consts.get(d.id))
                     new_sig[(s.id, i)] = sig
                 queue.append(d)
         for s in auto.states:  # everything else is this automaton's own
             if s.id not in nodes:
-                nodes[s.id] = self._new_node(s, f"{owner}/{ai}/{s.id}", False, None, ev_schema[s.id], label, stage)
+                nodes[s.id] = self._new_node(s, f"{owner}/{ai}/{s.id}", False, None, ev_schema[s.id], label, stage,
+                                             consts.get(s.id))
 
         held: list[NEdge] = []
         for s in auto.states:
@@ -243,7 +246,7 @@ class Loader:
         return nodes, held
 
     def _new_node(self, s: State, label: str, shareable: bool, sig, sch: StreamSchema | None, where: str,
-                  stage: _Stage) -> Node:
+                  stage: _Stage, consts: dict | None = None) -> Node:
         node = Node(s, label, shareable)
         node.schema = self._canon_schema(s.schema)
         node.merge_key = sig
@@ -254,6 +257,8 @@ class Loader:
             if len(s.filter.clauses) == 1 and node.filter_full is not None:
                 clause = s.filter.clauses[0]
                 static_eq, dyn_eq, _rest = split_clause(clause, scope)
+                if consts and self.opt.an_index:
+                    static_eq += _derived_static(clause, consts, scope)
                 node.an = eq_key(static_eq) if self.opt.an_index else None
                 use_ai = bool(dyn_eq) and self.opt.instance_index
                 if use_ai:
@@ -436,6 +441,121 @@ def _literal_types(parts) -> tuple:
 
 _NO_LITERALS = frozenset({str, bool, type(None), int, float, StaticAtom, DynamicAtom, DurationAtom, Rename,
                           Attribute})
+
+
+def _constant_attrs(auto: Automaton, by_id: dict[str, State], ev_schema: dict[str, StreamSchema | None]
+                    ) -> dict[str, dict[str, tuple[str, str]]]:
+    """Stored attributes that hold the same constant in every instance of a
+    state: ``{state id: {attribute: (AIR constant, type)}}``.
+
+    ``FILTER{Name = 'IBM'}(Stock) NEXT{$1.Name = $2.Name ...} Stock`` copies
+    ``EV.Name`` into ``Name_1`` on an edge that requires ``Name = 'IBM'``, so
+    every instance of the NEXT state has ``Name_1 = 'IBM'`` and its filter atom
+    ``Name = NODE.Name_1`` can go into the AN index as ``Name = 'IBM'``: the
+    state is then visited only for IBM events instead of for every event (one
+    subscription per symbol written in CEL would otherwise cost every event a
+    visit to every subscription). Sound by induction over the ways an instance
+    is made: each incoming forward edge must produce the constant (from a static
+    equality atom of the edge or of its source's filter, both of which hold when
+    it fires, or by copying a constant attribute of its source), and the rebind
+    edge must copy it unchanged. Types must agree exactly; anything unsure
+    (OR-predicates, computed values, a rebind from elsewhere) gives no constant.
+    States on cycles are seen before all their predecessors and so get fewer
+    constants, never wrong ones."""
+
+    def ev_type(state: State, attr: str) -> str | None:
+        sch = ev_schema.get(state.id)
+        for a in sch.attributes if sch else ():
+            if a.name == attr:
+                return a.type
+        return None
+
+    def attr_type(state: State, attr: str) -> str | None:
+        for a in state.schema:
+            if a.name == attr:
+                return a.type
+        return None
+
+    def holding(src: State, src_consts: dict, pred: Predicate) -> dict[str, tuple[str, str]]:
+        """Event attributes equal to a constant whenever an edge of ``src`` fires."""
+        atoms: list = []
+        if not src.is_start and src.filter is not None:
+            if len(src.filter.clauses) != 1:
+                return {}
+            atoms.extend(src.filter.clauses[0].atoms)
+        if len(pred.clauses) == 1:
+            atoms.extend(pred.clauses[0].atoms)
+        out: dict[str, tuple[str, str]] = {}
+        for a in atoms:
+            t = ev_type(src, a.event_attr) if isinstance(a, (StaticAtom, DynamicAtom)) else None
+            if t is None or a.op != "=":
+                continue
+            if isinstance(a, StaticAtom):
+                out[a.event_attr] = (a.const, t)
+            elif a.node_attr in src_consts and src_consts[a.node_attr][1] == t:
+                out[a.event_attr] = src_consts[a.node_attr]
+        return out
+
+    def produced(src: State, src_consts: dict, edge: Edge, dest: State) -> dict[str, tuple[str, str]]:
+        ev = holding(src, src_consts, edge.predicate)
+        out: dict[str, tuple[str, str]] = {}
+        for m in edge.schema_map:
+            if not isinstance(m, Rename):
+                continue
+            got = ev.get(m.old) if m.source == "EV" else src_consts.get(m.old)
+            if got is not None and attr_type(dest, m.new) == got[1]:
+                out[m.new] = got
+        return out
+
+    incoming: dict[str, list[tuple[State, Edge]]] = {s.id: [] for s in auto.states}
+    for s in auto.states:
+        for e in s.forwards:
+            if e.destination in incoming:
+                incoming[e.destination].append((s, e))
+        if s.rebind is not None and s.rebind.destination != s.id and s.rebind.destination in incoming:
+            incoming[s.rebind.destination].append((s, None))  # a rebind from elsewhere: give up
+    result: dict[str, dict[str, tuple[str, str]]] = {}
+    order = deque(s for s in auto.states if s.is_start)
+    seen = {s.id for s in order}
+    while order:
+        s = order.popleft()
+        if not s.is_start:
+            got: dict | None = None
+            for src, e in incoming[s.id]:
+                part = {} if e is None else produced(src, result.get(src.id, {}), e, s)
+                got = part if got is None else {k: v for k, v in got.items() if part.get(k) == v}
+                if not got:
+                    break
+            got = got or {}
+            if got and s.rebind is not None:  # a rebind must keep each one
+                keeps = produced(s, got, s.rebind, s)
+                got = {k: v for k, v in got.items() if keeps.get(k) == v}
+            if got:
+                result[s.id] = got
+        for e in s.forwards:
+            d = by_id.get(e.destination)
+            if d is not None and d.id not in seen:
+                seen.add(d.id)
+                order.append(d)
+    return result
+
+
+def _derived_static(clause: Clause, consts: dict[str, tuple[str, str]], scope: Scope) -> list[tuple[int, object]]:
+    """``e.a = I.b`` atoms of a filter clause whose ``b`` is a constant of the
+    state (see :func:`_constant_attrs`), as ``(event attribute index, value)``
+    for the AN index."""
+    out = []
+    for a in clause.atoms:
+        if isinstance(a, DynamicAtom) and a.op == "=" and a.node_attr in consts and a.event_attr in scope.ev:
+            text, t = consts[a.node_attr]
+            idx, ev_t = scope.ev[a.event_attr]
+            if ev_t != t:
+                continue
+            try:
+                out.append((idx, convert_const(text, t)))
+            except BindError:
+                continue  # the edge with the bad constant reports it
+    return out
 
 
 def _is_static_eq(a) -> bool:
