@@ -122,3 +122,15 @@ def floor(ks, events, length, seed):
     (a dict per state, no engine): what CPython itself costs as K grows."""
     from bench.floor import floor_sweep
     _emit(floor_sweep([int(x) for x in ks.split(",")], events, length, seed))
+
+
+@bench.command()
+@click.option("--subscriptions", type=int, default=20000, show_default=True, help="One CEL query per symbol.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--every", type=int, default=100, show_default=True,
+              help="Replace one subscription every this many events.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def churn(subscriptions, events, every, seed):
+    """Subscriptions registered as the server does, then replaced while events flow."""
+    from bench.churn import churn as run_churn
+    _emit(run_churn(subscriptions, events, every, seed))

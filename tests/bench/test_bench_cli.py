@@ -85,3 +85,12 @@ def test_floor_loop_finds_what_the_engine_finds(k):
     engine_matches = len(eng.run(events))
     floor_matches, _ = run_floor(events, 4)
     assert engine_matches == floor_matches > 0
+
+
+def test_churn_replaces_subscriptions_while_events_flow():
+    result = CliRunner().invoke(main, ["bench", "churn", "--subscriptions", "30", "--events", "600", "--every", "20"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert KEYS <= set(summary)
+    assert summary["churn"]["removed"] == 30 and summary["eval_errors"] == 0
+    assert summary["network"]["states"] == 30 * 3  # as many subscriptions as before, each of three states
