@@ -463,18 +463,20 @@ def _constant_attrs(auto: Automaton, by_id: dict[str, State], ev_schema: dict[st
     States on cycles are seen before all their predecessors and so get fewer
     constants, never wrong ones."""
 
+    types_of: dict[int, dict[str, str]] = {}  # by id of an attribute tuple: name -> type
+
+    def types(attrs: tuple) -> dict[str, str]:
+        got = types_of.get(id(attrs))
+        if got is None:
+            got = types_of[id(attrs)] = {a.name: a.type for a in attrs}
+        return got
+
     def ev_type(state: State, attr: str) -> str | None:
         sch = ev_schema.get(state.id)
-        for a in sch.attributes if sch else ():
-            if a.name == attr:
-                return a.type
-        return None
+        return types(sch.attributes).get(attr) if sch else None
 
     def attr_type(state: State, attr: str) -> str | None:
-        for a in state.schema:
-            if a.name == attr:
-                return a.type
-        return None
+        return types(state.schema).get(attr)
 
     def holding(src: State, src_consts: dict, pred: Predicate) -> dict[str, tuple[str, str]]:
         """Event attributes equal to a constant whenever an edge of ``src`` fires."""
