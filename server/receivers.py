@@ -103,6 +103,7 @@ class TcpReceiver:
                     conn.close()
                 continue
             conn.settimeout(POLL)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # error lines go back at once
             t = threading.Thread(target=self._serve, args=(conn, addr), name=f"cayuga-tcp-{addr[1]}", daemon=True)
             with self._lock:
                 self._conns[t] = conn

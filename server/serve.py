@@ -54,7 +54,10 @@ class CayugaServer(uvicorn.Server):
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio turns Nagle off (TCP_NODELAY) only on
+    # accepted sockets whose proto says TCP. With proto 0 every keep-alive HTTP
+    # response waited for the client's delayed ACK: 44 ms a request instead of 0.5 ms.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)

@@ -198,3 +198,34 @@ def test_cayuga_serve_send_watch_processes_and_sigterm(tmp_path):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait(10)
+
+
+def test_http_socket_says_tcp_so_asyncio_turns_nagle_off():
+    """asyncio sets TCP_NODELAY only on accepted sockets whose protocol is TCP;
+    a listening socket made with the default protocol 0 left Nagle on, and each
+    keep-alive HTTP response then waited 40 ms for the client's delayed ACK."""
+    import socket
+
+    from server.serve import _bind
+
+    sock = _bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
+
+
+def test_subscription_changes_do_not_wait_for_the_event_poll(tmp_path):
+    """The engine thread applies subscription changes between batches; a
+    submitted change wakes it instead of waiting out the queue's poll."""
+    import threading
+
+    from server.queue import DelayQueue
+
+    q = DelayQueue(10)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(q.get_batch(10, timeout=60)), name="test-waiter")
+    waiter.start()
+    q.wake()
+    waiter.join(timeout=10)
+    assert not waiter.is_alive() and got == [[]]  # woken long before its 60 s poll ends
