@@ -191,6 +191,7 @@ class Daemon:
                 fut.set_exception(exc)
             return fut
         self._commands.put((fn, fut), timeout=5)
+        self.queue.wake()  # do not leave it waiting for events (a registration took up to 50 ms)
         return fut
 
     def _apply_commands(self) -> None:

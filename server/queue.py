@@ -44,6 +44,7 @@ class DelayQueue:
         self._not_empty = threading.Condition(self._lock)
         self._closed = False
         self._draining = False
+        self._woken = False
         self.last_released = None
         self.late = 0
         self.accepted = 0
@@ -73,10 +74,14 @@ class DelayQueue:
 
     def get_batch(self, max_items: int, timeout: float) -> list[Event]:
         """Up to ``max_items`` events whose release time has come, in t1 order.
-        Waits at most ``timeout`` seconds for the first one; [] on timeout."""
+        Waits at most ``timeout`` seconds for the first one; [] on timeout or
+        when :meth:`wake` was called."""
         deadline = time.monotonic() + timeout
         with self._not_empty:
             while True:
+                if self._woken:
+                    self._woken = False
+                    return []
                 if self._heap:
                     horizon = self.clock() - self.delay
                     if self._heap[0][0] < horizon or self._draining:
@@ -98,6 +103,14 @@ class DelayQueue:
             self.last_released = out[-1].t1
             self._not_full.notify_all()
         return out
+
+    def wake(self) -> None:
+        """Make the waiting (or the next) :meth:`get_batch` return at once,
+        so that its caller can do other work (the engine thread applies
+        subscription changes between batches)."""
+        with self._lock:
+            self._woken = True
+            self._not_empty.notify_all()
 
     def close(self, drain: bool = True) -> None:
         """Refuse new events; with ``drain`` the remaining ones are released
