@@ -94,3 +94,11 @@ def test_churn_replaces_subscriptions_while_events_flow():
     assert KEYS <= set(summary)
     assert summary["churn"]["removed"] == 30 and summary["eval_errors"] == 0
     assert summary["network"]["states"] == 30 * 3  # as many subscriptions as before, each of three states
+
+
+def test_server_scale_registers_sends_and_restores():
+    from bench.server_scale import run
+
+    out = run(20, 300, timeout=60)
+    assert out["restored"] == 20 and out["processed_all"]
+    assert out["GET /subscriptions"]["bytes"] > 0
