@@ -77,8 +77,11 @@ class CayugaClient:
     def validate(self, *, cel: str | None = None, air: str | None = None) -> dict:
         return self._call("POST", "/subscriptions/validate", json={"cel": cel} if cel is not None else {"air": air})
 
-    def subscriptions(self) -> list[dict]:
-        return self._call("GET", "/subscriptions")
+    def subscriptions(self, offset: int = 0, limit: int | None = None) -> list[dict]:
+        """Registered subscriptions in registration order (a page of them with
+        ``offset``/``limit``)."""
+        params = {"offset": offset} if limit is None else {"offset": offset, "limit": limit}
+        return self._call("GET", "/subscriptions", params=params)
 
     def subscription(self, sid: str) -> dict:
         return self._call("GET", f"/subscriptions/{sid}")

@@ -117,7 +117,12 @@ class Daemon:
         return self._thread is not None and self._thread.is_alive()
 
     def instance_counts(self) -> dict[str, int]:
+        """A copy of every subscription's last instance count (for /metrics)."""
         return dict(self._instances)
+
+    def instance_count(self, sid: str) -> int:
+        """One subscription's last instance count, without copying them all."""
+        return self._instances.get(sid, 0)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies
 
 def _out(d, s: Subscription, detail: bool = False):
     common = dict(id=s.id, kind=s.kind, name=s.name, outputs=s.outputs, internal_streams=s.internal,
-                  created=s.created, instances=d.instance_counts().get(s.id, 0),
+                  created=s.created, instances=d.instance_count(s.id),
                   websocket=f"/ws/subscriptions/{s.id}")
     if detail:
         return SubscriptionDetail(**common, text=s.text, air=s.air)
@@ -39,8 +39,11 @@ async def validate(body: SubscriptionIn, d: DaemonDep) -> ValidationOut:
 
 
 @router.get("", response_model=list[SubscriptionOut])
-def list_subscriptions(d: DaemonDep):
-    return [_out(d, s) for s in list(d.subscriptions.values())]
+def list_subscriptions(d: DaemonDep, offset: int = Query(0, ge=0, description="Skip this many (in registration order)."),
+                       limit: int | None = Query(None, ge=1, description="Return at most this many.")):
+    subs = list(d.subscriptions.values())  # registration order
+    end = None if limit is None else offset + limit
+    return [_out(d, s) for s in subs[offset:end]]
 
 
 @router.get("/{sid}", response_model=SubscriptionDetail)

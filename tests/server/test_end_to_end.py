@@ -191,3 +191,14 @@ def test_instance_counts_reach_the_api_and_metrics(client):
     assert f'cayuga_instances{{subscription="{subs[0]["id"]}"}} 2.0' in metrics
     client.unsubscribe(subs[0]["id"])
     assert [s["id"] for s in client.subscriptions()] == [s["id"] for s in subs[1:]]
+
+
+def test_subscriptions_are_listed_in_pages(client):
+    ids = [client.subscribe(cel=PAIRS.replace("Pairs", f"Page{i}"))["id"] for i in range(5)]
+    assert [s["id"] for s in client.subscriptions()] == ids
+    assert [s["id"] for s in client.subscriptions(offset=1, limit=2)] == ids[1:3]
+    assert [s["id"] for s in client.subscriptions(offset=4, limit=10)] == ids[4:]
+    assert client.subscriptions(offset=9) == []
+    with pytest.raises(CayugaAPIError) as info:
+        client.subscriptions(limit=0)
+    assert info.value.status == 422 and "limit" in str(info.value.body)
