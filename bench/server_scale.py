@@ -41,7 +41,7 @@ def run(subscriptions: int, events: int, timeout: float = 600.0) -> dict:
         def settings():
             return load_settings(None, data_dir=tmp, http_port=0, tcp_port=0, log_level="warning")
 
-        srv = RunningServer(settings()).start()
+        srv = RunningServer(settings()).start(timeout=timeout)
         try:
             with CayugaClient(srv.base_url) as c:
                 reg = []
@@ -76,7 +76,7 @@ def run(subscriptions: int, events: int, timeout: float = 600.0) -> dict:
             srv.stop()
         out["stop_s"] = round(perf() - t, 2)
         t = perf()
-        srv = RunningServer(settings()).start()
+        srv = RunningServer(settings()).start(timeout=timeout)
         try:
             out["restart_restore_s"] = round(perf() - t, 2)
             with CayugaClient(srv.base_url) as c:
