@@ -15,7 +15,7 @@ The engine is single-threaded by design: exactly one thread may call
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections import deque
 from operator import itemgetter
 from dataclasses import dataclass
@@ -84,8 +84,6 @@ class EngineStats:
 MAX_EVENTS_PER_EPOCH = 1_000_000
 
 
-_INF = float("inf")
-_cid_of = itemgetter(1)
 
 
 def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
@@ -99,27 +97,31 @@ def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
     except Exception:  # noqa: BLE001
         return bucket.ordered()
     t = type(x)
-    entries = bucket.entries
     if t is float and x != x:
-        hit = []  # NaN: no comparison holds
+        cids = insts = ()  # NaN: no comparison holds
     elif t is float or t is int:
         if op == ">=":
-            hit = entries[:bisect_right(entries, (x, _INF))]
+            i = bisect_right(bucket.keys, x)
+            cids, insts = bucket.cids[:i], bucket.insts[:i]
         elif op == ">":
-            hit = entries[:bisect_left(entries, (x,))]
+            i = bisect_left(bucket.keys, x)
+            cids, insts = bucket.cids[:i], bucket.insts[:i]
         elif op == "<=":
-            hit = entries[bisect_left(entries, (x,)):]
+            i = bisect_left(bucket.keys, x)
+            cids, insts = bucket.cids[i:], bucket.insts[i:]
         else:
-            hit = entries[bisect_right(entries, (x, _INF)):]
+            i = bisect_right(bucket.keys, x)
+            cids, insts = bucket.cids[i:], bucket.insts[i:]
     else:
         return bucket.ordered()
     if bucket.rest:
-        pairs = [(c, i) for _k, c, i in hit] + bucket.rest
-        pairs.sort(key=_first)
-        return [i for _c, i in pairs]
-    if len(hit) > 1:
-        hit.sort(key=_cid_of)
-    return [h[2] for h in hit]
+        pairs = list(zip(cids, insts)) + bucket.rest
+    elif len(insts) > 1:
+        pairs = list(zip(cids, insts))
+    else:
+        return list(insts)
+    pairs.sort(key=_first)
+    return [i for _c, i in pairs]
 
 
 _first = itemgetter(0)
@@ -407,7 +409,7 @@ class Engine:
                 key = inst[0][k]
                 b = buckets[key]
                 b.remove(inst)
-                if not b.entries and not b.rest:
+                if not b.keys and not b.rest:
                     del buckets[key]
             node.dead_keys = None
             node.count -= node.ndead
@@ -431,7 +433,7 @@ class Engine:
                 if ok:
                     inst.append(v)
                     inst.append(cid)
-                    insort(b.entries, (v, cid, inst))
+                    b.add(v, cid, inst)
                 else:
                     inst.append(None)
                     inst.append(cid)

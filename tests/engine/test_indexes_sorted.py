@@ -142,3 +142,27 @@ def test_rise_query_uses_the_sorted_index_and_matches_the_scan():
         got = (witnesses(ems), sorted(map(repr, eng.instances("q")["0/A"])))
         base = base or got
         assert sum(got[0].values()) > 0 and got == base
+
+
+def test_equal_keys_only_the_affected_instance_leaves():
+    """Two waiting instances with the same key (P = 5) that another filter atom
+    (Volume < I.V) tells apart: an event affecting only the newer one must take
+    exactly that one out of the sorted bucket, or the older one is lost and the
+    newer one completes a second time."""
+    atoms = [DynamicAtom("Name", "=", "N"), DynamicAtom("Price", ">", "P"), DynamicAtom("Volume", "<", "V")]
+    auto = Automaton((
+        State("0", True, "Stock", forwards=(Edge("A", Predicate(), TAKE),)),
+        State("A", False, "Stock", NPV, filter=_p(atoms), forwards=(Edge("E", Predicate(), STEP),)),
+        State("E", False, None, NPV, outputs=(OutputStream("Out", "OUT"),)),
+    ))
+    events = [Event("Stock", ("IBM", 5.0, 1), 1, 1),   # i1: P = 5, V = 1
+              Event("Stock", ("IBM", 5.0, 9), 2, 2),   # i2: P = 5, V = 9 (i1: 5 > 5 fails, waits)
+              Event("Stock", ("IBM", 6.0, 5), 3, 3),   # 5 < 9: completes i2 only
+              Event("Stock", ("IBM", 7.0, 0), 4, 4)]   # completes i1 (and the instances of t = 2, 3)
+    runs = {}
+    for label, opts in CONFIGS.items():
+        eng, ems = run_config(opts, [("o", auto)], events)
+        assert _has_sorted_index(eng) == (label == "all")
+        runs[label] = [(em.event.values, em.event.t0, em.event.t1) for em in ems]  # in emission order
+    assert runs["all"] == runs["no-sorted"] == runs["no-mqo"]
+    assert [w[1:] for w in runs["all"]] == [(2, 3), (1, 4), (3, 4)]
