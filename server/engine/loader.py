@@ -501,12 +501,13 @@ def _constant_attrs(auto: Automaton, by_id: dict[str, State], ev_schema: dict[st
     def produced(src: State, src_consts: dict, edge: Edge, dest: State) -> dict[str, tuple[str, str]]:
         ev = holding(src, src_consts, edge.predicate)
         out: dict[str, tuple[str, str]] = {}
-        for m in edge.schema_map:
-            if not isinstance(m, Rename):
-                continue
-            got = ev.get(m.old) if m.source == "EV" else src_consts.get(m.old)
-            if got is not None and attr_type(dest, m.new) == got[1]:
-                out[m.new] = got
+        for m in edge.schema_map:  # a later entry for the same attribute wins, as in compile_schema_map
+            if isinstance(m, Rename):
+                got = ev.get(m.old) if m.source == "EV" else src_consts.get(m.old)
+                if got is not None and attr_type(dest, m.new) == got[1]:
+                    out[m.new] = got
+                    continue
+            out.pop(m.new if isinstance(m, Rename) else m.attr, None)
         return out
 
     incoming: dict[str, list[tuple[State, Edge]]] = {s.id: [] for s in auto.states}

@@ -89,6 +89,10 @@ def test_a_rebind_must_keep_the_constant():
 def test_computed_values_and_type_changes_are_not_constants():
     assert consts(_two_state((Computed(Literal("IBM"), "K"),))) == {}
     assert consts(_two_state((Rename("EV", "Name", "K"),), attr_type="int")) == {}
+    # the map's last entry for K decides (as when it is compiled): not the constant copy
+    assert consts(_two_state((Rename("EV", "Name", "K"), Computed(Literal("x"), "K")))) == {}
+    assert consts(_two_state((Computed(Literal("x"), "K"), Rename("EV", "Name", "K"))))["1"] == {
+        "K": ("IBM", "string")}
 
 
 def test_the_derived_key_puts_the_state_in_the_an_index():
