@@ -17,9 +17,10 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Mapping
 from operator import itemgetter
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 from air.model import Automaton, StreamSchema
 from server.engine.codegen import BindError
@@ -82,8 +83,6 @@ class EngineStats:
 
 #: A runaway resubscription loop within one epoch stops after this many events.
 MAX_EVENTS_PER_EPOCH = 1_000_000
-
-
 
 
 def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
