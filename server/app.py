@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from server.api import events, streams, subscriptions, system, ws
 from server.config import Settings
-from server.daemon import Daemon
+from server.daemon import Daemon, ServerStarting
 
 
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
@@ -40,6 +40,10 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
         summary = "; ".join(f"{p['where']}: {p['problem']}" for p in problems)
         return JSONResponse(status_code=422, content={"detail": f"invalid request body: {summary}",
                                                       "errors": problems})
+
+    @app.exception_handler(ServerStarting)
+    async def _starting(request: Request, exc: ServerStarting):
+        return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "5"})
 
     for r in (streams.router, subscriptions.router, events.router, system.router, ws.router):
         app.include_router(r)

@@ -51,6 +51,10 @@ class SubscriptionError(ValueError):
         self.errors = errors or [{"message": message}]
 
 
+class ServerStarting(RuntimeError):
+    """A change asked for while stored subscriptions are still being restored."""
+
+
 @dataclass
 class Subscription:
     id: str
@@ -104,6 +108,11 @@ class Daemon:
         self._count_pass_cost = 0.0  # engine-thread seconds spent on the current pass
         self._epoch = None
         self.started = False
+        self.ready = threading.Event()  # stored subscriptions restored, engine thread running
+        self.restore_total = 0
+        self.restored = 0
+        self._restore_thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()  # the engine thread starts, or the stop wins
         self.engine_error: str | None = None
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
 
@@ -131,6 +140,12 @@ class Daemon:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Declare streams, open the TCP receiver, and restore the stored
+        subscriptions in the background; the engine thread starts when they are
+        all back (:attr:`ready`). Restoring 100K subscriptions takes about a
+        minute; meanwhile /health answers (status "starting"), events queue up
+        (bounded: senders are slowed, nothing is lost), and changes to
+        subscriptions or streams are refused with 503 (:class:`ServerStarting`)."""
         if self.started:
             return
         for s in self.settings.stream_schemas():
@@ -138,19 +153,43 @@ class Daemon:
             self.declared.add(s.name)
         for name, attrs in self.store.streams():
             self._declare_restored(name, attrs)
-        for stored in self.store.subscriptions():
-            try:
-                self._install(stored.id, stored.kind, stored.text, stored.name, stored.created, persist=False)
-            except (SubscriptionError, EngineError) as exc:
-                log.error("could not restore subscription %s: %s", stored.id, exc)
-        self._thread = threading.Thread(target=self._engine_loop, name="cayuga-engine", daemon=True)
-        self._thread.start()
+        stored = self.store.subscriptions()
+        self.restore_total = len(stored)
         self.receiver = TcpReceiver(
             self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
             max_connections=self.settings.max_connections, max_line_bytes=self.settings.max_line_bytes,
             time_unit_ms=self.settings.time_unit_ms)
         self.receiver.start()
         self.started = True
+        self._restore_thread = threading.Thread(target=self._restore_then_run, args=(stored,), name="cayuga-restore",
+                                                daemon=True)
+        self._restore_thread.start()
+
+    def _restore_then_run(self, stored: list) -> None:
+        """The engine's only writer until it hands over to the engine thread."""
+        if stored:
+            log.info("restoring %d subscriptions", len(stored))
+        for st in stored:
+            if self._stop.is_set():
+                return
+            try:
+                self._install(st.id, st.kind, st.text, st.name, st.created, persist=False)
+            except (SubscriptionError, EngineError) as exc:
+                log.error("could not restore subscription %s: %s", st.id, exc)
+            self.restored += 1
+        with self._start_lock:
+            if self._stop.is_set():
+                return
+            self._thread = threading.Thread(target=self._engine_loop, name="cayuga-engine", daemon=True)
+            self._thread.start()
+            self.ready.set()
+        if stored:
+            log.info("ready: %d subscriptions restored", len(self.subscriptions))
+
+    def _require_ready(self) -> None:
+        if not self.ready.is_set():
+            raise ServerStarting(f"the server is starting: {self.restored} of {self.restore_total} stored "
+                                 "subscriptions restored so far; retry shortly")
 
     def _declare_restored(self, name: str, attrs) -> None:
         from air.model import Attribute
@@ -165,6 +204,16 @@ class Daemon:
         if self.receiver:
             self.receiver.stop(timeout=max(deadline - time.monotonic(), 0.1))
         self.queue.close(drain=True)
+        with self._start_lock:
+            restoring = not self.ready.is_set()
+            if restoring:
+                self._stop.set()  # the restore thread stops and never starts the engine thread
+        if restoring:
+            if self._restore_thread:
+                self._restore_thread.join(max(deadline - time.monotonic(), 0.1))
+            if len(self.queue):
+                log.warning("stopped while restoring subscriptions: %d queued events were not processed",
+                            len(self.queue))
         while len(self.queue) and time.monotonic() < deadline and self._thread and self._thread.is_alive():
             time.sleep(0.01)
         self._stop.set()
@@ -293,6 +342,7 @@ class Daemon:
     def declare_stream(self, schema: StreamSchema) -> bool:
         """Declare (and persist) a stream; False when it already existed identically."""
         with self._lock:
+            self._require_ready()
             existing = self.engine.schema(schema.name)
             if existing is not None:
                 if existing.attributes != schema.attributes:
@@ -326,6 +376,7 @@ class Daemon:
 
     def add_subscription(self, kind: str, text: str, name: str | None = None) -> Subscription:
         with self._lock:
+            self._require_ready()
             sid = self.store.next_id()
             try:
                 return self._install(sid, kind, text, name, time.time())
@@ -334,6 +385,7 @@ class Daemon:
 
     def remove_subscription(self, sid: str) -> None:
         with self._lock:
+            self._require_ready()
             if sid not in self.subscriptions:
                 raise KeyError(sid)
             self.submit(lambda eng: eng.remove(sid)).result(timeout=30)

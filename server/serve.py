@@ -84,13 +84,20 @@ class RunningServer:
         finally:
             self.daemon.stop()
 
-    def start(self, timeout: float = 20.0) -> "RunningServer":
+    def start(self, timeout: float = 20.0, wait_ready: bool = True) -> "RunningServer":
+        """Start, and return once the server answers and (with ``wait_ready``)
+        every stored subscription is restored."""
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the server did not start")
             time.sleep(0.02)
+        if wait_ready and not self.daemon.ready.wait(max(deadline - time.monotonic(), 0.0)):
+            done, total = self.daemon.restored, self.daemon.restore_total
+            self.stop()
+            raise RuntimeError(f"the server did not finish restoring its subscriptions within {timeout} s "
+                               f"({done} of {total})")
         return self
 
     @property

@@ -13,8 +13,13 @@ router = APIRouter(tags=["system"])
 @router.get("/health")
 def health(d: DaemonDep) -> dict:
     alive = d.engine_alive
+    if not d.ready.is_set():
+        status = "starting"  # restoring stored subscriptions; the engine thread starts after
+    else:
+        status = "ok" if alive and d.engine_error is None else "degraded"
     return {
-        "status": "ok" if alive and d.engine_error is None else "degraded",
+        "status": status,
+        "restored": {"done": d.restored, "total": d.restore_total},
         "engine_thread": alive,
         "engine_error": d.engine_error,
         "queue_depth": len(d.queue),

@@ -229,3 +229,76 @@ def test_subscription_changes_do_not_wait_for_the_event_poll(tmp_path):
     q.wake()
     waiter.join(timeout=10)
     assert not waiter.is_alive() and got == [[]]  # woken long before its 60 s poll ends
+
+
+def test_restore_runs_in_the_background_and_changes_wait_for_it(tmp_path, monkeypatch):
+    """While stored subscriptions come back, /health answers "starting",
+    changes are refused with 503 (and Retry-After), and events are queued,
+    then processed once every subscription is back."""
+    from clients.client import CayugaAPIError
+    from server.daemon import Daemon
+
+    settings = make_settings(tmp_path)
+    with RunningServer(settings) as srv, CayugaClient(srv.base_url) as c:
+        ids = [c.subscribe(cel=PAIRS.replace("Pairs", f"P{i}"))["id"] for i in range(3)]
+    gate = threading.Event()
+    install = Daemon._install
+
+    def held_install(self, *args, persist=True, **kw):
+        if not persist:  # a restore: wait until the test has looked
+            gate.wait(20)
+        return install(self, *args, persist=persist, **kw)
+
+    monkeypatch.setattr(Daemon, "_install", held_install)
+    srv = RunningServer(make_settings(tmp_path)).start(wait_ready=False)
+    try:
+        with CayugaClient(srv.base_url) as c:
+            health = c.health()
+            assert health["status"] == "starting" and health["restored"] == {"done": 0, "total": 3}
+            with pytest.raises(CayugaAPIError) as info:
+                c.subscribe(cel=PAIRS)
+            assert info.value.status == 503 and "0 of 3" in info.value.body["detail"]
+            assert c.http.post("/subscriptions", json={"cel": PAIRS}).headers["retry-after"] == "5"
+            with pytest.raises(CayugaAPIError) as info:
+                c.unsubscribe(ids[0])
+            assert info.value.status == 503
+            assert c.post_events([stock("IBM", 1.0, 1, 1), stock("IBM", 2.0, 1, 2)])["accepted"] == 2
+            gate.set()
+            assert srv.daemon.ready.wait(20)
+            deadline = time.monotonic() + 10
+            while srv.daemon.engine.stats.events < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert srv.daemon.engine.stats.events == 2
+            assert srv.daemon.engine.stats.witnesses == 3  # one pair per restored subscription
+            assert c.health()["status"] == "ok" and [s["id"] for s in c.subscriptions()] == ids
+    finally:
+        gate.set()
+        srv.stop()
+    deadline = time.monotonic() + 10
+    while cayuga_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cayuga_threads() == []
+
+
+def test_stopping_while_restoring_leaves_no_thread(tmp_path, monkeypatch):
+    from server.daemon import Daemon
+
+    with RunningServer(make_settings(tmp_path)) as srv, CayugaClient(srv.base_url) as c:
+        c.subscribe(cel=PAIRS)
+    gate = threading.Event()
+    install = Daemon._install
+
+    def held_install(self, *args, persist=True, **kw):
+        if not persist:
+            gate.wait(20)
+        return install(self, *args, persist=persist, **kw)
+
+    monkeypatch.setattr(Daemon, "_install", held_install)
+    srv = RunningServer(make_settings(tmp_path)).start(wait_ready=False)
+    threading.Timer(0.5, gate.set).start()  # the restore is still held when the stop begins
+    srv.stop()
+    assert not srv.daemon.ready.is_set()  # the engine thread was never started
+    deadline = time.monotonic() + 10
+    while cayuga_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cayuga_threads() == []
