@@ -231,25 +231,32 @@ def test_subscription_changes_do_not_wait_for_the_event_poll(tmp_path):
     assert not waiter.is_alive() and got == [[]]  # woken long before its 60 s poll ends
 
 
+def _hold_restores(monkeypatch) -> threading.Event:
+    """Make each restored subscription wait for the returned event (up to 20 s)."""
+    from server.daemon import Daemon
+
+    gate = threading.Event()
+    install = Daemon._install
+
+    def held_install(self, *args, persist=True, **kw):
+        if not persist:  # a restore, not a registration
+            gate.wait(20)
+        return install(self, *args, persist=persist, **kw)
+
+    monkeypatch.setattr(Daemon, "_install", held_install)
+    return gate
+
+
 def test_restore_runs_in_the_background_and_changes_wait_for_it(tmp_path, monkeypatch):
     """While stored subscriptions come back, /health answers "starting",
     changes are refused with 503 (and Retry-After), and events are queued,
     then processed once every subscription is back."""
     from clients.client import CayugaAPIError
-    from server.daemon import Daemon
 
     settings = make_settings(tmp_path)
     with RunningServer(settings) as srv, CayugaClient(srv.base_url) as c:
         ids = [c.subscribe(cel=PAIRS.replace("Pairs", f"P{i}"))["id"] for i in range(3)]
-    gate = threading.Event()
-    install = Daemon._install
-
-    def held_install(self, *args, persist=True, **kw):
-        if not persist:  # a restore: wait until the test has looked
-            gate.wait(20)
-        return install(self, *args, persist=persist, **kw)
-
-    monkeypatch.setattr(Daemon, "_install", held_install)
+    gate = _hold_restores(monkeypatch)
     srv = RunningServer(make_settings(tmp_path)).start(wait_ready=False)
     try:
         with CayugaClient(srv.base_url) as c:
@@ -281,19 +288,9 @@ def test_restore_runs_in_the_background_and_changes_wait_for_it(tmp_path, monkey
 
 
 def test_stopping_while_restoring_leaves_no_thread(tmp_path, monkeypatch):
-    from server.daemon import Daemon
-
     with RunningServer(make_settings(tmp_path)) as srv, CayugaClient(srv.base_url) as c:
         c.subscribe(cel=PAIRS)
-    gate = threading.Event()
-    install = Daemon._install
-
-    def held_install(self, *args, persist=True, **kw):
-        if not persist:
-            gate.wait(20)
-        return install(self, *args, persist=persist, **kw)
-
-    monkeypatch.setattr(Daemon, "_install", held_install)
+    gate = _hold_restores(monkeypatch)
     srv = RunningServer(make_settings(tmp_path)).start(wait_ready=False)
     threading.Timer(0.5, gate.set).start()  # the restore is still held when the stop begins
     srv.stop()
