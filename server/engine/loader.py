@@ -257,7 +257,7 @@ class Loader:
             if len(s.filter.clauses) == 1 and node.filter_full is not None:
                 clause = s.filter.clauses[0]
                 static_eq, dyn_eq, _rest = split_clause(clause, scope)
-                if consts and self.opt.an_index:
+                if consts:  # only derived with the AN index on
                     static_eq += _derived_static(clause, consts, scope)
                 node.an = eq_key(static_eq) if self.opt.an_index else None
                 use_ai = bool(dyn_eq) and self.opt.instance_index

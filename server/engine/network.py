@@ -323,14 +323,13 @@ _NO_BUCKETS: dict = {}
 class StreamPlan:
     """Everything that reads one stream: start edges and active nodes."""
 
-    __slots__ = ("name", "start_index", "start_scan", "start_scan_list", "an_index", "active_scan", "nodes",
+    __slots__ = ("name", "start_index", "start_scan_list", "an_index", "active_scan", "nodes",
                  "start_edges")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.start_index = EqIndex()  # the global FR index of start edges
-        self.start_scan: dict[NEdge, None] = {}  # start edges the index cannot hold
-        self.start_scan_list: list[NEdge] = []
+        self.start_scan_list: list[NEdge] = []  # start edges the index cannot hold, in seq order
         self.an_index = EqIndex()  # active nodes by their filter's static equality atoms
         self.active_scan: dict[Node, None] = {}  # active nodes the AN index cannot hold
         self.nodes = 0  # non-start nodes reading this stream
@@ -344,7 +343,6 @@ class StreamPlan:
             self.start_index.add(edge.eq[0], edge.eq[1], edge)
         else:
             edge.run = edge.pred
-            self.start_scan[edge] = None
             self.start_scan_list.append(edge)  # the newest edge has the largest seq: still sorted
 
     def remove_start_edge(self, edge: NEdge) -> None:
@@ -352,7 +350,6 @@ class StreamPlan:
         if edge.indexed:
             self.start_index.remove(edge.eq[0], edge.eq[1], edge)
         else:
-            del self.start_scan[edge]
             self.start_scan_list.remove(edge)
 
     def set_active(self, node: Node, active: bool) -> None:
