@@ -7,7 +7,7 @@ import json
 import click
 
 from bench import workloads as wl
-from bench.runner import engine_options, run_workload
+from bench.runner import engine_options, run_workload, sweep_summary
 
 
 def _switches(f):
@@ -104,12 +104,8 @@ def increasing_sweep(ks, events, length, seed):
         runs.append({key: r[key] for key in ("subscriptions", "events_per_second", "matches", "wall_s", "load_s",
                                              "peak_rss_mb")})
         del w
-    first, last = runs[0], runs[-1]
-    _emit({"workload": "increasing-sweep", "events": events, "subscriptions": last["subscriptions"],
-           "matches": last["matches"], "events_per_second": last["events_per_second"],
-           "wall_s": round(sum(r["wall_s"] for r in runs), 3), "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-           "flatness": round(first["events_per_second"] / last["events_per_second"], 2), "eval_errors": 0,
-           "sweep": runs})
+    _emit(sweep_summary("increasing-sweep", events, runs, peak_rss_mb=max(r["peak_rss_mb"] for r in runs),
+                        eval_errors=0))
 
 
 @bench.command()

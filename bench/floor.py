@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import time
 
+from bench.runner import sweep_summary
 from bench.workloads import increasing_stream
 
 
@@ -54,8 +55,4 @@ def floor_sweep(ks: list[int], events: int, length: int = 10, seed: int = 1) -> 
         runs.append({"subscriptions": k, "events_per_second": round(events / seconds, 1), "matches": matches,
                      "wall_s": round(seconds, 3)})
         del evs
-    first, last = runs[0], runs[-1]
-    return {"workload": "increasing-floor", "events": events, "subscriptions": last["subscriptions"],
-            "matches": last["matches"], "events_per_second": last["events_per_second"],
-            "wall_s": round(sum(r["wall_s"] for r in runs), 3),
-            "flatness": round(first["events_per_second"] / last["events_per_second"], 2), "sweep": runs}
+    return sweep_summary("increasing-floor", events, runs)

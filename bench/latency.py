@@ -19,16 +19,10 @@ import tempfile
 import threading
 import time
 
+from bench.runner import percentile
 from clients.client import CayugaClient
 from server.config import load_settings
 from server.serve import RunningServer
-
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    k = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
-    return sorted_values[k]
 
 
 def run(rate: float, seconds: float, delay: float = 0.0) -> dict:

@@ -17,6 +17,27 @@ def peak_rss_mb() -> float:
     return round(kb / (1024 * 1024) if sys.platform == "darwin" else kb / 1024, 1)
 
 
+def percentile(sorted_values: list[float], p: float) -> float:
+    """The ``p``-th percentile of already sorted values (nearest rank)."""
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+def sweep_summary(workload: str, events: int, runs: list[dict], **extra) -> dict:
+    """One JSON summary for runs over growing K: the largest K's numbers, the
+    total wall time, and ``flatness`` (smallest K's throughput over the largest's)."""
+    first, last = runs[0], runs[-1]
+    out = {"workload": workload, "events": events, "subscriptions": last["subscriptions"],
+           "matches": last["matches"], "events_per_second": last["events_per_second"],
+           "wall_s": round(sum(r["wall_s"] for r in runs), 3),
+           "flatness": round(first["events_per_second"] / last["events_per_second"], 2)}
+    out.update(extra)
+    out["sweep"] = runs
+    return out
+
+
 def engine_options(no_index: bool = False, no_merge: bool = False, no_fr_index: bool = False,
                    no_instance_index: bool = False, no_sorted_index: bool = False) -> dict:
     opts: dict = {"merge": not no_merge, "index": not no_index}
