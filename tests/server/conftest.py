@@ -16,6 +16,14 @@ def cayuga_threads() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if t.name.startswith("cayuga"))
 
 
+def assert_no_cayuga_threads(timeout: float = 10.0) -> None:
+    """Wait (at most ``timeout`` s) for every cayuga thread to end, then check none is left."""
+    deadline = time.monotonic() + timeout
+    while cayuga_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cayuga_threads() == [], "threads left behind"
+
+
 def make_settings(tmp_path, **kw):
     base = dict(data_dir=tmp_path / "data", http_port=0, tcp_port=0, log_level="warning", shutdown_timeout=5)
     base.update(kw)
@@ -35,10 +43,7 @@ def start_server(tmp_path):
     yield start
     for srv in started:
         srv.stop()
-    deadline = time.monotonic() + 10
-    while cayuga_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert cayuga_threads() == [], "threads left behind"
+    assert_no_cayuga_threads()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 from clients.client import CayugaClient
 from server.serve import RunningServer
 from tests.conftest import ROOT
-from tests.server.conftest import cayuga_threads, collect, make_settings, stock
+from tests.server.conftest import assert_no_cayuga_threads, cayuga_threads, collect, make_settings, stock
 
 PAIRS = "SELECT Name, Price_1 AS First, Price AS Second FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
 
@@ -281,10 +281,7 @@ def test_restore_runs_in_the_background_and_changes_wait_for_it(tmp_path, monkey
     finally:
         gate.set()
         srv.stop()
-    deadline = time.monotonic() + 10
-    while cayuga_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert cayuga_threads() == []
+    assert_no_cayuga_threads()
 
 
 def test_stopping_while_restoring_leaves_no_thread(tmp_path, monkeypatch):
@@ -295,7 +292,4 @@ def test_stopping_while_restoring_leaves_no_thread(tmp_path, monkeypatch):
     threading.Timer(0.5, gate.set).start()  # the restore is still held when the stop begins
     srv.stop()
     assert not srv.daemon.ready.is_set()  # the engine thread was never started
-    deadline = time.monotonic() + 10
-    while cayuga_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert cayuga_threads() == []
+    assert_no_cayuga_threads()

@@ -17,11 +17,8 @@ from server.config import load_settings
 from server.runner import run_offline
 from server.serve import RunningServer
 from tests.conftest import CEL_DIR, STOCK
+from tests.server.conftest import assert_no_cayuga_threads
 from tests.spark.conftest import multiset
-
-
-def cayuga_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("cayuga"))
 
 
 @pytest.fixture
@@ -32,10 +29,7 @@ def server(tmp_path):
         yield srv
     finally:
         srv.stop(timeout=15)
-        deadline = time.monotonic() + 10
-        while cayuga_threads() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert cayuga_threads() == [], "threads left behind"
+        assert_no_cayuga_threads()
 
 
 def expected_witnesses(event_files, query) -> list[dict]:
