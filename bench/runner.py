@@ -8,7 +8,7 @@ import sys
 import time
 
 from bench.workloads import Workload
-from server.engine import Engine
+from server.engine import BUILD as ENGINE_BUILD, Engine
 
 
 def peak_rss_mb() -> float:
@@ -33,6 +33,7 @@ def sweep_summary(workload: str, events: int, runs: list[dict], **extra) -> dict
            "matches": last["matches"], "events_per_second": last["events_per_second"],
            "wall_s": round(sum(r["wall_s"] for r in runs), 3),
            "flatness": round(first["events_per_second"] / last["events_per_second"], 2)}
+    out["engine_build"] = ENGINE_BUILD
     out.update(extra)
     out["sweep"] = runs
     return out
@@ -99,4 +100,5 @@ def run_workload(w: Workload, options: dict, *, one_owner: bool = False, profile
         "instances_at_end": eng.instance_count(),
         "eval_errors": eng.stats.eval_errors,
         "python": sys.version.split()[0],
+        "engine_build": ENGINE_BUILD,
     }

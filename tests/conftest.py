@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from air.airxml import load_air
 from air.model import parse_stream_decl
-from server.engine import Engine, Event
+from server.engine import BUILD, Engine, Event
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -17,6 +18,20 @@ CONFORMANCE = TESTS / "conformance"  # a copy of ../shared/conformance (see its 
 AIR_DIR = CONFORMANCE / "air"
 CEL_DIR = CONFORMANCE / "cel"
 GOLDEN = TESTS / "golden"
+
+
+
+def pytest_report_header(config):
+    return f"cayuga engine build: {BUILD}"
+
+
+def pytest_configure(config):
+    # tests/engine/test_compiled_build.py runs suites with this set, so that a
+    # build that silently fell back to plain Python cannot pass for the compiled one
+    want = os.environ.get("CAYUGA_EXPECT_ENGINE")
+    if want and want != BUILD:
+        raise pytest.UsageError(f"CAYUGA_EXPECT_ENGINE={want}, but the engine build is {BUILD}")
+
 
 STOCK = parse_stream_decl("Stock(Name string, Price float, Volume int)")
 IBMSTOCK = parse_stream_decl("IBMStock(IBMPrice float)")

@@ -120,7 +120,7 @@ def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
     else:
         return list(insts)
     pairs.sort(key=_first)
-    return [i for _c, i in pairs]
+    return [inst for _c, inst in pairs]
 
 
 _first = itemgetter(0)
