@@ -151,7 +151,11 @@ def build_engine(remove) -> None:
     """Compile the engine's hot modules with Cython (optional; needs
     pip install -e '.[fast]' and a C compiler). Results are identical; only
     speed changes. CAYUGA_ENGINE=python ignores the compiled modules."""
-    from server.engine import build as engine_build
+    import warnings
+
+    with warnings.catch_warnings():  # importing the package warns of the stale build this replaces
+        warnings.simplefilter("ignore", RuntimeWarning)
+        from server.engine import build as engine_build
 
     if remove:
         for p in engine_build.remove():

@@ -6,6 +6,10 @@ import cython
 from server.engine.network cimport EqIndex, NEdge, Node, SortedBucket, StreamPlan
 
 
+cdef class Event:
+    cdef public object stream, values, t0, t1
+
+
 @cython.locals(bucket=SortedBucket, i=Py_ssize_t)
 cpdef list _affectable(iq, bucket, e)
 
@@ -13,7 +17,7 @@ cpdef list _affectable(iq, bucket, e)
 cdef class Engine:
     cdef public object functions, on_emit, stats, options, _net
     cdef public dict _declared, _published, _loaded, _readers
-    cdef public object _gen, _epoch
+    cdef public object _gen, _epoch, _installed_t1
     cdef public bint _closed
     cdef public Py_ssize_t _epoch_events
     cdef public list _dirty
@@ -26,8 +30,9 @@ cdef class Engine:
     cpdef _close_sorted(self, node)
 
     @cython.locals(plan=StreamPlan, edges=list, found=list, dirty=list, edge=NEdge, dest=Node, nodes=list,
-                   node=Node, k=Py_ssize_t, inst=list, rebind=NEdge, forwards=list, new=list)
-    cpdef _process(self, ev)
+                   node=Node, k=Py_ssize_t, inst=list, rebind=NEdge, forwards=list, new=list,
+                   overlap=bint)
+    cpdef _process(self, Event ev)
 
     @cython.locals(dest=Node)
     cpdef _emit(self, dest, list inst)

@@ -185,6 +185,9 @@ class Engine:
         self._gen = 0
         self._epoch = None
         self._closed = False
+        # every installed instance ends at or before this time (the last epoch closed); an event
+        # starting later overlaps none of them, so the inner loop skips the per-instance check
+        self._installed_t1 = None
         self._epoch_events = 0
         self._dirty: list[Node] = []
         self._resub: deque[Event] = deque()
@@ -329,6 +332,8 @@ class Engine:
         if self._closed:
             return
         self._closed = self._epoch is not None
+        if self._dirty:
+            self._installed_t1 = self._epoch
         for node in self._dirty:
             node.dirty = False
             pending = node.pending
@@ -510,6 +515,8 @@ class Engine:
             return
         if len(nodes) > 1:
             nodes.sort(key=seq_of)
+        installed_t1 = self._installed_t1
+        overlap = installed_t1 is not None and et0 <= installed_t1
         for node in nodes:
             k = node.ai_ev
             if k >= 0:
@@ -526,7 +533,7 @@ class Engine:
             rebind = node.rebind
             forwards = node.forwards if node.fr is None else node.fr_candidates(e)
             for inst in insts:
-                if et0 <= inst[2]:
+                if overlap and et0 <= inst[2]:
                     continue  # the event overlaps the instance: not affected
                 n = inst[0]
                 nt0 = inst[1]
