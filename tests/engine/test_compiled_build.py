@@ -26,8 +26,8 @@ SUITES = ["tests/engine", "tests/cel", "tests/bench", "tests/test_cli_run.py", "
 
 
 def _run(args, cwd, timeout, **env):
-    return subprocess.run(args, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    base = {k: v for k, v in os.environ.items() if k not in ("CAYUGA_ENGINE", "CAYUGA_EXPECT_ENGINE")}
+    return subprocess.run(args, cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
