@@ -16,7 +16,32 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """Subcommand groups that live with their subsystem, imported only when
+    named: ``cayuga bench`` imports the engine, ``cayuga build-engine`` must
+    not have imported it before it rebuilds it."""
+
+    LAZY = {"bench": "bench.cli:bench"}
+
+    def list_commands(self, ctx):
+        return sorted([*super().list_commands(ctx), *self._available()])
+
+    def get_command(self, ctx, name):
+        if name in self._available():
+            import importlib
+
+            module, attr = self.LAZY[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def _available(self) -> list[str]:
+        import importlib.util
+
+        # the benchmark package is not part of every installation
+        return [n for n, target in self.LAZY.items() if importlib.util.find_spec(target.split(".")[0])]
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="cayuga")
 def main() -> None:
     """Cayuga for Python: a complex-event-processing engine and server."""
@@ -243,16 +268,11 @@ def watch(subscription, stream, url, token, count) -> None:
 
 
 def _add_optional_groups() -> None:
-    """Command groups that live with their subsystem (``bench/cli.py``,
-    ``clients/spark_cli.py``); Spark itself is imported only when a command runs."""
+    """The Spark command group (``clients/spark_cli.py``); Spark itself is
+    imported only when a command runs."""
     from clients.spark_cli import spark
 
     main.add_command(spark)
-    try:
-        from bench.cli import bench
-    except ImportError:  # the benchmark package is not part of this installation
-        return
-    main.add_command(bench)
 
 
 _add_optional_groups()

@@ -5,6 +5,16 @@
 # touches them (runtime.py: _process, then close_epoch), so the hot ones of a
 # node share its first cache lines.
 
+cimport cython
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
+
+
+@cython.locals(inst=list)
+cpdef untrack_instances(list insts)
+
+
 cdef class NEdge
 cdef class Node
 

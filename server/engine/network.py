@@ -34,6 +34,14 @@ from operator import attrgetter, itemgetter
 
 from air.model import State
 
+try:
+    import cython
+
+    #: Whether this module runs compiled (server/engine/build.py); Cython makes it a constant.
+    COMPILED = cython.compiled
+except ImportError:  # plain Python without Cython installed: never compiled then
+    COMPILED = False
+
 #: A non-start node gets its own FR index once it has this many forward edges
 #: with static equality atoms; below that, probing costs more than it saves.
 FR_MIN_EDGES = 6
@@ -51,6 +59,19 @@ def Instance(values: tuple, t0, t1, born: int = 0) -> list:
 
 
 VALUES, T0, T1, BORN, DEAD = range(5)
+
+
+def untrack_instances(insts: list) -> None:
+    """Take newly installed instances and their value tuples out of the cyclic
+    GC (compiled build only; plain Python has no way to). Neither can be part
+    of a reference cycle: an instance holds its value tuple and atomic values,
+    and nothing but the engine holds an instance. Left tracked, the instances
+    that live across collections dominated the engine's GC time (a collection
+    walks every young instance: 15% of `increasing` at K = 1000)."""
+    if COMPILED:
+        for inst in insts:
+            PyObject_GC_UnTrack(inst)
+            PyObject_GC_UnTrack(inst[0])
 
 
 class SortedBucket:

@@ -3,7 +3,7 @@
 
 import cython
 
-from server.engine.network cimport EqIndex, NEdge, Node, SortedBucket, StreamPlan
+from server.engine.network cimport EqIndex, NEdge, Node, SortedBucket, StreamPlan, untrack_instances
 
 
 cdef class Event:

@@ -26,7 +26,7 @@ from air.model import Automaton, StreamSchema
 from server.engine.codegen import BindError
 from server.engine.functions import FunctionRegistry
 from server.engine.loader import Holding, LoadError, Loader, Options
-from server.engine.network import Node, SortedBucket, seq_of
+from server.engine.network import COMPILED, Node, SortedBucket, seq_of, untrack_instances
 
 
 class EngineError(ValueError):
@@ -337,6 +337,8 @@ class Engine:
         for node in self._dirty:
             node.dirty = False
             pending = node.pending
+            if pending and COMPILED:
+                untrack_instances(pending)
             if node.ai_ev < 0:
                 ndead = node.ndead
                 if ndead:
