@@ -517,6 +517,8 @@ class Engine:
             return
         if len(nodes) > 1:
             nodes.sort(key=seq_of)
+            if COMPILED:
+                _prefetch(nodes)  # noqa: F821 - C only (runtime.pxd); plain Python has nothing like it
         installed_t1 = self._installed_t1
         overlap = installed_t1 is not None and et0 <= installed_t1
         for node in nodes:
