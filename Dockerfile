@@ -12,7 +12,10 @@ COPY server ./server
 COPY clients ./clients
 COPY bench ./bench
 COPY examples ./examples
-RUN pip install . \
+# The compiled engine (cayuga build-engine): a C compiler only while building.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install '.[fast]' && cayuga build-engine \
+    && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /app cayuga \
     && mkdir -p /data && chown cayuga /data
 USER cayuga

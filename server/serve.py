@@ -18,6 +18,7 @@ import uvicorn
 from server.app import create_app
 from server.config import Settings
 from server.daemon import Daemon
+from server.engine import BUILD as ENGINE_BUILD
 
 log = logging.getLogger("cayuga.serve")
 
@@ -136,8 +137,8 @@ def serve(settings: Settings) -> None:
     sock = _bind(settings.host, settings.http_port)
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio")
     server = CayugaServer(config, daemon)
-    log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d",
-             settings.host, sock.getsockname()[1], settings.host, settings.tcp_port)
+    log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
+             settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
     try:
         server.run(sockets=[sock])
     finally:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from server.api.deps import DaemonDep
+from server.engine import BUILD
 
 router = APIRouter(tags=["system"])
 
@@ -21,6 +22,7 @@ def health(d: DaemonDep) -> dict:
         "status": status,
         "restored": {"done": d.restored, "total": d.restore_total},
         "engine_thread": alive,
+        "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
         "engine_error": d.engine_error,
         "queue_depth": len(d.queue),
         "subscriptions": len(d.subscriptions),

@@ -169,6 +169,7 @@ def test_auth_tokens(start_server):
             anon.streams()
         assert info.value.status == 401 and "Authorization: Bearer" in str(info.value)
         assert anon.health()["status"] == "ok"  # health stays open for probes
+        assert anon.health()["engine_build"] in ("compiled", "python")
     with CayugaClient(srv.base_url, token="sekret") as c:
         assert [s["name"] for s in c.streams()] == ["Stock"]
 
