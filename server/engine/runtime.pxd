@@ -18,6 +18,12 @@ cdef extern from "Python.h":
         PyObject **ob_item
 
 
+#: CPython's GC header sits before a tracked object; freeing a consumed instance reads it
+#: (PyObject_GC_UnTrack), often from a cache line of its own.
+cdef enum:
+    GC_HEADER = 16
+
+
 cdef inline void _prefetch(list nodes):
     """Ask the memory system for what the event loop will read of every
     candidate node — its first instance (list, item array, values and their
@@ -55,10 +61,11 @@ cdef inline void _prefetch(list nodes):
                 __builtin_prefetch((<PyListObject *>fwds[i]).ob_item)
             else:
                 fwds[i] = NULL
-    for i in range(n):  # 3: the first instance, the first edge
+    for i in range(n):  # 3: the first instance (with the GC header before it), the first edge
         if insts[i] != NULL:
             insts[i] = (<PyListObject *>insts[i]).ob_item[0]
             __builtin_prefetch(insts[i])
+            __builtin_prefetch(<char *>insts[i] - GC_HEADER)
         if fwds[i] != NULL:
             fwds[i] = (<PyListObject *>fwds[i]).ob_item[0]
             __builtin_prefetch(fwds[i])
@@ -69,9 +76,10 @@ cdef inline void _prefetch(list nodes):
             edge = <NEdge>fwds[i]
             fwds[i] = <PyObject *>edge.dest
             __builtin_prefetch(fwds[i])
-    for i in range(n):  # 5: its values and start time, the destination's pending list
+    for i in range(n):  # 5: its values (and their GC header) and start time, the destination's pending list
         if insts[i] != NULL:
             __builtin_prefetch((<PyListObject *>insts[i]).ob_item[0])
+            __builtin_prefetch(<char *>(<PyListObject *>insts[i]).ob_item[0] - GC_HEADER)
             __builtin_prefetch((<PyListObject *>insts[i]).ob_item[1])
         if fwds[i] != NULL:
             node = <Node>fwds[i]
