@@ -5,7 +5,7 @@ import cython
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from server.engine.network cimport EqIndex, NEdge, Node, SortedBucket, StreamPlan, untrack_instances
 
@@ -74,7 +74,7 @@ cdef inline void _prefetch(list nodes):
             __builtin_prefetch((<PyListObject *>insts[i]).ob_item)
         if fwds[i] != NULL:
             edge = <NEdge>fwds[i]
-            fwds[i] = <PyObject *>edge.dest
+            fwds[i] = <PyObject *>edge.dest if edge.dest is not None else NULL
             __builtin_prefetch(fwds[i])
     for i in range(n):  # 5: its values (and their GC header) and start time, the destination's pending list
         if insts[i] != NULL:
@@ -88,8 +88,9 @@ cdef inline void _prefetch(list nodes):
     for i in range(n):  # 6: the values themselves, the pending list's item array
         if insts[i] != NULL:
             p = (<PyListObject *>insts[i]).ob_item[0]
-            for j in range(min(PyTuple_GET_SIZE(<object>p), 4)):
-                __builtin_prefetch(PyTuple_GET_ITEM(<object>p, j))
+            if PyTuple_CheckExact(<object>p):
+                for j in range(min(PyTuple_GET_SIZE(<object>p), 4)):
+                    __builtin_prefetch(PyTuple_GET_ITEM(<object>p, j))
         if fwds[i] != NULL and (<PyListObject *>fwds[i]).ob_item != NULL:
             __builtin_prefetch((<PyListObject *>fwds[i]).ob_item)
 
