@@ -20,6 +20,9 @@ def _switches(f):
     f = click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")(f)
     f = click.option("--profile", type=click.Path(dir_okay=False), default=None,
                      help="Write a cProfile of the event loop to this file.")(f)
+    f = click.option("--pause", type=float, default=0.0, show_default=True,
+                     help="After loading, print the process id to stderr and wait this many seconds before "
+                          "the timed loop (to attach a sampling profiler: perf record -p PID).")(f)
     return f
 
 
@@ -41,11 +44,11 @@ def bench() -> None:
               help="zipf1 zipf2 zipf3 of Table 3.")
 @_switches
 def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index,
-         seed, profile):
+         seed, profile, pause):
     """The technical benchmark of 002 §4.1 (Table 3) for one template."""
     w = wl.edbt(template, subscriptions, events, seed=seed, zipf=tuple(zipf))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
-    _emit(run_workload(w, opts, profile=profile), template=template)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), template=template)
 
 
 @bench.command()
@@ -57,22 +60,22 @@ def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index,
 @_switches
 def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_index, no_instance_index,
                no_sorted_index, seed,
-               profile):
+               profile, pause):
     """001 §5.1: K static "ten consecutive increasing prices" queries."""
     w = wl.increasing(queries, events, length=length, seed=seed, stream_symbols=n_symbols)
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
-    _emit(run_workload(w, opts, profile=profile), queries=queries, symbols=n_symbols or queries)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), queries=queries, symbols=n_symbols or queries)
 
 
 @bench.command()
 @click.option("--events", type=int, default=1000000, show_default=True)
 @click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
 @_switches
-def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed, profile):
+def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed, profile, pause):
     """One query: the next quote of the same symbol at least 5% higher."""
     w = wl.Workload("rise", (wl.STOCK,), [wl.rise_query()], wl.random_walk(n_symbols, events, seed))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
-    _emit(run_workload(w, opts, profile=profile), symbols=n_symbols)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
 
 
 @bench.command()
@@ -81,11 +84,11 @@ def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, 
 @click.option("--min-length", type=int, default=5, show_default=True)
 @_switches
 def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed,
-          profile):
+          profile, pause):
     """One query: a Kleene run-up (FOLD) of at least --min-length rising quotes."""
     w = wl.Workload("runup", (wl.STOCK,), [wl.runup_query(min_length)], wl.random_walk(n_symbols, events, seed))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
-    _emit(run_workload(w, opts, profile=profile), symbols=n_symbols)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
 
 
 @bench.command("increasing-sweep")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import sys
 import time
@@ -51,10 +52,14 @@ def engine_options(no_index: bool = False, no_merge: bool = False, no_fr_index: 
     return opts
 
 
-def run_workload(w: Workload, options: dict, *, one_owner: bool = False, profile: str | None = None) -> dict:
+def run_workload(w: Workload, options: dict, *, one_owner: bool = False, profile: str | None = None,
+                 pause: float = 0.0) -> dict:
     """Load every automaton (one owner each, unless ``one_owner``), feed every
     event, flush; return the JSON summary. With ``profile`` a cProfile of the
-    event loop is written to that path."""
+    event loop is written to that path; with ``pause`` the process id goes to
+    stderr and the loop starts that many seconds later (attach ``perf record
+    -p PID -e cpu-clock`` then: a profile of the whole process is mostly
+    loading)."""
     eng = Engine(**options)
     for s in w.streams:
         eng.declare(s)
@@ -69,6 +74,9 @@ def run_workload(w: Workload, options: dict, *, one_owner: bool = False, profile
     plan = eng.plan_stats()
     feed = eng.feed
     gc.freeze()  # the loaded network is long-lived: keep the cyclic GC from rescanning it
+    if pause > 0:
+        print(f"loaded; the event loop starts in {pause:g} s: pid {os.getpid()}", file=sys.stderr, flush=True)
+        time.sleep(pause)
     prof = None
     if profile:
         import cProfile

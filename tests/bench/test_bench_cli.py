@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -102,3 +103,10 @@ def test_server_scale_registers_sends_and_restores():
     out = run(20, 300, timeout=60)
     assert out["restored"] == 20 and out["processed_all"]
     assert out["GET /subscriptions"]["bytes"] > 0
+
+
+def test_pause_names_the_process_to_attach_a_profiler_to_before_the_loop():
+    result = CliRunner().invoke(main, ["bench", "increasing", "--queries", "3", "--events", "50", "--pause", "0.01"])
+    assert result.exit_code == 0, result.output
+    assert f"pid {os.getpid()}" in result.stderr
+    assert json.loads(result.stdout)["events"] == 50
