@@ -2,10 +2,10 @@
 gives exactly the results of the plain-Python one.
 
 The compiled modules are built in a copy of the source (never in this tree, so
-the rest of this run stays plain Python), then the engine, CEL, benchmark and
-``cayuga run`` suites run there against them: every switch-equivalence,
-conformance and golden-witness test of those suites checks the compiled build
-too. Which build a suite ran is checked, not assumed (CAYUGA_EXPECT_ENGINE in
+the rest of this run stays plain Python), then the engine, CEL, benchmark,
+server, Spark and ``cayuga run`` suites run there against them: every
+switch-equivalence, conformance and golden-witness test of those suites checks
+the compiled build too. Which build a suite ran is checked, not assumed (CAYUGA_EXPECT_ENGINE in
 tests/conftest.py)."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pytest
 from server.engine import build as engine_build
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITES = ["tests/engine", "tests/cel", "tests/bench", "tests/test_cli_run.py", "tests/test_user_functions.py"]
+SUITES = ["tests/engine", "tests/cel", "tests/bench", "tests/server", "tests/spark", "tests/test_cli_run.py",
+          "tests/test_user_functions.py"]
 
 
 def _run(args, cwd, timeout, **env):
@@ -72,7 +73,8 @@ def test_a_compiled_module_older_than_its_source_is_not_used(compiled_tree, tmp_
 
 def test_the_suites_pass_against_the_compiled_engine(compiled_tree):
     r = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *SUITES,
-              "--ignore=tests/engine/test_compiled_build.py"], compiled_tree, 1800, CAYUGA_EXPECT_ENGINE="compiled")
+              "--ignore=tests/engine/test_compiled_build.py"], compiled_tree, 1800, CAYUGA_EXPECT_ENGINE="compiled",
+             PYTHONPATH=str(compiled_tree))  # also for the processes the suites start (server, Spark workers)
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail
