@@ -478,6 +478,18 @@ class Engine:
         e = ev.values
         et0 = ev.t0
         et1 = ev.t1
+        # active nodes: the AN index, plus active nodes it cannot hold. Found first, though used
+        # last: the start edges below only add pending instances, which no node sees before the
+        # epoch closes, and in the compiled build the prefetch is on its way meanwhile
+        nodes: list = []
+        if plan.an_index.size:
+            plan.an_index.probe(e, nodes)
+        if plan.active_scan:
+            nodes.extend(plan.active_scan)
+        if len(nodes) > 1:
+            nodes.sort(key=seq_of)
+            if COMPILED:
+                _prefetch(nodes)  # noqa: F821 - C only (runtime.pxd); plain Python has nothing like it
         # start edges: the global FR index of the stream, plus the edges it cannot hold
         edges = plan.start_scan_list
         if plan.start_index.size:
@@ -507,18 +519,8 @@ class Engine:
                             self._emit(dest, new)
                 except Exception as exc:  # noqa: BLE001 - a user expression failed on this event
                     self._eval_error(edge.src.label, exc)
-        # active nodes: the AN index, plus active nodes it cannot hold
-        nodes: list = []
-        if plan.an_index.size:
-            plan.an_index.probe(e, nodes)
-        if plan.active_scan:
-            nodes.extend(plan.active_scan)
         if not nodes:
             return
-        if len(nodes) > 1:
-            nodes.sort(key=seq_of)
-            if COMPILED:
-                _prefetch(nodes)  # noqa: F821 - C only (runtime.pxd); plain Python has nothing like it
         installed_t1 = self._installed_t1
         overlap = installed_t1 is not None and et0 <= installed_t1
         for node in nodes:
