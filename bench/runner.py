@@ -33,8 +33,8 @@ def sweep_summary(workload: str, events: int, runs: list[dict], **extra) -> dict
     out = {"workload": workload, "events": events, "subscriptions": last["subscriptions"],
            "matches": last["matches"], "events_per_second": last["events_per_second"],
            "wall_s": round(sum(r["wall_s"] for r in runs), 3),
-           "flatness": round(first["events_per_second"] / last["events_per_second"], 2)}
-    out["engine_build"] = ENGINE_BUILD
+           "flatness": round(first["events_per_second"] / last["events_per_second"], 2),
+           "engine_build": ENGINE_BUILD}
     out.update(extra)
     out["sweep"] = runs
     return out

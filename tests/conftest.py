@@ -20,7 +20,6 @@ CEL_DIR = CONFORMANCE / "cel"
 GOLDEN = TESTS / "golden"
 
 
-
 def pytest_report_header(config):
     return f"cayuga engine build: {BUILD}"
 

@@ -5,8 +5,8 @@ The compiled modules are built in a copy of the source (never in this tree, so
 the rest of this run stays plain Python), then the engine, CEL, benchmark,
 server, Spark and ``cayuga run`` suites run there against them: every
 switch-equivalence, conformance and golden-witness test of those suites checks
-the compiled build too. Which build a suite ran is checked, not assumed (CAYUGA_EXPECT_ENGINE in
-tests/conftest.py)."""
+the compiled build too. Which build a suite ran is checked, not assumed
+(CAYUGA_EXPECT_ENGINE in tests/conftest.py)."""
 
 from __future__ import annotations
 
