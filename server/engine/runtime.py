@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping
 from operator import itemgetter
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from air.model import Automaton, StreamSchema
 from server.engine.codegen import BindError
@@ -59,9 +59,11 @@ class Event:
         return hash((self.stream, self.values, self.t0, self.t1))
 
 
-@dataclass(frozen=True, slots=True)
-class Emission:
-    """A witness produced by an automaton reaching a state with an output stream."""
+class Emission(NamedTuple):
+    """A witness produced by an automaton reaching a state with an output stream.
+
+    (A named tuple: one is made per witness, and a frozen dataclass took four
+    ``object.__setattr__`` calls to build.)"""
 
     stream: str
     event: Event
