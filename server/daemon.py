@@ -16,7 +16,9 @@ import logging
 import queue as stdqueue
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
+from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -33,6 +35,8 @@ from server.receivers import TcpReceiver
 from server.store import Store, StoredSubscription
 
 log = logging.getLogger("cayuga.daemon")
+
+_STREAM_OF = attrgetter("stream")
 
 #: Instance counts per subscription (API, /metrics): a full pass at most this often ...
 COUNT_PASS_SECONDS = 1.0
@@ -115,6 +119,9 @@ class Daemon:
         self._start_lock = threading.Lock()  # the engine thread starts, or the stop wins
         self.engine_error: str | None = None
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
+        # for the console's rates; written by the engine thread only, read as copies (see activity())
+        self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
+        self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
 
     # ------------------------------------------------------------------ clock
 
@@ -136,6 +143,28 @@ class Daemon:
     def instance_count(self, sid: str) -> int:
         """One subscription's last instance count, without copying them all."""
         return self._instances.get(sid, 0)
+
+    def activity(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Copies of the running totals of events per input stream and of
+        witnesses per subscription (the console turns them into rates). The
+        engine thread is their only writer; a dict copy is atomic under the GIL."""
+        return dict(self._stream_events), dict(self._owner_witnesses)
+
+    def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:
+        """Live instances of one subscription per state, counted on the engine
+        thread between batches (KeyError when it does not exist)."""
+        if sid not in self.subscriptions:
+            raise KeyError(sid)
+        try:
+            return self.submit(lambda eng: eng.state_counts(sid)).result(timeout=timeout)
+        except EngineError:
+            raise KeyError(sid) from None
+
+    def _count_batch(self, batch: list) -> None:
+        """Add a batch's events per stream to the console's totals (engine thread)."""
+        totals = self._stream_events
+        for name, n in Counter(map(_STREAM_OF, batch)).items():
+            totals[name] = totals.get(name, 0) + n
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -302,6 +331,7 @@ class Daemon:
             self._apply_commands()
             batch = self.queue.get_batch(self.settings.batch_size, timeout=0.05)
             if batch:
+                self._count_batch(batch)
                 start = perf()
                 for ev in batch:
                     try:
@@ -323,6 +353,8 @@ class Daemon:
     def _on_emit(self, em: Emission) -> None:
         sub = self.subscriptions.get(em.owner)
         deliver = sub is not None and em.stream in sub.outputs
+        if deliver:
+            self._owner_witnesses[em.owner] = self._owner_witnesses.get(em.owner, 0) + 1
         chans = self.hub.listeners(em.owner, em.stream, deliver)
         if not chans:
             return
@@ -391,6 +423,7 @@ class Daemon:
             self.submit(lambda eng: eng.remove(sid)).result(timeout=30)
             del self.subscriptions[sid]
             self._instances.pop(sid, None)
+            self.submit(lambda eng: self._owner_witnesses.pop(sid, None))  # its only writer's thread
             self.store.delete_subscription(sid)
         self.hub.close_owner(sid)
 
