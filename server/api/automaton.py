@@ -92,7 +92,7 @@ def _state(key: str, ai: int, s: State, count: int | None) -> dict:
     return {"key": key, "automaton": ai, "id": s.id, "start": s.is_start, "end": s.is_end,
             "input_stream": s.input_stream, "schema": [{"name": a.name, "type": a.type} for a in s.schema],
             "outputs": [{"name": o.name, "type": o.type} for o in s.outputs],
-            "instances": None if s.is_start else count}
+            "instances": None if s.is_start or s.is_end else count}  # end states keep no instances
 
 
 def automaton_graph(automata: tuple[Automaton, ...], counts: dict[str, int]) -> dict:

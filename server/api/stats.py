@@ -48,7 +48,8 @@ def stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subscrip
         "witnesses": es.witnesses,
         "delivered": c.get("delivered", 0),
         "queue_depth": len(d.queue),
-        "epoch_lag": d.epoch_lag(),
+        "epoch_lag": d.epoch_lag(),  # in stream time units
+        "epoch_lag_seconds": d.epoch_lag() * d.settings.time_unit_ms / 1000.0,
         "clients": d.hub.client_count,
         "latency_buckets": _latency_buckets(d.latency),
         "streams": per_stream,
