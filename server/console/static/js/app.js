@@ -85,7 +85,8 @@ async function poll() {
   charts.queue.push(s.queue_depth);
   charts.lag.push(s.epoch_lag_seconds);
   charts.p99.push(percentile(s.latency_buckets, prev && prev.latency_buckets));
-  if (s.subscription_count !== state.subCount || state.polls % LIST_EVERY === 0) await refreshLists();
+  const changed = state.subCount >= 0 && s.subscription_count !== state.subCount;
+  if (changed || state.polls % LIST_EVERY === 0) await refreshLists();
   state.subCount = s.subscription_count;
   drawStreams(s, prev, dt);
   drawSubscriptions(s, prev, dt);
@@ -93,8 +94,12 @@ async function poll() {
   state.polls++;
   if (state.selected) {
     try {
-      const c = await api("GET", `/subscriptions/${encodeURIComponent(state.selected)}/automaton/instances`);
-      updateCounts($("#graph"), c.instances);
+      if (changed) { // resubscription links may have come or gone
+        await drawGraph(state.selected);
+      } else {
+        const c = await api("GET", `/subscriptions/${encodeURIComponent(state.selected)}/automaton/instances`);
+        updateCounts($("#graph"), c.instances);
+      }
     } catch (err) {
       if (err instanceof ApiError && err.status === 404) select(null);
       else throw err;
@@ -152,6 +157,10 @@ function drawSubscriptions(s, prev, dt) {
 // ------------------------------------------------------------------ selection and automaton
 
 async function select(sid) {
+  if (sid && sid === state.selected) { // again: redraw, keep the matches
+    await authed(() => drawGraph(sid));
+    return;
+  }
   state.selected = sid;
   for (const tr of document.querySelectorAll("#subscriptions tbody tr")) tr.classList.toggle("selected", tr.dataset.sid === sid);
   matches.watch(sid);
@@ -160,7 +169,11 @@ async function select(sid) {
     $("#graph").replaceChildren();
     return;
   }
-  const graph = await authed(() => api("GET", `/subscriptions/${encodeURIComponent(sid)}/automaton`));
+  await authed(() => drawGraph(sid));
+}
+
+async function drawGraph(sid) {
+  const graph = await api("GET", `/subscriptions/${encodeURIComponent(sid)}/automaton`);
   if (state.selected !== sid) return;
   $("#graph-title").textContent = `${sid}${graph.name ? " " + graph.name : ""} → ${graph.outputs.join(", ")}`;
   renderAutomaton($("#graph"), graph);
