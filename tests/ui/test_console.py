@@ -121,6 +121,14 @@ def test_the_console_asks_for_the_token_and_uses_it(start_server, page, shots):
     expect(page.locator("#matches tbody tr")).to_have_count(2)
     expect(page.locator("#match-status")).not_to_contain_text("disconnected")
     shots("authorised")
+    # delete takes a second click
+    delete = page.locator("#subscriptions tbody tr[data-sid=s1] button.delete")
+    delete.click()
+    expect(delete).to_have_text("sure?")
+    delete.click()
+    expect(page.locator("#subscriptions tbody tr")).to_have_count(0)
+    expect(page.locator("#graph svg")).to_have_count(0)
+    assert srv.daemon.subscriptions == {}
 
 
 def test_a_burst_of_10k_witnesses_keeps_the_page_responsive_and_bounded(start_server, page, shots):

@@ -212,7 +212,7 @@ function showValidation({ state: st, result, error }) {
       li.className = "error";
       li.dataset.line = e.line;
       li.dataset.column = e.column;
-      li.textContent = `line ${e.line}, column ${e.column}: ${e.message}`;
+      li.textContent = e.line ? `line ${e.line}, column ${e.column}: ${e.message}` : e.message;
       li.addEventListener("click", () => editor.focusError(e));
       return li;
     }));
