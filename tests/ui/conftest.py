@@ -19,6 +19,11 @@ import pytest
 
 from tests.server.conftest import server, start_server  # noqa: F401  (fixtures)
 
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # reported by the browser fixture: a failure under CI, else a skip
+    expect = sync_playwright = None
+
 CHROMIUM = os.environ.get("CAYUGA_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -36,9 +41,7 @@ def _unavailable(reason: str):
 def browser():
     if not Path(CHROMIUM).is_file():
         _unavailable(f"no chromium at {CHROMIUM}: apt-get install chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
+    if sync_playwright is None:
         _unavailable("playwright is not installed: pip install -e '.[test]'")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=TIMEOUT_MS)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
-from playwright.sync_api import expect
-
 from clients.client import CayugaClient
 from tests.conftest import ROOT
 from tests.server.conftest import stock
+from tests.ui.conftest import expect
 
 # The README's query, over three lines, with a typo on the second line.
 QUERY = """SELECT Name, Price_1 AS Before, Price AS After
