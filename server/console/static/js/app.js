@@ -291,6 +291,7 @@ function loop() {
 
 setupCharts();
 $("#register").addEventListener("click", register);
+$("#graph").addEventListener("click", () => $("#graph").classList.toggle("actual")); // fit the panel, or full size
 $("#send-events").addEventListener("click", sendEvents);
 $("#example").addEventListener("click", () => {
   editor.text = EXAMPLE_QUERY;
