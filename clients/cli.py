@@ -85,13 +85,11 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
         functions = settings.function_registry()
     except (ModelError, CayugaError, ConfigError) as exc:
         _fail(str(exc))
-    out = click.open_file(output, "w", encoding="utf-8")
+    out = click.open_file(output, "wb")
     try:
-        with click.open_file(events_path, "r", encoding="utf-8") as fh:
-            result = run_offline(
-                schemas, list(queries), fh, fmt, include_resub=include_resub, functions=functions,
-                on_witness=lambda w: out.write(_json(w) + "\n"),
-            )
+        with click.open_file(events_path, "rb") as fh:
+            result = run_offline(schemas, list(queries), fh, fmt, include_resub=include_resub,
+                                 functions=functions, out=out)
     except (CayugaError, EngineError, ModelError) as exc:
         _fail(str(exc))
     finally:
@@ -102,15 +100,9 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     for r in result.rejected:
         click.echo(f"{events_path}:{r.line}: rejected: {r.reason}", err=True)
     click.echo(
-        f"cayuga: {result.events} events, {len(result.witnesses)} witnesses, "
+        f"cayuga: {result.events} events, {result.witness_count} witnesses, "
         f"{len(result.rejected)} rejected lines", err=True)
     sys.exit(1 if result.rejected else 0)
-
-
-def _json(obj) -> str:
-    from server.formats import encode_json
-
-    return encode_json(obj)
 
 
 @main.command("compile")

@@ -63,7 +63,7 @@ def test_malformed_lines_get_an_error_line_and_the_connection_stays_open(client)
             errors = s.close()
         assert collect(m, 1) == [{"stream": "Big", "t0": 2, "t1": 2, "Name": "IBM", "Price": 150.0, "Volume": 2}]
     assert errors == ["error line 1: attribute 'Price' must be float, got 'x'",
-                      "error line 2: invalid JSON: Expecting value at column 1"]
+                      "error line 2: invalid JSON: expected a JSON object at column 1"]
     assert 'cayuga_events_rejected_total{source="tcp"} 2.0' in client.http.get("/metrics").text
 
 
