@@ -135,9 +135,17 @@ def test_a_burst_of_10k_witnesses_keeps_the_page_responsive_and_bounded(start_se
     srv = start_server(client_buffer=2 * n)
     with CayugaClient(srv.base_url) as c:
         sid = c.subscribe(cel="SELECT * FROM FILTER{Volume > 0}(Stock) PUBLISH Every")["id"]
+        sockets, frames = [], []
+
+        def opened(ws) -> None:
+            sockets.append(ws.url)
+            ws.on("framereceived", lambda frame: frames.append(len(frame)))
+
+        page.on("websocket", opened)
         page.goto(srv.base_url + "/")
         page.locator(f"#subscriptions tbody tr[data-sid={sid}]").click()
         wait_until(lambda: srv.daemon.hub.client_count == 1)
+        assert len(sockets) == 1 and f"/ws/subscriptions/{sid}?batch=500" in sockets[0]
         sender = threading.Thread(target=c.post_events,
                                   args=([stock(f"N{i % 50}", float(i), 1 + i, i) for i in range(n)],))
         sender.start()
@@ -153,6 +161,7 @@ def test_a_burst_of_10k_witnesses_keeps_the_page_responsive_and_bounded(start_se
         status = page.locator("#match-status")
         expect(status).to_have_attribute("data-received", str(n), timeout=60_000)
         expect(status).to_contain_text("1000 kept (at most 1000)")
+        assert len(frames) < n  # several witnesses to a message
         expect(page.locator("#matches tbody tr")).to_have_count(200)  # drawn: the newest 200
         expect(page.locator("#matches tbody tr").first).to_contain_text(f"{n - 1}")
         page.locator("#match-filter").fill('"N7"')  # Name N7 among the kept 1000: every 50th

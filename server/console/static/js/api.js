@@ -36,9 +36,10 @@ export async function api(method, path, body) {
   return data;
 }
 
-export function wsUrl(path) {
+export function wsUrl(path, params = {}) {
   const url = new URL(path, location.href);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
   if (token()) url.searchParams.set("token", token());
   return url.href;
 }
