@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             print(p, file=sys.stderr)
         return 1 if problems else 0
     for p in refresh(args.npm)["packages"]:
-        print(f"{p['name']}@{p['version']} ({p['license']}): {', '.join(p['files'])} -> static/vendor/{p['directory']}/")
+        files = ", ".join(p["files"])
+        print(f"{p['name']}@{p['version']} ({p['license']}): {files} -> static/vendor/{p['directory']}/")
     return 0
 
 

@@ -146,7 +146,8 @@ function drawSubscriptions(s, prev, dt) {
     del.addEventListener("click", (ev) => { ev.stopPropagation(); removeSubscription(sub.id, del); });
     const last = cell("");
     last.append(del);
-    tr.append(cell(sub.id, "name"), cell(sub.name || ""), cell(sub.outputs.join(", ")), cell(formatNumber(now.instances), "num"),
+    tr.append(cell(sub.id, "name"), cell(sub.name || ""), cell(sub.outputs.join(", ")),
+      cell(formatNumber(now.instances), "num"),
       cell(before ? formatNumber(rate(now.witnesses, before.witnesses, dt)) : "–", "num"), last);
     tr.addEventListener("click", () => select(sub.id));
     return tr;
@@ -162,7 +163,9 @@ async function select(sid) {
     return;
   }
   state.selected = sid;
-  for (const tr of document.querySelectorAll("#subscriptions tbody tr")) tr.classList.toggle("selected", tr.dataset.sid === sid);
+  for (const tr of document.querySelectorAll("#subscriptions tbody tr")) {
+    tr.classList.toggle("selected", tr.dataset.sid === sid);
+  }
   matches.watch(sid);
   if (!sid) {
     $("#graph-title").textContent = "select a subscription";
@@ -201,8 +204,10 @@ function showValidation({ state: st, result, error }) {
   if (st !== "invalid") list.replaceChildren();
   if (st === "checking") box.textContent = "checking…";
   else if (st === "empty") box.textContent = "";
-  else if (st === "valid") box.textContent = `✓ valid ${queryKind(editor.text).toUpperCase()}; publishes ${result.outputs.join(", ") || "nothing"}`;
-  else if (st === "failed") {
+  else if (st === "valid") {
+    const outputs = result.outputs.join(", ") || "nothing";
+    box.textContent = `✓ valid ${queryKind(editor.text).toUpperCase()}; publishes ${outputs}`;
+  } else if (st === "failed") {
     if (error instanceof AuthError) askToken("").then(() => editor.validate());
     box.textContent = `could not check: ${error.message}`;
   } else {

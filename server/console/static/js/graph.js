@@ -62,7 +62,8 @@ function countText(n) {
 }
 
 function stateLines(s, multi, automata) {
-  const head = `${multi ? automata[s.automaton].name + " · " : ""}${s.start ? "start" : s.end ? "end" : "state"} ${s.id}`;
+  const kind = s.start ? "start" : s.end ? "end" : "state";
+  const head = `${multi ? automata[s.automaton].name + " · " : ""}${kind} ${s.id}`;
   const lines = [{ text: head, cls: "title" }];
   lines.push({ text: s.input_stream ? `on ${s.input_stream}` : "no input (end)", cls: "stream" });
   for (const a of s.schema) lines.push({ text: `${a.name} ${a.type}`, cls: "attr" });
@@ -174,7 +175,8 @@ export function renderAutomaton(container, graph) {
     let reach = 0;
     box.loops.forEach((loop, k) => { // the k-th loop goes around the ones before it
       reach += loop.height + 26;
-      drawLoop(svg, key, loop, n.x, top, reach - loop.height / 2 - 4, box.width / 2 - 10 - 8 * (box.loops.length - 1 - k));
+      const spread = box.width / 2 - 10 - 8 * (box.loops.length - 1 - k);
+      drawLoop(svg, key, loop, n.x, top, reach - loop.height / 2 - 4, spread);
     });
     const group = el("g", { class: `node ${box.kind}`, "data-key": key, transform: `translate(${left},${top})` });
     group.append(el("rect", { width: box.width, height: box.height, rx: box.kind === "state" ? 4 : 10 }));
