@@ -43,7 +43,7 @@ def main(out: str = "docs/console.png", seconds: float = 30.0) -> None:
                 page.fill("#sub-name", "rising")
                 expect(page.locator("#register")).to_be_enabled()
                 page.click("#register")
-                expect(page.locator("#match-status")).not_to_contain_text("connecting")
+                expect(page.locator("#match-status")).to_contain_text("live")
                 page.click("#send-events")
                 expect(page.locator("#send-result")).to_have_text("6 accepted, 0 rejected, 0 late")
                 c.subscribe(cel="SELECT * FROM FILTER{After > 90}(Rising) PUBLISH BigRise", name="big")

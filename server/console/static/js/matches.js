@@ -24,7 +24,7 @@ export class Matches {
     this.sid = null;
     this.ws = null;
     this.frame = null;
-    this.closedNote = "";
+    this.connection = ""; // the connection's state, shown after the counts
     this.pauseButton.addEventListener("click", () => this.setPaused(!this.paused));
     panel.querySelector("#clear").addEventListener("click", () => this.clear());
     this.filterInput.addEventListener("input", () => this.schedule());
@@ -43,13 +43,13 @@ export class Matches {
     const sid = this.sid;
     const ws = new WebSocket(wsUrl(`/ws/subscriptions/${encodeURIComponent(sid)}`, { batch: BATCH }));
     this.ws = ws;
-    this.closedNote = "connecting…";
-    ws.onopen = () => { this.closedNote = ""; this.schedule(); };
+    this.connection = "connecting…";
+    ws.onopen = () => { this.connection = "live"; this.schedule(); };
     ws.onmessage = (msg) => this.receive(msg.data);
     ws.onclose = (ev) => {
       if (this.ws !== ws) return; // replaced or stopped on purpose
       this.ws = null;
-      this.closedNote = `disconnected (${ev.code}${ev.reason ? ": " + ev.reason : ""})`;
+      this.connection = `disconnected (${ev.code}${ev.reason ? ": " + ev.reason : ""})`;
       this.schedule();
       // 4401 bad token, 4404 no such subscription: retrying would not help
       if (ev.code !== 4401 && ev.code !== 4404 && ev.code !== 1001) {
@@ -99,7 +99,7 @@ export class Matches {
   draw() {
     const note = [`${this.received} received`, `${this.rows.length} kept (at most ${KEEP})`];
     if (this.paused) note.push("paused");
-    if (this.closedNote) note.push(this.closedNote);
+    if (this.connection) note.push(this.connection);
     this.status.textContent = note.join(" · ");
     this.status.dataset.received = this.received;
     if (this.paused) return;
