@@ -18,8 +18,8 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Future
-from operator import attrgetter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Mapping
 
 from air.airxml import dump_air, load_air_many
