@@ -16,8 +16,10 @@ import logging
 import queue as stdqueue
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Mapping
 
 from air.airxml import dump_air, load_air_many
@@ -33,6 +35,8 @@ from server.receivers import TcpReceiver
 from server.store import Store, StoredSubscription
 
 log = logging.getLogger("cayuga.daemon")
+
+_STREAM_OF = attrgetter("stream")
 
 #: Instance counts per subscription (API, /metrics): a full pass at most this often ...
 COUNT_PASS_SECONDS = 1.0
@@ -116,6 +120,9 @@ class Daemon:
         self._start_lock = threading.Lock()  # the engine thread starts, or the stop wins
         self.engine_error: str | None = None
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
+        # for the console's rates; written by the engine thread only, read as copies (see activity())
+        self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
+        self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
 
     # ------------------------------------------------------------------ clock
 
@@ -137,6 +144,28 @@ class Daemon:
     def instance_count(self, sid: str) -> int:
         """One subscription's last instance count, without copying them all."""
         return self._instances.get(sid, 0)
+
+    def activity(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Copies of the running totals of events per input stream and of
+        witnesses per subscription (the console turns them into rates). The
+        engine thread is their only writer; a dict copy is atomic under the GIL."""
+        return dict(self._stream_events), dict(self._owner_witnesses)
+
+    def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:
+        """Live instances of one subscription per state, counted on the engine
+        thread between batches (KeyError when it does not exist)."""
+        if sid not in self.subscriptions:
+            raise KeyError(sid)
+        try:
+            return self.submit(lambda eng: eng.state_counts(sid)).result(timeout=timeout)
+        except EngineError:
+            raise KeyError(sid) from None
+
+    def _count_batch(self, batch: list) -> None:
+        """Add a batch's events per stream to the console's totals (engine thread)."""
+        totals = self._stream_events
+        for name, n in Counter(map(_STREAM_OF, batch)).items():
+            totals[name] = totals.get(name, 0) + n
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -311,6 +340,7 @@ class Daemon:
             idle = 0.0 if self._count_queue else min(max(self._count_next_pass - now, 0.001), COUNT_PASS_SECONDS)
             batch = queue.get_batch(size, timeout=idle)
             if batch:
+                self._count_batch(batch)
                 start = perf()
                 self._feed(batch)
                 self._epoch = eng.epoch
@@ -343,7 +373,9 @@ class Daemon:
 
     def _on_emit(self, em: Emission) -> None:
         """Encode a witness once, for every client it goes to; they get it
-        when the batch ends (:meth:`_deliver`)."""
+        when the batch ends (:meth:`_deliver`). Count it for the console."""
+        if em.kind == "OUT":  # the subscription's own outputs; RESUB streams link its automata
+            self._owner_witnesses[em.owner] = self._owner_witnesses.get(em.owner, 0) + 1
         chans = self.hub.route(em.owner, em.stream, self._is_output)
         if not chans:
             return
@@ -424,6 +456,7 @@ class Daemon:
             del self.subscriptions[sid]
             self.hub.invalidate()
             self._instances.pop(sid, None)
+            self.submit(lambda eng: self._owner_witnesses.pop(sid, None))  # its only writer's thread
             self.store.delete_subscription(sid)
         self.hub.close_owner(sid)
 

@@ -636,9 +636,21 @@ class Engine:
         if holding is None:
             raise EngineError(f"no automata loaded for owner {owner!r}")
         g = holding.gen
-        total = 0
-        for _ai, _sid, node in holding.states:
-            if node.count or node.pending:
-                total += sum(1 for i in node.all_instances() if i[3] >= g)
-                total += sum(1 for i in node.pending if i[3] >= g)
-        return total
+        return sum(_owned_count(node, g) for _ai, _sid, node in holding.states)
+
+    def state_counts(self, owner: str) -> dict[str, int]:
+        """Installed and pending instances of ``owner`` per state key
+        ``"<automaton>/<state id>"`` (as :meth:`instances` names them; start
+        states hold none). Read-only; call it on the thread that feeds events."""
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        g = holding.gen
+        return {f"{ai}/{sid}": _owned_count(node, g) for ai, sid, node in holding.states}
+
+
+def _owned_count(node: Node, gen: int) -> int:
+    """Instances at ``node`` (installed and pending) born in generation ``gen`` or later."""
+    if not (node.count or node.pending):
+        return 0
+    return sum(1 for i in node.all_instances() if i[3] >= gen) + sum(1 for i in node.pending if i[3] >= gen)
