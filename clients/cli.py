@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from pathlib import Path
 
@@ -189,6 +190,15 @@ def build_engine(remove) -> None:
 _URL_HELP = "Base URL of the server's HTTP API."
 
 
+def _file_line(error: str, header_lines: int) -> str:
+    """A server error line with its line number counted in the file (the
+    connection's #token/#format lines taken off)."""
+    m = re.match(r"error line (\d+):", error)
+    if not m or not header_lines:
+        return error
+    return f"error line {int(m.group(1)) - header_lines}:{error[m.end():]}"
+
+
 @main.command()
 @click.argument("events_path", metavar="FILE", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
@@ -196,7 +206,8 @@ _URL_HELP = "Base URL of the server's HTTP API."
               help="The server's TCP event port (default: asked from the server's /health).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "cayuga", "csv"]), default="jsonl", show_default=True)
 @click.option("--rate", type=float, default=None, help="Events per second (default: as fast as possible).")
-@click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
+@click.option("--token", envvar="CAYUGA_TOKEN", default=None,
+              help="API token (or CAYUGA_TOKEN); sent as the connection's first line '#token <token>'.")
 def send(events_path, url, tcp_port, fmt, rate, token) -> None:
     """Send an event file to a running server's TCP port, with a progress bar."""
     import time
@@ -208,7 +219,7 @@ def send(events_path, url, tcp_port, fmt, rate, token) -> None:
     client = CayugaClient(url, token=token, tcp_port=tcp_port)
     try:
         host, port = client.tcp_address()
-        sender = TcpSender(host, port, fmt=fmt)
+        sender = TcpSender(host, port, fmt=fmt, token=token)
     except Exception as exc:  # noqa: BLE001 - any connection problem is reported plainly
         _fail(f"cannot reach the server at {url}: {exc}")
     with click.open_file(events_path, "rb") as fh:
@@ -228,7 +239,7 @@ def send(events_path, url, tcp_port, fmt, rate, token) -> None:
         _fail(f"the connection to {host}:{port} failed after {sender.sent} lines: {exc}")
     errors = sender.close()
     for e in errors:
-        click.echo(f"{events_path}: {e}", err=True)
+        click.echo(f"{events_path}: {_file_line(e, sender.header_lines)}", err=True)
     click.echo(f"cayuga: sent {sender.sent} lines, {len(errors)} rejected", err=True)
     sys.exit(1 if errors else 0)
 

@@ -142,7 +142,7 @@ class CayugaClient:
 
     @contextmanager
     def sender(self, fmt: str = "jsonl") -> Iterator["TcpSender"]:
-        s = TcpSender(*self.tcp_address(), fmt=fmt)
+        s = TcpSender(*self.tcp_address(), fmt=fmt, token=self.token)
         try:
             yield s
         finally:
@@ -152,17 +152,23 @@ class CayugaClient:
 class TcpSender:
     """Streams events to the server's TCP port. A background thread collects
     the error lines the server sends back for rejected events, so a sender
-    never stalls on them; :meth:`close` returns them all."""
+    never stalls on them; :meth:`close` returns them all. With ``token`` the
+    connection starts with ``#token <token>`` (servers with auth_tokens want
+    it). ``header_lines`` is how many lines it sent before the first event
+    (the server's error lines count them)."""
 
-    def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0,
+                 token: str | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.timeout = timeout
         self.errors: list[str] = []
         self.sent = 0
         self._reader = threading.Thread(target=self._read_errors, name="tcp-sender-errors", daemon=True)
         self._reader.start()
-        if fmt != "jsonl":
-            self.sock.sendall(f"#format {fmt}\n".encode())
+        header = (f"#token {token}\n" if token else "") + (f"#format {fmt}\n" if fmt != "jsonl" else "")
+        self.header_lines = header.count("\n")
+        if header:
+            self.sock.sendall(header.encode())
 
     def _read_errors(self) -> None:
         buf = b""

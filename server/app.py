@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from server.api import automaton, console, events, stats, streams, subscriptions, system, ws
+from server.api.bodylimit import BodyLimit
 from server.config import Settings
 from server.daemon import Daemon, ServerStarting
 
@@ -50,4 +51,5 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
               ws.router, console.router):
         app.include_router(r)
     app.mount(console.STATIC_URL, console.static_files(), name="console")
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, counters=d.counters)
     return app

@@ -60,7 +60,20 @@ class Settings(BaseModel):
     queue_capacity: int = Field(100_000, ge=1)
     batch_size: int = Field(1024, ge=1)
     max_connections: int = Field(64, ge=1)
+    #: TCP event connections one client address may hold at once.
+    max_connections_per_address: int = Field(16, ge=1)
+    #: Seconds a TCP event connection may go without sending a complete line.
+    idle_timeout: float = Field(300.0, gt=0)
     max_line_bytes: int = Field(1 << 20, ge=64)
+    #: Largest HTTP request body (POST /events, subscriptions), in bytes: 413 beyond.
+    max_body_bytes: int = Field(16 << 20, ge=1024)
+    #: Longest string value of an event attribute, in bytes (UTF-8).
+    max_value_bytes: int = Field(64 << 10, ge=1)
+    #: "clock": the server's clock orders events (t1 < now - delay leaves the queue);
+    #: "event": event time, the watermark is the newest t1 received minus delay (replays).
+    time: Literal["clock", "event"] = "clock"
+    #: With time: clock, how far ahead of the server clock an event's t1 may be, in seconds.
+    max_future: float = Field(86_400.0, ge=0)
     client_buffer: int = Field(10_000, ge=1)
     slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
     auth_tokens: list[str] = []

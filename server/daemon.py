@@ -47,6 +47,10 @@ COUNT_BUDGET_SECONDS = 0.002
 COUNT_SHARE = 0.05
 
 
+#: /health calls a full queue that released nothing for this long stalled.
+STALL_SECONDS = 5.0
+
+
 class SubscriptionError(ValueError):
     """A subscription that cannot be registered; ``errors`` holds positioned details."""
 
@@ -96,7 +100,8 @@ class Daemon:
         self.counters = Counters()
         self.engine = Engine(functions=settings.function_registry())
         self.engine.on_emit = self._on_emit
-        self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms)
+        self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms,
+                                event_time=settings.time == "event")
         self.hub = NotifierHub()
         self.store = Store(settings.data_dir / "cayuga.sqlite3")
         self.registry, self.latency = make_registry(self)
@@ -129,6 +134,24 @@ class Daemon:
     def now(self) -> float:
         """The server clock in stream time units."""
         return time.time() * 1000.0 / self.settings.time_unit_ms
+
+    def horizon(self) -> float | None:
+        """The latest t1 an event may have now (time: clock and max_future > 0), else None."""
+        s = self.settings
+        if s.time != "clock" or not s.max_future:
+            return None
+        return self.now() + s.max_future * 1000.0 / s.time_unit_ms
+
+    def queue_stalled(self) -> str | None:
+        """Why the queue is stuck (full, and nothing left it for STALL_SECONDS), or None."""
+        q = self.queue
+        idle = time.monotonic() - q.released_at
+        if len(q) < q.capacity or idle < STALL_SECONDS:
+            return None
+        wait = q.head_wait()
+        due = "" if wait is None else f"; the next event is due in {wait * self.settings.time_unit_ms / 1000:.0f} s"
+        return (f"the event queue is full ({len(q)} events) and none has left for {idle:.0f} s{due}: "
+                "senders are blocked")
 
     def epoch_lag(self) -> float:
         return 0.0 if self._epoch is None else max(self.now() - self._epoch, 0.0)
@@ -188,7 +211,10 @@ class Daemon:
         self.receiver = TcpReceiver(
             self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
             max_connections=self.settings.max_connections, max_line_bytes=self.settings.max_line_bytes,
-            time_unit_ms=self.settings.time_unit_ms, streams=lambda: list(self.declared))
+            time_unit_ms=self.settings.time_unit_ms, streams=lambda: list(self.declared),
+            max_per_address=self.settings.max_connections_per_address, idle_timeout=self.settings.idle_timeout,
+            tokens=self.settings.auth_tokens, horizon=self.horizon, max_value_bytes=self.settings.max_value_bytes,
+            stamp=self.settings.time == "clock")
         self.receiver.start()
         self.started = True
         self._restore_thread = threading.Thread(target=self._restore_then_run, args=(stored,), name="cayuga-restore",

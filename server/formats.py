@@ -228,7 +228,8 @@ class Decoder:
     def _times(self, t0, t1) -> tuple:
         if t0 is None and t1 is None:
             if self.clock is None:
-                raise LineError("missing timestamps t0/t1 (required here: there is no server clock)")
+                raise LineError("missing timestamps t0/t1 (required here: no clock stamps events in offline runs "
+                                "or with the server's time: event setting)")
             now = self.clock()
             return now, now
         t0 = parse_time(t0, self.time_unit_ms) if t0 is not None else None
@@ -303,8 +304,9 @@ class JsonDecoder(Decoder):
             raise LineError(f"invalid JSON: {_json_reason(exc, line)}") from None
         except msgspec.ValidationError:  # without a type, only "Number out of range"
             raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
-        except UnicodeDecodeError as exc:
-            raise LineError(f"not valid UTF-8: byte {exc.start + 1} of the line") from None
+        except UnicodeDecodeError:
+            _text(line)  # raises with the position in the line (msgspec's is within the string)
+            raise
         except RecursionError:
             raise LineError("invalid JSON: nested too deeply") from None
         return self.from_mapping(obj)

@@ -67,6 +67,14 @@ class _Collector:
         drops.add_metric(["disconnect"], c.get("drop_disconnect", 0))
         drops.add_metric(["drop_oldest"], c.get("drop_drop_oldest", 0))
         yield drops
+        refusals = CounterMetricFamily("cayuga_tcp_refusals", "TCP event connections refused or closed: "
+                                       "max_connections, per_address, idle (no complete line for idle_timeout), "
+                                       "auth (no valid #token line)", labels=["reason"])
+        for reason in ("max_connections", "per_address", "idle", "auth"):
+            refusals.add_metric([reason], c.get(f"tcp_refused_{reason}", 0))
+        yield refusals
+        yield CounterMetricFamily("cayuga_http_refusals", "HTTP requests refused with 413: body larger than "
+                                  "max_body_bytes", value=c.get("http_body_too_large", 0))
         yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
         yield GaugeMetricFamily("cayuga_epoch_lag", "Current time minus the engine's epoch, in time units",
                                 value=d.epoch_lag())

@@ -15,6 +15,10 @@ nearly-ordered pushes with a standing depth of 1000, then a full drain, take
 0.39 s against 0.88 s for ``sortedcontainers.SortedList``; ``python
 bench/queue_choice.py``). Release merges the two by ``(t1, arrival)``.
 
+With ``event_time`` the clock is the events' own: the watermark is the newest
+``t1`` received, and an event leaves once ``t1 <= newest - T`` (replays of old
+events; the ``time: event`` setting).
+
 The engine thread waits on a condition and is woken by new events, by
 :meth:`DelayQueue.wake` (a subscription change to apply) or when the head's
 release time comes; it never polls.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from bisect import bisect_left
@@ -43,9 +48,10 @@ _t1 = attrgetter("t1")
 
 class DelayQueue:
     def __init__(self, capacity: int, delay: float = 0.0, time_unit_ms: float = 1.0,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, event_time: bool = False) -> None:
         """``delay`` (T) and timestamps are in time units of ``time_unit_ms``
-        milliseconds; ``clock`` returns the current time in those units."""
+        milliseconds; ``clock`` returns the current time in those units
+        (unused with ``event_time``: the newest t1 received is the clock)."""
         self.capacity = capacity
         self.delay = delay
         self.unit_s = time_unit_ms / 1000.0
@@ -62,6 +68,9 @@ class DelayQueue:
         self._draining = False
         self._woken = False
         self.last_released = None
+        self.released_at = time.monotonic()  # when events last left (for /health's stall report)
+        self.event_time = event_time
+        self.newest = None  # the largest t1 accepted (the watermark with event_time)
         self.late = 0
         self.accepted = 0
 
@@ -127,6 +136,9 @@ class DelayQueue:
             return 0
         seq = next(self._seq)
         tail = self._tail_t1
+        top = part[-1].t1 if ordered else max(map(_t1, part))
+        if self.newest is None or top > self.newest:
+            self.newest = top
         if ordered and (tail is None or part[0].t1 >= tail):
             self._runs.append([seq, list(part), 0])
             self._tail_t1 = part[-1].t1
@@ -152,10 +164,10 @@ class DelayQueue:
                     return []
                 head = self._head_t1()
                 if head is not None:
-                    horizon = self.clock() - self.delay
+                    horizon = self.horizon()
                     if head < horizon or self._draining:
                         return self._pop_ready(max_items, horizon)
-                    wait = (head - horizon) * self.unit_s + 0.0005
+                    wait = None if self.event_time else (head - horizon) * self.unit_s + 0.0005
                 elif self._closed:
                     return []
                 else:
@@ -164,6 +176,12 @@ class DelayQueue:
                 if remaining <= 0:
                     return []
                 self._not_empty.wait(remaining if wait is None else min(wait, remaining))
+
+    def horizon(self) -> float:
+        """Events with t1 below this may leave (under the lock, or approximate)."""
+        if self.event_time:  # t1 <= newest - T, as a strict bound
+            return -math.inf if self.newest is None else math.nextafter(self.newest - self.delay, math.inf)
+        return self.clock() - self.delay
 
     def _head_t1(self):
         """t1 of the next event to release, or None when empty (under the lock)."""
@@ -214,6 +232,7 @@ class DelayQueue:
                 out.append(heapq.heappop(heap)[2])
         if out:
             self._size -= len(out)
+            self.released_at = time.monotonic()
             self.last_released = out[-1].t1
             if not runs:
                 self._tail_t1 = None
@@ -245,6 +264,18 @@ class DelayQueue:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def head_wait(self) -> float | None:
+        """Time units until the next event may leave (0 when due; None when
+        empty, or with event_time when it waits for newer events)."""
+        with self._lock:
+            head = self._head_t1()
+            if head is None:
+                return None
+            ahead = head - self.horizon()
+            if ahead < 0:
+                return 0.0
+            return None if self.event_time else ahead
 
     def oldest_age(self) -> float:
         """now - t1 of the oldest queued event (0 when empty), in time units."""

@@ -11,16 +11,29 @@ an event gets one line back on the same connection::
 and is counted; the connection stays open. Events without timestamps get point
 timestamps from the server clock. When the queue is full the receiver stops
 reading until there is room, so TCP flow control pushes back on the sender.
+
+Limits, each refusal counted (``cayuga_tcp_refusals_total{reason}``): at most
+``max_connections`` connections and ``max_connections_per_address`` from one
+client address (a refused client gets ``error: ...`` and is closed); a
+connection that sends no complete line for ``idle_timeout`` seconds is closed
+with ``error: idle ...``. With ``auth_tokens`` set, the first line must be
+``#token <token>`` (then ``#format`` may follow), within ``AUTH_SECONDS``;
+otherwise the client gets ``error line 1: ...`` and is closed. An event whose
+``t1`` is more than ``max_future`` seconds ahead of the clock, or with a string
+value longer than ``max_value_bytes``, gets an error line like any bad line.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import socket
 import threading
+import time
 from typing import Callable, Iterable
 
-from server.formats import FORMATS, LineError, make_decoder
+from server.formats import FORMATS, make_decoder
+from server.limits import AddressSlots, refusals, without
 from server.metrics import Counters
 from server.queue import DelayQueue, QueueClosed
 
@@ -30,14 +43,23 @@ POLL = 0.25  # seconds between checks of the stop flag while blocked
 #: Bytes read from a connection at once: the lines in them are decoded and
 #: queued as one block.
 RECV_BYTES = 1 << 16
+#: Seconds a client has to send its ``#token`` line when tokens are required.
+AUTH_SECONDS = 10.0
+#: Why a connection was refused or closed: the label of cayuga_tcp_refusals_total.
+REFUSALS = ("max_connections", "per_address", "idle", "auth")
 
 
 class TcpReceiver:
     def __init__(self, host: str, port: int, queue: DelayQueue, catalog: Callable, clock: Callable[[], float],
                  counters: Counters, *, max_connections: int = 64, max_line_bytes: int = 1 << 20,
-                 time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple) -> None:
+                 time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple,
+                 max_per_address: int = 16, idle_timeout: float = 300.0, tokens: Iterable[str] = (),
+                 horizon: Callable[[], float | None] = lambda: None, max_value_bytes: int = 1 << 16,
+                 stamp: bool = True) -> None:
         """``catalog`` maps a stream name to its schema (or None); ``streams()``
-        names the streams to prepare typed decoding for on each connection."""
+        names the streams to prepare typed decoding for on each connection;
+        ``horizon()`` the latest t1 accepted now (None: no bound); ``stamp``
+        whether events without timestamps get the clock's time (else refused)."""
         self.host = host
         self.requested_port = port
         self.queue = queue
@@ -47,7 +69,13 @@ class TcpReceiver:
         self.max_line_bytes = max_line_bytes
         self.time_unit_ms = time_unit_ms
         self.streams = streams
+        self.idle_timeout = idle_timeout
+        self.tokens = [t.encode() for t in tokens]
+        self.horizon = horizon
+        self.max_value_bytes = max_value_bytes
+        self.stamp = stamp
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._addresses = AddressSlots(max_per_address)
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self._listener: threading.Thread | None = None
@@ -101,12 +129,13 @@ class TcpReceiver:
                 continue
             except OSError:
                 break
+            if not self._addresses.acquire(addr[0]):
+                self._refuse(conn, "per_address", f"too many connections from {addr[0]} (at most "
+                             f"{self._addresses.per_address}: the max_connections_per_address setting)")
+                continue
             if not self._slots.acquire(blocking=False):
-                self.counters.add("connections_refused")
-                try:
-                    conn.sendall(b"error: too many connections; try again later\n")
-                finally:
-                    conn.close()
+                self._addresses.release(addr[0])
+                self._refuse(conn, "max_connections", "too many connections; try again later")
                 continue
             conn.settimeout(POLL)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # error lines go back at once
@@ -127,6 +156,19 @@ class TcpReceiver:
                 with self._lock:
                     self._conns.pop(threading.current_thread(), None)
                 self._slots.release()
+                self._addresses.release(addr[0])
+
+    def _refuse(self, conn: socket.socket, reason: str, message: str) -> None:
+        """Count a refusal, tell the client why, close."""
+        self.counters.add(f"tcp_refused_{reason}")
+        log.info("TCP connection refused (%s): %s", reason, message)
+        try:
+            conn.settimeout(1.0)
+            conn.sendall(f"error: {message}\n".encode())
+        except OSError:
+            pass
+        finally:
+            conn.close()
 
     def _blocks(self, conn: socket.socket):
         """Yield ``(first_line_number, block)`` until EOF or stop: ``block`` is
@@ -136,10 +178,18 @@ class TcpReceiver:
         number = 1  # of the first line in buf
         skipping = False
         limit = self.max_line_bytes
+        idle = min(self.idle_timeout, AUTH_SECONDS) if self.tokens else self.idle_timeout
+        heard = time.monotonic()  # when the last complete line came (or the connection opened)
         while not self._stop.is_set():
             try:
                 chunk = conn.recv(RECV_BYTES)
             except socket.timeout:
+                if time.monotonic() - heard > idle:
+                    self.counters.add("tcp_refused_idle")
+                    log.info("closing idle TCP connection after %.0f s", idle)
+                    conn.sendall(f"error: idle for {idle:g} s without a complete line "
+                                 "(the idle_timeout setting); closing\n".encode())
+                    return
                 continue
             if not chunk:
                 break
@@ -161,6 +211,8 @@ class TcpReceiver:
                 yield from self._split_long(block, number)
             else:
                 yield number, block
+            heard = time.monotonic()
+            idle = self.idle_timeout  # the token line, if one was due, has come
             number += block.count(b"\n")
             if len(buf) > limit:
                 yield number, None
@@ -183,7 +235,19 @@ class TcpReceiver:
     def _read_lines(self, conn: socket.socket) -> None:
         decoder = self._decoder("jsonl")
         first = True
+        authenticated = not self.tokens
         for number, block in self._blocks(conn):
+            if not authenticated:
+                if block is None or not self._authenticate(block.partition(b"\n")[0]):
+                    self.counters.add("tcp_refused_auth")
+                    self._reject(conn, number, "authentication required: the first line must be "
+                                 "'#token <token>' with one of the server's auth_tokens; closing", counted=False)
+                    return
+                authenticated = True
+                block = block.partition(b"\n")[2]
+                number += 1
+                if not block:
+                    continue
             if block is None:
                 self._reject(conn, number, f"line longer than {self.max_line_bytes} bytes")
                 first = False
@@ -203,16 +267,29 @@ class TcpReceiver:
             batch = decoder.decode_batch(block, number)
             for line, reason in batch.errors:
                 self._reject(conn, line, reason)
-            if not batch.events:
+            events = batch.events
+            if not events:
                 continue
-            late = self._enqueue(batch.events)
+            index = None  # position in batch.events of each event queued, when some were refused
+            refused = refusals(events, len(block), horizon=self.horizon(), max_value=self.max_value_bytes)
+            if refused:
+                for i, reason in sorted(refused.items()):
+                    self._reject(conn, batch.line_of(i), reason)
+                events, index = without(events, refused)
+            late = self._enqueue(events)
             for i in late:
-                self._reject(conn, batch.line_of(i), f"late: t1={batch.events[i].t1} is older than events "
-                             "already processed", counted=False)
+                j = i if index is None else index[i]
+                self._reject(conn, batch.line_of(j), f"late: t1={events[i].t1} is older than events already "
+                             "processed (see the time setting in the README)", counted=False)
+
+    def _authenticate(self, line: bytes) -> bool:
+        word, _, token = line.strip().partition(b" ")
+        token = token.strip()
+        return word == b"#token" and any(hmac.compare_digest(token, t) for t in self.tokens)
 
     def _decoder(self, fmt: str):
-        return make_decoder(fmt, self.catalog, clock=self.clock, time_unit_ms=self.time_unit_ms,
-                            streams=self.streams())
+        return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,
+                            time_unit_ms=self.time_unit_ms, streams=self.streams())
 
     def _enqueue(self, events) -> list[int]:
         """Queue a decoded block (blocking while the queue is full); the

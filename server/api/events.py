@@ -8,6 +8,7 @@ from fastapi.concurrency import run_in_threadpool
 from server.api.deps import DaemonDep, require_token
 from server.api.schemas import EventsOut
 from server.formats import JsonDecoder, LineError
+from server.limits import refusals, without
 from server.queue import QueueClosed
 
 router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(require_token)])
@@ -25,6 +26,7 @@ _BODY = {"required": True, "content": {"application/json": {
 
 @router.post("", status_code=202, response_model=EventsOut, openapi_extra={"requestBody": _BODY},
              responses={400: {"description": "The body is not JSON"},
+                        413: {"description": "The body is larger than max_body_bytes, or has too many events"},
                         415: {"description": "The body is not application/json"}})
 async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     """One event object, a list of them, or ``{"events": [...]}``. Each bad event
@@ -33,14 +35,19 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     if ctype != "application/json" and not ctype.endswith("+json"):
         raise HTTPException(415, detail=f"the body must be JSON (content-type: application/json), not {ctype!r}")
     body = await request.body()
-    decoder = JsonDecoder(d.engine.schema, clock=d.now, time_unit_ms=d.settings.time_unit_ms,
-                          streams=d.declared)
+    decoder = JsonDecoder(d.engine.schema, clock=d.now if d.settings.time == "clock" else None,
+                          time_unit_ms=d.settings.time_unit_ms, streams=d.declared)
     try:
         events, errors = decoder.decode_document(body)
     except LineError as exc:
         raise HTTPException(400, detail=str(exc)) from None
     if len(events) + len(errors) > MAX_BATCH:
         raise HTTPException(413, detail=f"at most {MAX_BATCH} events per request; split the batch")
+    refused = refusals(events, len(body), horizon=d.horizon(), max_value=d.settings.max_value_bytes)
+    if refused:  # indexes of the events list; report them as indexes of the body's items
+        items = _item_indexes(len(events), errors)
+        errors = sorted(errors + [(items[i], reason) for i, reason in refused.items()])
+        events, _ = without(events, refused)
     rejected = [{"index": i, "error": reason} for i, reason in errors]
     if rejected:
         d.counters.add("rejected_http", len(rejected))
@@ -57,3 +64,14 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
         raise HTTPException(503, detail=f"events not accepted: {exc}") from None
     d.counters.add("received_http", len(events) - late)
     return EventsOut(accepted=len(events) - late, rejected=rejected, late=late)
+
+
+def _item_indexes(n_events: int, errors: list[tuple[int, str]]) -> list[int]:
+    """The body item index of each decoded event (the items not in ``errors``, in order)."""
+    bad = {i for i, _ in errors}
+    out, item = [], 0
+    while len(out) < n_events:
+        if item not in bad:
+            out.append(item)
+        item += 1
+    return out

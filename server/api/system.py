@@ -1,25 +1,39 @@
-"""/health and /metrics."""
+"""/health and /metrics.
+
+/health is open (for probes) and says "degraded" with a reason when the engine
+thread failed or the event queue is stalled. /metrics needs a token when
+``auth_tokens`` is set, like every other data route (Prometheus sends one with
+``authorization: {credentials: ...}``). It is answered on the event loop from
+counters and copies, never waiting for the engine thread or a worker thread,
+so it stays fast under load; ``cayuga_instances`` is refreshed by the engine
+thread in the background (see ``Daemon._refresh_counts``: at least every
+second while idle, every few seconds with 100K subscriptions).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from server.api.deps import DaemonDep
+from server.api.deps import DaemonDep, require_token
 from server.engine import BUILD
 
 router = APIRouter(tags=["system"])
 
 
 @router.get("/health")
-def health(d: DaemonDep) -> dict:
+async def health(d: DaemonDep) -> dict:
     alive = d.engine_alive
     if not d.ready.is_set():
         status = "starting"  # restoring stored subscriptions; the engine thread starts after
     else:
         status = "ok" if alive and d.engine_error is None else "degraded"
+    stalled = d.queue_stalled()
+    if stalled and status == "ok":
+        status = "degraded"
     return {
         "status": status,
+        "queue_stalled": stalled,
         "restored": {"done": d.restored, "total": d.restore_total},
         "engine_thread": alive,
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
@@ -31,6 +45,6 @@ def health(d: DaemonDep) -> dict:
     }
 
 
-@router.get("/metrics")
-def metrics(d: DaemonDep) -> Response:
+@router.get("/metrics", dependencies=[Depends(require_token)])
+async def metrics(d: DaemonDep) -> Response:
     return Response(generate_latest(d.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,248 @@
+"""Hostile and careless clients (issue #13), over real sockets: each abuse is
+refused clearly, counted, and costs nobody else anything."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+
+import httpx
+import pytest
+
+from clients.client import CayugaAPIError, CayugaClient, TcpSender
+from tests.server.conftest import collect, stock
+
+ALL = "SELECT * FROM Stock PUBLISH All"
+
+
+def metric(client: CayugaClient, line_start: str) -> float:
+    for line in client.http.get("/metrics").text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no metric {line_start}")
+
+
+def raw(server, timeout: float = 5.0) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.tcp_port), timeout=timeout)
+
+
+def read_all(sock: socket.socket) -> str:
+    """What the server sends until it closes (or the socket's timeout)."""
+    out = b""
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return out.decode()
+
+
+def send_lines(client: CayugaClient, *lines: str | bytes, token: str | None = None) -> list[str]:
+    """Send raw lines on one connection; the server's error lines."""
+    s = TcpSender(*client.tcp_address(), token=token)
+    for line in lines:
+        s.sock.sendall((line if isinstance(line, bytes) else line.encode()) + b"\n")
+    return s.close()
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def test_idle_connections_are_closed_and_a_sender_gets_in_again(start_server):
+    srv = start_server(max_connections=8, max_connections_per_address=9, idle_timeout=1.0)
+    with CayugaClient(srv.base_url) as c:
+        idle = [raw(srv) for _ in range(8)]
+        time.sleep(0.2)
+        extra = raw(srv)
+        assert read_all(extra) == "error: too many connections; try again later\n"
+        extra.close()
+        for s in idle:  # each is told why, then closed
+            assert read_all(s).startswith("error: idle for 1 s without a complete line (the idle_timeout setting)")
+            s.close()
+        sub = c.subscribe(cel=ALL)
+        with c.watch(sub["id"], timeout=10) as m:
+            with c.sender() as s:
+                s.send(stock("IBM", 1.0, 1, 1))
+            assert collect(m, 1)[0]["Name"] == "IBM"
+        assert metric(c, 'cayuga_tcp_refusals_total{reason="idle"}') == 8
+        assert metric(c, 'cayuga_tcp_refusals_total{reason="max_connections"}') == 1
+
+
+def test_connections_per_address_are_limited(start_server):
+    srv = start_server(max_connections_per_address=2)
+    with CayugaClient(srv.base_url) as c:
+        held = [raw(srv), raw(srv)]
+        time.sleep(0.2)
+        third = raw(srv)
+        assert read_all(third) == ("error: too many connections from 127.0.0.1 (at most 2: the "
+                                   "max_connections_per_address setting)\n")
+        third.close()
+        held.pop().close()
+        time.sleep(0.3)
+        assert send_lines(c, json.dumps(stock("IBM", 1.0, 1, 1))) == []
+        held[0].close()
+        assert metric(c, 'cayuga_tcp_refusals_total{reason="per_address"}') == 1
+
+
+# --------------------------------------------------------------------------- time
+
+
+def test_events_far_in_the_future_are_refused_and_the_queue_keeps_moving(client):
+    sub = client.subscribe(cel=ALL)
+    with client.watch(sub["id"], timeout=10) as m:
+        errors = send_lines(client, json.dumps(stock("X", 1.0, 1, 10**15)), json.dumps(stock("IBM", 1.0, 1, 5)))
+        assert collect(m, 1)[0]["Name"] == "IBM"
+    assert len(errors) == 1 and errors[0].startswith("error line 1: t1=1000000000000000 is too far ahead of the "
+                                                     "server clock")
+    assert "max_future" in errors[0]
+    body = client.post_events([stock("A", 1.0, 1, 6), stock("B", 1.0, 1, 10**15)])
+    assert body["accepted"] == 1 and body["rejected"][0]["index"] == 1
+    assert "too far ahead" in body["rejected"][0]["error"]
+    assert client.health()["status"] == "ok" and client.health()["queue_depth"] == 0
+
+
+def test_health_reports_a_stalled_queue(start_server, monkeypatch):
+    import server.daemon
+
+    monkeypatch.setattr(server.daemon, "STALL_SECONDS", 0.3)
+    srv = start_server(queue_capacity=10, max_future=3600)
+    with CayugaClient(srv.base_url) as c:
+        soon = int(time.time() * 1000) + 1_800_000
+        assert c.post_events([stock("IBM", 1.0, 1, soon)] * 10)["accepted"] == 10
+        time.sleep(0.5)
+        h = c.health()
+    assert h["status"] == "degraded"
+    assert h["queue_stalled"].startswith("the event queue is full (10 events) and none has left for")
+    assert re.search(r"; the next event is due in 1[78]\d\d s: senders are blocked$", h["queue_stalled"])
+
+
+README_EVENTS = "examples/example9.jsonl"
+
+
+def test_time_event_replays_old_events_after_a_clock_stamped_one(start_server):
+    """time: event orders by the events' own t1 (watermark = newest t1 - delay):
+    the README's 1970-style events replay as documented; an event without
+    timestamps is refused there, since no clock stamps it."""
+    srv = start_server(time="event")
+    with CayugaClient(srv.base_url) as c:
+        sub = c.subscribe(cel="SELECT Name, Price_1 AS Before, Price AS After FROM Stock NEXT{$1.Name = $2.Name "
+                              "AND $2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
+        lines = open(README_EVENTS).read().splitlines()
+        with c.watch(sub["id"], timeout=10) as m:
+            errors = send_lines(c, json.dumps({"stream": "Stock", "Name": "X", "Price": 1.0, "Volume": 1}), *lines)
+            got = collect(m, 2)
+    assert errors == ["error line 1: missing timestamps t0/t1 (required here: no clock stamps events in offline "
+                      "runs or with the server's time: event setting)"]
+    assert got == [{"stream": "Rising", "t0": 33300000, "t1": 33840000, "Name": "IBM", "Before": 85.0, "After": 91.0},
+                   {"stream": "Rising", "t0": 33660000, "t1": 33840000, "Name": "IBM", "Before": 81.0, "After": 91.0}]
+
+
+def test_time_clock_explains_why_old_events_are_late(client):
+    errors = send_lines(client, json.dumps({"stream": "Stock", "Name": "X", "Price": 1.0, "Volume": 1}))
+    assert errors == []
+    time.sleep(0.2)
+    errors = send_lines(client, json.dumps(stock("IBM", 1.0, 1, 33300000)))
+    assert len(errors) == 1 and errors[0].startswith("error line 1: late: t1=33300000 is older than events already "
+                                                     "processed (see the time setting in the README)")
+
+
+# --------------------------------------------------------------------------- bad values on TCP
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("[" * 100_000 + "]" * 100_000, "error line 1: invalid JSON: nested too deeply"),
+    ('{"a":' * 100_000 + "1" + "}" * 100_000, "error line 1: invalid JSON: nested too deeply"),
+    ('{"stream": "Stock", "t1": 1, "Name": "IBM", "Price": NaN, "Volume": 1}',
+     "error line 1: invalid JSON: NaN at column 54 (non-finite numbers are not JSON and not accepted)"),
+    ('{"stream": "Stock", "t1": 1, "Name": "IBM", "Price": Infinity, "Volume": 1}',
+     "error line 1: invalid JSON: Infinity at column 54"),
+    ('{"stream": "Stock", "t1": 1, "Name": "IBM", "Price": 1.0, "Volume": %d}' % 2**70,
+     "error line 1: attribute 'Volume' must be int (64-bit), got 1180591620717411303424 which does not fit"),
+    (b'{"stream": "Stock", "t1": 1, "Name": "I\xff\xfeM", "Price": 1.0, "Volume": 1}',
+     "error line 1: not valid UTF-8: byte 40 of the line"),
+])
+def test_hostile_values_get_an_error_line_and_the_next_line_counts(client, line, reason):
+    sub = client.subscribe(cel=ALL)
+    with client.watch(sub["id"], timeout=10) as m:
+        errors = send_lines(client, line, json.dumps(stock("IBM", 2.5, 1, 7)))
+        assert collect(m, 1) == [{"stream": "All", "t0": 7, "t1": 7, "Name": "IBM", "Price": 2.5, "Volume": 1}]
+    assert len(errors) == 1 and errors[0].startswith(reason), errors
+    assert metric(client, 'cayuga_events_rejected_total{source="tcp"}') == 1
+
+
+# --------------------------------------------------------------------------- HTTP bodies
+
+
+def test_large_bodies_and_values_are_refused(start_server):
+    srv = start_server(max_body_bytes=1 << 20, max_value_bytes=1000)
+    with CayugaClient(srv.base_url) as c:
+        big = json.dumps([stock("IBM" * 400_000, 1.0, 1, 1)])
+        r = c.http.post("/events", content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "larger than max_body_bytes (1048576)" in r.json()["detail"]
+
+        def chunks():  # no content-length: refused once the limit is passed
+            yield b"["
+            for _ in range(100):
+                yield json.dumps(stock("I" * 20_000, 1.0, 1, 1)).encode() + b","
+            yield b"{}]"
+
+        r = c.http.post("/events", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        body = c.post_events([stock("IBM", 1.0, 1, 1), stock("I" * 2000, 1.0, 1, 2)])
+        assert body["accepted"] == 1 and body["rejected"] == [
+            {"index": 1, "error": "a string value of 2000 bytes is longer than max_value_bytes (1000)"}]
+        errors = send_lines(c, json.dumps(stock("I" * 2000, 1.0, 1, 3)), json.dumps(stock("IBM", 1.0, 1, 4)))
+        assert errors == ["error line 1: a string value of 2000 bytes is longer than max_value_bytes (1000)"]
+        assert metric(c, "cayuga_http_refusals_total") == 2
+
+
+def test_text_plain_body_is_415(client):
+    r = client.http.post("/events", content=json.dumps(stock("IBM", 1.0, 1, 1)),
+                         headers={"content-type": "text/plain"})
+    assert r.status_code == 415 and "application/json" in r.json()["detail"]
+
+
+# --------------------------------------------------------------------------- auth
+
+
+def test_tcp_needs_the_token_line_and_metrics_the_token(start_server, tmp_path):
+    srv = start_server(auth_tokens=["sekret"])
+    with CayugaClient(srv.base_url, token="sekret") as c:
+        sub = c.subscribe(cel=ALL)
+        s = raw(srv)
+        s.sendall(json.dumps(stock("IBM", 1.0, 1, 1)).encode() + b"\n")
+        assert read_all(s) == ("error line 1: authentication required: the first line must be '#token <token>' "
+                               "with one of the server's auth_tokens; closing\n")
+        s.close()
+        s = raw(srv)
+        s.sendall(b"#token wrong\n")
+        assert "authentication required" in read_all(s)
+        s.close()
+        with c.watch(sub["id"], timeout=10) as m:
+            with c.sender(fmt="cayuga") as s:  # CayugaClient's sender sends its token first
+                s.send("IBM, 1.0, 1, Stock, 2, 2")
+                s.send("bad")
+            assert s.errors[0].startswith("error line 4: ")  # #token and #format are lines 1 and 2
+            assert collect(m, 1)[0]["t1"] == 2
+        assert metric(c, 'cayuga_tcp_refusals_total{reason="auth"}') == 2
+    with CayugaClient(srv.base_url) as anon:
+        assert anon.http.get("/metrics").status_code == 401
+        assert anon.http.get("/health").status_code == 200
+
+
+def test_cayuga_send_with_token(start_server, tmp_path):
+    from click.testing import CliRunner
+
+    from clients.cli import main
+
+    srv = start_server(auth_tokens=["sekret"])
+    f = tmp_path / "e.jsonl"
+    f.write_text(json.dumps(stock("IBM", 1.0, 1, 1)) + "\nbad\n")
+    args = ["send", str(f), "--url", srv.base_url]
+    result = CliRunner().invoke(main, args + ["--token", "sekret"])
+    assert "sent 2 lines, 1 rejected" in result.output
+    assert f"{f}: error line 2: invalid JSON" in result.output  # counted in the file, not the connection
+    result = CliRunner().invoke(main, args)
+    assert "authentication required" in result.output or "401" in result.output
