@@ -11,6 +11,10 @@ and renders an excerpt with a caret under the column, like::
 from __future__ import annotations
 
 
+#: Characters of the source line an excerpt shows at most (around the column).
+EXCERPT_WIDTH = 120
+
+
 class CayugaError(Exception):
     """Base of all user-facing errors raised by the ``air`` package."""
 
@@ -37,9 +41,16 @@ class SourceError(CayugaError):
             text = ""
         else:
             text = lines[self.line - 1].expandtabs(1)
-        if self.column <= 0:
+        column = self.column
+        if len(text) > EXCERPT_WIDTH:  # a window around the column, cut ends marked with "..."
+            start = max(0, min(column - 1 - EXCERPT_WIDTH // 2, len(text) - EXCERPT_WIDTH)) if column > 0 else 0
+            head = "..." if start else ""
+            tail = "..." if start + EXCERPT_WIDTH < len(text) else ""
+            text = head + text[start:start + EXCERPT_WIDTH] + tail
+            column = column - start + len(head) if column > 0 else column
+        if column <= 0:
             return f"  {text}"
-        caret = " " * (self.column - 1) + "^"
+        caret = " " * (column - 1) + "^"
         return f"  {text}\n  {caret}"
 
     def render(self) -> str:

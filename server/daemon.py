@@ -488,13 +488,13 @@ class Daemon:
 
     def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:
         """Every error (with positions) a registration would meet; registers nothing."""
+        streams = self.engine.stream_view
         if kind == "cel":
-            from air.cel import parse_all
+            from air.cel import validate
 
-            _, errors = parse_all(text)
+            errors = validate(text, streams, functions=self.functions(), time_unit_ms=self.settings.time_unit_ms)
             if errors:
                 return [e.to_dict() for e in errors], [], None
-        streams = self.engine.stream_view
         try:
             autos, outs = compile_subscription(kind, text, streams, "validate", self.functions(),
                                                self.settings.time_unit_ms)

@@ -361,11 +361,21 @@ def compile_cel(text: str, streams: Mapping[str, StreamSchema] | Iterable[Stream
 def validate(text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSchema], *,
              functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
              max_errors: int = 10) -> list[CelError]:
-    """Every syntax error (up to ``max_errors``), or else the first semantic
-    error, or ``[]`` when the query compiles."""
+    """Every syntax error (up to ``max_errors``), or else every name and type
+    error in predicates and SELECT columns (and the first error of any other
+    kind), in source order, or ``[]`` when the query compiles."""
     query, errors = parse_all(text, max_errors)
     if errors:
         return errors
+    found: list[CelError] = []
+    try:
+        analyze(query, _schemas(streams), source=text, functions=functions, time_unit_ms=time_unit_ms,
+                collect=found)
+    except CelError as e:
+        found.append(e)
+    if found:
+        found.sort(key=lambda e: (e.line, e.column))
+        return found[:max_errors]
     try:
         compile_cel(text, streams, functions=functions, time_unit_ms=time_unit_ms)
     except CelError as e:

@@ -194,7 +194,12 @@ def _listing(names) -> str:
 
 
 class Analyzer:
-    """Checks one query. Raises the first :class:`CelError` found."""
+    """Checks one query. Raises the first :class:`CelError` found, or with
+    ``collect`` set, records errors in predicates and SELECT columns there and
+    goes on with the next comparison or column (for "validate": every error
+    at once); the plan is then meaningless and only the errors count."""
+
+    collect: list | None = None
 
     def __init__(self, streams: Mapping[str, StreamSchema], source: str = "",
                  functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0) -> None:
@@ -212,6 +217,12 @@ class Analyzer:
 
     def error(self, cls: type[CelError], message: str, node) -> CelError:
         return cls(message, getattr(node, "line", 0), getattr(node, "column", 0), self.source)
+
+    def _recover(self, exc: CelError) -> None:
+        """In collect mode, record ``exc`` (the caller goes on); otherwise raise it."""
+        if self.collect is None:
+            raise exc
+        self.collect.append(exc)
 
     # ------------------------------------------------------------------ streams
 
@@ -313,7 +324,9 @@ class Analyzer:
             if isinstance(item, ast.Star):
                 new = [Column(a.name, a.type, Ref(a.name, "IN")) for a in inp.schema]
             else:
-                expr, t = self.value(item.expr, scope)
+                expr, t = self._side(item.expr, scope)
+                if t is None:
+                    continue
                 name = item.alias or (item.expr.name if isinstance(item.expr, Ref) else None)
                 if name is None:
                     raise self.error(CelSchemaError, "give this computed column a name with "
@@ -332,6 +345,13 @@ class Analyzer:
         """A predicate: AND/OR of comparisons (a bool value ``x`` means ``x = TRUE``)."""
         if isinstance(e, (And, Or)):
             return type(e)(tuple(self.pred(i, scope) for i in e.items), e.line, e.column)
+        try:
+            return self._atom(e, scope)
+        except CelError as exc:
+            self._recover(exc)
+            return Compare("=", Literal(True, e.line, e.column), Literal(True, e.line, e.column), e.line, e.column)
+
+    def _atom(self, e: Expr, scope: _Scope) -> Expr:
         if isinstance(e, Compare):
             return self._compare(e, scope)
         expr, t = self.value(e, scope)
@@ -349,13 +369,24 @@ class Analyzer:
             const = self._dur_const(other)
             op = e.op if ldur else FLIPPED[e.op]
             return Compare(op, dur, const, e.line, e.column)
-        left, lt = self.value(e.left, scope)
-        right, rt = self.value(e.right, scope)
+        left, lt = self._side(e.left, scope)
+        right, rt = self._side(e.right, scope)
+        if lt is None or rt is None:  # collect mode: the side's error is recorded
+            return Compare(e.op, left, right, e.line, e.column)
         if not (lt == rt or (lt in NUMERIC and rt in NUMERIC)):
             raise self.error(CelTypeError, f"cannot compare {lt} with {rt}", e)
         if lt == "bool" and e.op not in ("=", "!="):
             raise self.error(CelTypeError, "bool values can only be compared with = or !=", e)
         return Compare(e.op, left, right, e.line, e.column)
+
+    def _side(self, e: Expr, scope: _Scope) -> tuple[Expr, str | None]:
+        """One side of a comparison; in collect mode its error is recorded
+        (type None) so that the other side is checked too."""
+        try:
+            return self.value(e, scope)
+        except CelError as exc:
+            self._recover(exc)
+            return e, None
 
     def _duration(self, e: Expr, scope: _Scope) -> Duration | None:
         if isinstance(e, Dur):
@@ -491,9 +522,13 @@ class Analysis:
 
 
 def analyze(query: ast.Query, streams: Mapping[str, StreamSchema], *, source: str = "",
-            functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0) -> Analysis:
-    """Check ``query`` against ``streams`` and return its logical plan."""
+            functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
+            collect: list | None = None) -> Analysis:
+    """Check ``query`` against ``streams`` and return its logical plan. With
+    ``collect`` (a list), errors in predicates and SELECT columns are appended
+    to it and the analysis goes on; the first other error is raised."""
     an = Analyzer(streams, source, functions, time_unit_ms)
+    an.collect = collect
     plan = an.query(query)
     names = [n for n, _ in an.published] + ([query.publish] if query.publish else [])
     seen: set[str] = set()

@@ -246,3 +246,77 @@ def test_cayuga_send_with_token(start_server, tmp_path):
     assert f"{f}: error line 2: invalid JSON" in result.output  # counted in the file, not the connection
     result = CliRunner().invoke(main, args)
     assert "authentication required" in result.output or "401" in result.output
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def test_validate_lists_every_name_and_type_error(client):
+    bad = client.validate(cel="SELECT Nme, Price AS P FROM FILTER{Prce > 1 AND Name = 3 AND Volume > FOO(1)}(Stock) "
+                              "NEXT{$1.Nam = $2.Name} Stock PUBLISH X")
+    assert bad["valid"] is False
+    assert [e["message"].split(";")[0].split(" (")[0] for e in bad["errors"]] == [
+        "unknown attribute 'Nme' in SELECT", "unknown attribute 'Prce' in FILTER", "cannot compare string with int",
+        "unknown function FOO", "unknown attribute '$1.Nam'"]
+    assert all(e["line"] == 1 and e["column"] > 0 for e in bad["errors"])
+
+
+def test_error_excerpts_are_cut_to_a_window(client):
+    air = open("tests/conformance/air/T4.xml").read().replace("<NFA>", "<NFA>" + "<Bogus/>" * 300_000, 1)
+    r = client.http.post("/subscriptions", json={"air": air})
+    assert r.status_code == 400 and len(r.content) < 2000, len(r.content)
+    cel = "SELECT * FROM FILTER{" + "Price > 1 AND " * 20_000 + "Nope > 1}(Stock)"
+    r = client.http.post("/subscriptions/validate", json={"cel": cel})
+    (err,) = r.json()["errors"]
+    text, caret = err["excerpt"].splitlines()
+    assert len(text) < 140 and text.strip().startswith("...") and text[len(caret) - 1:].startswith("Nope")
+
+
+def _frames(sock: socket.socket) -> list[tuple[int, bytes]]:
+    """(opcode, payload) of every WebSocket frame the server sends until it closes."""
+    sock.settimeout(3)
+    data = b""
+    try:
+        while chunk := sock.recv(1 << 20):
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    out, i = [], 0
+    while i + 2 <= len(data):
+        op, n = data[i] & 0x0F, data[i + 1] & 0x7F
+        i += 2
+        if n == 126:
+            n, i = int.from_bytes(data[i:i + 2], "big"), i + 2
+        elif n == 127:
+            n, i = int.from_bytes(data[i:i + 8], "big"), i + 8
+        if i + n > len(data):
+            break
+        out.append((op, data[i:i + n]))
+        i += n
+    return out
+
+
+def test_a_client_that_never_reads_is_closed_with_1013_and_only_what_was_sent_is_counted(start_server):
+    from tests.server.test_lifecycle import stalled_websocket
+
+    srv = start_server(client_buffer=20)
+    with CayugaClient(srv.base_url) as c:
+        c.declare_stream("Blob", {"Body": "string", "N": "int"})
+        sub = c.subscribe(cel="SELECT * FROM Blob PUBLISH Blobs")
+        slow = stalled_websocket(srv.http_port, f"/ws/subscriptions/{sub['id']}")
+        with c.sender() as s:
+            for i in range(400):
+                s.send({"stream": "Blob", "t1": i, "Body": "X" * 20_000, "N": i})
+                if i % 5 == 4:
+                    time.sleep(0.01)
+        deadline = time.monotonic() + 20
+        while metric(c, 'cayuga_client_drops_total{policy="disconnect"}') < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        frames = _frames(slow)  # the client reads at last: what was sent, then the close frame
+        slow.close()
+        texts = [p for op, p in frames if op == 1]
+        assert [json.loads(p)["N"] for p in texts] == list(range(len(texts)))
+        assert metric(c, "cayuga_witnesses_delivered_total") == len(texts) < 400
+        assert frames[-1][0] == 8, "no close frame"
+        code, reason = int.from_bytes(frames[-1][1][:2], "big"), frames[-1][1][2:].decode()
+        assert (code, reason) == (1013, "too slow: more than 20 witnesses were waiting")
