@@ -42,6 +42,7 @@ class ClientChannel:
         self.on_drop = on_drop
         self.buffer: deque[bytes] = deque()  # encoded witnesses (UTF-8 JSON)
         self.wake = asyncio.Event()
+        self.cut = asyncio.Event()  # set once the buffer overflowed under "disconnect"
         self._wake_pending = False
         self._lock = threading.Lock()
         self.overflowed = False
@@ -77,6 +78,10 @@ class ClientChannel:
                     if self.on_drop:
                         self.on_drop(self, "disconnect", 1)
                     self._signal()
+                    try:
+                        self.loop.call_soon_threadsafe(self.cut.set)
+                    except RuntimeError:
+                        self.closed = True
                     return
             self.buffer.extend(payloads)
             self._signal()

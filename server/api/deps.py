@@ -9,11 +9,16 @@ from fastapi import Depends, HTTPException, Request, WebSocket, status
 from server.daemon import Daemon
 
 
-def get_daemon(request: Request) -> Daemon:
+# Both are async so that FastAPI runs them on the event loop: a plain def would
+# take a worker thread, and with every worker waiting (POST /events on a full
+# queue) even /metrics and /health would wait for one.
+
+
+async def get_daemon(request: Request) -> Daemon:
     return request.app.state.daemon
 
 
-def require_token(request: Request) -> None:
+async def require_token(request: Request) -> None:
     """When auth tokens are configured, REST calls need ``Authorization: Bearer <token>``."""
     tokens = request.app.state.daemon.settings.auth_tokens
     if not tokens:

@@ -8,7 +8,11 @@ the client can take more, so a batching client sees the same witnesses in the
 same order with far fewer messages. Close codes: 4400 bad query parameter,
 4401 bad token, 4404 unknown subscription or stream, 1013 the client was too
 slow (its buffer overflowed; see notifiers.py), 1001 the server is shutting
-down.
+down. The 1013 frame follows the witnesses already sent, so a client that has
+stopped reading sees it once it reads them, if it does so within
+SLOW_CLOSE_SECONDS. A client library whose keepalive fails first (python
+websockets: a ping every 20 s, 20 s to answer, while the application does not
+read) reports its own 1011 "keepalive ping timeout" instead.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from server.notifiers import SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
 router = APIRouter(tags=["notifications"])
 
 MAX_BATCH = 10_000
+#: Seconds the server waits for a too-slow client to read up to its 1013 close
+#: frame (it is queued right behind the witnesses already sent); then it gives up.
+SLOW_CLOSE_SECONDS = 15.0
 
 
 async def _serve(ws: WebSocket, kind: str, key: str) -> None:
@@ -48,18 +55,19 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
     d.hub.register(kind, key, ch)
     sender = asyncio.create_task(_send_loop(ws, ch, d.counters))
     receiver = asyncio.create_task(_receive_loop(ws))
+    cut = asyncio.create_task(ch.cut.wait())  # overflow: stop a send stuck on a client that does not read
     try:
-        done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({sender, receiver, cut}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         d.hub.unregister(kind, key, ch)
-        for t in (sender, receiver):
+        for t in (sender, receiver, cut):
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
     if ch.overflowed:
         reason = f"too slow: more than {ch.capacity} witnesses were waiting"
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(code=SLOW_CLIENT_CLOSE, reason=reason), timeout=1.0)
+            await asyncio.wait_for(ws.close(code=SLOW_CLIENT_CLOSE, reason=reason), timeout=SLOW_CLOSE_SECONDS)
     elif ch.closed:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=SHUTDOWN_CLOSE, reason="subscription removed or server stopping"),

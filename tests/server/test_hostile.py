@@ -312,7 +312,8 @@ def test_a_client_that_never_reads_is_closed_with_1013_and_only_what_was_sent_is
         deadline = time.monotonic() + 20
         while metric(c, 'cayuga_client_drops_total{policy="disconnect"}') < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        frames = _frames(slow)  # the client reads at last: what was sent, then the close frame
+        time.sleep(3)  # the client stays away a while, then reads at last: what was sent, then the close frame
+        frames = _frames(slow)
         slow.close()
         texts = [p for op, p in frames if op == 1]
         assert [json.loads(p)["N"] for p in texts] == list(range(len(texts)))
@@ -320,3 +321,30 @@ def test_a_client_that_never_reads_is_closed_with_1013_and_only_what_was_sent_is
         assert frames[-1][0] == 8, "no close frame"
         code, reason = int.from_bytes(frames[-1][1][:2], "big"), frames[-1][1][2:].decode()
         assert (code, reason) == (1013, "too slow: more than 20 witnesses were waiting")
+
+
+def test_metrics_and_health_answer_while_every_worker_thread_waits(start_server):
+    """40+ POST /events blocked on a full queue hold every worker thread;
+    /metrics and /health do not need one."""
+    import threading
+
+    srv = start_server(queue_capacity=10)
+    soon = int(time.time() * 1000) + 600_000
+    with CayugaClient(srv.base_url) as c:
+        c.post_events([stock("IBM", 1.0, 1, soon)] * 10)  # the queue is full for ten minutes
+
+        def post():
+            with httpx.Client(base_url=srv.base_url, timeout=60) as h:
+                h.post("/events", json=[stock("IBM", 1.0, 1, soon)])
+
+        posts = [threading.Thread(target=post) for _ in range(45)]
+        for t in posts:
+            t.start()
+        time.sleep(1.0)
+        for path in ("/metrics", "/health"):
+            start = time.monotonic()
+            assert c.http.get(path, timeout=10).status_code == 200
+            assert time.monotonic() - start < 1.0, path
+        srv.stop()  # the queue closes: the blocked posts get their answer
+        for t in posts:
+            t.join(30)
