@@ -116,6 +116,7 @@ class Daemon:
         self._count_queue: list[str] = []  # subscriptions still to count in the current pass
         self._count_next_pass = 0.0  # monotonic time
         self._count_pass_cost = 0.0  # engine-thread seconds spent on the current pass
+        self.counted_at = time.monotonic()  # when the last full pass of instance counts ended
         self._epoch = None
         self.started = False
         self.ready = threading.Event()  # stored subscriptions restored, engine thread running
@@ -349,6 +350,7 @@ class Daemon:
                 break
         self._count_pass_cost += perf() - start
         if not todo:  # pass done: keep the counting's share of the engine thread small
+            self.counted_at = time.monotonic()
             self._count_next_pass = max(self._count_next_pass,
                                         now + self._count_pass_cost * (1 - COUNT_SHARE) / COUNT_SHARE)
 

@@ -5,6 +5,7 @@ only bump integers. Each server has its own registry (tests run several)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,9 @@ class _Collector:
         yield GaugeMetricFamily("cayuga_clients", "Connected WebSocket clients", value=d.hub.client_count)
         yield GaugeMetricFamily("cayuga_tcp_connections", "Open TCP event connections",
                                 value=d.receiver.connections if d.receiver else 0)
+        yield GaugeMetricFamily("cayuga_instances_age_seconds", "Seconds since cayuga_instances was last "
+                                "recounted in full (by the engine thread, in the background)",
+                                value=time.monotonic() - d.counted_at)
         inst = GaugeMetricFamily("cayuga_instances", "Active automaton instances per subscription",
                                  labels=["subscription"])
         for sid, n in d.instance_counts().items():

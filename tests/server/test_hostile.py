@@ -345,6 +345,7 @@ def test_metrics_and_health_answer_while_every_worker_thread_waits(start_server)
             start = time.monotonic()
             assert c.http.get(path, timeout=10).status_code == 200
             assert time.monotonic() - start < 1.0, path
+        assert metric(c, "cayuga_instances_age_seconds") < 5
         srv.stop()  # the queue closes: the blocked posts get their answer
         for t in posts:
             t.join(30)
