@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from server.api import automaton, console, events, stats, streams, subscriptions, system, ws
 from server.api.bodylimit import BodyLimit
 from server.config import Settings
-from server.daemon import Daemon, ServerStarting
+from server.daemon import Daemon, LimitReached, ServerStarting
 
 
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
@@ -46,6 +46,10 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
     @app.exception_handler(ServerStarting)
     async def _starting(request: Request, exc: ServerStarting):
         return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "5"})
+
+    @app.exception_handler(LimitReached)
+    async def _limit(request: Request, exc: LimitReached):
+        return JSONResponse(status_code=403, content={"detail": str(exc)})
 
     for r in (streams.router, subscriptions.router, automaton.router, events.router, system.router, stats.router,
               ws.router, console.router):

@@ -74,6 +74,14 @@ class Settings(BaseModel):
     time: Literal["clock", "event"] = "clock"
     #: With time: clock, how far ahead of the server clock an event's t1 may be, in seconds.
     max_future: float = Field(86_400.0, ge=0)
+    #: Subscriptions one server holds; registering one more is refused (403).
+    max_subscriptions: int = Field(1_000_000, ge=1)
+    #: States of one automaton, and predicate atoms over all its edges; larger ones are refused.
+    max_states: int = Field(256, ge=2)
+    max_predicate_atoms: int = Field(4096, ge=1)
+    #: Live instances of one subscription. Checked by the engine thread's background count:
+    #: one found above it loses all its instances (counted, logged) and starts afresh.
+    max_instances_per_subscription: int = Field(1_000_000, ge=1)
     client_buffer: int = Field(10_000, ge=1)
     slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
     auth_tokens: list[str] = []

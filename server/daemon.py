@@ -28,6 +28,7 @@ from air.model import Automaton, StreamSchema
 from server.config import Settings
 from server.engine import Emission, Engine, EngineError, LateEvent
 from server.formats import witness_bytes
+from server.limits import automaton_size_errors
 from server.metrics import Counters, make_registry
 from server.notifiers import ClientChannel, NotifierHub
 from server.queue import DelayQueue
@@ -57,6 +58,10 @@ class SubscriptionError(ValueError):
     def __init__(self, message: str, errors: list[dict] | None = None) -> None:
         super().__init__(message)
         self.errors = errors or [{"message": message}]
+
+
+class LimitReached(RuntimeError):
+    """A registration refused by a server limit (max_subscriptions)."""
 
 
 class ServerStarting(RuntimeError):
@@ -342,10 +347,14 @@ class Daemon:
         start = perf()
         deadline = start + COUNT_BUDGET_SECONDS
         counts = self._instances
+        limit = self.settings.max_instances_per_subscription
         while todo:
             sid = todo.pop()
             if eng.has_owner(sid):
-                counts[sid] = eng.instance_count(sid)
+                counts[sid] = n = eng.instance_count(sid)
+                if n > limit:
+                    self._reset_instances(sid, n)
+                    counts[sid] = 0
             if perf() > deadline:
                 break
         self._count_pass_cost += perf() - start
@@ -353,6 +362,19 @@ class Daemon:
             self.counted_at = time.monotonic()
             self._count_next_pass = max(self._count_next_pass,
                                         now + self._count_pass_cost * (1 - COUNT_SHARE) / COUNT_SHARE)
+
+    def _reset_instances(self, sid: str, n: int) -> None:
+        """Drop every instance of a subscription found above
+        max_instances_per_subscription: it starts afresh (engine thread)."""
+        sub = self.subscriptions.get(sid)
+        if sub is None:
+            return
+        self.engine.remove(sid)
+        self.engine.add(sub.automata, owner=sid)
+        self.counters.add("instances_evicted", n)
+        self.counters.add("instance_resets")
+        log.warning("subscription %s had %d instances, more than max_instances_per_subscription (%d): "
+                    "all dropped, it starts afresh", sid, n, self.settings.max_instances_per_subscription)
 
     def _engine_loop(self) -> None:
         """Batches from the queue through the engine; between batches, control
@@ -457,6 +479,10 @@ class Daemon:
         except CayugaError as exc:
             detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
             raise SubscriptionError(str(exc), [detail]) from None
+        too_large = self._size_errors(autos) if persist else []
+        if too_large:
+            self.counters.add("subscriptions_refused")
+            raise SubscriptionError("; ".join(too_large), [{"kind": "limit", "message": m} for m in too_large])
         published = self.submit(lambda eng: eng.add(autos, owner=sid)).result(timeout=30)
         internal = [s for s in published if s not in outs]
         sub = Subscription(sid, kind, text, autos, outs, internal, name, created)
@@ -466,9 +492,16 @@ class Daemon:
             self.store.save_subscription(StoredSubscription(sid, kind, text, name, created))
         return sub
 
+    def _size_errors(self, autos) -> list[str]:
+        return automaton_size_errors(autos, self.settings.max_states, self.settings.max_predicate_atoms)
+
     def add_subscription(self, kind: str, text: str, name: str | None = None) -> Subscription:
         with self._lock:
             self._require_ready()
+            if len(self.subscriptions) >= self.settings.max_subscriptions:
+                self.counters.add("subscriptions_refused")
+                raise LimitReached(f"the server holds {len(self.subscriptions)} subscriptions, its limit "
+                                   "(the max_subscriptions setting); delete some first")
             sid = self.store.next_id()
             try:
                 return self._install(sid, kind, text, name, time.time())
@@ -502,6 +535,9 @@ class Daemon:
                                                self.settings.time_unit_ms)
         except CayugaError as exc:
             return [exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}], [], None
+        too_large = self._size_errors(autos)
+        if too_large:
+            return [{"kind": "limit", "message": m, "line": 0, "column": 0, "excerpt": ""} for m in too_large], [], None
         probe = Engine(self.engine.functions)
         for name in {s.input_stream for a in autos for s in a.states if s.input_stream}:
             schema = streams.get(name)  # the others are published within the query, or unknown (reported)

@@ -68,3 +68,22 @@ class AddressSlots:
                 self._open[address] = n
             else:
                 self._open.pop(address, None)
+
+
+def automaton_size_errors(automata, max_states: int, max_atoms: int) -> list[str]:
+    """Why each automaton is too large to register (states, or predicate atoms
+    over all its edges), or []."""
+    out = []
+    for i, auto in enumerate(automata):
+        name = auto.name or f"#{i + 1}"
+        if len(auto.states) > max_states:
+            out.append(f"automaton {name} has {len(auto.states)} states; at most {max_states} "
+                       "(the max_states setting)")
+        preds = [p for s in auto.states
+                 for p in (s.filter, s.rebind.predicate if s.rebind else None, *(f.predicate for f in s.forwards))
+                 if p is not None]
+        atoms = sum(len(c.atoms) for p in preds for c in p.clauses)
+        if atoms > max_atoms:
+            out.append(f"automaton {name} has {atoms} predicate atoms; at most {max_atoms} "
+                       "(the max_predicate_atoms setting)")
+    return out

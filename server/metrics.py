@@ -76,6 +76,10 @@ class _Collector:
         yield refusals
         yield CounterMetricFamily("cayuga_http_refusals", "HTTP requests refused with 413: body larger than "
                                   "max_body_bytes", value=c.get("http_body_too_large", 0))
+        yield CounterMetricFamily("cayuga_subscriptions_refused", "Registrations refused by max_subscriptions, "
+                                  "max_states or max_predicate_atoms", value=c.get("subscriptions_refused", 0))
+        yield CounterMetricFamily("cayuga_instances_evicted", "Instances dropped because their subscription "
+                                  "exceeded max_instances_per_subscription", value=c.get("instances_evicted", 0))
         yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
         yield GaugeMetricFamily("cayuga_epoch_lag", "Current time minus the engine's epoch, in time units",
                                 value=d.epoch_lag())

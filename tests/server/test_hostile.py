@@ -349,3 +349,37 @@ def test_metrics_and_health_answer_while_every_worker_thread_waits(start_server)
         srv.stop()  # the queue closes: the blocked posts get their answer
         for t in posts:
             t.join(30)
+
+
+# --------------------------------------------------------------------------- server limits
+
+
+def test_subscription_and_automaton_limits(start_server):
+    srv = start_server(max_subscriptions=2, max_states=3, max_predicate_atoms=4)
+    with CayugaClient(srv.base_url) as c:
+        three = "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock NEXT{$1.Name = $2.Name} Stock"
+        r = c.http.post("/subscriptions", json={"cel": three})
+        assert r.status_code == 400 and "states; at most 3 (the max_states setting)" in r.json()["detail"]
+        assert "max_states" in c.validate(cel=three)["errors"][0]["message"]
+        many = "SELECT * FROM FILTER{Price > 1 AND Price > 2 AND Price > 3 AND Price > 4 AND Price > 5}(Stock)"
+        r = c.http.post("/subscriptions", json={"cel": many})
+        assert r.status_code == 400 and "at most 4 (the max_predicate_atoms setting)" in r.json()["detail"]
+        c.subscribe(cel=ALL)
+        c.subscribe(cel="SELECT Name FROM Stock PUBLISH Names")
+        r = c.http.post("/subscriptions", json={"cel": "SELECT Price FROM Stock PUBLISH Prices"})
+        assert r.status_code == 403 and "max_subscriptions" in r.json()["detail"]
+        assert metric(c, "cayuga_subscriptions_refused_total") == 3
+
+
+def test_a_subscription_over_its_instance_limit_starts_afresh(start_server):
+    srv = start_server(max_instances_per_subscription=5)
+    with CayugaClient(srv.base_url) as c:
+        sub = c.subscribe(cel="SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs")
+        c.post_events([stock(f"S{i}", 1.0, 1, i) for i in range(1, 21)])  # 20 open instances
+        deadline = time.monotonic() + 10
+        while metric(c, "cayuga_instances_evicted_total") == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert metric(c, "cayuga_instances_evicted_total") == 20
+        with c.watch(sub["id"], timeout=10) as m:  # it still works, from empty
+            c.post_events([stock("A", 1.0, 1, 30), stock("S1", 2.0, 1, 31), stock("A", 3.0, 1, 32)])
+            assert collect(m, 1)[0]["t1"] == 32
