@@ -27,6 +27,10 @@ from air.model import (
 MAX_AIR_BYTES = 4 * 1024 * 1024
 
 
+#: The refusal of a text nested deeper than Python's stack allows (e.g. 5,000 parentheses).
+TOO_DEEP = "the text is nested too deeply (expressions or brackets thousands of levels deep); simplify it"
+
+
 class AirError(SourceError):
     """A malformed or inconsistent AIR document."""
 
@@ -83,6 +87,8 @@ def load_air_many(data: str | bytes, *, name: str = "") -> list[Automaton]:
     """Parse an AIR document: one ``<NFA>`` or several inside ``<NFAs>``."""
     try:
         return _load_many(data, name)
+    except RecursionError:  # an expression nested thousands deep in an Expr attribute
+        raise AirError(TOO_DEEP) from None
     except AirError as exc:
         if exc.source or not exc.line:
             raise

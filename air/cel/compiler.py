@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from air.cel.errors import CelError, CelSchemaError
-from air.cel.parser import parse, parse_all
+from air.cel.parser import parse, parse_all, too_deep
 from air.cel.semantics import (Duration, Iter, Plan, Publish, Scan, Select, Seq, Where,
                                analyze)
 from air.expr import FLIPPED, And, Compare, Expr, Literal, Or, Ref, transform
@@ -350,11 +350,14 @@ def compile_cel(text: str, streams: Mapping[str, StreamSchema] | Iterable[Stream
     (('Cheap',), [2])
     """
     query = parse(text)
-    analysis = analyze(query, _schemas(streams), source=text, functions=functions,
-                       time_unit_ms=time_unit_ms)
-    out = query.publish or name_prefix or "Q"
-    c = _Compiler(name_prefix or out, text)
-    c.emit(analysis.plan, out, "OUT")
+    try:
+        analysis = analyze(query, _schemas(streams), source=text, functions=functions,
+                           time_unit_ms=time_unit_ms)
+        out = query.publish or name_prefix or "Q"
+        c = _Compiler(name_prefix or out, text)
+        c.emit(analysis.plan, out, "OUT")
+    except RecursionError:  # e.g. 1 + 1 + ... ten thousand times: a tree too deep to walk
+        raise too_deep(text) from None
     return CompiledQuery(tuple(c.automata), tuple(c.published), c.schemas)
 
 
@@ -373,6 +376,8 @@ def validate(text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSch
                 collect=found)
     except CelError as e:
         found.append(e)
+    except RecursionError:
+        found.append(too_deep(text))
     if found:
         found.sort(key=lambda e: (e.line, e.column))
         return found[:max_errors]

@@ -293,9 +293,18 @@ class _Parser:
 def parse(text: str) -> ast.Query:
     """Parse one CEL query; raise the first :class:`CelSyntaxError`."""
     tokens = _tokenize(text)
-    query = _Parser(text, tokens, collect=False, max_errors=1, errors=[]).parse()
+    try:
+        query = _Parser(text, tokens, collect=False, max_errors=1, errors=[]).parse()
+    except RecursionError:
+        raise too_deep(text) from None
     assert query is not None
     return query
+
+
+def too_deep(text: str) -> CelSyntaxError:
+    """The refusal of a query nested deeper than Python's stack allows."""
+    return CelSyntaxError("the query is nested too deeply (brackets or operators thousands of levels deep); "
+                          "simplify it", 1, 1, text)
 
 
 def parse_all(text: str, max_errors: int = 10) -> tuple[ast.Query | None, list[CelError]]:
@@ -308,7 +317,10 @@ def parse_all(text: str, max_errors: int = 10) -> tuple[ast.Query | None, list[C
     except _TooManyErrors:
         return None, errors
     cut = [(e.line, e.column) for e in errors if e.message.startswith("unterminated")]
-    query = _Parser(text, tokens, collect=True, max_errors=max_errors, errors=errors).parse()
+    try:
+        query = _Parser(text, tokens, collect=True, max_errors=max_errors, errors=errors).parse()
+    except RecursionError:
+        return None, [too_deep(text)]
     if cut:  # what follows an unterminated string or comment is not worth reporting
         errors = [e for e in errors if (e.line, e.column) <= cut[0]]
     errors.sort(key=lambda e: (e.line, e.column))

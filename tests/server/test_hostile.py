@@ -383,3 +383,18 @@ def test_a_subscription_over_its_instance_limit_starts_afresh(start_server):
         with c.watch(sub["id"], timeout=10) as m:  # it still works, from empty
             c.post_events([stock("A", 1.0, 1, 30), stock("S1", 2.0, 1, 31), stock("A", 3.0, 1, 32)])
             assert collect(m, 1)[0]["t1"] == 32
+
+
+@pytest.mark.parametrize("cel", ["SELECT * FROM " + "(" * 5000 + "Stock" + ")" * 5000,
+                                 "SELECT * FROM FILTER{Price > " + "1 + " * 20_000 + "1}(Stock)"])
+def test_queries_nested_too_deeply_are_400_not_500(client, cel):
+    """Fuzzing finding: the CEL parser raised RecursionError on 5,000 parentheses."""
+    for path in ("/subscriptions", "/subscriptions/validate"):
+        r = client.http.post(path, json={"cel": cel})
+        assert r.status_code in (200, 201, 400), (path, r.status_code)
+        if r.status_code != 201 and path == "/subscriptions":
+            assert "nested too deeply" in r.json()["detail"]
+    air = open("tests/conformance/air/94.xml").read()
+    deep = air.replace('Expr="(NODE.cnt_n)+(1)"', 'Expr="' + "(" * 5000 + "NODE.cnt_n" + ")" * 5000 + '+(1)"', 1)
+    r = client.http.post("/subscriptions", json={"air": deep})
+    assert r.status_code == 400 and "nested too deeply" in r.json()["detail"]
