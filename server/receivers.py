@@ -8,7 +8,9 @@ an event gets one line back on the same connection::
 
     error line 7: attribute 'Price' must be float, got 'cheap'
 
-and is counted; the connection stays open. Events without timestamps get point
+and is counted; the connection stays open. A client that does not read these
+lines (one cannot be sent within POLL seconds) is sent no more of them on that
+connection; they are still counted. Events without timestamps get point
 timestamps from the server clock. When the queue is full the receiver stops
 reading until there is room, so TCP flow control pushes back on the sender.
 
@@ -80,6 +82,7 @@ class TcpReceiver:
         self._sock: socket.socket | None = None
         self._listener: threading.Thread | None = None
         self._conns: dict[threading.Thread, socket.socket] = {}
+        self._muted: set[socket.socket] = set()  # connections that stopped reading their error lines
         self._lock = threading.Lock()
 
     @property
@@ -155,6 +158,7 @@ class TcpReceiver:
             finally:
                 with self._lock:
                     self._conns.pop(threading.current_thread(), None)
+                    self._muted.discard(conn)
                 self._slots.release()
                 self._addresses.release(addr[0])
 
@@ -306,7 +310,12 @@ class TcpReceiver:
         if counted:
             self.counters.add("rejected_tcp")
         log.info("rejected line %d: %s", number, reason)
+        if conn in self._muted:
+            return
         try:
             conn.sendall(f"error line {number}: {reason}\n".encode())
-        except OSError:
-            pass
+        except OSError:  # the client does not read its error lines: stop sending them (each would wait POLL)
+            with self._lock:
+                self._muted.add(conn)
+            self.counters.add("tcp_error_lines_muted")
+            log.info("a TCP client does not read its error lines; no more are sent on that connection")

@@ -398,3 +398,17 @@ def test_queries_nested_too_deeply_are_400_not_500(client, cel):
     deep = air.replace('Expr="(NODE.cnt_n)+(1)"', 'Expr="' + "(" * 5000 + "NODE.cnt_n" + ")" * 5000 + '+(1)"', 1)
     r = client.http.post("/subscriptions", json={"air": deep})
     assert r.status_code == 400 and "nested too deeply" in r.json()["detail"]
+
+
+def test_a_client_that_never_reads_its_error_lines_does_not_stall_its_connection(client):
+    """Overload finding: each error line the client did not read cost its
+    connection a 0.25 s send timeout (50,000 bad lines: hours)."""
+    sub = client.subscribe(cel=ALL)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(client.tcp_address())
+    with client.watch(sub["id"], timeout=20) as m:
+        s.sendall(b"garbage\n" * 50_000 + json.dumps(stock("IBM", 1.0, 1, 1)).encode() + b"\n")
+        assert collect(m, 1)[0]["Name"] == "IBM"
+    s.close()
+    assert metric(client, 'cayuga_events_rejected_total{source="tcp"}') == 50_000
