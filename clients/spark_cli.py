@@ -185,7 +185,7 @@ def source(streams, schema_files, config_path, master, input_path, input_format,
     try:
         try:
             res = stream_to_server(spark_session, input_path, schemas, host, port, input_format,
-                                   mapping=mapping, partitions=partitions)
+                                   mapping=mapping, partitions=partitions, token=token)
         except (InputError, OSError) as exc:
             _fail(str(exc))
     finally:

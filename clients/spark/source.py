@@ -35,8 +35,9 @@ class SourceResult:
 def stream_to_server(spark, path: str, schemas: Sequence[StreamSchema], host: str, port: int,
                      fmt: str | None = None, *, mapping: ColumnMapping | None = None,
                      partitions: int | None = None, progress: bool = True, time_unit_ms: float = 1.0,
-                     close_timeout: float = 10.0) -> SourceResult:
-    """Send the events at ``path`` to the server at ``host:port`` in detection-time order."""
+                     close_timeout: float = 10.0, token: str | None = None) -> SourceResult:
+    """Send the events at ``path`` to the server at ``host:port`` in
+    detection-time order (``token``: the server's ``#token`` line, when it has auth_tokens)."""
     inp = read_events(spark, path, list(schemas), fmt, mapping=mapping, time_unit_ms=time_unit_ms)
     n_parts = partitions or spark.sparkContext.defaultParallelism
     ordered = inp.rdd.sortBy(X.event_order, ascending=True, numPartitions=n_parts)
@@ -50,7 +51,7 @@ def stream_to_server(spark, path: str, schemas: Sequence[StreamSchema], host: st
             from tqdm import tqdm
 
             bar = tqdm(total=total, unit="ev", desc="sending", leave=False)
-        sender = TcpSender(host, port)
+        sender = TcpSender(host, port, token=token)
         try:
             buf: list[bytes] = []
             size = 0
