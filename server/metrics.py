@@ -74,8 +74,16 @@ class _Collector:
         for reason in ("max_connections", "per_address", "idle", "auth"):
             refusals.add_metric([reason], c.get(f"tcp_refused_{reason}", 0))
         yield refusals
-        yield CounterMetricFamily("cayuga_http_refusals", "HTTP requests refused with 413: body larger than "
-                                  "max_body_bytes", value=c.get("http_body_too_large", 0))
+        http = CounterMetricFamily("cayuga_http_refusals", "HTTP requests refused: body larger than "
+                                   "max_body_bytes (413), too many events in one POST /events (413), a body "
+                                   "that is not JSON (415)", labels=["reason"])
+        for reason, key in (("body_bytes", "http_body_too_large"), ("batch_items", "http_batch_too_large"),
+                            ("content_type", "http_not_json")):
+            http.add_metric([reason], c.get(key, 0))
+        yield http
+        yield CounterMetricFamily("cayuga_tcp_error_lines_muted", "TCP connections that stopped getting their "
+                                  "error lines because they did not read them",
+                                  value=c.get("tcp_error_lines_muted", 0))
         yield CounterMetricFamily("cayuga_subscriptions_refused", "Registrations refused by max_subscriptions, "
                                   "max_states or max_predicate_atoms", value=c.get("subscriptions_refused", 0))
         yield CounterMetricFamily("cayuga_instances_evicted", "Instances dropped because their subscription "

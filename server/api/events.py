@@ -33,6 +33,7 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     is reported with its index and reason; the others are accepted."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype != "application/json" and not ctype.endswith("+json"):
+        d.counters.add("http_not_json")
         raise HTTPException(415, detail=f"the body must be JSON (content-type: application/json), not {ctype!r}")
     body = await request.body()
     decoder = JsonDecoder(d.engine.schema, clock=d.now if d.settings.time == "clock" else None,
@@ -42,6 +43,7 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     except LineError as exc:
         raise HTTPException(400, detail=str(exc)) from None
     if len(events) + len(errors) > MAX_BATCH:
+        d.counters.add("http_batch_too_large")
         raise HTTPException(413, detail=f"at most {MAX_BATCH} events per request; split the batch")
     refused = refusals(events, len(body), horizon=d.horizon(), max_value=d.settings.max_value_bytes)
     if refused:  # indexes of the events list; report them as indexes of the body's items

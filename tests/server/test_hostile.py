@@ -195,13 +195,14 @@ def test_large_bodies_and_values_are_refused(start_server):
             {"index": 1, "error": "a string value of 2000 bytes is longer than max_value_bytes (1000)"}]
         errors = send_lines(c, json.dumps(stock("I" * 2000, 1.0, 1, 3)), json.dumps(stock("IBM", 1.0, 1, 4)))
         assert errors == ["error line 1: a string value of 2000 bytes is longer than max_value_bytes (1000)"]
-        assert metric(c, "cayuga_http_refusals_total") == 2
+        assert metric(c, 'cayuga_http_refusals_total{reason="body_bytes"}') == 2
 
 
 def test_text_plain_body_is_415(client):
     r = client.http.post("/events", content=json.dumps(stock("IBM", 1.0, 1, 1)),
                          headers={"content-type": "text/plain"})
     assert r.status_code == 415 and "application/json" in r.json()["detail"]
+    assert metric(client, 'cayuga_http_refusals_total{reason="content_type"}') == 1
 
 
 # --------------------------------------------------------------------------- auth
@@ -412,3 +413,4 @@ def test_a_client_that_never_reads_its_error_lines_does_not_stall_its_connection
         assert collect(m, 1)[0]["Name"] == "IBM"
     s.close()
     assert metric(client, 'cayuga_events_rejected_total{source="tcp"}') == 50_000
+    assert metric(client, "cayuga_tcp_error_lines_muted_total") == 1
