@@ -398,7 +398,7 @@ def dump_air(auto: Automaton) -> str:
         stream = f' InputStreamName="{_x(s.input_stream)}"' if s.input_stream else ""
         ntype = "START" if s.is_start else "INTERMEDIATE_OR_END"
         lines.append(f'<Node NodeID="{_x(s.id)}" NodeType="{ntype}"{stream}>')
-        if s.schema:
+        if s.schema or not s.is_start:  # an empty one too: the reader wants it on every other node
             lines.append("<Schema>")
             for a in s.schema:
                 lines.append(f'<AttrName Name="{_x(a.name)}" Type="{a.type}"/>')

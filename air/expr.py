@@ -11,6 +11,7 @@ unary minus. All binary operators are left-associative (as in the original).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Union
@@ -44,6 +45,10 @@ _TOKEN_RE = re.compile(
 )
 
 
+#: Characters XML 1.0 cannot carry, even escaped (so neither can AIR).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def tokenize(text: str, error: type[ExprSyntaxError] = ExprSyntaxError) -> list[Token]:
     """Split ``text`` into tokens; whitespace and comments are dropped."""
     tokens: list[Token] = []
@@ -63,8 +68,17 @@ def tokenize(text: str, error: type[ExprSyntaxError] = ExprSyntaxError) -> list[
         raw = m.group()
         if kind == "number":
             is_float = any(c in raw for c in ".eE")
+            if is_float and math.isinf(float(raw)):
+                raise error(f"the number {raw[:40]} is out of range (beyond a 64-bit float)", line, col, text)
             tokens.append(Token("NUMBER", raw, float(raw) if is_float else int(raw), line, col, pos))
         elif kind == "string":
+            bad = _NOT_XML.search(raw)
+            if bad:  # AIR is XML, which cannot carry it: refuse it here rather than write AIR that cannot load
+                before = raw[:bad.start()]
+                at_line = line + before.count("\n")
+                at_col = col + bad.start() if "\n" not in before else bad.start() - before.rfind("\n")
+                raise error(f"a string cannot hold the control character U+{ord(bad.group()):04X}",
+                            at_line, at_col, text)
             tokens.append(Token("STRING", raw, raw[1:-1].replace("''", "'"), line, col, pos))
         elif kind == "dollar":
             tokens.append(Token("DOLLAR", raw, raw[1:], line, col, pos))

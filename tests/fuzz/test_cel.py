@@ -77,3 +77,20 @@ def test_deep_nesting_is_an_error_not_a_crash():
                  "SELECT * FROM FILTER{Price > " + "1 + " * 20_000 + "1}(Stock)",
                  "SELECT " + "Price + " * 20_000 + "1 AS P FROM Stock"]:
         _check(text)
+
+
+def test_control_characters_in_strings_are_refused():
+    """Long-run finding: 'IBM' with a NUL in it compiled, but the AIR written
+    for it could not be read back (XML cannot carry U+0000)."""
+    (err,) = validate("SELECT * FROM FILTER{Name = '\x00IBM'}(Stock)", STREAMS)
+    assert (err.line, err.column) == (1, 30) and "control character U+0000" in err.message
+    _check("SELECT * FROM FILTER{Name = 'I\tB\nM'}(Stock)")  # tab and newline are fine
+
+
+def test_what_compiles_loads_back_as_air():
+    """Long-run findings: DUAL queries wrote end nodes without <Schema>, and
+    DUR > 1e309 wrote Const="inf"; neither AIR could be read back."""
+    _check("DUAL")
+    _check("SELECT 0 AS x FROM DUAL PUBLISH Z")
+    (err,) = validate("SELECT * FROM FILTER{DUR > 1e309}(Stock)", STREAMS)
+    assert "out of range" in err.message and (err.line, err.column) == (1, 28)
