@@ -79,7 +79,8 @@ def test_cayuga_lines(block):
 
 @FUZZ
 @given(st.lists(st.sampled_from([b"stream,t0,t1,Name,Price,Volume", b"Stock,1,1,IBM,1.5,3", b"Stock,,,a,b,c",
-                                 b"Stock,1,2,\"x,y\",1e999,1", b"Stock,1,1,IBM,nan,1", b"Stock,1,1,I,1,99999999999999999999",
+                                 b"Stock,1,2,\"x,y\",1e999,1", b"Stock,1,1,IBM,nan,1",
+                                 b"Stock,1,1,I,1,99999999999999999999",
                                  b"\xff\xfe", b"\"", b",,,,,", b"Stock,2,1,IBM,1,1"]), min_size=1, max_size=10))
 def test_csv_lines(block):
     _run("csv", block)

@@ -1,6 +1,8 @@
 """Overload: TCP senders push events as fast as the socket lets them, far
 faster than the engine runs (a slow subscription set makes sure of it), for
-OVERLOAD_SECONDS. The queue stays within its capacity, memory stays bounded,
+OVERLOAD_SECONDS. The queue stays within its capacity, memory stays bounded
+(the queue by its capacity, the subscriptions' instances by
+max_instances_per_subscription),
 /health and /metrics answer within a second, and nothing accepted is lost:
 after the senders stop, everything accepted is processed."""
 
@@ -17,6 +19,8 @@ from clients.client import CayugaClient
 from tests.fuzz.conftest import LONG, OVERLOAD_SECONDS
 
 CAPACITY = 5_000
+#: The workload's unmatched instances grow without end; the limit bounds them.
+INSTANCES = 20_000
 
 
 def rss_mb() -> float:
@@ -34,7 +38,7 @@ def block(n: int, start: int) -> bytes:
 
 @pytest.fixture
 def overload_server(fuzz_server):
-    return fuzz_server(queue_capacity=CAPACITY)
+    return fuzz_server(queue_capacity=CAPACITY, max_instances_per_subscription=INSTANCES)
 
 
 def test_overload_keeps_memory_and_answers_bounded(overload_server):
@@ -104,9 +108,11 @@ def test_overload_keeps_memory_and_answers_bounded(overload_server):
             time.sleep(0.05)
         received = d.counters.get("received_tcp")
         processed_inputs = sum(d.activity()[0].values())
+        evicted = d.counters.get("instances_evicted")
     figures = {"engine_events_per_s": round(engine_rate), "sender_unthrottled_events_per_s": round(offered_rate),
                "ratio": round(offered_rate / engine_rate, 1), "sent": sum(sent), "received": received - 5_000,
-               "rss_base_mb": round(base), "rss_peak_mb": round(peak), "slowest_health_or_metrics_s": round(slowest, 3)}
+               "instances_evicted": evicted, "rss_base_mb": round(base), "rss_peak_mb": round(peak),
+               "slowest_health_or_metrics_s": round(slowest, 3)}
     print("overload:", json.dumps(figures))
     assert received == processed_inputs  # nothing accepted was lost
     assert peak - base < 300, figures
