@@ -57,9 +57,9 @@ _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volu
 @click.option("--stream", "streams", multiple=True, help=_STREAM_HELP)
 @click.option("--schema", "schema_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="An original Cayuga <StreamType> XML schema file. Repeatable.")
-@click.option("--query", "queries", multiple=True, required=True,
-              type=click.Path(exists=True, dir_okay=False),
-              help="A query: AIR (.xml) or CEL (.cel). Repeatable; later queries may read earlier outputs.")
+@click.option("--query", "queries", multiple=True, required=True, type=click.Path(exists=True),
+              help="A query: AIR (.xml) or CEL (.cel), or a directory of them (taken in name order). "
+                   "Repeatable; later queries may read earlier outputs.")
 @click.option("--events", "events_path", required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True),
               help="The event file ('-' for standard input).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "cayuga", "csv"]), default="jsonl",

@@ -75,10 +75,27 @@ class Store:
             (n,) = self._db.execute("SELECT value FROM counters WHERE key = 'subscription'").fetchone()
         return f"s{n}"
 
-    def save_subscription(self, sub: StoredSubscription) -> None:
+    def peek_ids(self, n: int) -> list[str]:
+        """The next ``n`` subscription ids, not yet taken: :meth:`save_subscriptions`
+        takes them. The caller makes sure no one else takes ids meanwhile."""
         with self._lock:
-            self._db.execute("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
-                             (sub.id, sub.kind, sub.text, sub.name, sub.created))
+            row = self._db.execute("SELECT value FROM counters WHERE key = 'subscription'").fetchone()
+        last = row[0] if row else 0
+        return [f"s{last + i}" for i in range(1, n + 1)]
+
+    def save_subscription(self, sub: StoredSubscription) -> None:
+        self.save_subscriptions([sub])
+
+    def save_subscriptions(self, subs: list[StoredSubscription]) -> None:
+        """Store ``subs`` in one transaction, and take their ids (``sN``) for good."""
+        taken = max((int(s.id[1:]) for s in subs if s.id[:1] == "s" and s.id[1:].isdigit()), default=0)
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
+                                 [(s.id, s.kind, s.text, s.name, s.created) for s in subs])
+            if taken:
+                self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
+                                 "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)", (taken,))
 
     def delete_subscription(self, sid: str) -> None:
         with self._lock:
