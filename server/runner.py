@@ -97,11 +97,13 @@ def decode_file(lines: Iterable[str], fmt: str, streams: Callable, result: RunRe
 
 
 def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
-                functions: FunctionRegistry | None = None) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
+                functions: FunctionRegistry | None = None, progress: Callable[[int], None] | None = None,
+                ) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
     """An engine with ``streams`` declared and each query file (or each file
     of a directory, see :func:`expand_queries`) loaded under its file stem, in
     order (so later queries may read earlier outputs); returns it with the
-    (owner, automata) pairs. Raises QueryError naming the file.
+    (owner, automata) pairs. Raises QueryError naming the file. ``progress``
+    is called with the number of queries loaded so far after each one.
 
     Each query costs the same whether it is the first or the ten-thousandth:
     CEL shapes are compiled once (:class:`~air.cel.shapes.ShapeCache`), the
@@ -122,6 +124,8 @@ def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
             except (CayugaError, EngineError) as exc:
                 raise QueryError(f"{q}: {exc}") from None
             loaded.append((q.stem, autos))
+            if progress is not None:
+                progress(len(loaded))
     return engine, loaded
 
 
