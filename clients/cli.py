@@ -90,7 +90,7 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
         with click.open_file(events_path, "r", encoding="utf-8") as fh:
             result = run_offline(
                 schemas, list(queries), fh, fmt, include_resub=include_resub, functions=functions,
-                on_witness=lambda w: out.write(_json(w) + "\n"),
+                on_witness=lambda w: out.write(_json(w) + "\n"), freeze=True,
             )
     except (CayugaError, EngineError, ModelError) as exc:
         _fail(str(exc))

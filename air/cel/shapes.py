@@ -39,7 +39,7 @@ import dataclasses
 import re
 import threading
 from collections import OrderedDict
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from air.cel.compiler import CompiledQuery, _const_text, _schemas, compile_cel
 from air.cel.semantics import UNIT_MS, dur_constant
@@ -50,15 +50,20 @@ from air.model import Automaton, Clause, DurationAtom, OutputStream, State, Stat
 #: forms and cached shapes of another version are never used.
 COMPILER_VERSION = "cel-1"
 
-#: One pass finds comments (kept), string and number literals, and the words
-#: and ``$n`` decorators whose digits are not numbers, in the order the
-#: tokenizer tries them (air/expr.py), so it splits literals where it does.
+#: One pass splits a text into runs of tokens that cannot hold a literal
+#: (words whole, so no digit inside a name is taken for a number; ``$n``
+#: decorators; operators and white space, but no character that starts a
+#: comment or a literal), comments, string literals and number literals, by the
+#: tokenizer's own patterns (air/expr.py) and in its order, so that literals
+#: begin and end where the tokenizer's do.
 _SCAN = re.compile(
-    r"(--[^\n]*|//[^\n]*|/\*.*?\*/)"
+    r"((?:[A-Za-z_][A-Za-z_0-9]*|\$\d*|[^'0-9.A-Za-z_$/\-]|-(?!-)|/(?![/*])|\.(?!\d))+)"
+    r"|(--[^\n]*|//[^\n]*|/\*.*?\*/)"
     r"|('(?:[^']|'')*')"
-    r"|((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)"
-    r"|\$\d*|[A-Za-z_][A-Za-z_0-9]*",
+    r"|((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)",
     re.S)
+#: ``PUBLISH name`` inside one run.
+_PUBLISH = re.compile(r"(?<![A-Za-z_0-9$])PUBLISH[ \t\r\n]+([A-Za-z_][A-Za-z_0-9]*)", re.I)
 
 _MARK = "\x00"  # never valid in CEL outside a string literal: texts holding it are not shaped
 _PREFIX = "\x00P"
@@ -78,34 +83,32 @@ def split_shape(text: str) -> tuple[str, tuple, tuple] | None:
     cuts: list[tuple[int, int, str]] = []
     values: list = []
     names: list[tuple[int, int, str]] = []
-    words: dict[str, int] = {}
-    after_publish = -1
     for m in _SCAN.finditer(text):
-        s, n = m.group(2), m.group(3)
-        if s is not None:
-            values.append(s[1:-1].replace("''", "'"))
+        kind = m.lastindex
+        if kind == 1:
+            if "PUBLISH" in m.group().upper():
+                names.extend((p.start(1), p.end(1), p.group(1)) for p in _PUBLISH.finditer(text, m.start(), m.end()))
+        elif kind == 3:
+            values.append(m.group()[1:-1].replace("''", "'"))
             cuts.append((m.start(), m.end(), "\x00s"))
-        elif n is not None:
-            if any(c in n for c in ".eE"):
+        elif kind == 4:
+            n = m.group()
+            if "." in n or "e" in n or "E" in n:
                 values.append(float(n))
                 cuts.append((m.start(), m.end(), "\x00f"))
-            elif int(n):
+            elif int(n):  # 0 stays in the shape: 2 ^ -0 is an int, 2 ^ -1 a float
                 values.append(int(n))
                 cuts.append((m.start(), m.end(), "\x00i"))
-        elif m.group(1) is None:
-            word = m.group()
-            upper = word.upper()
-            words[upper] = words.get(upper, 0) + 1
-            if after_publish >= 0 and not text[after_publish:m.start()].strip():
-                names.append((m.start(), m.end(), word))
-            after_publish = m.end() if upper == "PUBLISH" else -1
-            continue
-        after_publish = -1
-    own = [nm for nm in names if words[nm[2].upper()] == sum(1 for x in names if x[2].upper() == nm[2].upper())]
-    cuts.extend((a, b, "\x00n") for a, b, _ in own)
+    publish: list[str] = []
+    if names:
+        upper = text.upper()
+        for a, b, w in names:  # a name that occurs anywhere else (even in a string) stays in the shape
+            if upper.count(w.upper()) == sum(1 for x in names if x[2].upper() == w.upper()):
+                cuts.append((a, b, "\x00n"))
+                publish.append(w)
+        cuts.sort()
     if not cuts:
         return text, (), ()
-    cuts.sort()
     parts: list[str] = []
     last = 0
     for a, b, tag in cuts:
@@ -113,7 +116,7 @@ def split_shape(text: str) -> tuple[str, tuple, tuple] | None:
         parts.append(tag)
         last = b
     parts.append(text[last:])
-    return "".join(parts), tuple(values), tuple(w for _, _, w in own)
+    return "".join(parts), tuple(values), tuple(publish)
 
 
 def _primes(n: int, start: int = 1_000_003) -> list[int]:
@@ -224,8 +227,6 @@ class _Sites:
     def __init__(self, markers: tuple, names: _Renamer, time_unit_ms: float) -> None:
         self.time_unit_ms = time_unit_ms
         self.names = names
-        self.rules: dict[int, tuple] = {}  # id(template node) -> rule
-        self.dirty: set[int] = set()  # ids of template nodes with a site at or below them
         self.ok = True
         self._lit: dict[object, list] = {}
         self._static: dict[str, list] = {}
@@ -254,68 +255,87 @@ class _Sites:
             self.ok = False  # two markers (or units) would explain this value: do not guess
         return found[0]
 
-    def scan(self, node) -> bool:
-        """Record the sites at or below ``node``; True when there is one."""
-        hit = False
-        if isinstance(node, tuple):
-            for x in node:
-                hit = self.scan(x) or hit
-        elif isinstance(node, str):
-            hit = self.names.index(node) is not None
-            if not hit and (_MARK in node or "_shapeN" in node):
-                self.ok = False  # a marker where no rule reaches it
-            return hit
-        elif isinstance(node, (Literal, StaticAtom, DurationAtom)):
-            if isinstance(node, Literal):
-                rule = None if isinstance(node.value, bool) else self._rule(self._lit, node.value)
-            elif isinstance(node, StaticAtom):
-                rule = self._rule(self._static, node.const)
-            else:
-                rule = self._rule(self._dur, node.const)
-            if rule is not None:
-                self.rules[id(node)] = rule
-                hit = True
-            elif isinstance(node, Literal) and isinstance(node.value, str) and _MARK in node.value:
-                self.ok = False
-        elif dataclasses.is_dataclass(node):
-            for f in _fields(type(node)):
-                hit = self.scan(getattr(node, f)) or hit
-        if hit:
-            self.dirty.add(id(node))
-        return hit
-
-    def bind(self, node, values: tuple, names: tuple):
+    def plan(self, node) -> Callable | None:
+        """A function of (constants, names) that builds ``node`` with them,
+        or None where nothing at or below ``node`` depends on them (the
+        template's own object is then shared)."""
         if isinstance(node, str):
-            return self.names.rename(node, names)
-        if id(node) not in self.dirty:
-            return node
+            i = self.names.index(node)
+            if i is None:
+                if _MARK in node or "_shapeN" in node:
+                    self.ok = False  # a marker where no rule reaches it
+                return None
+            suffix = node[len(self.names.markers[i]):]
+            return lambda v, n: n[i] + suffix
+        if isinstance(node, (Literal, StaticAtom, DurationAtom)):
+            return self._site(node)
         if isinstance(node, tuple):
-            return tuple(self.bind(x, values, names) for x in node)
-        rule = self.rules.get(id(node))
-        if rule is not None:
-            i, how, sign = rule
-            v = values[i] if sign > 0 else -values[i]
-            if how == "lit":
-                return Literal(v, node.line, node.column)
-            if how == "static":
-                return StaticAtom(node.event_attr, node.op, _const_text(v))
-            return DurationAtom(node.kind, node.op, float(self._dur_value(v, how)))
-        args = [self.bind(getattr(node, f), values, names) for f in _fields(type(node))]
-        if isinstance(node, Clause):
-            atoms: list = []
-            for a in args[0]:
-                if a not in atoms:  # as make_predicate: constants bound equal make one atom
-                    atoms.append(a)
-            args[0] = tuple(atoms)
-        return type(node)(*args)
+            parts = list(node)
+            cls = tuple
+        elif dataclasses.is_dataclass(node):
+            parts = [getattr(node, f) for f in _fields(type(node))]
+            cls = type(node)
+        else:
+            return None
+        subs = [(k, f) for k, f in ((k, self.plan(x)) for k, x in enumerate(parts)) if f is not None]
+        if not subs:
+            return None
+        if cls is tuple:
+            def build(v, n):
+                out = parts.copy()
+                for k, f in subs:
+                    out[k] = f(v, n)
+                return tuple(out)
+        elif cls is Clause:
+            def build(v, n):
+                atoms: list = []
+                for a in subs[0][1](v, n):
+                    if a not in atoms:  # as make_predicate: constants bound equal make one atom
+                        atoms.append(a)
+                return Clause(tuple(atoms))
+        else:
+            def build(v, n):
+                out = parts.copy()
+                for k, f in subs:
+                    out[k] = f(v, n)
+                return cls(*out)
+        return build
+
+    def _site(self, node) -> Callable | None:
+        if isinstance(node, Literal):
+            if isinstance(node.value, bool):
+                return None
+            rule = self._rule(self._lit, node.value)
+            if rule is None and isinstance(node.value, str) and _MARK in node.value:
+                self.ok = False
+        elif isinstance(node, StaticAtom):
+            rule = self._rule(self._static, node.const)
+        else:
+            rule = self._rule(self._dur, node.const)
+        if rule is None:
+            return None
+        i, how, sign = rule
+
+        def value(v):
+            return v[i] if sign > 0 else -v[i]
+
+        if how == "lit":
+            line, column = node.line, node.column
+            return lambda v, n: Literal(value(v), line, column)
+        if how == "static":
+            attr, op = node.event_attr, node.op
+            return lambda v, n: StaticAtom(attr, op, _const_text(value(v)))
+        kind, op = node.kind, node.op
+        return lambda v, n: DurationAtom(kind, op, float(self._dur_value(value(v), how)))
 
 
 class _Shape:
-    __slots__ = ("compiled", "sites", "streams")
+    __slots__ = ("compiled", "names", "build", "streams")
 
     def __init__(self, compiled: CompiledQuery, sites: _Sites, streams: dict) -> None:
         self.compiled = compiled
-        self.sites = sites
+        self.names = sites.names
+        self.build = sites.plan(compiled.automata)
         self.streams = streams
 
     def valid_for(self, streams: Mapping[str, StreamSchema]) -> bool:
@@ -323,10 +343,10 @@ class _Shape:
 
     def bind(self, values: tuple, names: tuple, prefix: str | None) -> CompiledQuery:
         """``names``: the PUBLISH names; ``prefix``: the name prefix (if the shape has one)."""
-        c, sites = self.compiled, self.sites
+        c = self.compiled
         real = names if prefix is None else names + (prefix,)
-        automata = sites.bind(c.automata, values, real)
-        rename = sites.names.rename
+        automata = c.automata if self.build is None else self.build(values, real)
+        rename = self.names.rename
         outputs = tuple(rename(o, real) for o in c.outputs)
         schemas = {}
         for n, sch in c.schemas.items():
@@ -405,11 +425,17 @@ class ShapeCache:
         except Exception:  # noqa: BLE001 - a shape its markers break is simply not cached
             return None
         sites = _Sites(markers, renamer, time_unit_ms)
-        sites.scan(template.automata)
         made = _Shape(template, sites, dict(rec.seen))
-        if not sites.ok or made.bind(values, names, name_prefix) != own:
+        if not sites.ok or not same_compiled(made.bind(values, names, name_prefix), own):
             return None
         return made
 
 
-__all__ = ["ShapeCache", "split_shape", "COMPILER_VERSION"]
+def same_compiled(a: CompiledQuery, b: CompiledQuery) -> bool:
+    """Equal, literal types included (``Literal(1) == Literal(1.0)``, but
+    ``x / 1`` truncates where ``x / 1.0`` does not): the reprs of the
+    automata show every value with its type, and no source position."""
+    return a == b and repr(a) == repr(b)
+
+
+__all__ = ["ShapeCache", "split_shape", "same_compiled", "COMPILER_VERSION"]
