@@ -218,11 +218,16 @@ class Daemon:
 
     def _restore_then_run(self, stored: list) -> None:
         """The engine's only writer until it hands over to the engine thread.
-        Stored CEL is compiled once per query shape (the shape cache is keyed
-        by the compiler's version, so a new compiler recompiles), and
-        installed in chunks."""
+        Stored CEL is not compiled again: each query is bound from its
+        shape's compiled form, stored when the shape was first compiled (keyed
+        by the compiler's version, so a new compiler compiles each shape once
+        again); subscriptions are installed in chunks."""
         if stored:
             log.info("restoring %d subscriptions", len(stored))
+        rows = self.store.shapes()
+        if rows:
+            self.shapes.load(rows)
+            self.store.keep_shapes(self.shapes.keys())
         for k in range(0, len(stored), INSTALL_CHUNK):
             if self._stop.is_set():
                 return
@@ -482,6 +487,7 @@ class Daemon:
             log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
         if persist:
             self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created) for s in subs])
+        self.store.save_shapes(self.shapes.export())
         return subs
 
     def add_subscription(self, kind: str, text: str, name: str | None = None) -> Subscription:

@@ -36,15 +36,18 @@ time unit, whether a name prefix was given and :data:`COMPILER_VERSION`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import threading
 from collections import OrderedDict
 from typing import Callable, Iterable, Mapping
 
 from air.cel.compiler import CompiledQuery, _const_text, _schemas, compile_cel
-from air.cel.semantics import UNIT_MS, dur_constant
+from air import expr as _expr
+from air import model as _model
+from air.cel.semantics import UNIT_MS, Duration, dur_constant
 from air.expr import Literal
-from air.model import Automaton, Clause, DurationAtom, OutputStream, State, StaticAtom, StreamSchema
+from air.model import Clause, DurationAtom, StaticAtom, StreamSchema
 
 #: Bump whenever the compiler's output for some text changes: stored compiled
 #: forms and cached shapes of another version are never used.
@@ -330,13 +333,35 @@ class _Sites:
 
 
 class _Shape:
-    __slots__ = ("compiled", "names", "build", "streams")
+    __slots__ = ("compiled", "names", "build", "streams", "markers", "time_unit_ms", "saved")
 
-    def __init__(self, compiled: CompiledQuery, sites: _Sites, streams: dict) -> None:
+    def __init__(self, compiled: CompiledQuery, sites: _Sites, streams: dict, markers: tuple) -> None:
         self.compiled = compiled
         self.names = sites.names
         self.build = sites.plan(compiled.automata)
         self.streams = streams
+        self.markers = markers
+        self.time_unit_ms = sites.time_unit_ms
+        self.saved = False
+
+    def dump(self) -> str:
+        """The shape as JSON (see :meth:`ShapeCache.export`)."""
+        c = self.compiled
+        return json.dumps({
+            "markers": list(self.markers), "names": list(self.names.markers), "unit": self.time_unit_ms,
+            "streams": {n: None if s is None else _encode(s) for n, s in self.streams.items()},
+            "automata": _encode(c.automata), "outputs": list(c.outputs),
+            "schemas": {n: _encode(sch) for n, sch in c.schemas.items()}})
+
+    @classmethod
+    def load(cls, text: str) -> "_Shape | None":
+        d = json.loads(text)
+        compiled = CompiledQuery(_decode(d["automata"]), tuple(d["outputs"]),
+                                 {n: _decode(x) for n, x in d["schemas"].items()})
+        markers = tuple(d["markers"])
+        sites = _Sites(markers, _Renamer(tuple(d["names"])), d["unit"])
+        made = cls(compiled, sites, {n: None if x is None else _decode(x) for n, x in d["streams"].items()}, markers)
+        return made if sites.ok else None
 
     def valid_for(self, streams: Mapping[str, StreamSchema]) -> bool:
         return all(streams.get(n) == s for n, s in self.streams.items())
@@ -364,6 +389,7 @@ class ShapeCache:
         self.max_shapes = max_shapes
         self._shapes: OrderedDict[tuple, _Shape | None] = OrderedDict()  # None: not cacheable
         self._lock = threading.Lock()
+        self._unsaved: list[tuple] = []  # keys of shapes made since the last export
         self.hits = 0
         self.misses = 0
         self.uncacheable = 0
@@ -374,6 +400,50 @@ class ShapeCache:
     def stats(self) -> dict[str, int]:
         return {"shapes": len(self._shapes), "hits": self.hits, "misses": self.misses,
                 "uncacheable": self.uncacheable}
+
+    def export(self, only_unsaved: bool = True) -> list[tuple[str, str]]:
+        """``(key, compiled form)`` of the cached shapes as JSON texts (those
+        not exported before, by default), for a store to keep across restarts."""
+        out = []
+        with self._lock:
+            if only_unsaved:
+                items = [(k, self._shapes.get(k)) for k in self._unsaved]
+                self._unsaved = []
+            else:
+                items = list(self._shapes.items())
+        for key, shape in items:
+            if shape is None or (only_unsaved and shape.saved):
+                continue
+            out.append((json.dumps(key), shape.dump()))
+            shape.saved = True
+        return out
+
+    def keys(self) -> set[str]:
+        """The keys (as :meth:`export` writes them) of the shapes held."""
+        with self._lock:
+            return {json.dumps(k) for k, v in self._shapes.items() if v is not None}
+
+    def load(self, rows: Iterable[tuple[str, str]]) -> int:
+        """Add shapes that :meth:`export` wrote; those of another compiler
+        version (or unreadable) are skipped. Returns how many were added."""
+        added = 0
+        for key_text, form in rows:
+            try:
+                key = _tuples(json.loads(key_text))
+                if key[-1] != COMPILER_VERSION:
+                    continue
+                shape = _Shape.load(form)
+            except (ValueError, KeyError, TypeError, IndexError):
+                continue
+            if shape is None:
+                continue
+            shape.saved = True
+            with self._lock:
+                self._shapes[key] = shape
+                while len(self._shapes) > self.max_shapes:
+                    self._shapes.popitem(last=False)
+            added += 1
+        return added
 
     def compile(self, text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSchema], *,
                 functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
@@ -406,6 +476,8 @@ class ShapeCache:
         made = self._make(text, shape, values, names, rec, own, functions, time_unit_ms, name_prefix)
         with self._lock:
             self._shapes[key] = made
+            if made is not None:
+                self._unsaved.append(key)
             while len(self._shapes) > self.max_shapes:
                 self._shapes.popitem(last=False)
         return own
@@ -425,10 +497,42 @@ class ShapeCache:
         except Exception:  # noqa: BLE001 - a shape its markers break is simply not cached
             return None
         sites = _Sites(markers, renamer, time_unit_ms)
-        made = _Shape(template, sites, dict(rec.seen))
+        made = _Shape(template, sites, dict(rec.seen), markers)
         if not sites.ok or not same_compiled(made.bind(values, names, name_prefix), own):
             return None
         return made
+
+
+# --------------------------------------------------------------------------- JSON form
+
+#: The only classes a stored shape may hold (nothing else is ever constructed).
+_CLASSES: dict[str, type] = {c.__name__: c for c in (
+    _model.Attribute, _model.StreamSchema, _model.StaticAtom, _model.DynamicAtom, _model.DurationAtom,
+    _model.ComplexAtom, _model.Clause, _model.Predicate, _model.Rename, _model.Computed, _model.Edge,
+    _model.OutputStream, _model.IndexHint, _model.State, _model.Automaton, _expr.Literal, _expr.Ref, _expr.Dur,
+    _expr.Unary, _expr.Binary, _expr.Call, _expr.Compare, _expr.And, _expr.Or, Duration)}
+
+
+def _encode(x):
+    if isinstance(x, tuple):
+        return [_encode(i) for i in x]
+    if type(x).__name__ in _CLASSES and dataclasses.is_dataclass(x):
+        return {"@": type(x).__name__, "f": [_encode(getattr(x, f)) for f in _fields(type(x))]}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    raise TypeError(f"cannot store {type(x).__name__}")
+
+
+def _decode(x):
+    if isinstance(x, list):
+        return tuple(_decode(i) for i in x)
+    if isinstance(x, dict):
+        return _CLASSES[x["@"]](*(_decode(i) for i in x["f"]))
+    return x
+
+
+def _tuples(x):
+    return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
 
 
 def same_compiled(a: CompiledQuery, b: CompiledQuery) -> bool:

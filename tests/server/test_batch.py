@@ -75,16 +75,29 @@ def test_a_failed_single_registration_takes_no_id_either(client):
     assert client.subscribe(cel=UP.format(s="B"))["id"] == f"s{int(first[1:]) + 1}"
 
 
-def test_restart_restores_a_batch_compiling_each_shape_once(tmp_path):
+def test_restart_restores_from_the_stored_compiled_shapes(tmp_path, monkeypatch):
+    """A restart compiles nothing while the stored shapes are of this compiler
+    version; with another version each shape is compiled once, and the old
+    forms are dropped."""
+    import air.cel.shapes
+
     with RunningServer(make_settings(tmp_path)) as srv, CayugaClient(srv.base_url) as c:
         ids = [s["id"] for s in c.subscribe_many([UP.format(s=f"S{k}") for k in range(40)]
                                                  + ["SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Any"])]
+        assert srv.daemon.shapes.stats() == {"shapes": 2, "hits": 39, "misses": 2, "uncacheable": 0}
+    with RunningServer(make_settings(tmp_path)) as srv, CayugaClient(srv.base_url) as c:
+        assert [s["id"] for s in c.subscriptions()] == ids
+        assert srv.daemon.shapes.stats() == {"shapes": 2, "hits": 41, "misses": 0, "uncacheable": 0}
+        with c.watch(ids[7], timeout=10) as m:
+            c.post_events([stock("S7", 1.0, 1, 1), stock("S7", 2.0, 1, 2)])
+            assert collect(m, 1)[0] == {"stream": ids[7], "t0": 1, "t1": 2, "Name": "S7", "Before": 1.0,
+                                        "After": 2.0}
+    monkeypatch.setattr(air.cel.shapes, "COMPILER_VERSION", "cel-next")
     with RunningServer(make_settings(tmp_path)) as srv, CayugaClient(srv.base_url) as c:
         assert [s["id"] for s in c.subscriptions()] == ids
         assert srv.daemon.shapes.stats() == {"shapes": 2, "hits": 39, "misses": 2, "uncacheable": 0}
-        with c.watch(ids[7], timeout=10) as m:
-            c.post_events([stock("S7", 1.0, 1, 1), stock("S7", 2.0, 1, 2)])
-            assert collect(m, 1)[0]["After"] == 2.0
+        assert all('"cel-next"]' in key for key, _ in srv.daemon.store.shapes())
+        assert len(srv.daemon.store.shapes()) == 2
     assert_no_cayuga_threads()
 
 
