@@ -16,6 +16,7 @@ request):
     cayuga run --query /tmp/q10k --events EVENTS --stream "Stock(Name string, Price float, Volume int)"
     python -m bench.loading offline --queries 10000                  # load_engine, timed per query
     python -m bench.loading server --queries 10000 --batch 5000      # REST batches, then a restart
+    python -m bench.loading restart --data-dir DIR                    # a restart of a kept store
 """
 
 from __future__ import annotations
@@ -94,22 +95,46 @@ def _first_event(c, symbol: str, timeout: float) -> float:
     return time.perf_counter() - start
 
 
-def server(queries: int, batch: int, length: int = 10, timeout: float = 900.0) -> dict:
-    """Register ``queries`` over REST, ``batch`` per request, on a real server;
-    stop it and time a restart until the stored subscriptions are back and an
-    event sent at once has been processed."""
-    from clients.client import CayugaClient
+def _settings(data_dir: str):
     from server.config import load_settings
+
+    return load_settings(None, data_dir=data_dir, http_port=0, tcp_port=0, log_level="warning")
+
+
+def restart(data_dir: str, timeout: float = 900.0) -> dict:
+    """Start a server on ``data_dir`` and time until it answers HTTP, and until
+    an event sent at once has been processed (after every stored subscription
+    is back)."""
+    from clients.client import CayugaClient
+    from server.serve import RunningServer
+
+    perf = time.perf_counter
+    out: dict = {}
+    t = perf()
+    srv = RunningServer(_settings(data_dir)).start(timeout=timeout, wait_ready=False)
+    try:
+        with CayugaClient(srv.base_url, timeout=timeout) as c:
+            out["restart_http_s"] = round(perf() - t, 3)
+            out["restart_first_event_s"] = round(perf() - t + _first_event(c, symbols(1)[0], timeout), 3)
+            out["restored"] = c.health()["subscriptions"]
+    finally:
+        srv.stop()
+    return out
+
+
+def server(queries: int, batch: int, length: int = 10, data_dir: str | None = None, timeout: float = 900.0) -> dict:
+    """Register ``queries`` over REST, ``batch`` per request, on a real server
+    (storing under ``data_dir``, a temporary directory by default); stop it and
+    time a restart (:func:`restart`)."""
+    from clients.client import CayugaClient
     from server.serve import RunningServer
 
     texts = [increasing_cel(s, length) for s in symbols(queries)]
     out: dict = {"benchmark": "loading-server", "queries": queries, "batch": batch, "length": length}
     perf = time.perf_counter
     with tempfile.TemporaryDirectory() as tmp:
-        def settings():
-            return load_settings(None, data_dir=tmp, http_port=0, tcp_port=0, log_level="warning")
-
-        srv = RunningServer(settings()).start(timeout=timeout)
+        data_dir = data_dir or tmp
+        srv = RunningServer(_settings(data_dir)).start(timeout=timeout)
         try:
             with CayugaClient(srv.base_url, timeout=timeout) as c:
                 per_request = []
@@ -125,15 +150,7 @@ def server(queries: int, batch: int, length: int = 10, timeout: float = 900.0) -
                 out["shapes"] = srv.daemon.shapes.stats()
         finally:
             srv.stop()
-        t = perf()
-        srv = RunningServer(settings()).start(timeout=timeout, wait_ready=False)
-        try:
-            with CayugaClient(srv.base_url, timeout=timeout) as c:
-                out["restart_http_s"] = round(perf() - t, 3)
-                out["restart_first_event_s"] = round(perf() - t + _first_event(c, symbols(1)[0], timeout), 3)
-                out["restored"] = c.health()["subscriptions"]
-        finally:
-            srv.stop()
+        out.update(restart(data_dir, timeout))
     out["peak_rss_mb"] = peak_rss_mb()
     out["python"] = platform.python_version()
     return out
@@ -142,22 +159,28 @@ def server(queries: int, batch: int, length: int = 10, timeout: float = 900.0) -
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    for name in ("write", "offline", "server"):
+    for name in ("write", "offline", "server", "restart"):
         p = sub.add_parser(name)
+        if name == "restart":
+            p.add_argument("--data-dir", required=True, help="A data directory a server stored subscriptions in.")
+            continue
         p.add_argument("--queries", type=int, default=10000)
         p.add_argument("--length", type=int, default=10, help="Consecutive increasing prices.")
         if name == "write":
             p.add_argument("--dir", required=True)
         if name == "server":
             p.add_argument("--batch", type=int, default=5000, help="Subscriptions per request.")
+            p.add_argument("--data-dir", default=None, help="Keep the store here (default: a temporary directory).")
     args = ap.parse_args()
     if args.command == "write":
         files = write_queries(args.dir, args.queries, args.length)
         print(json.dumps({"written": len(files), "dir": args.dir}))
     elif args.command == "offline":
         print(json.dumps(offline(args.queries, args.length)))
+    elif args.command == "restart":
+        print(json.dumps({"benchmark": "loading-restart", **restart(args.data_dir), "peak_rss_mb": peak_rss_mb()}))
     else:
-        print(json.dumps(server(args.queries, args.batch, args.length)))
+        print(json.dumps(server(args.queries, args.batch, args.length, args.data_dir)))
 
 
 if __name__ == "__main__":
