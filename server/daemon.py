@@ -505,7 +505,10 @@ class Daemon:
         :class:`SubscriptionError` lists each error with its index. Ids are
         consecutive, in the order given; a query may read the output of an
         earlier one in the same batch. CEL queries of one shape are compiled
-        once (:class:`~air.cel.shapes.ShapeCache`)."""
+        once (:class:`~air.cel.shapes.ShapeCache`). The engine thread installs
+        a large batch INSTALL_CHUNK at a time and runs events in between: a
+        subscription of the batch starts empty when its chunk is installed,
+        as if registered alone at that moment."""
         with self._lock:
             self._require_ready()
             now = time.time()
