@@ -86,11 +86,14 @@ def _processed(c) -> float:
 
 
 def _first_event(c, symbol: str, timeout: float) -> float:
-    """Seconds until an event sent now has been processed by the engine."""
+    """Seconds until an event sent now has been processed by the engine. While
+    the server restores, it asks /health (cheap), not /metrics (a gauge per
+    subscription: scraping it often would slow the restore it measures)."""
     start = time.perf_counter()
-    base = _processed(c)
     c.post_events([{"stream": "Stock", "Name": symbol, "Price": 1.0, "Volume": 1}])
-    while _processed(c) <= base and time.perf_counter() - start < timeout:
+    while c.health()["status"] == "starting" and time.perf_counter() - start < timeout:
+        time.sleep(0.02)
+    while _processed(c) < 1 and time.perf_counter() - start < timeout:
         time.sleep(0.01)
     return time.perf_counter() - start
 

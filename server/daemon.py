@@ -12,6 +12,7 @@ Threads and who owns what:
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue as stdqueue
 import threading
@@ -458,8 +459,19 @@ class Daemon:
         A registration (``persist``) is all or nothing: any error raises a
         :class:`SubscriptionError` listing every compile error (or the first
         engine error) with its index, and leaves the engine and the store as
-        they were. A restore skips (and logs) the subscriptions that fail."""
-        with paused_gc():
+        they were. A restore skips (and logs) the subscriptions that fail.
+
+        The cyclic garbage collector waits meanwhile; a batch of at least
+        INSTALL_CHUNK then leaves the collector's reach (``gc.freeze``), so
+        neither the collection that would follow nor later full collections
+        walk the network it built (removing a subscription leaves no cyclic
+        garbage: reference counting frees it). What else is alive and cyclic
+        garbage at that moment is frozen too; the young generations are
+        collected first to keep that small."""
+        large = len(batch) >= INSTALL_CHUNK
+        if large:
+            gc.collect(1)
+        with paused_gc(freeze=large):
             errors = self._compile_batch(batch, strict=persist)
             if errors and persist:
                 raise SubscriptionError(f"{len(errors)} of {len(batch)} subscriptions have errors", errors)
