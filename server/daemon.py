@@ -294,6 +294,7 @@ class Daemon:
             ch.close()
         self.store.close()
         self.started = False
+        gc.unfreeze()  # what large batches froze (see _install) may be collected again, this daemon included
 
     # ------------------------------------------------------------------ the engine thread
 

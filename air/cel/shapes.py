@@ -2,7 +2,8 @@
 
 Queries that differ only in their literal constants (one query per symbol,
 per sensor, per user) have one *shape*: the text with each string and number
-literal replaced by a placeholder of its kind. :class:`ShapeCache` compiles a
+literal, and each PUBLISH name that occurs nowhere else in the text, replaced
+by a placeholder of its kind. :class:`ShapeCache` compiles a
 shape once and makes each further query of that shape by copying the shape's
 automata with the query's own constants put in, prepared-statement style, at a
 small fraction of the cost of parsing, checking and compiling it again.
@@ -18,7 +19,8 @@ alone:
   in the automata is a *site*: a ``Literal`` (possibly negated by a leading
   ``-``), a ``StaticAtom`` constant (its text), a ``DurationAtom`` constant
   (converted from a time unit), or a stream or automaton name built from the
-  prefix. A site matching no marker or several makes the shape uncacheable.
+  prefix or a PUBLISH name. A site matching several markers, or a marker left
+  where no rule reaches it, makes the shape uncacheable.
 * The shape's binding of the first query's own constants must equal the
   compiler's output for it (automata, outputs, schemas); otherwise the shape
   is marked uncacheable and every query of it is compiled on its own.
@@ -29,8 +31,11 @@ alone:
   read while it compiled are checked on every hit (a stream redeclared with
   another schema means a recompile).
 
-The cache key holds the shape's text, the user functions' signatures, the
-time unit, whether a name prefix was given and :data:`COMPILER_VERSION`.
+The cache key holds the shape's text, which of its PUBLISH names are the
+same name, the user functions' signatures, the time unit, whether a name
+prefix was given and :data:`COMPILER_VERSION`. :meth:`ShapeCache.export` and
+:meth:`ShapeCache.load` keep compiled shapes across restarts as JSON that can
+only build the model's own classes.
 """
 
 from __future__ import annotations
@@ -42,9 +47,9 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Iterable, Mapping
 
-from air.cel.compiler import CompiledQuery, _const_text, _schemas, compile_cel
 from air import expr as _expr
 from air import model as _model
+from air.cel.compiler import CompiledQuery, _const_text, _schemas, compile_cel
 from air.cel.semantics import UNIT_MS, Duration, dur_constant
 from air.expr import Literal
 from air.model import Clause, DurationAtom, StaticAtom, StreamSchema
