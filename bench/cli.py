@@ -133,3 +133,30 @@ def churn(subscriptions, events, every, seed):
     """Subscriptions registered as the server does, then replaced while events flow."""
     from bench.churn import churn as run_churn
     _emit(run_churn(subscriptions, events, every, seed))
+
+
+@bench.command()
+@click.option("--events", type=int, default=1_000_000, show_default=True, help="Ticks to generate.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@click.option("--queries", default="rising", show_default=True,
+              help="Comma-separated queries of bench/queries/ (rising, mshape).")
+@click.option("--watchers", type=int, default=None, help="cayuga watch processes (default: one per query).")
+@click.option("--file", "file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Send this JSON-lines file instead of generated ticks.")
+@click.option("--seed", type=int, default=1, show_default=True)
+def server(events, n_symbols, queries, watchers, file, seed):
+    """End to end through a real server: cayuga send -> cayuga serve -> cayuga
+    watch, against cayuga run on the same file in the same run."""
+    from bench.server_e2e import throughput
+    _emit(throughput(events, n_symbols, tuple(queries.split(",")), watchers, file, seed))
+
+
+@bench.command()
+@click.option("--rates", default="1000,10000,50000", show_default=True, help="Comma-separated events/s.")
+@click.option("--seconds", type=float, default=5.0, show_default=True, help="Per rate.")
+@click.option("--delay", type=float, default=0.0, show_default=True, help="The server's T in ms.")
+def latency(rates, seconds, delay):
+    """TCP in -> WebSocket out latency at fixed rates, through a server process."""
+    from bench.server_e2e import latency as run_latency
+    runs = [run_latency(float(r), seconds, delay) for r in rates.split(",")]
+    _emit({"benchmark": "latency_tcp_to_websocket", "runs": runs})

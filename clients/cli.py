@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -85,13 +86,11 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
         functions = settings.function_registry()
     except (ModelError, CayugaError, ConfigError) as exc:
         _fail(str(exc))
-    out = click.open_file(output, "w", encoding="utf-8")
+    out = click.open_file(output, "wb")
     try:
-        with click.open_file(events_path, "r", encoding="utf-8") as fh:
-            result = run_offline(
-                schemas, list(queries), fh, fmt, include_resub=include_resub, functions=functions,
-                on_witness=lambda w: out.write(_json(w) + "\n"), freeze=True,
-            )
+        with click.open_file(events_path, "rb") as fh:
+            result = run_offline(schemas, list(queries), fh, fmt, include_resub=include_resub,
+                                 functions=functions, out=out, freeze=True)
     except (CayugaError, EngineError, ModelError) as exc:
         _fail(str(exc))
     finally:
@@ -102,15 +101,9 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     for r in result.rejected:
         click.echo(f"{events_path}:{r.line}: rejected: {r.reason}", err=True)
     click.echo(
-        f"cayuga: {result.events} events, {len(result.witnesses)} witnesses, "
+        f"cayuga: {result.events} events, {result.witness_count} witnesses, "
         f"{len(result.rejected)} rejected lines", err=True)
     sys.exit(1 if result.rejected else 0)
-
-
-def _json(obj) -> str:
-    from server.formats import encode_json
-
-    return encode_json(obj)
 
 
 @main.command("compile")
@@ -218,22 +211,50 @@ def send(events_path, url, tcp_port, fmt, rate, token) -> None:
         sender = TcpSender(host, port, fmt=fmt)
     except Exception as exc:  # noqa: BLE001 - any connection problem is reported plainly
         _fail(f"cannot reach the server at {url}: {exc}")
+    with click.open_file(events_path, "rb") as fh:
+        data = fh.read()
+    total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     start = time.monotonic()
-    with click.open_file(events_path, "r", encoding="utf-8") as fh:
-        lines = [line for line in fh if line.strip()]
-    with tqdm(total=len(lines), unit="ev", disable=None) as bar:
-        for i, line in enumerate(lines):
-            if rate:
-                delay = start + i / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            sender.send(line)
-            bar.update(1)
+    try:
+        with tqdm(total=total, unit="ev", unit_scale=True, disable=None) as bar:
+            for block, n in _line_blocks(data, rate):
+                if rate:
+                    delay = start + (sender.sent + n) / rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                sender.send_lines(block, n)
+                bar.update(n)
+    except OSError as exc:
+        _fail(f"the connection to {host}:{port} failed after {sender.sent} lines: {exc}")
     errors = sender.close()
     for e in errors:
         click.echo(f"{events_path}: {e}", err=True)
-    click.echo(f"cayuga: sent {len(lines)} lines, {len(errors)} rejected", err=True)
+    click.echo(f"cayuga: sent {sender.sent} lines, {len(errors)} rejected", err=True)
     sys.exit(1 if errors else 0)
+
+
+def _line_blocks(data: bytes, rate: float | None, size: int = 1 << 18):
+    """``(block, lines)`` pieces of ``data`` that end at line ends: about
+    ``size`` bytes each, or about a hundredth of a second's worth at ``rate``."""
+    per = max(int(rate / 100), 1) if rate else None
+    pos = 0
+    while pos < len(data):
+        if per is None:
+            end = data.find(b"\n", min(pos + size, len(data)) - 1)
+        else:
+            end = pos - 1
+            for _ in range(per):
+                end = data.find(b"\n", end + 1)
+                if end < 0:
+                    break
+        end = len(data) if end < 0 else end + 1
+        block = data[pos:end]
+        lines = block.count(b"\n")
+        if not block.endswith(b"\n"):
+            block += b"\n"
+            lines += 1
+        yield block, lines
+        pos = end
 
 
 def _queries_in(paths) -> list[tuple[str, dict]]:
@@ -320,27 +341,40 @@ def register(paths, url, token, batch_size) -> None:
 @click.option("--count", type=int, default=None, help="Exit after this many witnesses.")
 def watch(subscription, stream, url, token, count) -> None:
     """Print the witnesses of a subscription (or stream) as JSON lines."""
-    import json
-
     from clients.client import CayugaAPIError, CayugaClient
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
     client = CayugaClient(url, token=token)
+    out = click.get_binary_stream("stdout")
     n = 0
+    if count is not None and count <= 0:
+        return
     try:
-        with client.watch(subscription, stream=stream) as matches:
-            for w in matches:
-                click.echo(json.dumps(w))
-                n += 1
-                if count is not None and n >= count:
+        with client.frames(subscription, stream=stream, batch=WATCH_BATCH) as frames:
+            for msg in frames:  # up to WATCH_BATCH witnesses, one per line: printed as they are
+                data = msg.encode()
+                k = data.count(b"\n") + 1
+                if count is not None and n + k >= count:
+                    cut = data.split(b"\n")[:count - n]
+                    out.write(b"\n".join(cut) + b"\n")
                     break
+                out.write(data + b"\n")
+                n += k
+                out.flush()
     except CayugaAPIError as exc:
         _fail(f"the server closed the connection: {exc}")
     except KeyboardInterrupt:
         pass
     except OSError as exc:
         _fail(f"cannot reach the server at {url}: {exc}")
+    finally:
+        with contextlib.suppress(OSError):
+            out.flush()
+
+
+#: Witnesses per WebSocket message that ``cayuga watch`` asks for.
+WATCH_BATCH = 1000
 
 
 def _add_optional_groups() -> None:

@@ -101,20 +101,24 @@ class CayugaClient:
         return self._call("POST", "/events", json=events)
 
     # -- WebSocket
-    def _ws_url(self, path: str) -> str:
+    def ws_url(self, subscription: str | None = None, *, stream: str | None = None, batch: int = 1) -> str:
+        """The WebSocket URL of a subscription's (or a stream's) witnesses;
+        ``batch`` > 1 asks for up to that many per message (JSON lines)."""
+        path = f"/ws/subscriptions/{subscription}" if subscription else f"/ws/streams/{stream}"
         u = urlparse(self.base_url)
         scheme = "wss" if u.scheme == "https" else "ws"
-        return f"{scheme}://{u.netloc}{path}"
+        return f"{scheme}://{u.netloc}{path}" + (f"?batch={batch}" if batch > 1 else "")
 
     @contextmanager
-    def watch(self, subscription: str | None = None, *, stream: str | None = None,
-              timeout: float | None = None) -> Iterator[Iterator[dict]]:
-        """Iterate over witnesses of a subscription (or any output stream).
-        ``timeout`` bounds the wait for each witness (TimeoutError)."""
-        path = f"/ws/subscriptions/{subscription}" if subscription else f"/ws/streams/{stream}"
+    def frames(self, subscription: str | None = None, *, stream: str | None = None, batch: int = 1000,
+               timeout: float | None = None) -> Iterator[Iterator[str]]:
+        """Iterate over the raw messages of a subscription (or stream): each is
+        one witness, or with ``batch`` > 1 up to that many, one JSON object per
+        line. ``timeout`` bounds the wait for each message (TimeoutError)."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        with connect(self._ws_url(path), additional_headers=headers, open_timeout=10) as ws:
-            def messages() -> Iterator[dict]:
+        url = self.ws_url(subscription, stream=stream, batch=batch)
+        with connect(url, additional_headers=headers, open_timeout=10, max_size=None) as ws:
+            def messages() -> Iterator[str]:
                 while True:
                     try:
                         msg = ws.recv(timeout=timeout)
@@ -122,9 +126,22 @@ class CayugaClient:
                         if exc.rcvd is not None and exc.rcvd.code not in (1000, 1001, 1012):
                             raise CayugaAPIError(exc.rcvd.code, exc.rcvd.reason) from None
                         return
-                    yield json.loads(msg)
+                    yield msg
 
             yield messages()
+
+    @contextmanager
+    def watch(self, subscription: str | None = None, *, stream: str | None = None,
+              timeout: float | None = None, batch: int = 1000) -> Iterator[Iterator[dict]]:
+        """Iterate over witnesses of a subscription (or any output stream), as
+        dicts. ``timeout`` bounds the wait for each message (TimeoutError)."""
+        with self.frames(subscription, stream=stream, batch=batch, timeout=timeout) as frames:
+            def witnesses() -> Iterator[dict]:
+                for msg in frames:
+                    for line in msg.split("\n"):
+                        yield json.loads(line)
+
+            yield witnesses()
 
     # -- TCP
     def tcp_address(self) -> tuple[str, int]:
@@ -180,6 +197,11 @@ class TcpSender:
     def send_many(self, events: Iterable[dict | str]) -> None:
         for e in events:
             self.send(e)
+
+    def send_lines(self, block: bytes, lines: int) -> None:
+        """Send ``lines`` whole lines at once (``block`` ends with a newline)."""
+        self.sock.sendall(block)
+        self.sent += lines
 
     def close(self, timeout: float | None = None) -> list[str]:
         """Finish sending and wait until the server has read everything (it

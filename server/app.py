@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from server.api import events, streams, subscriptions, system, ws
+from server.api import automaton, console, events, stats, streams, subscriptions, system, ws
 from server.config import Settings
 from server.daemon import Daemon, ServerStarting
 
@@ -29,7 +29,8 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
             if owned:
                 d.stop()
 
-    app = FastAPI(title="Cayuga", version="0.1.0", lifespan=lifespan,
+    # docs_url=None: /docs is served by the console router from vendored files (no CDN); ReDoc needs one
+    app = FastAPI(title="Cayuga", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Complex event processing: register CEL or AIR subscriptions, send events, "
                               "receive matches over WebSockets.")
     app.state.daemon = d
@@ -45,6 +46,8 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
     async def _starting(request: Request, exc: ServerStarting):
         return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "5"})
 
-    for r in (streams.router, subscriptions.router, events.router, system.router, ws.router):
+    for r in (streams.router, subscriptions.router, automaton.router, events.router, system.router, stats.router,
+              ws.router, console.router):
         app.include_router(r)
+    app.mount(console.STATIC_URL, console.static_files(), name="console")
     return app

@@ -17,8 +17,10 @@ import logging
 import queue as stdqueue
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Mapping
 
 from air.airxml import dump_air, load_air_many
@@ -27,7 +29,7 @@ from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
 from server.config import Settings
 from server.engine import Emission, Engine, EngineError, LateEvent
-from server.formats import encode_json, witness_dict
+from server.formats import witness_bytes
 from server.metrics import Counters, make_registry
 from server.notifiers import ClientChannel, NotifierHub
 from server.queue import DelayQueue
@@ -36,6 +38,8 @@ from server.runner import paused_gc
 from server.store import Store, StoredSubscription
 
 log = logging.getLogger("cayuga.daemon")
+
+_STREAM_OF = attrgetter("stream")
 
 #: Instance counts per subscription (API, /metrics): a full pass at most this often ...
 COUNT_PASS_SECONDS = 1.0
@@ -154,6 +158,7 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards subscriptions and stream declarations
+        self._outbox: dict[ClientChannel, list[bytes]] = {}  # witnesses of the current batch, per client
         self._instances: dict[str, int] = {}  # per subscription, refreshed by the engine thread
         self._count_queue: list[str] = []  # subscriptions still to count in the current pass
         self._count_next_pass = 0.0  # monotonic time
@@ -167,6 +172,9 @@ class Daemon:
         self._start_lock = threading.Lock()  # the engine thread starts, or the stop wins
         self.engine_error: str | None = None
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
+        # for the console's rates; written by the engine thread only, read as copies (see activity())
+        self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
+        self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
 
     # ------------------------------------------------------------------ clock
 
@@ -189,6 +197,28 @@ class Daemon:
         """One subscription's last instance count, without copying them all."""
         return self._instances.get(sid, 0)
 
+    def activity(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Copies of the running totals of events per input stream and of
+        witnesses per subscription (the console turns them into rates). The
+        engine thread is their only writer; a dict copy is atomic under the GIL."""
+        return dict(self._stream_events), dict(self._owner_witnesses)
+
+    def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:
+        """Live instances of one subscription per state, counted on the engine
+        thread between batches (KeyError when it does not exist)."""
+        if sid not in self.subscriptions:
+            raise KeyError(sid)
+        try:
+            return self.submit(lambda eng: eng.state_counts(sid)).result(timeout=timeout)
+        except EngineError:
+            raise KeyError(sid) from None
+
+    def _count_batch(self, batch: list) -> None:
+        """Add a batch's events per stream to the console's totals (engine thread)."""
+        totals = self._stream_events
+        for name, n in Counter(map(_STREAM_OF, batch)).items():
+            totals[name] = totals.get(name, 0) + n
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
@@ -210,7 +240,7 @@ class Daemon:
         self.receiver = TcpReceiver(
             self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
             max_connections=self.settings.max_connections, max_line_bytes=self.settings.max_line_bytes,
-            time_unit_ms=self.settings.time_unit_ms)
+            time_unit_ms=self.settings.time_unit_ms, streams=lambda: list(self.declared))
         self.receiver.start()
         self.started = True
         self._restore_thread = threading.Thread(target=self._restore_then_run, args=(stored,), name="cayuga-restore",
@@ -275,6 +305,7 @@ class Daemon:
         while len(self.queue) and time.monotonic() < deadline and self._thread and self._thread.is_alive():
             time.sleep(0.01)
         self._stop.set()
+        self.queue.wake()
         if self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.1))
         while self.hub.pending() and time.monotonic() < deadline:
@@ -355,43 +386,75 @@ class Daemon:
                                         now + self._count_pass_cost * (1 - COUNT_SHARE) / COUNT_SHARE)
 
     def _engine_loop(self) -> None:
+        """Batches from the queue through the engine; between batches, control
+        commands and instance counting. The thread sleeps in the queue until
+        events, a command or the next counting pass are due."""
         eng = self.engine
         perf = time.perf_counter
+        queue = self.queue
+        size = self.settings.batch_size
         while True:
             self._apply_commands()
-            batch = self.queue.get_batch(self.settings.batch_size, timeout=0.05)
+            now = time.monotonic()
+            idle = 0.0 if self._count_queue else min(max(self._count_next_pass - now, 0.001), COUNT_PASS_SECONDS)
+            batch = queue.get_batch(size, timeout=idle)
             if batch:
+                self._count_batch(batch)
                 start = perf()
-                for ev in batch:
-                    try:
-                        eng.feed(ev)
-                    except LateEvent:
-                        pass  # counted by the engine
-                    except Exception as exc:  # noqa: BLE001 - the engine thread must survive a bad event
-                        self.engine_error = f"{type(exc).__name__}: {exc}"
-                        self.counters.add("engine_errors")
-                        log.exception("engine failed on %r", ev)
+                self._feed(batch)
                 self._epoch = eng.epoch
-                per_event = (perf() - start) / len(batch)
-                self.latency.observe(per_event)
+                self.latency.observe((perf() - start) / len(batch))
+                self._deliver()
             self._refresh_counts(time.monotonic())
-            if self._stop.is_set() and not batch and not len(self.queue):
+            if self._stop.is_set() and not batch and not len(queue):
                 self._apply_commands()
                 return
 
+    def _feed(self, batch: list) -> None:
+        feed = self.engine.feed
+        i, n = 0, len(batch)
+        while i < n:
+            try:
+                for ev in (batch if i == 0 else batch[i:]):
+                    feed(ev)
+                    i += 1
+            except LateEvent:
+                i += 1  # counted by the engine
+            except Exception as exc:  # noqa: BLE001 - the engine thread must survive a bad event
+                self.engine_error = f"{type(exc).__name__}: {exc}"
+                self.counters.add("engine_errors")
+                log.exception("engine failed on %r", batch[i])
+                i += 1
+
+    def _is_output(self, owner: str, stream: str) -> bool:
+        sub = self.subscriptions.get(owner)
+        return sub is not None and stream in sub.outputs
+
     def _on_emit(self, em: Emission) -> None:
-        sub = self.subscriptions.get(em.owner)
-        deliver = sub is not None and em.stream in sub.outputs
-        chans = self.hub.listeners(em.owner, em.stream, deliver)
+        """Encode a witness once, for every client it goes to; they get it
+        when the batch ends (:meth:`_deliver`). Count it for the console."""
+        if em.kind == "OUT":  # the subscription's own outputs; RESUB streams link its automata
+            self._owner_witnesses[em.owner] = self._owner_witnesses.get(em.owner, 0) + 1
+        chans = self.hub.route(em.owner, em.stream, self._is_output)
         if not chans:
             return
-        payload = encode_json(witness_dict(em.stream, em.event, self.engine.schema(em.stream)))
+        payload = witness_bytes(em.stream, em.event, self.engine.schema(em.stream))
+        outbox = self._outbox
         for ch in chans:
-            ch.offer(payload)
-        self.counters.add("delivered", len(chans))
+            items = outbox.get(ch)
+            if items is None:
+                outbox[ch] = [payload]
+            else:
+                items.append(payload)
 
-    def on_client_drop(self, ch: ClientChannel, policy: str) -> None:
-        self.counters.add(f"drop_{policy}")
+    def _deliver(self) -> None:
+        if self._outbox:
+            for ch, items in self._outbox.items():
+                ch.offer_many(items)
+            self._outbox = {}
+
+    def on_client_drop(self, ch: ClientChannel, policy: str, n: int = 1) -> None:
+        self.counters.add(f"drop_{policy}", n)
         if policy == "disconnect":
             log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full",
                         ch.id, ch.label, ch.capacity)
@@ -448,11 +511,17 @@ class Daemon:
                 done.append((i, p, eng.add(p.automata, owner=p.id)))
             except EngineError as exc:
                 if strict:
-                    for _, q, _ in done:
-                        eng.remove(q.id)
+                    self._forget(eng, [q.id for _, q, _ in done])
                     raise SubscriptionError(str(exc), [_bind_error(i, exc)]) from None
                 done.append((i, p, exc))
         return done
+
+    def _forget(self, eng: Engine, ids: list[str]) -> None:
+        """On the engine thread: remove subscriptions of a batch that failed
+        (their ids are not taken: nothing of them may stay behind)."""
+        for sid in ids:
+            eng.remove(sid)
+            self._owner_witnesses.pop(sid, None)
 
     def _install(self, batch: list[_Pending], persist: bool = True) -> list[Subscription]:
         """Compile, install and (``persist``) store ``batch``.
@@ -485,7 +554,7 @@ class Daemon:
             except SubscriptionError:
                 for k in range(0, len(added), INSTALL_CHUNK):
                     ids = [p.id for _, p, _ in added[k:k + INSTALL_CHUNK]]
-                    self.submit(lambda eng, ids=ids: [eng.remove(sid) for sid in ids]).result(timeout=60)
+                    self.submit(lambda eng, ids=ids: self._forget(eng, ids)).result(timeout=60)
                 raise
         subs = []
         for i, p, published in added:
@@ -496,6 +565,8 @@ class Daemon:
             sub = Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created)
             self.subscriptions[p.id] = sub
             subs.append(sub)
+        if subs:
+            self.hub.invalidate()  # routes of witnesses to clients depend on the subscriptions' outputs
         for e in errors:  # only a restore gets here with errors
             log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
         if persist:
@@ -536,7 +607,9 @@ class Daemon:
                 raise KeyError(sid)
             self.submit(lambda eng: eng.remove(sid)).result(timeout=30)
             del self.subscriptions[sid]
+            self.hub.invalidate()
             self._instances.pop(sid, None)
+            self.submit(lambda eng: self._owner_witnesses.pop(sid, None))  # its only writer's thread
             self.store.delete_subscription(sid)
         self.hub.close_owner(sid)
 

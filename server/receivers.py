@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from typing import Callable
+from typing import Callable, Iterable
 
 from server.formats import FORMATS, LineError, make_decoder
 from server.metrics import Counters
@@ -27,12 +27,17 @@ from server.queue import DelayQueue, QueueClosed
 log = logging.getLogger("cayuga.receivers")
 
 POLL = 0.25  # seconds between checks of the stop flag while blocked
+#: Bytes read from a connection at once: the lines in them are decoded and
+#: queued as one block.
+RECV_BYTES = 1 << 16
 
 
 class TcpReceiver:
     def __init__(self, host: str, port: int, queue: DelayQueue, catalog: Callable, clock: Callable[[], float],
                  counters: Counters, *, max_connections: int = 64, max_line_bytes: int = 1 << 20,
-                 time_unit_ms: float = 1.0) -> None:
+                 time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple) -> None:
+        """``catalog`` maps a stream name to its schema (or None); ``streams()``
+        names the streams to prepare typed decoding for on each connection."""
         self.host = host
         self.requested_port = port
         self.queue = queue
@@ -41,6 +46,7 @@ class TcpReceiver:
         self.counters = counters
         self.max_line_bytes = max_line_bytes
         self.time_unit_ms = time_unit_ms
+        self.streams = streams
         self._slots = threading.BoundedSemaphore(max_connections)
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
@@ -122,74 +128,102 @@ class TcpReceiver:
                     self._conns.pop(threading.current_thread(), None)
                 self._slots.release()
 
-    def _lines(self, conn: socket.socket):
-        """Yield (line_number, text) until EOF or stop; over-long lines yield an error marker."""
+    def _blocks(self, conn: socket.socket):
+        """Yield ``(first_line_number, block)`` until EOF or stop: ``block`` is
+        whole lines (bytes, newline-terminated but for a final line at EOF), or
+        None for one line longer than ``max_line_bytes`` (skipped to its end)."""
         buf = b""
-        number = 0
+        number = 1  # of the first line in buf
         skipping = False
+        limit = self.max_line_bytes
         while not self._stop.is_set():
             try:
-                chunk = conn.recv(65536)
+                chunk = conn.recv(RECV_BYTES)
             except socket.timeout:
                 continue
             if not chunk:
                 break
-            buf += chunk
-            while True:
-                nl = buf.find(b"\n")
+            if skipping:
+                nl = chunk.find(b"\n")
                 if nl < 0:
-                    if len(buf) > self.max_line_bytes and not skipping:
-                        number += 1
-                        skipping = True
-                        yield number, None
-                    if skipping:
-                        buf = b""
-                    break
-                line, buf = buf[:nl], buf[nl + 1:]
-                if skipping:
-                    skipping = False
                     continue
+                chunk, skipping = chunk[nl + 1:], False
                 number += 1
-                yield number, line
+            buf = buf + chunk if buf else chunk
+            last = buf.rfind(b"\n")
+            if last < 0:
+                if len(buf) > limit:
+                    yield number, None
+                    buf, skipping = b"", True
+                continue
+            block, buf = buf[:last + 1], buf[last + 1:]
+            if len(block) > limit:  # rare: some line in it may be too long
+                yield from self._split_long(block, number)
+            else:
+                yield number, block
+            number += block.count(b"\n")
+            if len(buf) > limit:
+                yield number, None
+                buf, skipping = b"", True
         if buf.strip() and not skipping and not self._stop.is_set():
-            yield number + 1, buf
+            yield number, buf
+
+    def _split_long(self, block: bytes, number: int):
+        lines = block.split(b"\n")[:-1]
+        start = 0
+        for i, line in enumerate(lines):
+            if len(line) > self.max_line_bytes:
+                if i > start:
+                    yield number + start, b"\n".join(lines[start:i]) + b"\n"
+                yield number + i, None
+                start = i + 1
+        if start < len(lines):
+            yield number + start, b"\n".join(lines[start:]) + b"\n"
 
     def _read_lines(self, conn: socket.socket) -> None:
-        decoder = make_decoder("jsonl", self.catalog, clock=self.clock, time_unit_ms=self.time_unit_ms)
-        for number, raw in self._lines(conn):
-            if raw is None:
+        decoder = self._decoder("jsonl")
+        first = True
+        for number, block in self._blocks(conn):
+            if block is None:
                 self._reject(conn, number, f"line longer than {self.max_line_bytes} bytes")
+                first = False
                 continue
-            text = raw.decode("utf-8", errors="replace").rstrip("\r")
-            if number == 1 and text.startswith("#format"):
-                fmt = text[len("#format"):].strip().lower()
-                if fmt not in FORMATS:
-                    self._reject(conn, number, f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-                    continue
-                decoder = make_decoder(fmt, self.catalog, clock=self.clock, time_unit_ms=self.time_unit_ms)
+            if first:
+                first = False
+                if block.startswith(b"#format"):
+                    header, _, block = block.partition(b"\n")
+                    fmt = header[len(b"#format"):].decode("utf-8", "replace").strip().lower()
+                    if fmt in FORMATS:
+                        decoder = self._decoder(fmt)
+                    else:
+                        self._reject(conn, number, f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+                    number += 1
+                    if not block:
+                        continue
+            batch = decoder.decode_batch(block, number)
+            for line, reason in batch.errors:
+                self._reject(conn, line, reason)
+            if not batch.events:
                 continue
-            try:
-                ev = decoder.decode(text)
-            except LineError as exc:
-                self._reject(conn, number, str(exc))
-                continue
-            if ev is None:
-                continue
-            if not self._enqueue(ev):
-                self._reject(conn, number, f"late: t1={ev.t1} is older than events already processed",
-                             counted=False)
-                continue
-            self.counters.add("received_tcp")
+            late = self._enqueue(batch.events)
+            for i in late:
+                self._reject(conn, batch.line_of(i), f"late: t1={batch.events[i].t1} is older than events "
+                             "already processed", counted=False)
 
-    def _enqueue(self, ev) -> bool:
-        while True:
-            try:
-                return self.queue.put(ev, timeout=POLL)
-            except TimeoutError:
-                if self._stop.is_set():
-                    raise OSError("server stopping while the queue is full") from None
-            except QueueClosed:
-                raise OSError("server stopping") from None
+    def _decoder(self, fmt: str):
+        return make_decoder(fmt, self.catalog, clock=self.clock, time_unit_ms=self.time_unit_ms,
+                            streams=self.streams())
+
+    def _enqueue(self, events) -> list[int]:
+        """Queue a decoded block (blocking while the queue is full); the
+        indexes of late events."""
+        try:
+            return self.queue.put_batch(events, on_accepted=self._count_received, cancel=self._stop)
+        except QueueClosed:
+            raise OSError("server stopping") from None
+
+    def _count_received(self, n: int) -> None:
+        self.counters.add("received_tcp", n)
 
     def _reject(self, conn: socket.socket, number: int, reason: str, counted: bool = True) -> None:
         if counted:

@@ -9,17 +9,22 @@ complete; the server instead releases events through its T-delayed queue.
 from __future__ import annotations
 
 import gc
+import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, TextIO
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TextIO
 
 from air.airxml import load_air_many, load_stream_types
 from air.cel.shapes import ShapeCache
 from air.model import Automaton, StreamSchema, parse_stream_decl
 from air.errors import CayugaError
 from server.engine import Engine, EngineError, Event, FunctionRegistry
-from server.formats import LineError, encode_json, make_decoder, witness_dict
+from server.formats import encode_json, encode_witnesses, make_decoder, witness_dict, witness_record
+
+
+_t1 = attrgetter("t1")
 
 
 class QueryError(CayugaError):
@@ -38,6 +43,7 @@ class RunResult:
     witnesses: list[dict] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     events: int = 0
+    witness_count: int = 0
 
 
 def load_streams(decls: Iterable[str] = (), schema_files: Iterable[str | Path] = ()) -> list[StreamSchema]:
@@ -80,20 +86,40 @@ def expand_queries(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def decode_file(lines: Iterable[str], fmt: str, streams: Callable, result: RunResult,
-                default_stream: str | None = None) -> list[Event]:
-    decoder = make_decoder(fmt, streams, default_stream=default_stream)
+def decode_file(source, fmt: str, streams: Callable, result: RunResult,
+                default_stream: str | None = None, names: Iterable[str] = ()) -> list[Event]:
+    """The events of ``source`` (a text or binary file, or an iterable of
+    lines), decoded a block of lines at a time; rejected lines go to
+    ``result.rejected`` with their numbers. ``names``: the streams expected."""
+    decoder = make_decoder(fmt, streams, default_stream=default_stream, streams=names)
     events: list[Event] = []
-    for no, line in enumerate(lines, 1):
-        line = line.rstrip("\r\n")
-        try:
-            ev = decoder.decode(line)
-        except LineError as exc:
-            result.rejected.append(Rejected(no, line, str(exc)))
-            continue
-        if ev is not None:
-            events.append(ev)
+    number = 1
+    for lines in _line_blocks(source):
+        batch = decoder.decode_batch(lines[0][:0].join(lines), number)
+        events.extend(batch.events)
+        for no, reason in batch.errors:
+            text = lines[no - number]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            result.rejected.append(Rejected(no, text.rstrip("\r\n"), reason))
+        number += len(lines)
     return events
+
+
+def _line_blocks(source, size: int = 1 << 20):
+    """Lists of lines, about ``size`` bytes (or 4096 lines) at a time."""
+    if hasattr(source, "readlines"):
+        while lines := source.readlines(size):
+            yield lines
+        return
+    it = iter(source)
+    while lines := list(itertools.islice(it, 4096)):
+        yield [_terminated(line) for line in lines]
+
+
+def _terminated(line: str | bytes) -> str | bytes:
+    if isinstance(line, bytes):
+        return line if line.endswith(b"\n") else line + b"\n"
+    return line if line.endswith("\n") else line + "\n"
 
 
 def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
@@ -151,28 +177,52 @@ def paused_gc(freeze: bool = False) -> Iterator[None]:
             gc.enable()
 
 
-def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_in: TextIO,
+def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_in: TextIO | BinaryIO,
                 fmt: str = "jsonl", *, include_resub: bool = False,
                 functions: FunctionRegistry | None = None,
-                on_witness: Callable[[dict], None] | None = None, freeze: bool = False) -> RunResult:
-    """``freeze``: see :func:`load_engine` (for a process that ends with the run)."""
+                on_witness: Callable[[dict], None] | None = None,
+                out: BinaryIO | None = None, freeze: bool = False) -> RunResult:
+    """Run ``queries`` over the events of ``events_in``. Witnesses are kept in
+    ``result.witnesses`` (and handed to ``on_witness``) as dicts, or, with
+    ``out``, written there as JSON lines and only counted. ``freeze``: see
+    :func:`load_engine` (for a process that ends with the run)."""
     engine, _ = load_engine(streams, queries, functions, freeze=freeze)
     result = RunResult()
-    events = decode_file(events_in, fmt, engine.schema, result)
-    events.sort(key=lambda e: e.t1)
+    events = decode_file(events_in, fmt, engine.schema, result, names=[s.name for s in streams])
+    events.sort(key=_t1)
     result.events = len(events)
+    schema = engine.schema
 
-    def emit(em) -> None:
-        if em.kind == "OUT" or include_resub:
-            w = witness_dict(em.stream, em.event, engine.schema(em.stream))
-            result.witnesses.append(w)
-            if on_witness is not None:
-                on_witness(w)
+    if out is not None:
+        pending: list = []
+        add = pending.append
+
+        def emit(em) -> None:
+            if em.kind == "OUT" or include_resub:
+                add(witness_record(em.stream, em.event, schema(em.stream)))
+                if len(pending) >= 4096:
+                    flush()
+
+        def flush() -> None:
+            out.write(encode_witnesses(pending))
+            result.witness_count += len(pending)
+            pending.clear()
+    else:
+        def emit(em) -> None:
+            if em.kind == "OUT" or include_resub:
+                w = witness_dict(em.stream, em.event, schema(em.stream))
+                result.witnesses.append(w)
+                result.witness_count += 1
+                if on_witness is not None:
+                    on_witness(w)
 
     engine.on_emit = emit
+    feed = engine.feed
     for ev in events:
-        engine.feed(ev)
+        feed(ev)
     engine.flush()
+    if out is not None and pending:
+        flush()
     return result
 
 

@@ -8,6 +8,7 @@ lets uvicorn close the HTTP side. A second signal stops at once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
@@ -21,6 +22,12 @@ from server.daemon import Daemon
 from server.engine import BUILD as ENGINE_BUILD
 
 log = logging.getLogger("cayuga.serve")
+
+#: WebSocket compression (permessage-deflate) is off: compressing every message
+#: took the server's event loop so long that watchers of a 1M-tick replay fell
+#: more than ``client_buffer`` witnesses behind and were cut (BENCHMARKS.md,
+#: round 5); witnesses go to clients on a local network, where it saves little.
+WS_DEFLATE = False
 
 
 class CayugaServer(uvicorn.Server):
@@ -75,7 +82,7 @@ class RunningServer:
         self.app = create_app(settings, self.daemon)
         self._sock = _bind(settings.host, settings.http_port)
         config = uvicorn.Config(self.app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
-                                access_log=False)
+                                access_log=False, ws_per_message_deflate=WS_DEFLATE)
         self.server = CayugaServer(config, self.daemon)
         self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
 
@@ -135,10 +142,14 @@ def serve(settings: Settings) -> None:
     daemon = Daemon(settings)
     app = create_app(settings, daemon)
     sock = _bind(settings.host, settings.http_port)
-    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio")
+    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                            ws_per_message_deflate=WS_DEFLATE)
     server = CayugaServer(config, daemon)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
+    if ENGINE_BUILD == "python" and os.environ.get("CAYUGA_ENGINE", "").lower() != "python":
+        log.warning("the compiled engine is not built (installed without a C compiler?): the pure-Python engine "
+                    "runs, 1.2-3x slower; install gcc and the Python headers, then run `cayuga build-engine`")
     try:
         server.run(sockets=[sock])
     finally:

@@ -63,7 +63,7 @@ def test_bad_lines_are_reported_with_line_numbers_and_the_run_goes_on(tmp_path):
     assert errs == [
         f"{events}:2: rejected: attribute 'Price' must be float, got 'cheap'",
         f"{events}:3: rejected: unknown stream 'Bond'; declare it first",
-        f"{events}:4: rejected: invalid JSON: Expecting value at column 1",
+        f"{events}:4: rejected: invalid JSON: expected a JSON object at column 1",
         f"{events}:5: rejected: stream Stock has no attribute 'Extra' "
         "(its schema: Stock(Name string, Price float, Volume int))",
         f"{events}:6: rejected: t0 (5) is after t1 (4); an event needs t0 <= t1",

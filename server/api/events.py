@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter, Body, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from server.api.deps import DaemonDep, require_token
@@ -15,33 +13,42 @@ from server.queue import QueueClosed
 router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(require_token)])
 
 MAX_BATCH = 100_000
+#: Events queued at once (the queue takes them in parts of this size while it has room).
+QUEUE_PART = 4096
+
+_EXAMPLE = [{"stream": "Stock", "t0": 1, "t1": 1, "Name": "IBM", "Price": 84.5, "Volume": 300}]
+_BODY = {"required": True, "content": {"application/json": {
+    "schema": {"oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
+               "description": "One event object, a list of them, or {\"events\": [...]}"},
+    "example": _EXAMPLE}}}
 
 
-@router.post("", status_code=202, response_model=EventsOut)
-async def post_events(d: DaemonDep, body: Any = Body(..., examples=[
-        [{"stream": "Stock", "t0": 1, "t1": 1, "Name": "IBM", "Price": 84.5, "Volume": 300}]])) -> EventsOut:
+@router.post("", status_code=202, response_model=EventsOut, openapi_extra={"requestBody": _BODY},
+             responses={400: {"description": "The body is not JSON"},
+                        415: {"description": "The body is not application/json"}})
+async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     """One event object, a list of them, or ``{"events": [...]}``. Each bad event
     is reported with its index and reason; the others are accepted."""
-    if isinstance(body, dict) and "events" in body and "stream" not in body:
-        body = body["events"]
-    items = body if isinstance(body, list) else [body]
-    if len(items) > MAX_BATCH:
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        raise HTTPException(415, detail=f"the body must be JSON (content-type: application/json), not {ctype!r}")
+    body = await request.body()
+    decoder = JsonDecoder(d.engine.schema, clock=d.now, time_unit_ms=d.settings.time_unit_ms,
+                          streams=d.declared)
+    try:
+        events, errors = decoder.decode_document(body)
+    except LineError as exc:
+        raise HTTPException(400, detail=str(exc)) from None
+    if len(events) + len(errors) > MAX_BATCH:
         raise HTTPException(413, detail=f"at most {MAX_BATCH} events per request; split the batch")
-    decoder = JsonDecoder(d.engine.schema, clock=d.now, time_unit_ms=d.settings.time_unit_ms)
-    events, rejected = [], []
-    for i, obj in enumerate(items):
-        try:
-            events.append(decoder.from_mapping(obj))
-        except LineError as exc:
-            rejected.append({"index": i, "error": str(exc)})
+    rejected = [{"index": i, "error": reason} for i, reason in errors]
     if rejected:
         d.counters.add("rejected_http", len(rejected))
 
     def enqueue() -> int:
         late = 0
-        for ev in events:
-            if not d.queue.put(ev, timeout=30):
-                late += 1
+        for i in range(0, len(events), QUEUE_PART):
+            late += len(d.queue.put_batch(events[i:i + QUEUE_PART], timeout=30))
         return late
 
     try:

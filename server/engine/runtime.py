@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping
 from operator import itemgetter
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from air.model import Automaton, StreamSchema
 from server.engine.codegen import BindError
@@ -59,9 +59,11 @@ class Event:
         return hash((self.stream, self.values, self.t0, self.t1))
 
 
-@dataclass(frozen=True, slots=True)
-class Emission:
-    """A witness produced by an automaton reaching a state with an output stream."""
+class Emission(NamedTuple):
+    """A witness produced by an automaton reaching a state with an output stream.
+
+    (A named tuple: one is made per witness, and a frozen dataclass took four
+    ``object.__setattr__`` calls to build.)"""
 
     stream: str
     event: Event
@@ -634,9 +636,21 @@ class Engine:
         if holding is None:
             raise EngineError(f"no automata loaded for owner {owner!r}")
         g = holding.gen
-        total = 0
-        for _ai, _sid, node in holding.states:
-            if node.count or node.pending:
-                total += sum(1 for i in node.all_instances() if i[3] >= g)
-                total += sum(1 for i in node.pending if i[3] >= g)
-        return total
+        return sum(_owned_count(node, g) for _ai, _sid, node in holding.states)
+
+    def state_counts(self, owner: str) -> dict[str, int]:
+        """Installed and pending instances of ``owner`` per state key
+        ``"<automaton>/<state id>"`` (as :meth:`instances` names them; start
+        states hold none). Read-only; call it on the thread that feeds events."""
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        g = holding.gen
+        return {f"{ai}/{sid}": _owned_count(node, g) for ai, sid, node in holding.states}
+
+
+def _owned_count(node: Node, gen: int) -> int:
+    """Instances at ``node`` (installed and pending) born in generation ``gen`` or later."""
+    if not (node.count or node.pending):
+        return 0
+    return sum(1 for i in node.all_instances() if i[3] >= gen) + sum(1 for i in node.pending if i[3] >= gen)

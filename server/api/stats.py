@@ -1,0 +1,59 @@
+"""/stats: the server's running totals as JSON, for the console's live charts.
+
+Only totals and gauges: the client turns two readings into rates (events/s,
+witnesses/s) and a windowed latency percentile (from the histogram's bucket
+counts), so the server keeps no per-client state. Reads what the daemon and
+the engine already publish; never waits for the engine thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends, Query
+
+from server.api.deps import DaemonDep, require_token
+
+router = APIRouter(tags=["system"], dependencies=[Depends(require_token)])
+
+
+def _latency_buckets(hist) -> list[list[float]]:
+    """``[[upper bound in seconds, cumulative count], ...]``, the last bound +Inf (as null)."""
+    out = []
+    for metric in hist.collect():
+        for s in metric.samples:
+            if s.name.endswith("_bucket"):
+                le = float(s.labels["le"])
+                out.append([None if le == float("inf") else le, int(s.value)])
+    return out
+
+
+@router.get("/stats")
+def stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subscription (registration order)."),
+          limit: int = Query(200, ge=0, le=10_000, description="At most this many subscriptions.")) -> dict:
+    """Totals since the server started: events received and processed (per
+    input stream too), witnesses (per subscription too), and the gauges queue
+    depth, epoch lag and instances; latency as histogram buckets."""
+    c = d.counters.snapshot()
+    es = d.engine.stats
+    per_stream, per_sub = d.activity()
+    subs = list(d.subscriptions)[offset:offset + limit]
+    return {
+        "time": time.time(),
+        "received": c.get("received_tcp", 0) + c.get("received_http", 0),
+        "rejected": c.get("rejected_tcp", 0) + c.get("rejected_http", 0),
+        "late": d.queue.late + es.late,
+        "events": sum(per_stream.values()),
+        "processed": es.events,
+        "witnesses": es.witnesses,
+        "delivered": c.get("delivered", 0),
+        "queue_depth": len(d.queue),
+        "epoch_lag": d.epoch_lag(),  # in stream time units
+        "epoch_lag_seconds": d.epoch_lag() * d.settings.time_unit_ms / 1000.0,
+        "clients": d.hub.client_count,
+        "latency_buckets": _latency_buckets(d.latency),
+        "streams": per_stream,
+        "subscription_count": len(d.subscriptions),
+        "subscriptions": {sid: {"witnesses": per_sub.get(sid, 0), "instances": d.instance_count(sid)}
+                          for sid in subs},
+    }

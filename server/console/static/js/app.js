@@ -1,0 +1,309 @@
+// The console: overview (streams, subscriptions, charts), editor, automaton,
+// live matches and a box to send test events. Plain ES modules, no build.
+
+import { api, ApiError, AuthError, setToken, token } from "./api.js";
+import { formatDuration, formatNumber, formatSeconds, percentile, rate, Sparkline } from "./charts.js";
+import { Editor, queryKind } from "./editor.js";
+import { renderAutomaton, updateCounts } from "./graph.js";
+import { Matches } from "./matches.js";
+
+const $ = (sel) => document.querySelector(sel);
+const POLL_MS = 1000;
+const LIST_EVERY = 5; // refresh the stream and subscription lists every this many polls
+
+// The README's first subscription and the six events of examples/example9.jsonl.
+const EXAMPLE_QUERY = `SELECT Name, Price_1 AS Before, Price AS After
+FROM Stock NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock
+PUBLISH Rising`;
+const EXAMPLE_EVENTS = [
+  [33000000, "IBM", 90, 15000], [33300000, "IBM", 85, 7000], [33420000, "Dell", 40, 11000],
+  [33660000, "IBM", 81, 8000], [33780000, "MSFT", 25, 6000], [33840000, "IBM", 91, 9000],
+].map(([t, Name, Price, Volume]) => JSON.stringify({ stream: "Stock", t0: t, t1: t, Name, Price, Volume })).join("\n");
+
+const state = {
+  selected: null, // subscription id
+  previous: null, // last /stats reading
+  polls: 0,
+  streams: [],
+  subs: [],
+  subCount: -1,
+  authWaiting: null,
+};
+
+const charts = {};
+const matches = new Matches($("#matches-panel"));
+const editor = new Editor($("#editor"), { onResult: showValidation });
+
+// ------------------------------------------------------------------ auth
+
+// Run `fn`; if the server wants a token, ask for one and run it again.
+async function authed(fn) {
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!(err instanceof AuthError)) throw err;
+      await askToken(token() ? "That token was not accepted." : "");
+    }
+  }
+}
+
+function askToken(message) {
+  if (!state.authWaiting) {
+    const dialog = $("#login");
+    $("#login-error").textContent = message;
+    state.authWaiting = new Promise((resolve) => {
+      dialog.addEventListener("close", () => {
+        setToken($("#token").value.trim());
+        $("#logout").hidden = !token();
+        state.authWaiting = null;
+        resolve();
+      }, { once: true });
+    });
+    dialog.showModal();
+  }
+  return state.authWaiting;
+}
+
+// ------------------------------------------------------------------ overview
+
+function setupCharts() {
+  const parent = $("#charts");
+  charts.events = new Sparkline(parent, "events", "events/s");
+  charts.witnesses = new Sparkline(parent, "witnesses", "witnesses/s");
+  charts.queue = new Sparkline(parent, "queue", "queue depth");
+  charts.lag = new Sparkline(parent, "lag", "epoch lag", formatDuration);
+  charts.p99 = new Sparkline(parent, "p99", "engine latency p99", formatSeconds);
+}
+
+async function poll() {
+  const s = await authed(() => api("GET", `/stats?limit=500`));
+  const prev = state.previous;
+  const dt = prev ? s.time - prev.time : 0;
+  charts.events.push(prev ? rate(s.events, prev.events, dt) : null);
+  charts.witnesses.push(prev ? rate(s.witnesses, prev.witnesses, dt) : null);
+  charts.queue.push(s.queue_depth);
+  charts.lag.push(s.epoch_lag_seconds);
+  charts.p99.push(percentile(s.latency_buckets, prev && prev.latency_buckets));
+  const changed = state.subCount >= 0 && s.subscription_count !== state.subCount;
+  if (changed || state.polls % LIST_EVERY === 0) await refreshLists();
+  state.subCount = s.subscription_count;
+  drawStreams(s, prev, dt);
+  drawSubscriptions(s, prev, dt);
+  state.previous = s;
+  state.polls++;
+  if (state.selected) {
+    try {
+      if (changed) { // resubscription links may have come or gone
+        await drawGraph(state.selected);
+      } else {
+        const c = await api("GET", `/subscriptions/${encodeURIComponent(state.selected)}/automaton/instances`);
+        updateCounts($("#graph"), c.instances);
+      }
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) select(null);
+      else throw err;
+    }
+  }
+}
+
+async function refreshLists() {
+  [state.streams, state.subs] = await Promise.all([api("GET", "/streams"), api("GET", "/subscriptions?limit=500")]);
+}
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function drawStreams(s, prev, dt) {
+  const rows = state.streams.map((st) => {
+    const tr = document.createElement("tr");
+    tr.dataset.stream = st.name;
+    const r = prev ? rate(s.streams[st.name] || 0, prev.streams[st.name] || 0, dt) : null;
+    const schema = Object.entries(st.schema).map(([k, v]) => `${k} ${v}`).join(", ");
+    tr.append(cell(st.name + (st.kind === "published" ? " ⇐" : ""), "name"), cell(schema, "schema"),
+      cell(st.kind === "declared" ? formatNumber(r) : "", "num"));
+    tr.title = st.kind === "published" ? "published by a subscription" : "declared input stream";
+    return tr;
+  });
+  $("#streams tbody").replaceChildren(...rows);
+}
+
+function drawSubscriptions(s, prev, dt) {
+  $("#sub-count").textContent = `(${s.subscription_count})`;
+  const rows = state.subs.map((sub) => {
+    const now = s.subscriptions[sub.id] || { witnesses: 0, instances: sub.instances };
+    const before = prev && prev.subscriptions[sub.id];
+    const tr = document.createElement("tr");
+    tr.dataset.sid = sub.id;
+    tr.classList.toggle("selected", sub.id === state.selected);
+    const del = document.createElement("button");
+    del.textContent = "delete";
+    del.className = "quiet delete";
+    del.addEventListener("click", (ev) => { ev.stopPropagation(); removeSubscription(sub.id, del); });
+    const last = cell("");
+    last.append(del);
+    tr.append(cell(sub.id, "name"), cell(sub.name || ""), cell(sub.outputs.join(", ")),
+      cell(formatNumber(now.instances), "num"),
+      cell(before ? formatNumber(rate(now.witnesses, before.witnesses, dt)) : "–", "num"), last);
+    tr.addEventListener("click", () => select(sub.id));
+    return tr;
+  });
+  $("#subscriptions tbody").replaceChildren(...rows);
+}
+
+// ------------------------------------------------------------------ selection and automaton
+
+async function select(sid) {
+  if (sid && sid === state.selected) { // again: redraw, keep the matches
+    await authed(() => drawGraph(sid));
+    return;
+  }
+  state.selected = sid;
+  for (const tr of document.querySelectorAll("#subscriptions tbody tr")) {
+    tr.classList.toggle("selected", tr.dataset.sid === sid);
+  }
+  matches.watch(sid);
+  if (!sid) {
+    $("#graph-title").textContent = "select a subscription";
+    $("#graph").replaceChildren();
+    return;
+  }
+  await authed(() => drawGraph(sid));
+}
+
+async function drawGraph(sid) {
+  const graph = await api("GET", `/subscriptions/${encodeURIComponent(sid)}/automaton`);
+  if (state.selected !== sid) return;
+  $("#graph-title").textContent = `${sid}${graph.name ? " " + graph.name : ""} → ${graph.outputs.join(", ")}`;
+  renderAutomaton($("#graph"), graph);
+}
+
+async function removeSubscription(sid, button) {
+  if (!button.classList.contains("confirm")) { // a second click within 3 s deletes
+    button.classList.add("confirm");
+    button.textContent = "sure?";
+    setTimeout(() => { button.classList.remove("confirm"); button.textContent = "delete"; }, 3000);
+    return;
+  }
+  await authed(() => api("DELETE", `/subscriptions/${encodeURIComponent(sid)}`));
+  if (state.selected === sid) select(null);
+  await refreshLists();
+}
+
+// ------------------------------------------------------------------ editor
+
+function showValidation({ state: st, result, error }) {
+  const box = $("#validation");
+  const list = $("#errors");
+  $("#register").disabled = st !== "valid";
+  box.className = `status ${st}`;
+  if (st !== "invalid") list.replaceChildren();
+  if (st === "checking") box.textContent = "checking…";
+  else if (st === "empty") box.textContent = "";
+  else if (st === "valid") {
+    const outputs = result.outputs.join(", ") || "nothing";
+    box.textContent = `✓ valid ${queryKind(editor.text).toUpperCase()}; publishes ${outputs}`;
+  } else if (st === "failed") {
+    if (error instanceof AuthError) askToken("").then(() => editor.validate());
+    box.textContent = `could not check: ${error.message}`;
+  } else {
+    box.textContent = result.errors.length === 1 ? "1 error" : `${result.errors.length} errors`;
+    list.replaceChildren(...result.errors.map((e) => {
+      const li = document.createElement("li");
+      li.className = "error";
+      li.dataset.line = e.line;
+      li.dataset.column = e.column;
+      li.textContent = e.line ? `line ${e.line}, column ${e.column}: ${e.message}` : e.message;
+      li.addEventListener("click", () => editor.focusError(e));
+      return li;
+    }));
+  }
+}
+
+async function register() {
+  const text = editor.text;
+  const name = $("#sub-name").value.trim() || undefined;
+  $("#register").disabled = true;
+  try {
+    const sub = await authed(() => api("POST", "/subscriptions", { [queryKind(text)]: text, name }));
+    $("#validation").textContent = `registered as ${sub.id}`;
+    await refreshLists();
+    await select(sub.id);
+  } catch (err) {
+    if (err instanceof ApiError && err.data && err.data.errors) {
+      editor.showErrors(err.data.errors);
+      showValidation({ state: "invalid", result: err.data });
+    } else {
+      showValidation({ state: "failed", error: err });
+    }
+  }
+}
+
+// ------------------------------------------------------------------ test events
+
+async function sendEvents() {
+  const out = $("#send-result");
+  const lines = $("#events-input").value.split("\n");
+  const events = [];
+  const lineOf = [];
+  const bad = [];
+  lines.forEach((line, i) => {
+    if (!line.trim()) return;
+    try {
+      events.push(JSON.parse(line));
+      lineOf.push(i + 1);
+    } catch (err) {
+      bad.push(`line ${i + 1}: not JSON (${err.message})`);
+    }
+  });
+  if (bad.length || !events.length) {
+    out.className = "status invalid";
+    out.textContent = bad.length ? bad.join("\n") : "nothing to send: one JSON event per line";
+    return;
+  }
+  try {
+    const r = await authed(() => api("POST", "/events", events));
+    out.className = `status ${r.rejected.length || r.late ? "invalid" : "valid"}`;
+    out.textContent = [`${r.accepted} accepted, ${r.rejected.length} rejected, ${r.late} late`,
+      ...r.rejected.map((x) => `line ${lineOf[x.index]}: ${x.error}`)].join("\n");
+  } catch (err) {
+    out.className = "status invalid";
+    out.textContent = err.message;
+  }
+}
+
+// ------------------------------------------------------------------ start
+
+async function health() {
+  try {
+    const h = await fetch("/health").then((r) => r.json());
+    $("#health").textContent = `${h.status} · ${h.engine_build} engine · ${h.clients} clients`;
+    $("#health").className = `pill ${h.status}`;
+  } catch {
+    $("#health").textContent = "server unreachable";
+    $("#health").className = "pill degraded";
+  }
+}
+
+function loop() {
+  poll().catch((err) => { $("#health").textContent = `error: ${err.message}`; })
+    .finally(() => setTimeout(loop, POLL_MS));
+}
+
+setupCharts();
+$("#register").addEventListener("click", register);
+$("#graph").addEventListener("click", () => $("#graph").classList.toggle("actual")); // fit the panel, or full size
+$("#send-events").addEventListener("click", sendEvents);
+$("#example").addEventListener("click", () => {
+  editor.text = EXAMPLE_QUERY;
+  $("#events-input").value = EXAMPLE_EVENTS;
+});
+$("#logout").hidden = !token();
+$("#logout").addEventListener("click", () => { setToken(""); location.reload(); });
+health();
+setInterval(health, 5000);
+loop();

@@ -1,0 +1,167 @@
+"""The console in a real browser: a new user's first subscription, the offline
+/docs, the console behind a token, and a burst of 10K witnesses."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from clients.client import CayugaClient
+from tests.conftest import ROOT
+from tests.server.conftest import stock
+from tests.ui.conftest import expect
+
+# The README's query, over three lines, with a typo on the second line.
+QUERY = """SELECT Name, Price_1 AS Before, Price AS After
+FROM Stock NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock
+PUBLISH Rising"""
+TYPO = QUERY.replace("$2.Price >=", "$2.Prise >=")
+
+
+def wait_until(fn, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not fn():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_new_user_writes_registers_sees_the_automaton_and_its_matches(server, page, shots):
+    page.goto(server.base_url + "/")
+    expect(page.locator("#streams tbody tr[data-stream=Stock]")).to_be_visible()
+    expect(page.locator("#health")).to_contain_text("ok")
+    shots("open")
+
+    # a typo: the error is marked at its line and column, with its message
+    page.locator("#query").fill(TYPO)
+    line2 = TYPO.split("\n")[1]
+    column = line2.index("$2.Prise") + 1
+    error = page.locator("#errors li.error")
+    expect(error).to_have_count(1)
+    expect(error).to_contain_text(f"line 2, column {column}: unknown attribute '$2.Prise'")
+    mark = page.locator("#editor mark.error-mark")
+    expect(mark).to_have_text("$2.Prise")
+    expect(mark).to_have_attribute("data-line", "2")
+    expect(mark).to_have_attribute("data-column", str(column))
+    expect(page.locator("#editor .gutter b")).to_have_text("2")
+    expect(page.locator("#register")).to_be_disabled()
+    shots("typo-marked")
+
+    # fixed: valid, and it registers
+    page.locator("#query").fill(QUERY)
+    expect(page.locator("#validation")).to_contain_text("valid CEL; publishes Rising")
+    expect(page.locator("#editor mark.error-mark")).to_have_count(0)
+    shots("fixed")
+    page.locator("#sub-name").fill("rising")
+    page.locator("#register").click()
+    expect(page.locator("#subscriptions tbody tr[data-sid=s1]")).to_contain_text("Rising")
+
+    # the automaton: three states, the filter loop with its predicate, the output stream
+    graph = page.locator("#graph svg.automaton")
+    expect(graph).to_be_visible()
+    nodes = graph.locator("g.node")
+    assert sorted(nodes.evaluate_all("ns => ns.map(n => n.dataset.key)")) == ["0/0", "0/1", "0/2", "out:Rising"]
+    expect(graph.locator("g.node[data-key='0/1']")).to_contain_text("Price_1 float")
+    expect(graph.locator("g.node[data-key='0/2']")).to_contain_text("After float")
+    edges = graph.locator("g.edge").evaluate_all(
+        "es => es.map(e => [e.dataset.kind, e.dataset.from, e.dataset.to, e.querySelector('text')?.textContent || ''])")
+    assert sorted(edges) == sorted([
+        ["forward", "0/0", "0/1", "TRUE"],
+        ["filter", "0/1", "0/1", "EV.Name = NODE.Name_1AND EV.Price >= 1.05 * NODE.Price_1"],  # two tspans
+        ["forward", "0/1", "0/2", "TRUE"],
+        ["output", "0/2", "out:Rising", ""],
+    ])
+    expect(graph.locator("text.count[data-state='0/1']")).to_have_text("0 instances")
+    shots("automaton")
+
+    # the six events of the paper's example, sent from the page: two witnesses stream in
+    expect(page.locator("#match-status")).to_contain_text("live")
+    page.locator("#events-input").fill((ROOT / "examples" / "example9.jsonl").read_text())
+    page.locator("#send-events").click()
+    expect(page.locator("#send-result")).to_have_text("6 accepted, 0 rejected, 0 late")
+    rows = page.locator("#matches tbody tr")
+    expect(rows).to_have_count(2)
+    got = rows.evaluate_all("rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+    assert sorted(got) == sorted([["Rising", "33300000", "33840000", "IBM", "85", "91"],
+                                  ["Rising", "33660000", "33840000", "IBM", "81", "91"]])
+    expect(page.locator("#matches thead")).to_contain_text("Before")
+    # the six events left six runs waiting at state 1 (the live count follows)
+    expect(graph.locator("text.count[data-state='0/1']")).to_have_text("6 instances")
+    expect(page.locator("#subscriptions tbody tr[data-sid=s1] td").nth(3)).to_have_text("6")
+    shots("matches")
+
+
+def test_docs_render_offline(server, page, shots):
+    page.goto(server.base_url + "/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("Cayuga")
+    expect(page.locator(".swagger-ui .opblock-summary-path[data-path='/subscriptions/validate']")).to_be_visible()
+    shots("docs")
+
+
+def test_the_console_asks_for_the_token_and_uses_it(start_server, page, shots):
+    srv = start_server(auth_tokens=["sekret"])
+    page.goto(srv.base_url + "/")
+    dialog = page.locator("dialog#login")
+    expect(dialog).to_be_visible()
+    shots("asks")
+    page.locator("#token").fill("wrong")
+    page.locator("#login-submit").click()
+    expect(page.locator("#login-error")).to_have_text("That token was not accepted.")
+    page.locator("#token").fill("sekret")
+    page.locator("#login-submit").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#streams tbody tr[data-stream=Stock]")).to_be_visible()
+    # REST (validate, register, events) and the WebSocket all carry the token
+    page.locator("#example").click()
+    expect(page.locator("#validation")).to_contain_text("valid CEL")
+    page.locator("#register").click()
+    expect(page.locator("#graph svg.automaton g.node")).to_have_count(4)
+    expect(page.locator("#match-status")).to_contain_text("live")
+    page.locator("#send-events").click()
+    expect(page.locator("#matches tbody tr")).to_have_count(2)
+    expect(page.locator("#match-status")).not_to_contain_text("disconnected")
+    shots("authorised")
+    # delete takes a second click
+    delete = page.locator("#subscriptions tbody tr[data-sid=s1] button.delete")
+    delete.click()
+    expect(delete).to_have_text("sure?")
+    delete.click()
+    expect(page.locator("#subscriptions tbody tr")).to_have_count(0)
+    expect(page.locator("#graph svg")).to_have_count(0)
+    assert srv.daemon.subscriptions == {}
+
+
+def test_a_burst_of_10k_witnesses_keeps_the_page_responsive_and_bounded(start_server, page, shots):
+    n = 10_000
+    srv = start_server(client_buffer=2 * n)
+    with CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel="SELECT * FROM FILTER{Volume > 0}(Stock) PUBLISH Every")["id"]
+        page.goto(srv.base_url + "/")
+        with page.expect_websocket() as opened:
+            page.locator(f"#subscriptions tbody tr[data-sid={sid}]").click()
+        assert f"/ws/subscriptions/{sid}?batch=500" in opened.value.url
+        frames = []
+        opened.value.on("framereceived", lambda frame: frames.append(len(frame)))
+        wait_until(lambda: srv.daemon.hub.client_count == 1)
+        sender = threading.Thread(target=c.post_events,
+                                  args=([stock(f"N{i % 50}", float(i), 1 + i, i) for i in range(n)],))
+        sender.start()
+        try:
+            # the page answers while the burst arrives: a script, a click, typing
+            assert page.evaluate("() => 6 * 7") == 42
+            page.locator("#pause").click()
+            expect(page.locator("#pause")).to_have_text("Resume")
+            page.locator("#pause").click()
+            expect(page.locator("#pause")).to_have_text("Pause")
+        finally:
+            sender.join(60)
+        status = page.locator("#match-status")
+        expect(status).to_have_attribute("data-received", str(n), timeout=60_000)
+        expect(status).to_contain_text("1000 kept (at most 1000)")
+        assert len(frames) < n  # several witnesses to a message
+        expect(page.locator("#matches tbody tr")).to_have_count(200)  # drawn: the newest 200
+        expect(page.locator("#matches tbody tr").first).to_contain_text(f"{n - 1}")
+        page.locator("#match-filter").fill('"N7"')  # Name N7 among the kept 1000: every 50th
+        expect(page.locator("#matches tbody tr")).to_have_count(20)
+        assert page.evaluate("() => 6 * 7") == 42
+        shots("after-burst")
+        assert c.health()["status"] == "ok"
