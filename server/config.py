@@ -61,7 +61,7 @@ class Settings(BaseModel):
     batch_size: int = Field(1024, ge=1)
     max_connections: int = Field(64, ge=1)
     max_line_bytes: int = Field(1 << 20, ge=64)
-    client_buffer: int = Field(10_000, ge=1)
+    client_buffer: int = Field(100_000, ge=1)
     slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
     auth_tokens: list[str] = []
     shutdown_timeout: float = Field(10.0, gt=0)
