@@ -47,6 +47,9 @@ _TOKEN_RE = re.compile(
 
 #: Characters XML 1.0 cannot carry, even escaped (so neither can AIR).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+#: The placeholder air/cel/shapes.py puts for a string constant when it compiles a query
+#: shape ("\x00<n>\x00"); never written as AIR (the constants are bound in its place).
+_SHAPE_MARKER = re.compile("'\x00\\d+\x00'")
 
 
 def tokenize(text: str, error: type[ExprSyntaxError] = ExprSyntaxError) -> list[Token]:
@@ -73,7 +76,7 @@ def tokenize(text: str, error: type[ExprSyntaxError] = ExprSyntaxError) -> list[
             tokens.append(Token("NUMBER", raw, float(raw) if is_float else int(raw), line, col, pos))
         elif kind == "string":
             bad = _NOT_XML.search(raw)
-            if bad:  # AIR is XML, which cannot carry it: refuse it here rather than write AIR that cannot load
+            if bad and not _SHAPE_MARKER.fullmatch(raw):  # AIR is XML, which cannot carry it: refuse it here rather than write AIR that cannot load
                 before = raw[:bad.start()]
                 at_line = line + before.count("\n")
                 at_col = col + bad.start() if "\n" not in before else bad.start() - before.rfind("\n")

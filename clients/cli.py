@@ -59,9 +59,9 @@ _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volu
 @click.option("--stream", "streams", multiple=True, help=_STREAM_HELP)
 @click.option("--schema", "schema_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="An original Cayuga <StreamType> XML schema file. Repeatable.")
-@click.option("--query", "queries", multiple=True, required=True,
-              type=click.Path(exists=True, dir_okay=False),
-              help="A query: AIR (.xml) or CEL (.cel). Repeatable; later queries may read earlier outputs.")
+@click.option("--query", "queries", multiple=True, required=True, type=click.Path(exists=True),
+              help="A query: AIR (.xml) or CEL (.cel), or a directory of them (taken in name order). "
+                   "Repeatable; later queries may read earlier outputs.")
 @click.option("--events", "events_path", required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True),
               help="The event file ('-' for standard input).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "cayuga", "csv"]), default="jsonl",
@@ -91,7 +91,7 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     try:
         with click.open_file(events_path, "rb") as fh:
             result = run_offline(schemas, list(queries), fh, fmt, include_resub=include_resub,
-                                 functions=functions, out=out)
+                                 functions=functions, out=out, freeze=True)
     except (CayugaError, EngineError, ModelError) as exc:
         _fail(str(exc))
     finally:
@@ -266,6 +266,82 @@ def _line_blocks(data: bytes, rate: float | None, size: int = 1 << 18):
             lines += 1
         yield block, lines
         pos = end
+
+
+def _queries_in(paths) -> list[tuple[str, dict]]:
+    """(where, request item) for each query: a ``.cel`` file is CEL, an
+    ``.xml`` file AIR (both named by their stem), a directory stands for its
+    ``.cel`` and ``.xml`` files in name order, and a ``.jsonl`` file holds one
+    query a line: a JSON string (CEL) or an object like the REST body."""
+    import json
+
+    from server.runner import expand_queries
+
+    out: list[tuple[str, dict]] = []
+    for p in expand_queries(paths):
+        suffix = p.suffix.lower()
+        if suffix == ".jsonl":
+            for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except ValueError as exc:
+                    _fail(f"{p}:{no}: not JSON: {exc}")
+                out.append((f"{p}:{no}", {"cel": item} if isinstance(item, str) else item))
+        elif suffix in (".cel", ".xml"):
+            kind = "cel" if suffix == ".cel" else "air"
+            out.append((str(p), {kind: p.read_text(encoding="utf-8"), "name": p.stem}))
+        else:
+            _fail(f"{p}: not a query file (.cel, .xml, or .jsonl with one query a line)")
+    return out
+
+
+@main.command()
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
+@click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
+@click.option("--batch", "batch_size", type=click.IntRange(1, 100_000), default=5000, show_default=True,
+              help="Subscriptions per request; each request is registered all or nothing.")
+def register(paths, url, token, batch_size) -> None:
+    """Register the queries of files and directories with a running server,
+    many per request (POST /subscriptions/batch), with a progress bar.
+
+    PATH is a query file (.cel CEL, .xml AIR), a directory of them (taken in
+    name order), or a .jsonl file with one query a line (a JSON string of CEL,
+    or {"cel"|"air": ..., "name": ...}). Prints "<id> <where>" for each
+    subscription registered. A request with errors registers none of its
+    queries: each error is reported with its file (and line) and position,
+    and the command stops with exit status 1."""
+    import httpx
+    from tqdm import tqdm
+
+    from clients.client import CayugaAPIError, CayugaClient
+
+    queries = _queries_in(paths)
+    client = CayugaClient(url, token=token, timeout=600)
+    done = 0
+    with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
+        for k in range(0, len(queries), batch_size):
+            chunk = queries[k:k + batch_size]
+            try:
+                subs = client.subscribe_many([item for _, item in chunk])
+            except CayugaAPIError as exc:
+                bar.close()
+                errors = exc.body.get("errors") if isinstance(exc.body, dict) else None
+                for e in errors or [{"detail": str(exc)}]:
+                    where = chunk[e["index"]][0] if "index" in e else url
+                    click.echo(f"{where}: {e.get('detail') or e.get('message') or e.get('msg') or e}", err=True)
+                click.echo(f"cayuga: registered {done} of {len(queries)} queries; the request with "
+                           f"queries {k + 1}-{k + len(chunk)} was refused", err=True)
+                sys.exit(1)
+            except (OSError, httpx.HTTPError) as exc:
+                _fail(f"cannot reach the server at {url}: {exc}")
+            for (where, _), sub in zip(chunk, subs):
+                click.echo(f"{sub['id']} {where}")
+            done += len(subs)
+            bar.update(len(subs))
+    click.echo(f"cayuga: registered {done} queries", err=True)
 
 
 @main.command()

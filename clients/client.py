@@ -74,6 +74,14 @@ class CayugaClient:
             body["name"] = name
         return self._call("POST", "/subscriptions", json=body)
 
+    def subscribe_many(self, queries: Iterable[dict | str]) -> list[dict]:
+        """Register many subscriptions in one call, all or nothing: each item
+        is CEL text or a dict like :meth:`subscribe`'s arguments (``cel`` or
+        ``air``, optional ``name``). Returns them in order; on errors raises
+        :class:`CayugaAPIError` whose ``body["errors"]`` give each one's ``index``."""
+        items = [{"cel": q} if isinstance(q, str) else {k: v for k, v in q.items() if v is not None} for q in queries]
+        return self._call("POST", "/subscriptions/batch", json={"subscriptions": items})["subscriptions"]
+
     def validate(self, *, cel: str | None = None, air: str | None = None) -> dict:
         return self._call("POST", "/subscriptions/validate", json={"cel": cel} if cel is not None else {"air": air})
 
@@ -160,6 +168,9 @@ class TcpSender:
     def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0,
                  token: str | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        # lines go out as they are sent: Nagle's algorithm held small writes back
+        # for the server's delayed ACK (tens of milliseconds at 10K events/s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self.errors: list[str] = []
         self.sent = 0

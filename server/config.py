@@ -82,7 +82,7 @@ class Settings(BaseModel):
     #: Live instances of one subscription. Checked by the engine thread's background count:
     #: one found above it loses all its instances (counted, logged) and starts afresh.
     max_instances_per_subscription: int = Field(1_000_000, ge=1)
-    client_buffer: int = Field(10_000, ge=1)
+    client_buffer: int = Field(100_000, ge=1)
     slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
     auth_tokens: list[str] = []
     shutdown_timeout: float = Field(10.0, gt=0)

@@ -12,6 +12,7 @@ Threads and who owns what:
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue as stdqueue
 import threading
@@ -23,6 +24,7 @@ from operator import attrgetter
 from typing import Callable, Mapping
 
 from air.airxml import dump_air, load_air_many
+from air.cel.shapes import ShapeCache
 from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
 from server.config import Settings
@@ -33,6 +35,7 @@ from server.metrics import Counters, make_registry
 from server.notifiers import ClientChannel, NotifierHub
 from server.queue import DelayQueue
 from server.receivers import TcpReceiver
+from server.runner import paused_gc
 from server.store import Store, StoredSubscription
 
 log = logging.getLogger("cayuga.daemon")
@@ -87,16 +90,64 @@ class Subscription:
 
 
 def compile_subscription(kind: str, text: str, streams: Mapping[str, StreamSchema], sid: str,
-                         functions: dict[str, str], time_unit_ms: float) -> tuple[tuple[Automaton, ...], list[str]]:
-    """Automata and user-visible output streams of a CEL or AIR text."""
+                         functions: dict[str, str], time_unit_ms: float,
+                         shapes: ShapeCache | None = None) -> tuple[tuple[Automaton, ...], list[str]]:
+    """Automata and user-visible output streams of a CEL or AIR text (CEL
+    through ``shapes`` when given: one compile per query shape)."""
     if kind == "cel":
         from air.cel import compile_cel
 
-        compiled = compile_cel(text, streams, functions=functions, time_unit_ms=time_unit_ms, name_prefix=sid)
+        compile_ = shapes.compile if shapes is not None else compile_cel
+        compiled = compile_(text, streams, functions=functions, time_unit_ms=time_unit_ms, name_prefix=sid)
         return tuple(compiled.automata), list(compiled.outputs)
     autos = tuple(load_air_many(text, name=sid))
     outs = list(dict.fromkeys(o.name for a in autos for _, o in a.outputs if o.type == "OUT"))
     return autos, outs
+
+
+#: Registrations and restores install subscriptions on the engine thread this
+#: many at a time (≈0.2 s each), so that events keep flowing during a large batch.
+INSTALL_CHUNK = 500
+#: A batch reports at most this many errors.
+MAX_BATCH_ERRORS = 100
+
+
+@dataclass
+class _Pending:
+    """A subscription compiled, not yet installed."""
+
+    id: str
+    kind: str
+    text: str
+    name: str | None
+    created: float
+    automata: tuple[Automaton, ...] = ()
+    outputs: list[str] = field(default_factory=list)
+
+
+def _bind_error(index: int, exc: EngineError) -> dict:
+    return {"index": index, "kind": "bind", "message": str(exc), "detail": str(exc)}
+
+
+class _BatchStreams(Mapping):
+    """The engine's streams plus those published by earlier queries of the
+    same batch, so that a query may read an earlier one's output."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.view = engine.stream_view
+        self.new: dict[str, StreamSchema] = {}
+
+    def __getitem__(self, name: str) -> StreamSchema:
+        found = self.new.get(name) or self.view.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self):
+        return iter({**dict.fromkeys(self.view), **self.new})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class Daemon:
@@ -111,6 +162,7 @@ class Daemon:
         self.store = Store(settings.data_dir / "cayuga.sqlite3")
         self.registry, self.latency = make_registry(self)
         self.subscriptions: dict[str, Subscription] = {}
+        self.shapes = ShapeCache()  # compiled CEL query shapes (registrations and restores)
         self.receiver: TcpReceiver | None = None
         self._commands: stdqueue.Queue = stdqueue.Queue(maxsize=1000)
         self._thread: threading.Thread | None = None
@@ -228,17 +280,23 @@ class Daemon:
         self._restore_thread.start()
 
     def _restore_then_run(self, stored: list) -> None:
-        """The engine's only writer until it hands over to the engine thread."""
+        """The engine's only writer until it hands over to the engine thread.
+        Stored CEL is not compiled again: each query is bound from its
+        shape's compiled form, stored when the shape was first compiled (keyed
+        by the compiler's version, so a new compiler compiles each shape once
+        again); subscriptions are installed in chunks."""
         if stored:
             log.info("restoring %d subscriptions", len(stored))
-        for st in stored:
+        rows = self.store.shapes()
+        if rows:
+            self.shapes.load(rows)
+            self.store.keep_shapes(self.shapes.keys())
+        for k in range(0, len(stored), INSTALL_CHUNK):
             if self._stop.is_set():
                 return
-            try:
-                self._install(st.id, st.kind, st.text, st.name, st.created, persist=False)
-            except (SubscriptionError, EngineError) as exc:
-                log.error("could not restore subscription %s: %s", st.id, exc)
-            self.restored += 1
+            chunk = stored[k:k + INSTALL_CHUNK]
+            self._install([_Pending(st.id, st.kind, st.text, st.name, st.created) for st in chunk], persist=False)
+            self.restored += len(chunk)
         with self._start_lock:
             if self._stop.is_set():
                 return
@@ -299,6 +357,7 @@ class Daemon:
             ch.close()
         self.store.close()
         self.started = False
+        gc.unfreeze()  # what large batches froze (see _install) may be collected again, this daemon included
 
     # ------------------------------------------------------------------ the engine thread
 
@@ -471,42 +530,140 @@ class Daemon:
     def functions(self) -> dict[str, str]:
         return self.engine.functions.return_types()
 
-    def _install(self, sid: str, kind: str, text: str, name: str | None, created: float,
-                 persist: bool = True) -> Subscription:
-        try:
-            autos, outs = compile_subscription(kind, text, self.engine.stream_view, sid, self.functions(),
-                                               self.settings.time_unit_ms)
-        except CayugaError as exc:
-            detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
-            raise SubscriptionError(str(exc), [detail]) from None
-        too_large = self._size_errors(autos) if persist else []
-        if too_large:
-            self.counters.add("subscriptions_refused")
-            raise SubscriptionError("; ".join(too_large), [{"kind": "limit", "message": m} for m in too_large])
-        published = self.submit(lambda eng: eng.add(autos, owner=sid)).result(timeout=30)
-        internal = [s for s in published if s not in outs]
-        sub = Subscription(sid, kind, text, autos, outs, internal, name, created)
-        self.subscriptions[sid] = sub
-        self.hub.invalidate()
+    def _compile_batch(self, batch: list[_Pending], strict: bool) -> list[dict]:
+        """Compile every subscription of ``batch`` (CEL through the shape
+        cache); returns the errors, each with its ``index`` in the batch."""
+        streams = _BatchStreams(self.engine)
+        functions, unit = self.functions(), self.settings.time_unit_ms
+        errors: list[dict] = []
+        for i, p in enumerate(batch):
+            try:
+                p.automata, p.outputs = compile_subscription(p.kind, p.text, streams, p.id, functions, unit,
+                                                             self.shapes)
+            except CayugaError as exc:
+                detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
+                errors.append({"index": i, **detail, "detail": str(exc)})
+                if strict and len(errors) >= MAX_BATCH_ERRORS:
+                    break
+                continue
+            too_large = self._size_errors(p.automata) if strict else []
+            if too_large:
+                self.counters.add("subscriptions_refused")
+                p.automata = ()
+                errors.append({"index": i, "kind": "limit", "message": "; ".join(too_large), "line": 0,
+                               "column": 0, "excerpt": "", "detail": "; ".join(too_large)})
+                continue
+            for a in p.automata:
+                for st, out in a.outputs:
+                    streams.new.setdefault(out.name, StreamSchema(out.name, st.schema))
+        return errors
+
+    def _add_chunk(self, eng: Engine, chunk: list[tuple[int, _Pending]], strict: bool) -> list:
+        """On the engine thread: add each of ``chunk``; returns (index, pending,
+        published streams or the EngineError). Strict: the first error
+        removes what this chunk added and is raised with its index."""
+        done = []
+        for i, p in chunk:
+            try:
+                done.append((i, p, eng.add(p.automata, owner=p.id)))
+            except EngineError as exc:
+                if strict:
+                    self._forget(eng, [q.id for _, q, _ in done])
+                    raise SubscriptionError(str(exc), [_bind_error(i, exc)]) from None
+                done.append((i, p, exc))
+        return done
+
+    def _forget(self, eng: Engine, ids: list[str]) -> None:
+        """On the engine thread: remove subscriptions of a batch that failed
+        (their ids are not taken: nothing of them may stay behind)."""
+        for sid in ids:
+            eng.remove(sid)
+            self._owner_witnesses.pop(sid, None)
+
+    def _install(self, batch: list[_Pending], persist: bool = True) -> list[Subscription]:
+        """Compile, install and (``persist``) store ``batch``.
+
+        A registration (``persist``) is all or nothing: any error raises a
+        :class:`SubscriptionError` listing every compile error (or the first
+        engine error) with its index, and leaves the engine and the store as
+        they were. A restore skips (and logs) the subscriptions that fail.
+
+        The cyclic garbage collector waits meanwhile; a batch of at least
+        INSTALL_CHUNK then leaves the collector's reach (``gc.freeze``), so
+        neither the collection that would follow nor later full collections
+        walk the network it built (removing a subscription leaves no cyclic
+        garbage: reference counting frees it). What else is alive and cyclic
+        garbage at that moment is frozen too; the young generations are
+        collected first to keep that small."""
+        large = len(batch) >= INSTALL_CHUNK
+        if large:
+            gc.collect(1)
+        with paused_gc(freeze=large):
+            errors = self._compile_batch(batch, strict=persist)
+            if errors and persist:
+                raise SubscriptionError(f"{len(errors)} of {len(batch)} subscriptions have errors", errors)
+            todo = [(i, p) for i, p in enumerate(batch) if p.automata]
+            added: list = []
+            try:
+                for k in range(0, len(todo), INSTALL_CHUNK):
+                    chunk = todo[k:k + INSTALL_CHUNK]
+                    added += self.submit(lambda eng, c=chunk: self._add_chunk(eng, c, persist)).result(timeout=60)
+            except SubscriptionError:
+                for k in range(0, len(added), INSTALL_CHUNK):
+                    ids = [p.id for _, p, _ in added[k:k + INSTALL_CHUNK]]
+                    self.submit(lambda eng, ids=ids: self._forget(eng, ids)).result(timeout=60)
+                raise
+        subs = []
+        for i, p, published in added:
+            if isinstance(published, EngineError):
+                errors.append(_bind_error(i, published))
+                continue
+            internal = [s for s in published if s not in p.outputs]
+            sub = Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created)
+            self.subscriptions[p.id] = sub
+            subs.append(sub)
+        if subs:
+            self.hub.invalidate()  # routes of witnesses to clients depend on the subscriptions' outputs
+        for e in errors:  # only a restore gets here with errors
+            log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
         if persist:
-            self.store.save_subscription(StoredSubscription(sid, kind, text, name, created))
-        return sub
+            self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created) for s in subs])
+        self.store.save_shapes(self.shapes.export())
+        return subs
 
     def _size_errors(self, autos) -> list[str]:
         return automaton_size_errors(autos, self.settings.max_states, self.settings.max_predicate_atoms)
 
     def add_subscription(self, kind: str, text: str, name: str | None = None) -> Subscription:
+        try:
+            return self.add_subscriptions([(kind, text, name)])[0]
+        except SubscriptionError as exc:
+            detail = exc.errors[0].pop("detail")
+            for e in exc.errors:
+                e.pop("index", None)
+            raise SubscriptionError(detail, exc.errors) from None
+
+    def add_subscriptions(self, items: list[tuple[str, str, str | None]]) -> list[Subscription]:
+        """Register many subscriptions (kind, text, name) at once, all or
+        nothing: on any error none is registered, no id is taken, and the
+        :class:`SubscriptionError` lists each error with its index. Ids are
+        consecutive, in the order given; a query may read the output of an
+        earlier one in the same batch. CEL queries of one shape are compiled
+        once (:class:`~air.cel.shapes.ShapeCache`). The engine thread installs
+        a large batch INSTALL_CHUNK at a time and runs events in between: a
+        subscription of the batch starts empty when its chunk is installed,
+        as if registered alone at that moment."""
         with self._lock:
             self._require_ready()
-            if len(self.subscriptions) >= self.settings.max_subscriptions:
-                self.counters.add("subscriptions_refused")
-                raise LimitReached(f"the server holds {len(self.subscriptions)} subscriptions, its limit "
-                                   "(the max_subscriptions setting); delete some first")
-            sid = self.store.next_id()
-            try:
-                return self._install(sid, kind, text, name, time.time())
-            except EngineError as exc:
-                raise SubscriptionError(str(exc)) from None
+            if len(self.subscriptions) + len(items) > self.settings.max_subscriptions:
+                self.counters.add("subscriptions_refused", len(items))
+                raise LimitReached(f"the server holds {len(self.subscriptions)} subscriptions and its limit is "
+                                   f"{self.settings.max_subscriptions} (the max_subscriptions setting): "
+                                   f"{len(items)} more do not fit; delete some first")
+            now = time.time()
+            ids = self.store.peek_ids(len(items))
+            return self._install([_Pending(sid, kind, text, name, now)
+                                  for sid, (kind, text, name) in zip(ids, items)])
 
     def remove_subscription(self, sid: str) -> None:
         with self._lock:

@@ -152,8 +152,17 @@ def _text(line: str | bytes) -> str:
         return line
     try:
         return line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LineError(_utf8_error(line, "line")) from None
+
+
+def _utf8_error(data: bytes, what: str) -> str:
+    """Where ``data`` stops being UTF-8 (msgspec's error counts within a string value)."""
+    try:
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise LineError(f"not valid UTF-8: byte {exc.start + 1} of the line") from None
+        return f"not valid UTF-8: byte {exc.start + 1} of the {what}"
+    return "not valid UTF-8"
 
 
 def _split(data: bytes | str) -> list:
@@ -305,8 +314,7 @@ class JsonDecoder(Decoder):
         except msgspec.ValidationError:  # without a type, only "Number out of range"
             raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
         except UnicodeDecodeError:
-            _text(line)  # raises with the position in the line (msgspec's is within the string)
-            raise
+            raise LineError(_utf8_error(line, "line")) from None
         except RecursionError:
             raise LineError("invalid JSON: nested too deeply") from None
         return self.from_mapping(obj)
@@ -378,8 +386,8 @@ class JsonDecoder(Decoder):
             raise LineError(f"invalid JSON: {_json_reason(exc, body)}") from None
         except msgspec.ValidationError:
             raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
-        except UnicodeDecodeError as exc:
-            raise LineError(f"not valid UTF-8: byte {exc.start + 1} of the body") from None
+        except UnicodeDecodeError:
+            raise LineError(_utf8_error(body, "body")) from None
         except RecursionError:
             raise LineError("invalid JSON: nested too deeply") from None
         if isinstance(doc, dict) and "events" in doc and "stream" not in doc:
@@ -464,8 +472,10 @@ def _json_reason(exc: msgspec.DecodeError, line: str | bytes) -> str:
         return text
     at = int(m.group(2))
     rest = line[at:at + 9] if isinstance(line, str) else line[at:at + 9].decode("utf-8", "replace")
-    for word in ("NaN", "Infinity", "-Infinity"):
+    for word in ("NaN", "Infinity"):
         if rest.startswith(word):
+            if word == "Infinity" and at and line[at - 1:at] in ("-", b"-"):
+                word, at = "-Infinity", at - 1
             return f"{word} at column {at + 1} (non-finite numbers are not JSON and not accepted)"
     return f"{m.group(1)} at column {at + 1}"
 

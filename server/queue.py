@@ -142,10 +142,11 @@ class DelayQueue:
         if ordered and (tail is None or part[0].t1 >= tail):
             self._runs.append([seq, list(part), 0])
             self._tail_t1 = part[-1].t1
-        else:
+        else:  # out of order: each event by (t1, arrival); the block's own order breaks ties
             heap = self._heap
+            seqs = self._seq
             for ev in part:
-                heapq.heappush(heap, (ev.t1, seq, ev))
+                heapq.heappush(heap, (ev.t1, next(seqs), ev))
         self._size += len(part)
         self.accepted += len(part)
         return len(part)

@@ -8,13 +8,16 @@ complete; the server instead releases events through its T-delayed queue.
 
 from __future__ import annotations
 
+import gc
 import itertools
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, TextIO
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TextIO
 
 from air.airxml import load_air_many, load_stream_types
+from air.cel.shapes import ShapeCache
 from air.model import Automaton, StreamSchema, parse_stream_decl
 from air.errors import CayugaError
 from server.engine import Engine, EngineError, Event, FunctionRegistry
@@ -50,17 +53,37 @@ def load_streams(decls: Iterable[str] = (), schema_files: Iterable[str | Path] =
     return out
 
 
-def load_query(path: str | Path, streams: dict[str, StreamSchema],
-               functions: FunctionRegistry | None = None) -> list[Automaton]:
-    """Automata of one query file: ``.xml`` is AIR, ``.cel`` is CEL (compiled)."""
+def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
+               functions: FunctionRegistry | None = None, shapes: ShapeCache | None = None,
+               function_types: Mapping[str, str] | None = None) -> list[Automaton]:
+    """Automata of one query file: ``.xml`` is AIR, ``.cel`` is CEL (compiled,
+    through ``shapes`` when given: queries that differ only in constants are
+    compiled once)."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
     if p.suffix.lower() == ".cel":
         from air.cel import compile_cel
 
-        fns = (functions or FunctionRegistry.default()).return_types()
-        return list(compile_cel(text, streams, functions=fns, name_prefix=p.stem).automata)
+        fns = function_types if function_types is not None else (functions or FunctionRegistry.default()).return_types()
+        compile_ = shapes.compile if shapes is not None else compile_cel
+        return list(compile_(text, streams, functions=fns, name_prefix=p.stem).automata)
     return load_air_many(text, name=p.stem)
+
+
+QUERY_SUFFIXES = (".cel", ".xml")
+
+
+def expand_queries(paths: Iterable[str | Path]) -> list[Path]:
+    """Query files in order: a directory stands for its ``.cel`` and ``.xml``
+    files, sorted by name (not recursive)."""
+    out: list[Path] = []
+    for q in paths:
+        p = Path(q)
+        if p.is_dir():
+            out.extend(sorted(f for f in p.iterdir() if f.suffix.lower() in QUERY_SUFFIXES and f.is_file()))
+        else:
+            out.append(p)
+    return out
 
 
 def decode_file(source, fmt: str, streams: Callable, result: RunResult,
@@ -100,33 +123,70 @@ def _terminated(line: str | bytes) -> str | bytes:
 
 
 def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
-                functions: FunctionRegistry | None = None) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
-    """An engine with ``streams`` declared and each query file loaded under its
-    file stem, in order (so later queries may read earlier outputs); returns it
-    with the (owner, automata) pairs. Raises QueryError naming the file."""
+                functions: FunctionRegistry | None = None, progress: Callable[[int], None] | None = None,
+                *, freeze: bool = False) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
+    """An engine with ``streams`` declared and each query file (or each file
+    of a directory, see :func:`expand_queries`) loaded under its file stem, in
+    order (so later queries may read earlier outputs); returns it with the
+    (owner, automata) pairs. Raises QueryError naming the file. ``progress``
+    is called with the number of queries loaded so far after each one.
+    ``freeze``: for a process that keeps the network to its end (``cayuga
+    run``): move what is allocated so far out of the cyclic collector's reach
+    for good (``gc.freeze``) instead of having it walk the network again.
+
+    Each query costs the same whether it is the first or the ten-thousandth:
+    CEL shapes are compiled once (:class:`~air.cel.shapes.ShapeCache`), the
+    compiler looks streams up in the engine's live view, and the cyclic
+    garbage collector, whose full passes would walk the ever larger network,
+    waits until loading is done."""
     engine = Engine(functions)
     for s in streams:
         engine.declare(s)
     loaded = []
-    for q in queries:
-        try:
-            autos = load_query(q, engine.streams, engine.functions)
-            engine.add(autos, owner=Path(q).stem)
-        except (CayugaError, EngineError) as exc:
-            raise QueryError(f"{q}: {exc}") from None
-        loaded.append((Path(q).stem, autos))
+    shapes = ShapeCache()
+    fn_types = engine.functions.return_types()
+    with paused_gc(freeze):
+        for q in expand_queries(queries):
+            try:
+                autos = load_query(q, engine.stream_view, engine.functions, shapes, fn_types)
+                engine.add(autos, owner=q.stem)
+            except (CayugaError, EngineError) as exc:
+                raise QueryError(f"{q}: {exc}") from None
+            loaded.append((q.stem, autos))
+            if progress is not None:
+                progress(len(loaded))
     return engine, loaded
+
+
+@contextmanager
+def paused_gc(freeze: bool = False) -> Iterator[None]:
+    """Hold the cyclic garbage collector while many queries load: what they
+    allocate lives on, and each full collection would walk the whole, ever
+    larger, network again (≈30% of loading 10,000 queries). With ``freeze``,
+    everything allocated so far leaves the collector's reach for good
+    (``gc.freeze``): the collection that would otherwise follow the pause
+    never walks it (1.7 s after loading 10,000 queries)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        if collecting:
+            gc.enable()
 
 
 def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_in: TextIO | BinaryIO,
                 fmt: str = "jsonl", *, include_resub: bool = False,
                 functions: FunctionRegistry | None = None,
                 on_witness: Callable[[dict], None] | None = None,
-                out: BinaryIO | None = None) -> RunResult:
+                out: BinaryIO | None = None, freeze: bool = False) -> RunResult:
     """Run ``queries`` over the events of ``events_in``. Witnesses are kept in
     ``result.witnesses`` (and handed to ``on_witness``) as dicts, or, with
-    ``out``, written there as JSON lines and only counted."""
-    engine, _ = load_engine(streams, queries, functions)
+    ``out``, written there as JSON lines and only counted. ``freeze``: see
+    :func:`load_engine` (for a process that ends with the run)."""
+    engine, _ = load_engine(streams, queries, functions, freeze=freeze)
     result = RunResult()
     events = decode_file(events_in, fmt, engine.schema, result, names=[s.name for s in streams])
     events.sort(key=_t1)

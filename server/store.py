@@ -1,5 +1,6 @@
 """Persistence of stream declarations and subscriptions in SQLite under the data
-directory, so that a restarted server comes back with the same ids."""
+directory, so that a restarted server comes back with the same ids; and of
+compiled CEL query shapes, so that it comes back without compiling them again."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     text TEXT NOT NULL,
     name TEXT,
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS shapes (    -- compiled CEL query shapes (air/cel/shapes.py), JSON
+    key TEXT PRIMARY KEY,               -- includes the compiler's version
+    form TEXT NOT NULL,
+    saved REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS counters (
     key TEXT PRIMARY KEY,
@@ -75,10 +81,27 @@ class Store:
             (n,) = self._db.execute("SELECT value FROM counters WHERE key = 'subscription'").fetchone()
         return f"s{n}"
 
-    def save_subscription(self, sub: StoredSubscription) -> None:
+    def peek_ids(self, n: int) -> list[str]:
+        """The next ``n`` subscription ids, not yet taken: :meth:`save_subscriptions`
+        takes them. The caller makes sure no one else takes ids meanwhile."""
         with self._lock:
-            self._db.execute("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
-                             (sub.id, sub.kind, sub.text, sub.name, sub.created))
+            row = self._db.execute("SELECT value FROM counters WHERE key = 'subscription'").fetchone()
+        last = row[0] if row else 0
+        return [f"s{last + i}" for i in range(1, n + 1)]
+
+    def save_subscription(self, sub: StoredSubscription) -> None:
+        self.save_subscriptions([sub])
+
+    def save_subscriptions(self, subs: list[StoredSubscription]) -> None:
+        """Store ``subs`` in one transaction, and take their ids (``sN``) for good."""
+        taken = max((int(s.id[1:]) for s in subs if s.id[:1] == "s" and s.id[1:].isdigit()), default=0)
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
+                                 [(s.id, s.kind, s.text, s.name, s.created) for s in subs])
+            if taken:
+                self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
+                                 "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)", (taken,))
 
     def delete_subscription(self, sid: str) -> None:
         with self._lock:
@@ -88,3 +111,28 @@ class Store:
         with self._lock:
             rows = self._db.execute("SELECT id, kind, text, name, created FROM subscriptions ORDER BY seq").fetchall()
         return [StoredSubscription(*r) for r in rows]
+
+    # -- compiled query shapes
+    def save_shapes(self, rows: list[tuple[str, str]]) -> None:
+        if not rows:
+            return
+        now = time.time()
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR REPLACE INTO shapes VALUES (?, ?, ?)", [(k, f, now) for k, f in rows])
+
+    def shapes(self) -> list[tuple[str, str]]:
+        """(key, form) of the stored shapes, oldest first."""
+        with self._lock:
+            return self._db.execute("SELECT key, form FROM shapes ORDER BY saved").fetchall()
+
+    def keep_shapes(self, keys: set[str]) -> None:
+        """Forget every stored shape but ``keys`` (those of another compiler
+        version, or beyond what the cache holds)."""
+        with self._lock:
+            stored = [k for (k,) in self._db.execute("SELECT key FROM shapes").fetchall()]
+        gone = [(k,) for k in stored if k not in keys]
+        if gone:
+            with self._lock, self._db:
+                self._db.execute("BEGIN")
+                self._db.executemany("DELETE FROM shapes WHERE key = ?", gone)

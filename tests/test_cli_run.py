@@ -139,3 +139,26 @@ def test_run_accepts_cel_and_reports_cel_errors_with_a_caret(tmp_path):
     q.write_text("SELECT Name FROM FILTER{Price > 84}(Stock) PUBLISH P\n")
     r = cayuga("run", "--stream", STOCK_DECL, "--query", str(q), "--events", "examples/example9.jsonl")
     assert [json.loads(x)["Name"] for x in r.stdout.splitlines()] == ["IBM", "IBM", "IBM"]
+
+
+def test_a_directory_of_per_symbol_queries_loads_in_name_order_with_one_shape(tmp_path):
+    """`--query DIR` takes the directory's .cel and .xml files in name order;
+    queries that differ only in constants are bound from one compiled shape
+    and give each its own witnesses."""
+    from bench.loading import increasing_cel, write_queries
+
+    d = tmp_path / "q"
+    write_queries(d, 30, length=3)
+    (d / "README").write_text("not a query")
+    lines = []
+    for t in range(1, 5):  # S00007 rises three times in a row, S00012 does not
+        lines.append({"stream": "Stock", "t1": t, "Name": "S00007", "Price": float(t), "Volume": 1})
+        lines.append({"stream": "Stock", "t1": t, "Name": "S00012", "Price": float(5 - t), "Volume": 1})
+    events = tmp_path / "e.jsonl"
+    events.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", str(d), "--events", str(events))
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(x) for x in r.stdout.splitlines()]
+    assert got == [{"stream": "Up_S00007", "t0": 1, "t1": 3, "First": 1.0, "Last": 3.0},
+                   {"stream": "Up_S00007", "t0": 2, "t1": 4, "First": 2.0, "Last": 4.0}]
+    assert "Up_S00007" in increasing_cel("S00007")

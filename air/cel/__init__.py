@@ -4,6 +4,7 @@ automata (:mod:`air.model`)."""
 from air.cel.compiler import CompiledQuery, compile_cel, validate
 from air.cel.errors import CelError, CelNameError, CelSchemaError, CelSyntaxError, CelTypeError
 from air.cel.parser import parse, parse_all
+from air.cel.shapes import COMPILER_VERSION, ShapeCache
 
-__all__ = ["parse", "parse_all", "compile_cel", "validate", "CompiledQuery", "CelError",
-           "CelSyntaxError", "CelNameError", "CelTypeError", "CelSchemaError"]
+__all__ = ["parse", "parse_all", "compile_cel", "validate", "CompiledQuery", "ShapeCache", "COMPILER_VERSION",
+           "CelError", "CelSyntaxError", "CelNameError", "CelTypeError", "CelSchemaError"]

@@ -45,6 +45,13 @@ NUMERIC = ("int", "float")
 _POS = dict(default=0, compare=False, repr=False)
 
 
+def dur_constant(value: int | float, unit: str, time_unit_ms: float) -> int | float:
+    """A DUR constant written with ``unit``, in units of ``time_unit_ms``
+    milliseconds (an int when it is a whole number)."""
+    v = value * UNIT_MS[unit] / time_unit_ms
+    return int(v) if float(v).is_integer() else v
+
+
 @dataclass(frozen=True, slots=True)
 class Duration:
     """DUR after analysis. ``of="RESULT"``: the duration of the operator's
@@ -406,8 +413,7 @@ class Analyzer:
 
     def _dur_const(self, e: Expr) -> Literal:
         if isinstance(e, ast.Quantity):
-            v = e.value * UNIT_MS[e.unit] / self.time_unit_ms
-            return Literal(int(v) if float(v).is_integer() else v, e.line, e.column)
+            return Literal(dur_constant(e.value, e.unit, self.time_unit_ms), e.line, e.column)
         if isinstance(e, Literal) and e.type in NUMERIC:
             return e
         raise self.error(CelTypeError, "DUR must be compared with a number, optionally with a "
@@ -544,4 +550,4 @@ def analyze(query: ast.Query, streams: Mapping[str, StreamSchema], *, source: st
 
 
 __all__ = ["analyze", "Analysis", "Analyzer", "Plan", "Scan", "Select", "Where", "Seq", "Iter",
-           "Publish", "Column", "Duration", "UNIT_MS", "BUILTINS", "DUAL"]
+           "Publish", "Column", "Duration", "UNIT_MS", "dur_constant", "BUILTINS", "DUAL"]

@@ -45,6 +45,19 @@ class SubscriptionIn(BaseModel):
         return self.cel if self.cel is not None else self.air  # type: ignore[return-value]
 
 
+#: The most subscriptions one batch registration may hold.
+MAX_BATCH = 100_000
+
+
+class SubscriptionBatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"example": {"subscriptions": [
+        {"cel": "FILTER{Name = 'IBM'}(Stock) NEXT{$1.Name = $2.Name AND $2.Price > 1.05 * $1.Price} Stock"},
+        {"cel": "FILTER{Name = 'MSFT'}(Stock) NEXT{$1.Name = $2.Name AND $2.Price > 1.05 * $1.Price} Stock"}]}})
+
+    subscriptions: list[SubscriptionIn] = Field(min_length=1, max_length=MAX_BATCH,
+                                                description="Registered in this order, with consecutive ids")
+
+
 class SubscriptionOut(BaseModel):
     id: str
     kind: str
@@ -72,3 +85,7 @@ class EventsOut(BaseModel):
     accepted: int
     rejected: list[dict[str, Any]]
     late: int
+
+
+class SubscriptionBatchOut(BaseModel):
+    subscriptions: list[SubscriptionOut]

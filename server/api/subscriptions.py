@@ -1,4 +1,4 @@
-"""/subscriptions: register CEL or AIR, validate, list, describe, delete."""
+"""/subscriptions: register CEL or AIR (one, or many at once), validate, list, describe, delete."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from server.api.deps import DaemonDep, require_token
-from server.api.schemas import SubscriptionDetail, SubscriptionIn, SubscriptionOut, ValidationOut
+from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionDetail, SubscriptionIn,
+                                SubscriptionOut, ValidationOut)
 from server.daemon import Subscription, SubscriptionError
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)])
@@ -30,6 +31,20 @@ async def register(body: SubscriptionIn, d: DaemonDep):
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
     return _out(d, sub)
+
+
+@router.post("/batch", status_code=status.HTTP_201_CREATED, response_model=SubscriptionBatchOut,
+             responses={400: {"description": "Some queries have errors: none is registered; the body lists "
+                                             "each error with its index in the batch and its position"}})
+async def register_batch(body: SubscriptionBatchIn, d: DaemonDep):
+    """Register many subscriptions at once, all or nothing, with consecutive
+    ids in the order given; a query may read the output of an earlier one."""
+    items = [(s.kind, s.text, s.name) for s in body.subscriptions]
+    try:
+        subs = await run_in_threadpool(d.add_subscriptions, items)
+    except SubscriptionError as exc:
+        return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
+    return SubscriptionBatchOut(subscriptions=[_out(d, s) for s in subs])
 
 
 @router.post("/validate", response_model=ValidationOut)

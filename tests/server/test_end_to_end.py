@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from clients.client import CayugaAPIError, CayugaClient
 from tests.server.conftest import collect, stock
@@ -203,3 +207,33 @@ def test_subscriptions_are_listed_in_pages(client):
     with pytest.raises(CayugaAPIError) as info:
         client.subscriptions(limit=0)
     assert info.value.status == 422 and "limit" in str(info.value.body)
+
+
+def test_batched_websocket_frames_carry_the_same_witnesses_in_fewer_messages(client):
+    sub = client.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH All")
+    n = 3000
+    with client.frames(sub["id"], batch=1, timeout=10) as single, \
+            client.frames(sub["id"], batch=250, timeout=10) as batched:
+        with client.sender() as s:
+            s.send_lines("".join(f'{{"stream": "Stock", "t1": {i}, "Name": "IBM", "Price": 1.0, "Volume": {i}}}\n'
+                                 for i in range(n)).encode(), n)
+        one = [next(single) for _ in range(n)]
+        frames, lines = [], []
+        while len(lines) < n:
+            frames.append(next(batched))
+            lines.extend(frames[-1].split("\n"))
+    assert all("\n" not in m for m in one)
+    assert lines == one and [json.loads(x)["Volume"] for x in lines] == list(range(n))
+    assert len(frames) < n / 10 and max(f.count("\n") + 1 for f in frames) <= 250
+    delivered = [x for x in client.http.get("/metrics").text.splitlines()
+                 if x.startswith("cayuga_witnesses_delivered_total")]
+    assert delivered == [f"cayuga_witnesses_delivered_total {2 * n}.0"]
+
+
+@pytest.mark.parametrize("batch", ["0", "10001", "x"])
+def test_a_bad_batch_parameter_closes_with_4400(client, batch):
+    sub = client.subscribe(cel="SELECT * FROM Stock PUBLISH All")
+    with connect(client.ws_url(sub["id"]) + f"?batch={batch}", open_timeout=10) as ws:
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv(timeout=10)
+    assert info.value.rcvd.code == 4400 and "from 1 to 10000" in info.value.rcvd.reason

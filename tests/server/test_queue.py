@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 import socket
 import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from server.engine import Event
 from server.queue import DelayQueue, QueueClosed
@@ -107,3 +110,57 @@ def test_a_stalled_engine_blocks_the_receivers_and_the_queue_stays_bounded(start
     while d.engine.stats.events < 20_000 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert d.engine.stats.events == 20_000
+
+
+class _Reference:
+    """The queue as it was before blocks: one heap entry per event, by (t1, arrival)."""
+
+    def __init__(self, delay, clock) -> None:
+        self.heap, self.n, self.delay, self.clock, self.last = [], 0, delay, clock, None
+
+    def put_batch(self, events) -> list[int]:
+        late = []
+        for i, e in enumerate(events):
+            if self.last is not None and e.t1 < self.last:
+                late.append(i)
+                continue
+            heapq.heappush(self.heap, (e.t1, self.n, e))
+            self.n += 1
+        return late
+
+    def get_batch(self, k) -> list:
+        out, horizon = [], self.clock() - self.delay
+        while self.heap and len(out) < k and self.heap[0][0] < horizon:
+            out.append(heapq.heappop(self.heap)[2])
+        if out:
+            self.last = out[-1].t1
+        return out
+
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("put"), st.lists(st.integers(0, 30), max_size=12), st.booleans()),
+    st.tuples(st.just("get"), st.integers(1, 8), st.integers(0, 40))), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=_OPS, delay=st.sampled_from([0, 5]))
+def test_blocks_leave_in_the_order_of_one_heap_entry_per_event(ops, delay):
+    """Blocks in order go through runs, others through the heap; what leaves, and
+    what is refused as late, is exactly what per-event heap entries gave."""
+    clock = Clock(0.0)
+    q = DelayQueue(capacity=10_000, delay=delay, clock=clock)
+    ref = _Reference(delay, clock)
+    serial = iter(range(10_000))
+    for op in ops:
+        if op[0] == "put":
+            _, ts, in_order = op
+            block = [Event("Stock", (str(next(serial)), 1.0, 1), t, t) for t in (sorted(ts) if in_order else ts)]
+            assert q.put_batch(block) == ref.put_batch(block)
+        else:
+            _, k, now = op
+            clock.now = max(clock.now, now)
+            assert q.get_batch(k, timeout=0) == ref.get_batch(k)
+        assert len(q) == len(ref.heap)
+    q.close(drain=True)
+    rest = q.get_batch(10_000, timeout=0)
+    assert rest == [e for _, _, e in sorted(ref.heap, key=lambda x: x[:2])]

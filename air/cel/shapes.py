@@ -1,0 +1,550 @@
+"""Compile a CEL query once per shape, then bind its constants.
+
+Queries that differ only in their literal constants (one query per symbol,
+per sensor, per user) have one *shape*: the text with each string and number
+literal, and each PUBLISH name that occurs nowhere else in the text, replaced
+by a placeholder of its kind. :class:`ShapeCache` compiles a
+shape once and makes each further query of that shape by copying the shape's
+automata with the query's own constants put in, prepared-statement style, at a
+small fraction of the cost of parsing, checking and compiling it again.
+
+How it stays exactly equivalent to :func:`~air.cel.compile_cel` on each query
+alone:
+
+* A query not in the cache is compiled on its own first, so that its errors
+  carry its own line, column and excerpt; nothing that fails is cached.
+* The shape is then compiled with *marker* constants (a distinct large prime
+  per int literal, a distinct prime + 0.5 per float, a distinct unprintable
+  string per string) and a marker name prefix. Every place a marker reached
+  in the automata is a *site*: a ``Literal`` (possibly negated by a leading
+  ``-``), a ``StaticAtom`` constant (its text), a ``DurationAtom`` constant
+  (converted from a time unit), or a stream or automaton name built from the
+  prefix or a PUBLISH name. A site matching several markers, or a marker left
+  where no rule reaches it, makes the shape uncacheable.
+* The shape's binding of the first query's own constants must equal the
+  compiler's output for it (automata, outputs, schemas); otherwise the shape
+  is marked uncacheable and every query of it is compiled on its own.
+* Value-dependent behaviour is kept out of shapes: the int literal ``0``
+  stays part of the shape (``2 ^ -0`` is an int, ``2 ^ -1`` a float); atoms
+  that become equal once bound are dropped from their clause, as
+  :func:`~air.cel.compiler.make_predicate` drops them; the streams a shape
+  read while it compiled are checked on every hit (a stream redeclared with
+  another schema means a recompile).
+
+The cache key holds the shape's text, which of its PUBLISH names are the
+same name, the user functions' signatures, the time unit, whether a name
+prefix was given and :data:`COMPILER_VERSION`. :meth:`ShapeCache.export` and
+:meth:`ShapeCache.load` keep compiled shapes across restarts as JSON that can
+only build the model's own classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+from collections import OrderedDict
+from typing import Callable, Iterable, Mapping
+
+from air import expr as _expr
+from air import model as _model
+from air.cel.compiler import CompiledQuery, _const_text, _schemas, compile_cel
+from air.cel.semantics import UNIT_MS, Duration, dur_constant
+from air.expr import Literal
+from air.model import Clause, DurationAtom, StaticAtom, StreamSchema
+
+#: Bump whenever the compiler's output for some text changes: stored compiled
+#: forms and cached shapes of another version are never used.
+COMPILER_VERSION = "cel-1"
+
+#: One pass splits a text into runs of tokens that cannot hold a literal
+#: (words whole, so no digit inside a name is taken for a number; ``$n``
+#: decorators; operators and white space, but no character that starts a
+#: comment or a literal), comments, string literals and number literals, by the
+#: tokenizer's own patterns (air/expr.py) and in its order, so that literals
+#: begin and end where the tokenizer's do.
+_SCAN = re.compile(
+    r"((?:[A-Za-z_][A-Za-z_0-9]*|\$\d*|[^'0-9.A-Za-z_$/\-]|-(?!-)|/(?![/*])|\.(?!\d))+)"
+    r"|(--[^\n]*|//[^\n]*|/\*.*?\*/)"
+    r"|('(?:[^']|'')*')"
+    r"|((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)",
+    re.S)
+#: ``PUBLISH name`` inside one run.
+_PUBLISH = re.compile(r"(?<![A-Za-z_0-9$])PUBLISH[ \t\r\n]+([A-Za-z_][A-Za-z_0-9]*)", re.I)
+
+_MARK = "\x00"  # never valid in CEL outside a string literal: texts holding it are not shaped
+_PREFIX = "\x00P"
+_UNITS = (None, *UNIT_MS)
+
+
+def split_shape(text: str) -> tuple[str, tuple, tuple] | None:
+    """``(shape, constants, names)`` of a CEL text, or None when it is not shaped.
+    ``names`` are the PUBLISH names that appear nowhere else in the text.
+
+    >>> shape, values, names = split_shape("FILTER{Name = 'IBM' AND Price > 1.5}(Stock) PUBLISH Up")
+    >>> shape.replace("\\x00", "?"), values, names
+    ('FILTER{Name = ?s AND Price > ?f}(Stock) PUBLISH ?n', ('IBM', 1.5), ('Up',))
+    """
+    if _MARK in text:
+        return None
+    cuts: list[tuple[int, int, str]] = []
+    values: list = []
+    names: list[tuple[int, int, str]] = []
+    for m in _SCAN.finditer(text):
+        kind = m.lastindex
+        if kind == 1:
+            if "PUBLISH" in m.group().upper():
+                names.extend((p.start(1), p.end(1), p.group(1)) for p in _PUBLISH.finditer(text, m.start(), m.end()))
+        elif kind == 3:
+            values.append(m.group()[1:-1].replace("''", "'"))
+            cuts.append((m.start(), m.end(), "\x00s"))
+        elif kind == 4:
+            n = m.group()
+            if "." in n or "e" in n or "E" in n:
+                values.append(float(n))
+                cuts.append((m.start(), m.end(), "\x00f"))
+            elif int(n):  # 0 stays in the shape: 2 ^ -0 is an int, 2 ^ -1 a float
+                values.append(int(n))
+                cuts.append((m.start(), m.end(), "\x00i"))
+    publish: list[str] = []
+    if names:
+        upper = text.upper()
+        for a, b, w in names:  # a name that occurs anywhere else (even in a string) stays in the shape
+            if upper.count(w.upper()) == sum(1 for x in names if x[2].upper() == w.upper()):
+                cuts.append((a, b, "\x00n"))
+                publish.append(w)
+        cuts.sort()
+    if not cuts:
+        return text, (), ()
+    parts: list[str] = []
+    last = 0
+    for a, b, tag in cuts:
+        parts.append(text[last:a])
+        parts.append(tag)
+        last = b
+    parts.append(text[last:])
+    return "".join(parts), tuple(values), tuple(publish)
+
+
+def _primes(n: int, start: int = 1_000_003) -> list[int]:
+    out: list[int] = []
+    k = start
+    while len(out) < n:
+        if all(k % d for d in range(3, int(k ** 0.5) + 1, 2)):
+            out.append(k)
+        k += 2
+    return out
+
+
+def _markers(values: tuple) -> tuple:
+    primes = iter(_primes(sum(1 for v in values if not isinstance(v, str))))
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            out.append(f"{_MARK}{i}{_MARK}")
+        elif isinstance(v, int):
+            out.append(next(primes))
+        else:
+            out.append(next(primes) + 0.5)
+    return tuple(out)
+
+
+def _literal_text(v) -> str:
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    return repr(v)
+
+
+def _join(shape: str, values: tuple, names: tuple) -> str:
+    """The CEL text of ``shape`` with ``values`` and ``names`` put back."""
+    pieces = re.split("\x00([sifn])", shape)
+    out = [pieces[0]]
+    vals, nams = iter(values), iter(names)
+    for tag, piece in zip(pieces[1::2], pieces[2::2]):
+        out.append(next(nams) if tag == "n" else _literal_text(next(vals)))
+        out.append(piece)
+    return "".join(out)
+
+
+class _Recorder(Mapping):
+    """The streams a compile looked up, and what it found."""
+
+    def __init__(self, streams: Mapping[str, StreamSchema]) -> None:
+        self.streams = streams
+        self.seen: dict[str, StreamSchema | None] = {}
+        self.listed = False
+
+    def __getitem__(self, name: str) -> StreamSchema:
+        found = self.streams.get(name)
+        self.seen[name] = found
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self):
+        self.listed = True  # only error messages list every stream
+        return iter(self.streams)
+
+    def __len__(self) -> int:
+        self.listed = True
+        return len(self.streams)
+
+
+# --------------------------------------------------------------------------- binding
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _name_markers(names: tuple) -> tuple[str, ...]:
+    return tuple(f"_shapeN{i}_" for i in range(len(names)))
+
+
+class _Renamer:
+    """Stream names built from a marker (the name prefix, a PUBLISH name):
+    the marker itself, or the marker then ``__<n>`` (internal streams)."""
+
+    def __init__(self, markers: tuple[str, ...]) -> None:
+        self.markers = markers
+
+    def index(self, name: str) -> int | None:
+        for i, m in enumerate(self.markers):
+            if name.startswith(m) and (len(name) == len(m) or name.startswith("__", len(m))):
+                return i
+        return None
+
+    def rename(self, name: str, real: tuple) -> str:
+        i = self.index(name)
+        return name if i is None else real[i] + name[len(self.markers[i]):]
+
+
+class _Sites:
+    """Where the markers of one shape landed in its compiled automata.
+
+    A rule is (constant index, how, sign): ``how`` is "lit" (a Literal),
+    "static" (a StaticAtom's text) or a DUR unit (None: no unit); ``sign`` is
+    -1 where the parser folded a leading minus into the literal."""
+
+    def __init__(self, markers: tuple, names: _Renamer, time_unit_ms: float) -> None:
+        self.time_unit_ms = time_unit_ms
+        self.names = names
+        self.ok = True
+        self._lit: dict[object, list] = {}
+        self._static: dict[str, list] = {}
+        self._dur: dict[float, list] = {}
+        for i, m in enumerate(markers):
+            if isinstance(m, str):
+                self._lit.setdefault(m, []).append((i, "lit", 1))
+                self._static.setdefault(m, []).append((i, "static", 1))
+                continue
+            for sign in (1, -1):
+                self._lit.setdefault(sign * m, []).append((i, "lit", sign))
+                self._static.setdefault(_const_text(sign * m), []).append((i, "static", sign))
+                for unit in _UNITS:
+                    if unit == "MS" and time_unit_ms == 1.0:
+                        continue  # the same value as no unit, for every constant
+                    self._dur.setdefault(float(self._dur_value(sign * m, unit)), []).append((i, unit, sign))
+
+    def _dur_value(self, v, unit):
+        return v if unit is None else dur_constant(v, unit, self.time_unit_ms)
+
+    def _rule(self, table: dict, key):
+        found = table.get(key)
+        if not found:
+            return None
+        if len(found) > 1:
+            self.ok = False  # two markers (or units) would explain this value: do not guess
+        return found[0]
+
+    def plan(self, node) -> Callable | None:
+        """A function of (constants, names) that builds ``node`` with them,
+        or None where nothing at or below ``node`` depends on them (the
+        template's own object is then shared)."""
+        if isinstance(node, str):
+            i = self.names.index(node)
+            if i is None:
+                if _MARK in node or "_shapeN" in node:
+                    self.ok = False  # a marker where no rule reaches it
+                return None
+            suffix = node[len(self.names.markers[i]):]
+            return lambda v, n: n[i] + suffix
+        if isinstance(node, (Literal, StaticAtom, DurationAtom)):
+            return self._site(node)
+        if isinstance(node, tuple):
+            parts = list(node)
+            cls = tuple
+        elif dataclasses.is_dataclass(node):
+            parts = [getattr(node, f) for f in _fields(type(node))]
+            cls = type(node)
+        else:
+            return None
+        subs = [(k, f) for k, f in ((k, self.plan(x)) for k, x in enumerate(parts)) if f is not None]
+        if not subs:
+            return None
+        if cls is tuple:
+            def build(v, n):
+                out = parts.copy()
+                for k, f in subs:
+                    out[k] = f(v, n)
+                return tuple(out)
+        elif cls is Clause:
+            def build(v, n):
+                atoms: list = []
+                for a in subs[0][1](v, n):
+                    if a not in atoms:  # as make_predicate: constants bound equal make one atom
+                        atoms.append(a)
+                return Clause(tuple(atoms))
+        else:
+            def build(v, n):
+                out = parts.copy()
+                for k, f in subs:
+                    out[k] = f(v, n)
+                return cls(*out)
+        return build
+
+    def _site(self, node) -> Callable | None:
+        if isinstance(node, Literal):
+            if isinstance(node.value, bool):
+                return None
+            rule = self._rule(self._lit, node.value)
+            if rule is None and isinstance(node.value, str) and _MARK in node.value:
+                self.ok = False
+        elif isinstance(node, StaticAtom):
+            rule = self._rule(self._static, node.const)
+        else:
+            rule = self._rule(self._dur, node.const)
+        if rule is None:
+            return None
+        i, how, sign = rule
+
+        def value(v):
+            return v[i] if sign > 0 else -v[i]
+
+        if how == "lit":
+            line, column = node.line, node.column
+            return lambda v, n: Literal(value(v), line, column)
+        if how == "static":
+            attr, op = node.event_attr, node.op
+            return lambda v, n: StaticAtom(attr, op, _const_text(value(v)))
+        kind, op = node.kind, node.op
+        return lambda v, n: DurationAtom(kind, op, float(self._dur_value(value(v), how)))
+
+
+class _Shape:
+    __slots__ = ("compiled", "names", "build", "streams", "markers", "time_unit_ms", "saved")
+
+    def __init__(self, compiled: CompiledQuery, sites: _Sites, streams: dict, markers: tuple) -> None:
+        self.compiled = compiled
+        self.names = sites.names
+        self.build = sites.plan(compiled.automata)
+        self.streams = streams
+        self.markers = markers
+        self.time_unit_ms = sites.time_unit_ms
+        self.saved = False
+
+    def dump(self) -> str:
+        """The shape as JSON (see :meth:`ShapeCache.export`)."""
+        c = self.compiled
+        return json.dumps({
+            "markers": list(self.markers), "names": list(self.names.markers), "unit": self.time_unit_ms,
+            "streams": {n: None if s is None else _encode(s) for n, s in self.streams.items()},
+            "automata": _encode(c.automata), "outputs": list(c.outputs),
+            "schemas": {n: _encode(sch) for n, sch in c.schemas.items()}})
+
+    @classmethod
+    def load(cls, text: str) -> "_Shape | None":
+        d = json.loads(text)
+        compiled = CompiledQuery(_decode(d["automata"]), tuple(d["outputs"]),
+                                 {n: _decode(x) for n, x in d["schemas"].items()})
+        markers = tuple(d["markers"])
+        sites = _Sites(markers, _Renamer(tuple(d["names"])), d["unit"])
+        made = cls(compiled, sites, {n: None if x is None else _decode(x) for n, x in d["streams"].items()}, markers)
+        return made if sites.ok else None
+
+    def valid_for(self, streams: Mapping[str, StreamSchema]) -> bool:
+        return all(streams.get(n) == s for n, s in self.streams.items())
+
+    def bind(self, values: tuple, names: tuple, prefix: str | None) -> CompiledQuery:
+        """``names``: the PUBLISH names; ``prefix``: the name prefix (if the shape has one)."""
+        c = self.compiled
+        real = names if prefix is None else names + (prefix,)
+        automata = c.automata if self.build is None else self.build(values, real)
+        rename = self.names.rename
+        outputs = tuple(rename(o, real) for o in c.outputs)
+        schemas = {}
+        for n, sch in c.schemas.items():
+            new = rename(n, real)
+            schemas[new] = sch if new == n else StreamSchema(new, sch.attributes)
+        return CompiledQuery(automata, outputs, schemas)
+
+
+class ShapeCache:
+    """Compiled CEL shapes, the most recently used ``max_shapes`` kept; thread-safe.
+
+    :meth:`compile` has :func:`~air.cel.compile_cel`'s signature and result."""
+
+    def __init__(self, max_shapes: int = 4096) -> None:
+        self.max_shapes = max_shapes
+        self._shapes: OrderedDict[tuple, _Shape | None] = OrderedDict()  # None: not cacheable
+        self._lock = threading.Lock()
+        self._unsaved: list[tuple] = []  # keys of shapes made since the last export
+        self.hits = 0
+        self.misses = 0
+        self.uncacheable = 0
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def stats(self) -> dict[str, int]:
+        return {"shapes": len(self._shapes), "hits": self.hits, "misses": self.misses,
+                "uncacheable": self.uncacheable}
+
+    def export(self, only_unsaved: bool = True) -> list[tuple[str, str]]:
+        """``(key, compiled form)`` of the cached shapes as JSON texts (those
+        not exported before, by default), for a store to keep across restarts."""
+        out = []
+        with self._lock:
+            if only_unsaved:
+                items = [(k, self._shapes.get(k)) for k in self._unsaved]
+                self._unsaved = []
+            else:
+                items = list(self._shapes.items())
+        for key, shape in items:
+            if shape is None or (only_unsaved and shape.saved):
+                continue
+            out.append((json.dumps(key), shape.dump()))
+            shape.saved = True
+        return out
+
+    def keys(self) -> set[str]:
+        """The keys (as :meth:`export` writes them) of the shapes held."""
+        with self._lock:
+            return {json.dumps(k) for k, v in self._shapes.items() if v is not None}
+
+    def load(self, rows: Iterable[tuple[str, str]]) -> int:
+        """Add shapes that :meth:`export` wrote; those of another compiler
+        version (or unreadable) are skipped. Returns how many were added."""
+        added = 0
+        for key_text, form in rows:
+            try:
+                key = _tuples(json.loads(key_text))
+                if key[-1] != COMPILER_VERSION:
+                    continue
+                shape = _Shape.load(form)
+            except (ValueError, KeyError, TypeError, IndexError):
+                continue
+            if shape is None:
+                continue
+            shape.saved = True
+            with self._lock:
+                self._shapes[key] = shape
+                while len(self._shapes) > self.max_shapes:
+                    self._shapes.popitem(last=False)
+            added += 1
+        return added
+
+    def compile(self, text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSchema], *,
+                functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
+                name_prefix: str | None = None) -> CompiledQuery:
+        """The automata :func:`~air.cel.compile_cel` makes of ``text``; raises
+        the same :class:`~air.cel.CelError` it raises."""
+        streams = _schemas(streams)
+        split = split_shape(text)
+        if split is None:
+            return compile_cel(text, streams, functions=functions, time_unit_ms=time_unit_ms,
+                               name_prefix=name_prefix)
+        shape, values, names = split
+        key = (shape, tuple(names.index(n) for n in names),
+               None if functions is None else tuple(sorted(functions.items())), float(time_unit_ms),
+               name_prefix is not None, COMPILER_VERSION)
+        with self._lock:
+            entry = self._shapes.get(key, False)
+            if entry is not False:
+                self._shapes.move_to_end(key)
+        if entry is None:
+            self.uncacheable += 1
+        elif entry is not False and entry.valid_for(streams):
+            self.hits += 1
+            return entry.bind(values, names, name_prefix)
+        rec = _Recorder(streams)
+        own = compile_cel(text, rec, functions=functions, time_unit_ms=time_unit_ms, name_prefix=name_prefix)
+        if entry is None:
+            return own
+        self.misses += 1
+        made = self._make(text, shape, values, names, rec, own, functions, time_unit_ms, name_prefix)
+        with self._lock:
+            self._shapes[key] = made
+            if made is not None:
+                self._unsaved.append(key)
+            while len(self._shapes) > self.max_shapes:
+                self._shapes.popitem(last=False)
+        return own
+
+    def _make(self, text: str, shape: str, values: tuple, names: tuple, rec: _Recorder, own: CompiledQuery,
+              functions, time_unit_ms: float, name_prefix: str | None) -> _Shape | None:
+        if rec.listed:
+            return None
+        markers = _markers(values)
+        name_marks = _name_markers(names)
+        if any(m in text for m in name_marks):
+            return None
+        renamer = _Renamer(name_marks + ((_PREFIX,) if name_prefix is not None else ()))
+        try:
+            template = compile_cel(_join(shape, markers, name_marks), rec.streams, functions=functions,
+                                   time_unit_ms=time_unit_ms, name_prefix=_PREFIX if name_prefix is not None else None)
+        except Exception:  # noqa: BLE001 - a shape its markers break is simply not cached
+            return None
+        sites = _Sites(markers, renamer, time_unit_ms)
+        made = _Shape(template, sites, dict(rec.seen), markers)
+        if not sites.ok or not same_compiled(made.bind(values, names, name_prefix), own):
+            return None
+        return made
+
+
+# --------------------------------------------------------------------------- JSON form
+
+#: The only classes a stored shape may hold (nothing else is ever constructed).
+_CLASSES: dict[str, type] = {c.__name__: c for c in (
+    _model.Attribute, _model.StreamSchema, _model.StaticAtom, _model.DynamicAtom, _model.DurationAtom,
+    _model.ComplexAtom, _model.Clause, _model.Predicate, _model.Rename, _model.Computed, _model.Edge,
+    _model.OutputStream, _model.IndexHint, _model.State, _model.Automaton, _expr.Literal, _expr.Ref, _expr.Dur,
+    _expr.Unary, _expr.Binary, _expr.Call, _expr.Compare, _expr.And, _expr.Or, Duration)}
+
+
+def _encode(x):
+    if isinstance(x, tuple):
+        return [_encode(i) for i in x]
+    if type(x).__name__ in _CLASSES and dataclasses.is_dataclass(x):
+        return {"@": type(x).__name__, "f": [_encode(getattr(x, f)) for f in _fields(type(x))]}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    raise TypeError(f"cannot store {type(x).__name__}")
+
+
+def _decode(x):
+    if isinstance(x, list):
+        return tuple(_decode(i) for i in x)
+    if isinstance(x, dict):
+        return _CLASSES[x["@"]](*(_decode(i) for i in x["f"]))
+    return x
+
+
+def _tuples(x):
+    return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
+
+
+def same_compiled(a: CompiledQuery, b: CompiledQuery) -> bool:
+    """Equal, literal types included (``Literal(1) == Literal(1.0)``, but
+    ``x / 1`` truncates where ``x / 1.0`` does not): the reprs of the
+    automata show every value with its type, and no source position."""
+    return a == b and repr(a) == repr(b)
+
+
+__all__ = ["ShapeCache", "split_shape", "same_compiled", "COMPILER_VERSION"]

@@ -1,0 +1,174 @@
+"""Event decoding: the typed block path and the line-by-line path accept and
+refuse exactly the same lines, with the same events and the same errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from air.model import parse_stream_decl
+from server.engine import Event
+from server.formats import JsonDecoder, LineError, make_decoder, witness_bytes, witness_dict
+from tests.conftest import STOCK
+
+CATALOG = {"Stock": STOCK, "Temp": parse_stream_decl("Temp(Room string, Celsius float, Open bool)")}
+
+
+def per_line(lines: list[bytes], fmt: str = "jsonl", **kw):
+    """The reference: each line through Decoder.decode on its own."""
+    dec = make_decoder(fmt, CATALOG, **kw)
+    events, errors = [], []
+    for n, line in enumerate(lines, 1):
+        try:
+            ev = dec.decode(line.rstrip(b"\r"))
+        except LineError as exc:
+            errors.append((n, str(exc)))
+            continue
+        if ev is not None:
+            events.append((n, ev))
+    return events, errors
+
+
+def blockwise(lines: list[bytes], fmt: str = "jsonl", **kw):
+    dec = make_decoder(fmt, CATALOG, **kw)
+    batch = dec.decode_batch(b"".join(line + b"\n" for line in lines), 1)
+    return [(batch.line_of(i), ev) for i, ev in enumerate(batch.events)], batch.errors
+
+
+GOOD = b'{"stream": "Stock", "t0": 1, "t1": 2, "Name": "IBM", "Price": 84.5, "Volume": 300}'
+
+HOSTILE = {
+    b'{"stream": "Stock", "t1": 2, "Name": "IBM", "Price": NaN, "Volume": 1}': "NaN at column 54",
+    b'{"stream": "Stock", "t1": 2, "Name": "IBM", "Price": -Infinity, "Volume": 1}': "-Infinity",
+    b'{"stream": "Stock", "t1": 2, "Name": "IBM", "Price": 1e400, "Volume": 1}': "out of range",
+    b'{"stream": "Stock", "t1": 2, "Name": "IBM", "Price": 1.0, "Volume": 1180591620717411303424}':
+        "must be int (64-bit)",
+    b'{"stream": "Stock", "t1": 2, "Name": "I\xffBM", "Price": 1.0, "Volume": 1}': "not valid UTF-8: byte 40",
+    b'{"stream": "Stock", "t1": 2, "Name": ' + b"[" * 100_000 + b"]" * 100_000 + b"}": "nested too deeply",
+    b'{"stream": "Stock", "t1": 1e999, "Name": "IBM", "Price": 1.0, "Volume": 1}': "out of range",
+    b'{"stream": "Stock", "t1": 36893488147419103232, "Name": "IBM", "Price": 1.0, "Volume": 1}': "64-bit",
+    b'{"stream": "Stock", "t1": true, "Name": "IBM", "Price": 1.0, "Volume": 1}': "timestamp True",
+    b"not json": "expected a JSON object at column 1",
+    b'{"stream": "Stock", "t1": 1, "Name": "IBM", "Price": 1.0, "Volume": 1}{"stream": "Stock"}':
+        "trailing characters",
+}
+
+
+@pytest.mark.parametrize("line", list(HOSTILE), ids=[v for v in HOSTILE.values()])
+def test_hostile_values_are_refused_with_a_reason_on_both_paths(line):
+    lines = [GOOD, line, GOOD]
+    ref_events, ref_errors = per_line(lines)
+    events, errors = blockwise(lines)
+    assert [n for n, _ in events] == [1, 3] and events == ref_events
+    assert errors == ref_errors and [n for n, _ in errors] == [2]
+    assert HOSTILE[line] in errors[0][1]
+
+
+def test_a_clean_block_takes_the_typed_path_and_keeps_line_numbers():
+    lines = [GOOD, b"", b"  \r", GOOD.replace(b'"t1": 2', b'"t1": 3'),
+             b'{"stream": "Temp", "t1": 4, "Room": "A", "Celsius": 20, "Open": true}']
+    dec = JsonDecoder(CATALOG, streams=["Stock"])
+    batch = dec.decode_batch(b"\n".join(lines) + b"\n", 10)
+    assert batch.errors == [] and batch._numbers is None  # no line was decoded on its own
+    assert [batch.line_of(i) for i in range(3)] == [10, 13, 14]
+    assert batch.events == [Event("Stock", ("IBM", 84.5, 300), 1, 2), Event("Stock", ("IBM", 84.5, 300), 1, 3),
+                            Event("Temp", ("A", 20.0, True), 4, 4)]
+    assert "Temp" in dec._known  # learned from the block itself
+
+
+def test_a_stream_whose_declaration_goes_away_is_forgotten():
+    catalog = dict(CATALOG)
+    dec = JsonDecoder(catalog.get, streams=["Temp"])
+    line = b'{"stream": "Temp", "t1": 4, "Room": "A", "Celsius": 20, "Open": true}\n'
+    assert len(dec.decode_batch(line).events) == 1
+    del catalog["Temp"]
+    batch = dec.decode_batch(line, 7)
+    assert batch.events == [] and batch.errors == [(7, "unknown stream 'Temp'; declare it first")]
+    catalog["Temp"] = parse_stream_decl("Temp(Room string)")  # published again, with another schema
+    batch = dec.decode_batch(b'{"stream": "Temp", "t1": 4, "Room": "A"}\n')
+    assert batch.events == [Event("Temp", ("A",), 4, 4)] and batch.errors == []
+
+
+def test_clock_times_and_lenient_conversions_match_the_line_path():
+    clock = iter(range(100, 200)).__next__
+    lines = [b'{"stream": "Stock", "Name": "IBM", "Price": 1, "Volume": 1}',
+             b'{"stream": "Stock", "t1": "1970-01-01T00:00:01Z", "Name": "IBM", "Price": "2.5", "Volume": "3"}',
+             b'{"stream": "Stock", "t0": 5, "Name": 7, "Price": 2, "Volume": 4.0}']
+    events, errors = blockwise(lines, clock=clock)
+    assert errors == []
+    assert [e for _, e in events] == [Event("Stock", ("IBM", 1.0, 1), 100, 100),
+                                      Event("Stock", ("IBM", 2.5, 3), 1000, 1000),
+                                      Event("Stock", ("7", 2.0, 4), 5, 5)]
+
+
+# random lines: well-typed events, values of the wrong type, broken JSON, other streams
+
+_value = st.one_of(st.integers(-(2 ** 65), 2 ** 65), st.floats(allow_nan=False, allow_infinity=False),
+                   st.text(max_size=5), st.booleans(), st.none(), st.just("1.5"), st.just("7"))
+_time = st.one_of(st.none(), st.integers(0, 50), st.floats(0, 50), st.just("1970-01-01T00:00:00.005Z"),
+                  st.just("x"))
+
+
+@st.composite
+def _line(draw) -> bytes:
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        return draw(st.sampled_from([b"", b"   ", b"{", b"[1, 2]", b"null", b'{"stream": 5}', b"\xff\xfe"]))
+    obj = {"stream": draw(st.sampled_from(["Stock", "Stock", "Stock", "Temp", "Nope"]))}
+    for key in ("t0", "t1"):
+        t = draw(_time)
+        if t is not None:
+            obj[key] = t
+    if kind < 6:
+        obj.update(Name=draw(st.sampled_from(["IBM", "MSFT"])), Price=draw(st.floats(0, 100)),
+                   Volume=draw(st.integers(0, 10)))
+    else:
+        for attr in draw(st.lists(st.sampled_from(["Name", "Price", "Volume", "Room", "Celsius", "Open", "X"]),
+                                  max_size=4)):
+            obj[attr] = draw(_value)
+    return json.dumps(obj).encode()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(_line(), max_size=25), streams=st.sampled_from([(), ("Stock",), ("Stock", "Temp")]))
+def test_block_and_line_paths_agree_on_random_lines(lines, streams):
+    def clock():
+        return 1000  # events without timestamps
+
+    ref = per_line(lines, clock=clock)
+    dec = JsonDecoder(CATALOG, clock=clock, streams=streams)
+    batch = dec.decode_batch(b"".join(line + b"\n" for line in lines), 1)
+    assert ([(batch.line_of(i), ev) for i, ev in enumerate(batch.events)], batch.errors) == ref
+
+
+@pytest.mark.parametrize("fmt,lines", [
+    ("cayuga", [b"IBM, 74.75, 100, Stock, 0, 0", b"# a comment", b"IBM, x, 100, Stock, 1, 1", b"I\xffBM, 1, 1, Stock"]),
+    ("csv", [b"stream,t1,Name,Price,Volume", b"Stock,1,IBM,1.5,3", b"Stock,2,IBM,nan,3", b"Stock,3,IBM,2,99999999999999999999"]),
+])
+def test_text_formats_decode_blocks_as_lines(fmt, lines):
+    events, errors = blockwise(lines, fmt)
+    assert (events, errors) == per_line(lines, fmt)
+    assert events and errors
+
+
+def test_json_documents_for_post_events():
+    dec = JsonDecoder(CATALOG, streams=["Stock"])
+    events, errors = dec.decode_document(b"[" + GOOD + b", " + GOOD + b"]")
+    assert len(events) == 2 and errors == []
+    events, errors = dec.decode_document(b'{"events": [' + GOOD + b', {"stream": "Nope"}]}')
+    assert len(events) == 1 and errors == [(1, "unknown stream 'Nope'; declare it first")]
+    with pytest.raises(LineError, match="NaN"):
+        dec.decode_document(b'[{"stream": "Stock", "Price": NaN}]')
+
+
+def test_witnesses_are_encoded_as_their_dict_would_be():
+    ev = Event("Stock", ("IBM \u00e9\"", float("nan"), 2 ** 62), 1, 2.5)
+    encoded = json.loads(witness_bytes("Stock", ev, STOCK))
+    assert encoded == {**witness_dict("Stock", ev, STOCK), "Price": None}  # not JSON: null
+    assert list(encoded) == ["stream", "t0", "t1", "Name", "Price", "Volume"]
+    odd = parse_stream_decl("Odd(t0 int, x int)")  # an attribute named like a timestamp
+    assert json.loads(witness_bytes("Odd", Event("Odd", (7, 8), 1, 2), odd)) == {"stream": "Odd", "t0": 7, "t1": 2,
+                                                                                  "x": 8}
