@@ -369,7 +369,15 @@ def test_subscription_and_automaton_limits(start_server):
         c.subscribe(cel="SELECT Name FROM Stock PUBLISH Names")
         r = c.http.post("/subscriptions", json={"cel": "SELECT Price FROM Stock PUBLISH Prices"})
         assert r.status_code == 403 and "max_subscriptions" in r.json()["detail"]
-        assert metric(c, "cayuga_subscriptions_refused_total") == 3
+        c.unsubscribe(c.subscriptions()[0]["id"])
+        with pytest.raises(CayugaAPIError) as info:  # a batch counts whole: two do not fit in one place
+            c.subscribe_many(["SELECT Price FROM Stock PUBLISH P1", "SELECT Price FROM Stock PUBLISH P2"])
+        assert info.value.status == 403
+        with pytest.raises(CayugaAPIError) as info:  # one too large refuses the batch, with its index
+            c.subscribe_many([three])
+        assert info.value.status == 400 and info.value.body["errors"][0]["index"] == 0
+        assert "max_states" in info.value.body["errors"][0]["message"]
+        assert metric(c, "cayuga_subscriptions_refused_total") == 6
 
 
 def test_a_subscription_over_its_instance_limit_starts_afresh(start_server):
