@@ -1,7 +1,7 @@
 """The query engine: compiled automata run over time-ordered events. No I/O.
 
 Two builds of the same source exist (see :mod:`server.engine.build`): plain
-Python, and, when ``cayuga build-engine`` has compiled ``network.py`` and
+Python, and, when ``pip install`` (setup.py) or ``cayuga build-engine`` has compiled ``network.py`` and
 ``runtime.py`` with Cython, extension modules beside them. :data:`BUILD` says
 which one this process runs. ``CAYUGA_ENGINE=python`` forces plain Python;
 a compiled module built from other sources than those beside it is ignored
