@@ -11,6 +11,10 @@ an event gets one line back on the same connection::
 and is counted; the connection stays open. Events without timestamps get point
 timestamps from the server clock. When the queue is full the receiver stops
 reading until there is room, so TCP flow control pushes back on the sender.
+
+Whatever whole lines one read brings (up to :data:`RECV_BYTES`) are decoded as
+one block (``Decoder.decode_batch``) and queued as one block
+(``DelayQueue.put_batch``); line numbers count over the whole connection.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import socket
 import threading
 from typing import Callable, Iterable
 
-from server.formats import FORMATS, LineError, make_decoder
+from server.formats import FORMATS, make_decoder
 from server.metrics import Counters
 from server.queue import DelayQueue, QueueClosed
 
