@@ -6,15 +6,15 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     CAYUGA_HOST=0.0.0.0 CAYUGA_DATA_DIR=/data
 WORKDIR /app
-COPY pyproject.toml README.md config.yaml ./
+COPY pyproject.toml setup.py README.md config.yaml ./
 COPY air ./air
 COPY server ./server
 COPY clients ./clients
 COPY bench ./bench
 COPY examples ./examples
-# The compiled engine (cayuga build-engine): a C compiler only while building.
+# pip compiles the engine (setup.py); a C compiler only while building.
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && pip install '.[fast]' && cayuga build-engine \
+    && pip install . \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /app cayuga \
     && mkdir -p /data && chown cayuga /data

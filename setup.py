@@ -42,6 +42,11 @@ class OptionalBuildExt(build_ext):
             super().run()
         except Exception as exc:  # noqa: BLE001 - distutils raises its own error types
             _warn(f"{type(exc).__name__}: {exc}")
+            return
+        if self.extensions:  # the digests of the sources, beside the modules (see build.stale)
+            dest = Path(self.get_ext_fullpath(self.extensions[0].name)).parent
+            if dest.is_dir():
+                _engine_build().write_stamp(HERE / "server" / "engine", dest)
 
     def build_extension(self, ext):
         try:

@@ -357,7 +357,7 @@ def watch(subscription, stream, url, token, count) -> None:
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
     client = CayugaClient(url, token=token)
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
     n = 0
     if count is not None and count <= 0:
         return

@@ -94,8 +94,10 @@ class CayugaClient:
     def subscription(self, sid: str) -> dict:
         return self._call("GET", f"/subscriptions/{sid}")
 
-    def unsubscribe(self, sid: str) -> None:
-        self._call("DELETE", f"/subscriptions/{sid}")
+    def unsubscribe(self, sid: str, cascade: bool = False) -> None:
+        """Delete a subscription; with ``cascade`` also those reading its outputs
+        (without it, deleting one that others read fails with 409)."""
+        self._call("DELETE", f"/subscriptions/{sid}", params={"cascade": "true"} if cascade else None)
 
     def post_events(self, events: list[dict]) -> dict:
         return self._call("POST", "/events", json=events)

@@ -67,6 +67,18 @@ class LimitReached(RuntimeError):
     """A registration refused by a server limit (max_subscriptions)."""
 
 
+class SubscriptionInUse(RuntimeError):
+    """A subscription whose outputs other subscriptions read cannot be removed alone."""
+
+    def __init__(self, sid: str, readers: list[str], sub: "Subscription") -> None:
+        streams = ", ".join(sub.outputs + sub.internal)
+        super().__init__(f"subscription {sid} publishes {streams}, which {', '.join(readers)} read"
+                         f"{'s' if len(readers) == 1 else ''}; delete {'it' if len(readers) == 1 else 'them'} "
+                         f"first, or delete with ?cascade=true to remove {sid} and every subscription reading "
+                         "its outputs")
+        self.readers = readers
+
+
 class ServerStarting(RuntimeError):
     """A change asked for while stored subscriptions are still being restored."""
 
@@ -183,6 +195,7 @@ class Daemon:
         self._start_lock = threading.Lock()  # the engine thread starts, or the stop wins
         self.engine_error: str | None = None
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
+        self._readers: dict[str, set[str]] = {}  # stream -> subscriptions whose automata read it
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
         self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
@@ -621,6 +634,7 @@ class Daemon:
             internal = [s for s in published if s not in p.outputs]
             sub = Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created)
             self.subscriptions[p.id] = sub
+            self._index_readers(sub)
             subs.append(sub)
         if subs:
             self.hub.invalidate()  # routes of witnesses to clients depend on the subscriptions' outputs
@@ -665,18 +679,52 @@ class Daemon:
             return self._install([_Pending(sid, kind, text, name, now)
                                   for sid, (kind, text, name) in zip(ids, items)])
 
-    def remove_subscription(self, sid: str) -> None:
+    def _index_readers(self, sub: Subscription, remove: bool = False) -> None:
+        for stream in {st.input_stream for a in sub.automata for st in a.states if st.input_stream}:
+            readers = self._readers.setdefault(stream, set())
+            if remove:
+                readers.discard(sub.id)
+                if not readers:
+                    del self._readers[stream]
+            else:
+                readers.add(sub.id)
+
+    def readers_of(self, sid: str) -> list[str]:
+        """The other subscriptions that read a stream ``sid`` publishes, in registration order."""
+        sub = self.subscriptions[sid]
+        found = {r for s in sub.outputs + sub.internal for r in self._readers.get(s, ()) if r != sid}
+        return [r for r in self.subscriptions if r in found]
+
+    def remove_subscription(self, sid: str, cascade: bool = False) -> list[str]:
+        """Remove ``sid``; returns the ids removed. A subscription whose outputs
+        others read is refused (:class:`SubscriptionInUse`, naming them: they
+        would lose their input, and could not be restored), unless ``cascade``,
+        which removes those readers too (and theirs), newest first."""
         with self._lock:
             self._require_ready()
             if sid not in self.subscriptions:
                 raise KeyError(sid)
-            self.submit(lambda eng: eng.remove(sid)).result(timeout=30)
-            del self.subscriptions[sid]
+            doomed, todo = {sid}, [sid]
+            while todo:
+                readers = self.readers_of(todo.pop())
+                if readers and not cascade:
+                    raise SubscriptionInUse(sid, readers, self.subscriptions[sid])
+                todo += [r for r in readers if r not in doomed]
+                doomed.update(readers)
+            order = [s for s in reversed(self.subscriptions) if s in doomed]  # readers before what they read
+            for s in order:
+                self.submit(lambda eng, s=s: eng.remove(s)).result(timeout=30)
+                self._index_readers(self.subscriptions.pop(s), remove=True)
+                self._instances.pop(s, None)
+                self.submit(lambda eng, s=s: self._owner_witnesses.pop(s, None))  # its only writer's thread
+                self.store.delete_subscription(s)
             self.hub.invalidate()
-            self._instances.pop(sid, None)
-            self.submit(lambda eng: self._owner_witnesses.pop(sid, None))  # its only writer's thread
-            self.store.delete_subscription(sid)
-        self.hub.close_owner(sid)
+        for s in order:
+            self.hub.close_owner(s)
+        if len(order) > 1:
+            log.info("removed subscription %s and the subscriptions reading its outputs: %s", sid,
+                     ", ".join(order[:-1]))
+        return order
 
     def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:
         """Every error (with positions) a registration would meet; registers nothing."""

@@ -23,6 +23,10 @@ with ``error: idle ...``. With ``auth_tokens`` set, the first line must be
 otherwise the client gets ``error line 1: ...`` and is closed. An event whose
 ``t1`` is more than ``max_future`` seconds ahead of the clock, or with a string
 value longer than ``max_value_bytes``, gets an error line like any bad line.
+
+Whatever whole lines one read brings (up to :data:`RECV_BYTES`) are decoded as
+one block (``Decoder.decode_batch``) and queued as one block
+(``DelayQueue.put_batch``); line numbers count over the whole connection.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from air.expr import Compare, Ref
-from air.model import Automaton, ComplexAtom, Computed, DynamicAtom, Edge, Predicate, Rename, State, StreamSchema
+from air.model import Automaton, ComplexAtom, Computed, DynamicAtom, Edge, Predicate, Rename, StreamSchema
 
 #: Give up enumerating key candidates beyond this many combinations (then: no key).
 MAX_CANDIDATES = 4096

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from server.api.deps import DaemonDep, require_token
 from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionDetail, SubscriptionIn,
                                 SubscriptionOut, ValidationOut)
-from server.daemon import Subscription, SubscriptionError
+from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)])
 
@@ -69,10 +69,14 @@ def get_subscription(sid: str, d: DaemonDep):
     return _out(d, s, detail=True)
 
 
-@router.delete("/{sid}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_subscription(sid: str, d: DaemonDep) -> Response:
+@router.delete("/{sid}", status_code=status.HTTP_204_NO_CONTENT,
+               responses={409: {"description": "Other subscriptions read its outputs; the body names them"}})
+async def delete_subscription(sid: str, d: DaemonDep, cascade: bool = Query(
+        False, description="Also delete every subscription that reads its outputs (and theirs).")) -> Response:
     try:
-        await run_in_threadpool(d.remove_subscription, sid)
+        await run_in_threadpool(d.remove_subscription, sid, cascade)
     except KeyError:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them") from None
+    except SubscriptionInUse as exc:
+        return JSONResponse(status_code=409, content={"detail": str(exc), "readers": exc.readers})
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,10 +1,11 @@
 """The query engine: compiled automata run over time-ordered events. No I/O.
 
 Two builds of the same source exist (see :mod:`server.engine.build`): plain
-Python, and, when ``cayuga build-engine`` has compiled ``network.py`` and
+Python, and, when ``pip install`` (setup.py) or ``cayuga build-engine`` has compiled ``network.py`` and
 ``runtime.py`` with Cython, extension modules beside them. :data:`BUILD` says
 which one this process runs. ``CAYUGA_ENGINE=python`` forces plain Python;
-a compiled module older than its source is ignored (with a warning).
+a compiled module built from other sources than those beside it is ignored
+(with a warning).
 """
 
 import importlib.util
@@ -34,7 +35,7 @@ def _choose() -> str:
     if os.environ.get("CAYUGA_ENGINE", "").lower() == "python":
         pass  # asked for: no warning
     elif len(present) < len(_build.MODULES) or any(_build.stale(m) for m in _build.MODULES):
-        warnings.warn("cayuga: the compiled engine is incomplete or older than its source; run `cayuga "
+        warnings.warn("cayuga: the compiled engine is incomplete or was built from older sources; run `cayuga "
                       "build-engine` again; running the plain-Python engine", RuntimeWarning, stacklevel=2)
     else:
         return "compiled"

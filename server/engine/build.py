@@ -9,14 +9,18 @@ build must give exactly the results of the pure-Python one, and
 ``tests/engine/test_compiled_build.py`` runs the engine, CEL, benchmark,
 server, Spark and ``cayuga run`` suites against it.
 
-A compiled module older than its ``.py`` or ``.pxd`` is *stale*: it no longer
-matches the source, so ``server.engine`` ignores it and loads the source
-instead (with a warning), as it does when ``CAYUGA_ENGINE=python`` is set.
+A compiled module built from other sources than the ``.py`` and ``.pxd``
+beside it is *stale* (the digests of the sources it was built from are kept in
+``compiled.json`` beside it; without that file, a module older than its
+sources is): ``server.engine`` ignores it and loads the source instead (with a
+warning), as it does when ``CAYUGA_ENGINE=python`` is set.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
+import json
 import os
 import shutil
 import tempfile
@@ -38,11 +42,40 @@ def compiled_paths(name: str, where: Path = HERE) -> list[Path]:
             if (where / f"{name}{suffix}").exists()]
 
 
+#: Beside the compiled modules: the digest of the sources each was built from.
+STAMP = "compiled.json"
+
+
+def source_digest(name: str, where: Path = HERE) -> str:
+    """SHA-256 of a module's ``.py`` and ``.pxd``, as they are now."""
+    h = hashlib.sha256()
+    for p in (where / f"{name}.py", where / f"{name}.pxd"):
+        if p.exists():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def write_stamp(sources: Path = HERE, dest: Path | None = None) -> Path:
+    """Record the digests of ``sources``' modules in ``dest`` (where the compiled
+    modules went; ``sources`` by default)."""
+    out = Path(dest or sources) / STAMP
+    out.write_text(json.dumps({m: source_digest(m, sources) for m in MODULES}, indent=1) + "\n")
+    return out
+
+
 def stale(name: str, where: Path = HERE) -> bool:
-    """Whether a compiled ``name`` exists but is older than its sources."""
+    """Whether a compiled ``name`` exists but was built from other sources than
+    those beside it: by the digests in :data:`STAMP` (an installed wheel's files
+    all get the time of installation, in any order), or without one, by age."""
     built = compiled_paths(name, where)
     if not built:
         return False
+    stamp = where / STAMP
+    if stamp.exists():
+        try:
+            return json.loads(stamp.read_text()).get(name) != source_digest(name, where)
+        except (OSError, ValueError):
+            return True
     newest_source = max(p.stat().st_mtime for p in (where / f"{name}.py", where / f"{name}.pxd") if p.exists())
     return min(p.stat().st_mtime for p in built) < newest_source
 
@@ -82,6 +115,7 @@ def build(where: Path = HERE, *, quiet: bool = True) -> list[Path]:
             shutil.copy2(out, dest)
             os.utime(dest)  # newer than the sources it was built from
             written.append(dest)
+        write_stamp(where)
     return written
 
 
@@ -92,4 +126,6 @@ def remove(where: Path = HERE) -> list[Path]:
         for p in compiled_paths(m, where):
             p.unlink()
             gone.append(p)
+    if (where / STAMP).exists():
+        (where / STAMP).unlink()
     return gone

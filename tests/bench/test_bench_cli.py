@@ -110,3 +110,24 @@ def test_pause_names_the_process_to_attach_a_profiler_to_before_the_loop():
     assert result.exit_code == 0, result.output
     assert f"pid {os.getpid()}" in result.stderr
     assert json.loads(result.stdout)["events"] == 50
+
+
+def test_server_end_to_end_matches_cayuga_run_through_real_processes():
+    """cayuga serve, send and watch as separate processes; the watchers' output
+    equals cayuga run's on the same file, nobody is cut off."""
+    result = CliRunner().invoke(main, ["bench", "server", "--events", "3000", "--symbols", "20",
+                                       "--queries", "rising,all", "--watchers", "3"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["witnesses_equal_offline"] is True and out["client_drops"] == 0
+    assert out["events"] == 3000 and out["send_exit"] == 0
+    assert out["witnesses_printed"] > 3000  # all matches every event; two watchers watch it
+    assert out["delivered_total"] == out["witnesses_printed"]
+
+
+def test_latency_reports_percentiles_of_every_event():
+    result = CliRunner().invoke(main, ["bench", "latency", "--rates", "400", "--seconds", "0.5"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.output)["runs"]
+    assert run["received"] == run["events"] == 200
+    assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]

@@ -7,7 +7,7 @@ build: the pure-Python one (``CAYUGA_ENGINE=python``, same tree), or, in a tree
 installed without a compiler, a compiled copy built with ``cayuga
 build-engine``'s code (never in this tree). Which build a suite ran is checked,
 not assumed (CAYUGA_EXPECT_ENGINE in tests/conftest.py). A compiled module
-older than its source is not used."""
+built from other sources than those beside it is not used."""
 
 from __future__ import annotations
 
@@ -63,18 +63,34 @@ def test_the_compiled_tree_runs_compiled_unless_told_otherwise(compiled_tree):
     assert _build_of(compiled_tree, CAYUGA_ENGINE="python") == "python"
 
 
-def test_a_compiled_module_older_than_its_source_is_not_used(compiled_tree, tmp_path):
-    tree = tmp_path / "stale"
+def _copy_engine(compiled_tree: Path, dst: Path) -> Path:
     skip = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(compiled_tree / "server", tree / "server", ignore=skip)
-    shutil.copytree(compiled_tree / "air", tree / "air", ignore=skip)
-    src = tree / "server" / "engine" / "runtime.py"
-    later = time.time() + 10
-    os.utime(src, (later, later))
-    assert engine_build.stale("runtime", src.parent)
-    assert "older than its source" in _build_of(tree)  # the warning, made an error by -W
-    r = _run([sys.executable, "-c", "import server.engine as e; print(e.BUILD)"], tree, 60)
+    shutil.copytree(compiled_tree / "server", dst / "server", ignore=skip)
+    shutil.copytree(compiled_tree / "air", dst / "air", ignore=skip)
+    return dst / "server" / "engine"
+
+
+def test_a_compiled_module_built_from_other_sources_is_not_used(compiled_tree, tmp_path):
+    engine = _copy_engine(compiled_tree, tmp_path / "changed")
+    assert (engine / engine_build.STAMP).exists()
+    src = engine / "runtime.py"
+    src.write_text(src.read_text() + "\n# changed after the build\n")
+    assert engine_build.stale("runtime", engine) and not engine_build.stale("network", engine)
+    assert "built from older sources" in _build_of(tmp_path / "changed")  # the warning, made an error by -W
+    r = _run([sys.executable, "-c", "import server.engine as e; print(e.BUILD)"], tmp_path / "changed", 60)
     assert r.stdout.strip() == "python" and "cayuga build-engine" in r.stderr
+
+
+def test_installed_files_in_any_order_of_time_are_not_stale(compiled_tree, tmp_path):
+    """pip gives each file of a wheel the time it was unpacked: the sources may
+    look newer than the modules compiled from them. The digests decide."""
+    engine = _copy_engine(compiled_tree, tmp_path / "installed")
+    later = time.time() + 10
+    for p in engine.glob("*.py"):
+        os.utime(p, (later, later))
+    assert _build_of(tmp_path / "installed") == "compiled"
+    (engine / engine_build.STAMP).unlink()  # without digests (an older build): by age
+    assert engine_build.stale("runtime", engine)
 
 
 def test_the_suites_pass_against_the_other_build(compiled_tree):

@@ -13,8 +13,6 @@ import threading
 import time
 
 import pytest
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
 
 from clients.client import CayugaClient
 from server.serve import RunningServer

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from air.cel import compile_cel
 from air.model import parse_stream_decl
 from clients.spark.partitioning import Owned, check_key, infer_key, plan_stages
-from tests.conftest import AIR_DIR, CEL_DIR, STOCK, air
+from tests.conftest import CEL_DIR, STOCK, air
 
 TRADE = parse_stream_decl("Trade(Sym string, Qty int)")
 SCHEMAS = {"Stock": STOCK, "Trade": TRADE}

@@ -5,7 +5,6 @@ written as Parquet by Spark."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
