@@ -12,6 +12,15 @@ edge, and reached by its only incoming edge — with the same predicate, schema
 map and ``Type="DEL"`` flag — from a node that was itself merged (or from the
 stream's shared start node). States on cycles or with several incoming edges
 are never merged, nor is anything downstream of them.
+
+Staging goes through a :class:`_Template` per automaton *shape* (the automaton
+without the constants of its StaticAtoms and its names, with which of those
+constants are equal): per-symbol subscriptions — thousands of automata that
+differ only in a symbol — are checked, analysed and compiled once, and each
+then costs converting its constants and making its nodes, edges and functions
+(0.35 ms -> about 0.08 ms for an 11-state automaton). A merge key is
+``(shape token, constants)``: equal exactly when the parts it stands for are
+equal, literal types included.
 """
 
 from __future__ import annotations
