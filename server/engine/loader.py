@@ -141,7 +141,6 @@ class Loader:
         self.edges = 0
         self._seq = 0
         self._interned: dict = {}  # canonical schemas
-        self._ids: dict[int, tuple] = {}  # id -> (object, key) of schemas and schema maps
         self._tokens: dict = {}  # merge-key shape -> token
         self._templates: dict[tuple, _Template] = {}
         #: Stage through templates kept per shape (off: a template per automaton, the reference).
@@ -162,31 +161,18 @@ class Loader:
             table[key] = got = attrs
         return got
 
-    def _by_id(self, x, make):
-        """``make(x)`` for an immutable ``x`` (a schema or schema map), looked up
-        by identity: automata bound from one CEL shape share these objects. The
-        table holds ``x``, so its id is not reused while the entry lives."""
-        got = self._ids.get(id(x))
-        if got is not None and got[0] is x:
-            return got[1]
-        key = make(x)
-        if len(self._ids) < CANON_MAX:
-            self._ids[id(x)] = (x, key)
-        return key
-
     def _auto_key(self, auto: Automaton, sites: list) -> tuple:
         """Everything of ``auto`` that staging reads, except the constants of
         its StaticAtoms (appended to ``sites``, in a fixed order) and its names
         (automaton, outputs): automata with equal keys differ only in those."""
-        by_id = self._by_id
         out = []
         for s in auto.states:
             r = s.rebind
             out.append((
-                s.id, s.is_start, s.input_stream, by_id(s.schema, _schema_key), _pred_key(s.filter, sites),
-                None if r is None else (r.destination, _pred_key(r.predicate, sites), by_id(r.schema_map, _map_key),
+                s.id, s.is_start, s.input_stream, _schema_key(s.schema), _pred_key(s.filter, sites),
+                None if r is None else (r.destination, _pred_key(r.predicate, sites), _map_key(r.schema_map),
                                         r.has_map, r.resets_start),
-                tuple([(e.destination, _pred_key(e.predicate, sites), by_id(e.schema_map, _map_key), e.has_map,
+                tuple([(e.destination, _pred_key(e.predicate, sites), _map_key(e.schema_map), e.has_map,
                         e.resets_start) for e in s.forwards])))
         return tuple(out)
 
