@@ -15,6 +15,7 @@ request):
     python -m bench.loading write --queries 10000 --dir /tmp/q10k   # one .cel file per query
     cayuga run --query /tmp/q10k --events EVENTS --stream "Stock(Name string, Price float, Volume int)"
     python -m bench.loading offline --queries 10000                  # load_engine, timed per query
+    python -m bench.loading engine-add --queries 10000               # Engine.add alone, CPU time
     python -m bench.loading server --queries 10000 --batch 5000      # REST batches, then a restart
     python -m bench.loading restart --data-dir DIR                    # a restart of a kept store
 """
@@ -76,6 +77,35 @@ def offline(queries: int, length: int = 10) -> dict:
     return {"benchmark": "loading-offline", "queries": queries, "length": length,
             "load_s": round(stamps[-1] - stamps[0], 3), "per_query": _ends(per_query),
             "network": engine.plan_stats(), "peak_rss_mb": peak_rss_mb(), "python": platform.python_version()}
+
+
+def engine_add(queries: int, length: int = 10) -> dict:
+    """CPU time of ``Engine.add`` alone per automaton: the queries are compiled
+    (through a shape cache) before the clock starts, the cyclic GC waits."""
+    import gc
+
+    from air.cel import ShapeCache
+    from server.engine import Engine
+    from server.engine.network import COMPILED
+
+    engine = Engine()
+    engine.declare(STOCK)
+    shapes = ShapeCache()
+    autos = [(s, shapes.compile(increasing_cel(s, length), engine.stream_view, name_prefix=s).automata)
+             for s in symbols(queries)]
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.process_time()
+        for owner, a in autos:
+            engine.add(a, owner=owner)
+        cpu = time.process_time() - start
+    finally:
+        if collecting:
+            gc.enable()
+    return {"benchmark": "loading-engine-add", "queries": queries, "length": length,
+            "add_cpu_ms_per_query": round(cpu / queries * 1000, 4), "engine_build": "compiled" if COMPILED else "python",
+            "network": engine.plan_stats(), "python": platform.python_version()}
 
 
 def _processed(c) -> float:
@@ -162,7 +192,7 @@ def server(queries: int, batch: int, length: int = 10, data_dir: str | None = No
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    for name in ("write", "offline", "server", "restart"):
+    for name in ("write", "offline", "engine-add", "server", "restart"):
         p = sub.add_parser(name)
         if name == "restart":
             p.add_argument("--data-dir", required=True, help="A data directory a server stored subscriptions in.")
@@ -180,6 +210,8 @@ def main() -> None:
         print(json.dumps({"written": len(files), "dir": args.dir}))
     elif args.command == "offline":
         print(json.dumps(offline(args.queries, args.length)))
+    elif args.command == "engine-add":
+        print(json.dumps(engine_add(args.queries, args.length)))
     elif args.command == "restart":
         print(json.dumps({"benchmark": "loading-restart", **restart(args.data_dir), "peak_rss_mb": peak_rss_mb()}))
     else:

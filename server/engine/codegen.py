@@ -99,6 +99,11 @@ class Scope:
         self.where = where
         self.globals: dict[str, object] = {"_div": _div, "_mod": _mod, "_pow": _pow}
         self._consts = 0
+        #: Global name of each StaticAtom constant compiled -> (atom, attribute type): what a
+        #: template (see :class:`FnTemplate`) rebinds for automata differing only in constants.
+        self.sites: dict[str, tuple[StaticAtom, str]] = {}
+        #: Functions the compiled code calls, by name (a template is valid while they stay registered).
+        self.calls: dict[str, object] = {}
 
     def const(self, value) -> str:
         """A constant as a global name, so that functions differing only in
@@ -152,6 +157,7 @@ class Scope:
                 raise BindError(f"{self.where}: {x.name} takes {fn.arity} arguments, not {len(x.args)}")
             gname = f"_f_{x.name}"
             self.globals[gname] = fn.fn
+            self.calls[x.name] = fn
             return f"{gname}(" + ", ".join(self.expr(a) for a in x.args) + ")"
         if isinstance(x, Compare):
             return f"({self.expr(x.left)} {_PY_OP[x.op]} {self.expr(x.right)})"
@@ -166,7 +172,10 @@ class Scope:
     def atom(self, a) -> str:
         if isinstance(a, StaticAtom):
             ref = self.ev_ref(a.event_attr)
-            return f"({ref} {_PY_OP[a.op]} {self.const(convert_const(a.const, self.ev[a.event_attr][1]))})"
+            type_ = self.ev[a.event_attr][1]
+            name = self.const(convert_const(a.const, type_))
+            self.sites[name] = (a, type_)
+            return f"({ref} {_PY_OP[a.op]} {name})"
         if isinstance(a, DynamicAtom):
             return f"({self.ev_ref(a.event_attr)} {_PY_OP[a.op]} {self.node_ref(a.node_attr)})"
         if isinstance(a, DurationAtom):
@@ -205,6 +214,32 @@ class Scope:
                     _SHARED[key] = fn  # holds the helpers it names, so their ids stay unique
             return fn
         return types.FunctionType(code, globs)
+
+
+class FnTemplate:
+    """A compiled function whose StaticAtom constants can be swapped: compile
+    once per automaton shape, :meth:`make` one per automaton. ``slots`` pairs
+    each such constant's global name with an index into the converted
+    constants a caller passes (see server/engine/loader.py: templates); every
+    other global (helpers, functions, literals of expressions) is fixed, as the
+    shape fixes it. Without slots the one function is shared."""
+
+    __slots__ = ("fn", "code", "fixed", "slots")
+
+    def __init__(self, fn: Callable | None, scope: Scope, slot_of: Callable[[StaticAtom, str], int]) -> None:
+        self.fn = fn
+        self.code = fn.__code__ if fn is not None else None
+        names = self.code.co_names if fn is not None else ()
+        self.slots = tuple((n, slot_of(*scope.sites[n])) for n in names if n in scope.sites)
+        self.fixed = {n: v for n, v in fn.__globals__.items() if n not in scope.sites} if self.slots else {}
+
+    def make(self, values: list) -> Callable | None:
+        if not self.slots:
+            return self.fn
+        g = self.fixed.copy()
+        for name, i in self.slots:
+            g[name] = values[i]
+        return types.FunctionType(self.code, g)
 
 
 _CODE_CACHE: dict[str, types.CodeType] = {}

@@ -12,12 +12,22 @@ edge, and reached by its only incoming edge — with the same predicate, schema
 map and ``Type="DEL"`` flag — from a node that was itself merged (or from the
 stream's shared start node). States on cycles or with several incoming edges
 are never merged, nor is anything downstream of them.
+
+Staging goes through a :class:`_Template` per automaton *shape* (the automaton
+without the constants of its StaticAtoms and its names, with which of those
+constants are equal): per-symbol subscriptions — thousands of automata that
+differ only in a symbol — are checked, analysed and compiled once, and each
+then costs converting its constants and making its nodes, edges and functions
+(0.35 ms -> about 0.08 ms for an 11-state automaton). A merge key is
+``(shape token, constants)``: equal exactly when the parts it stands for are
+equal, literal types included.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from air.expr import Literal, walk
 from air.model import (
@@ -25,8 +35,8 @@ from air.model import (
     StaticAtom, StreamSchema,
 )
 from server.engine.codegen import (
-    BindError, Scope, compile_atoms, compile_predicate, compile_schema_map, convert_const, eq_key, split_clause,
-    split_inequality,
+    BindError, FnTemplate, Scope, compile_atoms, compile_predicate, compile_schema_map, convert_const, eq_key,
+    split_clause, split_inequality,
 )
 from server.engine.network import NEdge, Node, StreamPlan
 
@@ -64,13 +74,60 @@ class _Stage:
         self.start_nodes: dict[str, Node] = {}
         self.children: dict[tuple[int, object], NEdge] = {}
         self.outputs: list[tuple[Node, tuple[str, str]]] = []
+        self.new_ids: set[int] = set()
 
 
-def _rebind_sig(s: State, loader: "Loader"):
-    r = s.rebind
-    if r is None:
-        return None
-    return (loader._canon_pred(r.predicate), loader._canon_map(r.schema_map), r.resets_start, r.has_map)
+class _NodeSpec:
+    """What a template knows of one state's node (see :class:`_Template`)."""
+
+    __slots__ = ("state", "schema", "full", "single", "static", "derived", "ai", "run_an", "run_plain", "iq")
+
+    def __init__(self, state: State, schema: tuple) -> None:
+        self.state = state
+        self.schema = schema
+        self.full: FnTemplate | None = None  # the filter, when the node evaluates one
+        self.single = False  # a one-clause filter: indexed
+        self.static: list[tuple[int, int]] = []  # e.a = c atoms: (event attribute index, converted constant)
+        self.derived: list[tuple[int, int]] = []  # e.a = I.b with b constant: (index, derived constant)
+        self.ai = None  # (event attribute, instance attribute) of the AI index
+        self.run_an = self.run_plain = None  # what the filter leaves to check with and without an AN key
+        self.iq = None
+
+
+class _EdgeSpec:
+    __slots__ = ("pred", "rest", "static", "smap", "resets", "is_start")
+
+    def __init__(self, resets: bool, is_start: bool) -> None:
+        self.pred: FnTemplate | None = None
+        self.rest: FnTemplate | None = None  # without the static equality atoms (indexed)
+        self.static: list[tuple[int, int]] | None = None  # as in _NodeSpec
+        self.smap = None  # no StaticAtoms in schema maps: one function for every automaton of the shape
+        self.resets = resets
+        self.is_start = is_start
+
+
+class _Template:
+    """Staging of one automaton *shape*: everything of an automaton but the
+    constants of its StaticAtoms and its names, with which of those constants
+    are equal (that decides which attributes hold constants), and the loader's
+    options. Checks, constant attributes, which states merge, the merge keys'
+    shapes and the generated code are worked out once per shape; staging
+    another automaton of the shape (:meth:`Loader._bind`) converts its
+    constants and makes nodes, edges and functions from them. A template
+    holds while the streams it reads keep their schemas and the functions its
+    code calls stay registered (checked on every use)."""
+
+    __slots__ = ("streams", "calls", "convs", "dconvs", "starts", "steps", "own", "edges")
+
+    def __init__(self) -> None:
+        self.streams: tuple = ()  # (stream, attributes) read
+        self.calls: tuple = ()  # (name, Function) called
+        self.convs: list[tuple[int, str]] = []  # (constant, type) converted for every bind: BindError
+        self.dconvs: list[tuple[int, str]] = []  # ... for derived AN keys: skipped when they fail
+        self.starts: list[tuple] = []  # (state id, stream, merged into the stream's start node, spec)
+        self.steps: list[tuple] = []  # (source id, edge number, state id, merge token, getter, spec)
+        self.own: list[tuple[str, _NodeSpec]] = []  # states never merged
+        self.edges: list[tuple] = []  # (state id, [(number, spec, destination)], rebind, outputs' state)
 
 
 class Loader:
@@ -83,66 +140,52 @@ class Loader:
         self.nodes = 0
         self.edges = 0
         self._seq = 0
-        self._interned: dict = {}
+        self._interned: dict = {}  # canonical schemas
+        self._tokens: dict = {}  # merge-key shape -> token
+        self._templates: dict[tuple, _Template] = {}
+        #: Stage through templates kept per shape (off: a template per automaton, the reference).
+        self.cache_templates = True
 
-    # ------------------------------------------------------------------ merge keys
+    # ------------------------------------------------------------------ shapes
 
-    def _canon(self, x):
-        """A value-equal object (with the same literal types) that the network
-        already holds, or ``x``. Merge keys keep parts of the automata alive;
-        thousands of subscriptions repeat their schemas, schema maps and atoms,
-        so this keeps one copy of each. The table stops growing at
+    def _canon_schema(self, attrs: tuple) -> tuple:
+        """A held tuple value-equal to ``attrs`` (thousands of subscriptions
+        repeat their schemas: one copy each). The table stops growing at
         ``CANON_MAX`` entries."""
-        t = type(x)
-        # plain tuples of the fields where they are strings: hashing and comparing
-        # them runs in C, a dataclass's __hash__ and __eq__ in Python
-        if t is StaticAtom:
-            key = ("S", x.event_attr, x.op, x.const)
-        elif t is Attribute:
-            key = ("A", x.name, x.type)
-        elif t is Rename:
-            key = ("R", x.source, x.old, x.new)
-        elif t is DynamicAtom:
-            key = ("D", x.event_attr, x.op, x.node_attr)
-        elif t is DurationAtom:
-            key = (x, type(x.const))
-        else:
-            key = (x, _literal_types((x,)))  # 1 == 1.0, but x / 2 and x / 2.0 differ
         table = self._interned
+        key = tuple([(a.name, a.type) for a in attrs])
         got = table.get(key)
         if got is None:
             if len(table) >= CANON_MAX:
-                return x
-            table[key] = got = x
+                return attrs
+            table[key] = got = attrs
         return got
 
-    def _canon_tuple(self, items: tuple) -> tuple:
-        """A held tuple of the same canonical items (compared by identity, so
-        literal types are kept apart); ``items`` must already be canonical."""
-        table = self._interned
-        if len(table) >= CANON_MAX:
-            return items  # ids of items that are not held could be reused
-        key = ("tuple", tuple(map(id, items)))
-        got = table.get(key)
+    def _auto_key(self, auto: Automaton, sites: list) -> tuple:
+        """Everything of ``auto`` that staging reads, except the constants of
+        its StaticAtoms (appended to ``sites``, in a fixed order) and its names
+        (automaton, outputs): automata with equal keys differ only in those."""
+        out = []
+        for s in auto.states:
+            r = s.rebind
+            out.append((
+                s.id, s.is_start, s.input_stream, _schema_key(s.schema), _pred_key(s.filter, sites),
+                None if r is None else (r.destination, _pred_key(r.predicate, sites), _map_key(r.schema_map),
+                                        r.has_map, r.resets_start),
+                tuple([(e.destination, _pred_key(e.predicate, sites), _map_key(e.schema_map), e.has_map,
+                        e.resets_start) for e in s.forwards])))
+        return tuple(out)
+
+    def _token(self, key) -> object:
+        """A small stand-in for a merge-key shape: equal keys get the same
+        token (an int), so a merge key is ``(token, constants)``, hashed and
+        compared in C. Past ``CANON_MAX`` shapes the key itself stands in."""
+        got = self._tokens.get(key)
         if got is None:
-            table[key] = got = items
+            if len(self._tokens) >= CANON_MAX:
+                return key
+            got = self._tokens[key] = len(self._tokens)
         return got
-
-    def _canon_pred(self, p: Predicate | None) -> Predicate | None:
-        if p is None:
-            return None
-        c = self._canon
-        if sum(len(cl.atoms) for cl in p.clauses) <= 1:
-            return c(p)  # TRUE and one-atom predicates repeat a lot
-        return Predicate(tuple(Clause(tuple(c(a) for a in cl.atoms)) for cl in p.clauses))
-
-    def _canon_map(self, entries: tuple) -> tuple:
-        c = self._canon
-        return self._canon_tuple(tuple(c(m) for m in entries))
-
-    def _canon_schema(self, attrs: tuple) -> tuple:
-        c = self._canon
-        return self._canon_tuple(tuple(c(a) for a in attrs))
 
     # ------------------------------------------------------------------ staging
 
@@ -151,14 +194,54 @@ class Loader:
         (state id -> node, edges held). Raises :class:`LoadError`."""
         stage = _Stage()
         bound = []
+        opt = self.opt
+        opts = (opt.merge, opt.an_index, opt.instance_index, opt.fr_index, opt.sorted_index)
         for ai, auto in enumerate(autos):
             try:
-                bound.append(self._stage_one(auto, ai, owner, schema_of, stage))
+                bound.append(self._stage_one(auto, ai, owner, schema_of, stage, opts))
             except BindError as exc:
                 raise LoadError(str(exc)) from None
         return stage, bound
 
-    def _stage_one(self, auto: Automaton, ai: int, owner: str, schema_of, stage: _Stage):
+    def _stage_one(self, auto: Automaton, ai: int, owner: str, schema_of, stage: _Stage, opts: tuple):
+        """Stage one automaton through the template of its shape (made on
+        first sight; see :class:`_Template`)."""
+        sites: list[StaticAtom] = []
+        key = self._auto_key(auto, sites)
+        texts = [a.const for a in sites]
+        rep: dict = {}
+        # which constants are equal decides which attributes hold constants (_constant_attrs)
+        part = tuple([rep.setdefault(t, i) for i, t in enumerate(texts)])
+        tkey = (key, part, opts)
+        cache = self.cache_templates
+        tpl = self._templates.get(tkey) if cache else None
+        if tpl is not None and not self._still_valid(tpl, schema_of):
+            tpl = None
+        fresh = tpl is None
+        if fresh:
+            tpl = self._template(auto, ai, sites, rep, schema_of)
+            if cache and len(self._templates) < TEMPLATES_MAX:
+                self._templates[tkey] = tpl
+        try:
+            return self._bind(tpl, auto, texts, ai, owner, stage)
+        except BindError:
+            if fresh:
+                raise
+            # a constant of this automaton does not convert: compile it alone, for its own message
+            return self._bind(self._template(auto, ai, sites, rep, schema_of), auto, texts, ai, owner, stage)
+
+    def _still_valid(self, tpl: "_Template", schema_of) -> bool:
+        for name, attrs in tpl.streams:
+            sch = schema_of(name)
+            if sch is None or (sch.attributes is not attrs and sch.attributes != attrs):
+                return False
+        get = self.functions.get
+        return all(get(name) is fn for name, fn in tpl.calls)
+
+    def _template(self, auto: Automaton, ai: int, sites: list, rep: dict, schema_of) -> "_Template":
+        """Compile ``auto`` into a :class:`_Template`: everything staging does
+        that its constants do not change (checks, constant attributes, which
+        states may merge, code) is done here, once per shape."""
         label = auto.name or f"automaton {ai}"
         by_id = {s.id: s for s in auto.states}
         incoming: Counter[str] = Counter()
@@ -168,7 +251,9 @@ class Loader:
                     raise LoadError(f"{label}: node {s.id} has a {kind} edge to unknown node {e.destination!r}")
                 if kind == "forward" or e.destination != s.id:
                     incoming[e.destination] += 1
+        tpl = _Template()
         ev_schema: dict[str, StreamSchema | None] = {}
+        streams: dict[str, tuple] = {}
         for s in auto.states:
             if s.input_stream is None:
                 ev_schema[s.id] = None
@@ -178,129 +263,227 @@ class Loader:
                 raise LoadError(f"{label}: node {s.id} reads stream {s.input_stream!r}, which is not declared "
                                 "and not published by any loaded automaton; declare it first")
             ev_schema[s.id] = sch
+            streams[s.input_stream] = sch.attributes
+        tpl.streams = tuple(streams.items())
 
-        consts = _constant_attrs(auto, by_id, ev_schema) if self.opt.an_index else {}
-        nodes: dict[str, Node] = {}
-        reused: dict[tuple[str, int], NEdge] = {}
-        new_sig: dict[tuple[str, int], object] = {}
-        merge = self.opt.merge
-        queue: deque[State] = deque()
-        for s in auto.states:
-            if not s.is_start:
-                continue
-            if merge and incoming[s.id] == 0:
-                node = self.start_nodes.get(s.input_stream) or stage.start_nodes.get(s.input_stream)
-                if node is None:
-                    node = self._new_node(s, f"{owner}/{ai}/{s.id}", True, None, ev_schema[s.id], label, stage)
-                    stage.start_nodes[s.input_stream] = node
-                nodes[s.id] = node
-            else:
-                nodes[s.id] = self._new_node(s, f"{owner}/{ai}/{s.id}", False, None, ev_schema[s.id], label, stage)
-            queue.append(s)
-        while queue:  # merge along single-entry paths from the start nodes
-            s = queue.popleft()
-            parent = nodes[s.id]
-            for i, e in enumerate(s.forwards):
-                d = by_id[e.destination]
-                if d.id in nodes:
-                    continue
-                if not (merge and parent.shareable and incoming[d.id] == 1 and not d.is_start
-                        and (d.rebind is None or d.rebind.destination == d.id)):
-                    continue
-                sch = ev_schema[d.id]
-                sig = (self._canon_pred(e.predicate), self._canon_map(e.schema_map), e.resets_start, d.input_stream,
-                       sch.attributes if sch else None, self._canon_schema(d.schema), self._canon_pred(d.filter),
-                       _rebind_sig(d, self))
-                sig += _literal_types(sig)
-                hit = (parent.children or _NONE).get(sig) or stage.children.get((id(parent), sig))
-                if hit is not None:
-                    nodes[d.id] = hit.dest
-                    reused[(s.id, i)] = hit
-                else:
-                    nodes[d.id] = self._new_node(d, f"{owner}/{ai}/{d.id}", True, sig, sch, label, stage,
-                                                 consts.get(d.id))
-                    new_sig[(s.id, i)] = sig
-                queue.append(d)
-        for s in auto.states:  # everything else is this automaton's own
-            if s.id not in nodes:
-                nodes[s.id] = self._new_node(s, f"{owner}/{ai}/{s.id}", False, None, ev_schema[s.id], label, stage,
-                                             consts.get(s.id))
+        site_rep = {id(a): rep[a.const] for a in sites}
+        conv_ix: dict[tuple, int] = {}
 
-        held: list[NEdge] = []
-        for s in auto.states:
-            src = nodes[s.id]
-            for i, e in enumerate(s.forwards):
-                edge = reused.get((s.id, i))
-                if edge is None:
-                    sig = new_sig.get((s.id, i))
-                    edge = self._edge(e, src, nodes[e.destination], s, ev_schema[s.id], label, "forward", sig)
-                    stage.new_edges.append(edge)
-                    if sig is not None:
-                        stage.children[(id(src), sig)] = edge
-                held.append(edge)
-            if src.rebind is None and s.rebind is not None and src in stage.new_nodes:
-                src.rebind = self._edge(s.rebind, src, nodes[s.rebind.destination], s, ev_schema[s.id], label,
-                                        "rebind", None)
-            for out in s.outputs:
-                stage.outputs.append((nodes[s.id], (out.name, out.type)))
-        return nodes, held
+        def slot_of(atom: StaticAtom, type_: str) -> int:
+            """Index of the converted constant of ``atom`` (as ``type_``) among those a bind converts."""
+            k = (site_rep[id(atom)], type_)
+            i = conv_ix.get(k)
+            if i is None:
+                i = conv_ix[k] = len(tpl.convs)
+                tpl.convs.append(k)
+            return i
 
-    def _new_node(self, s: State, label: str, shareable: bool, sig, sch: StreamSchema | None, where: str,
-                  stage: _Stage, consts: dict | None = None) -> Node:
-        node = Node(s, label, shareable)
-        node.schema = self._canon_schema(s.schema)
-        node.merge_key = sig
-        if s.filter is not None and not s.is_start and s.input_stream is not None:
-            scope = Scope(sch.attributes, s.schema, self.functions, f"{where}, node {s.id} filter")
-            node.filter_full = compile_predicate(s.filter, scope)
-            node.filter_run = node.filter_full
-            if len(s.filter.clauses) == 1 and node.filter_full is not None:
+        consts: dict[str, dict[str, tuple[int, str]]] = {}
+        if self.opt.an_index:
+            for sid, attrs in _constant_attrs(auto, by_id, ev_schema).items():
+                consts[sid] = {k: (rep[text], t) for k, (text, t) in attrs.items()}
+        calls: dict[str, object] = {}
+
+        def node_spec(s: State, prefix: str) -> _NodeSpec:
+            spec = _NodeSpec(s, self._canon_schema(s.schema))
+            if s.filter is None or s.is_start or s.input_stream is None:
+                return spec
+            sch = ev_schema[s.id]
+            scope = Scope(sch.attributes, s.schema, self.functions, f"{prefix}, node {s.id} filter")
+            spec.full = FnTemplate(compile_predicate(s.filter, scope), scope, slot_of)
+            if len(s.filter.clauses) == 1 and spec.full.fn is not None:
                 clause = s.filter.clauses[0]
-                static_eq, dyn_eq, _rest = split_clause(clause, scope)
-                if consts:  # only derived with the AN index on
-                    static_eq += _derived_static(clause, consts, scope)
-                node.an = eq_key(static_eq) if self.opt.an_index else None
+                _static, dyn_eq, _rest = split_clause(clause, scope)
+                spec.single = True
+                spec.static = [(scope.ev[a.event_attr][0], slot_of(a, scope.ev[a.event_attr][1]))
+                               for a in clause.atoms if _is_static_eq(a)]
+                for idx, r, t in _derived_sites(clause, consts.get(s.id), scope):
+                    spec.derived.append((idx, len(tpl.dconvs)))
+                    tpl.dconvs.append((r, t))
                 use_ai = bool(dyn_eq) and self.opt.instance_index
                 if use_ai:
-                    node.ai_ev, node.ai_node = dyn_eq[0]
-                    node.buckets = {}
-                used, dropped = [], False
-                for a in clause.atoms:  # what the indexes do not guarantee
-                    if node.an is not None and _is_static_eq(a):
-                        continue
-                    if use_ai and not dropped and _is_dyn_eq(a):
-                        dropped = True
-                        continue
-                    used.append(a)
-                node.filter_run = compile_atoms(used, scope)
+                    spec.ai = dyn_eq[0]
+
+                def run(an: bool) -> tuple[list, FnTemplate]:
+                    used, dropped = [], False
+                    for a in clause.atoms:  # what the indexes do not guarantee
+                        if an and _is_static_eq(a):
+                            continue
+                        if use_ai and not dropped and _is_dyn_eq(a):
+                            dropped = True
+                            continue
+                        used.append(a)
+                    return used, FnTemplate(compile_atoms(used, scope), scope, slot_of)
+
+                used, spec.run_plain = run(False)
+                spec.run_an = run(True)[1] if self.opt.an_index else spec.run_plain
                 if use_ai and self.opt.sorted_index:
-                    for a in used:  # the sorted index prunes; the filter still decides
-                        node.iq = split_inequality(a, scope)
-                        if node.iq is not None:
+                    for a in used:  # the sorted index prunes; the filter still decides (never a StaticAtom)
+                        spec.iq = split_inequality(a, scope)
+                        if spec.iq is not None:
                             break
+            calls.update(scope.calls)
+            return spec
+
+        def edge_spec(e: Edge, s: State, kind: str) -> _EdgeSpec:
+            sch = ev_schema[s.id]
+            scope = Scope(sch.attributes if sch else (), None if s.is_start else s.schema, self.functions,
+                          f"{label}, node {s.id} {kind} edge to {e.destination}")
+            spec = _EdgeSpec(e.resets_start, s.is_start)
+            spec.smap = compile_schema_map(e.schema_map, self._canon_schema(by_id[e.destination].schema), scope)
+            if len(e.predicate.clauses) == 1 and not e.predicate.is_true and kind == "forward":
+                clause = e.predicate.clauses[0]
+                split_clause(clause, scope)
+                static = [(scope.ev[a.event_attr][0], slot_of(a, scope.ev[a.event_attr][1]))
+                          for a in clause.atoms if _is_static_eq(a)]
+                if static:
+                    spec.static = static
+                    spec.rest = FnTemplate(compile_atoms([a for a in clause.atoms if not _is_static_eq(a)], scope),
+                                           scope, slot_of)
+            spec.pred = FnTemplate(compile_predicate(e.predicate, scope), scope, slot_of)
+            calls.update(scope.calls)
+            return spec
+
+        # which states merge: along single-entry paths from the stream's shared start node
+        merge = self.opt.merge
+        shareable: dict[str, bool] = {}
+        queue: deque[State] = deque()
+        for s in auto.states:
+            if s.is_start:
+                shareable[s.id] = merge and incoming[s.id] == 0
+                tpl.starts.append((s.id, s.input_stream, shareable[s.id], node_spec(s, label)))
+                queue.append(s)
+        while queue:
+            s = queue.popleft()
+            for i, e in enumerate(s.forwards):
+                d = by_id[e.destination]
+                if d.id in shareable:
+                    continue
+                if not (merge and shareable[s.id] and incoming[d.id] == 1 and not d.is_start
+                        and (d.rebind is None or d.rebind.destination == d.id)):
+                    continue
+                shareable[d.id] = True
+                tpl.steps.append((s.id, i, d.id, *self._merge_key(e, d, ev_schema[d.id], site_rep),
+                                  node_spec(d, label)))
+                queue.append(d)
+        tpl.own = [(s.id, node_spec(s, label)) for s in auto.states if s.id not in shareable]
+        for k, s in enumerate(auto.states):
+            fwd = [(i, edge_spec(e, s, "forward"), e.destination) for i, e in enumerate(s.forwards)]
+            rb = None if s.rebind is None else (edge_spec(s.rebind, s, "rebind"), s.rebind.destination)
+            tpl.edges.append((s.id, fwd, rb, k if s.outputs else -1))
+        tpl.calls = tuple(calls.items())
+        return tpl
+
+    def _merge_key(self, e: Edge, d: State, sch: StreamSchema | None, site_rep: dict) -> tuple:
+        """(token, getter) of the merge key of ``d`` reached by ``e``: same
+        predicate, schema map and DEL flag of the edge, same input stream and
+        schema, stored schema, filter and rebind edge of ``d`` — with literal
+        types, as ``1 == 1.0`` but ``x / 2`` and ``x / 2.0`` differ. Constants
+        of StaticAtoms are the getter's part (of the automaton's constants)."""
+        sl: list[StaticAtom] = []
+        r = d.rebind
+        shape = (_pred_key(e.predicate, sl), _map_key(e.schema_map), e.resets_start, d.input_stream,
+                 sch.attributes if sch else None, _schema_key(d.schema), _pred_key(d.filter, sl),
+                 None if r is None else (_pred_key(r.predicate, sl), _map_key(r.schema_map), r.resets_start,
+                                         r.has_map))
+        return self._token(shape), (itemgetter(*[site_rep[id(a)] for a in sl]) if sl else None)
+
+    def _bind(self, tpl: "_Template", auto: Automaton, texts: list, ai: int, owner: str, stage: _Stage):
+        """Stage ``auto`` (of ``tpl``'s shape, with constants ``texts``): nodes
+        and edges of its own, or shared ones where merge keys match."""
+        convert = convert_const
+        vals = [convert(texts[r], t) for r, t in tpl.convs]  # the only BindError here: before any change
+        dvals = []
+        for r, t in tpl.dconvs:
+            try:
+                dvals.append(convert(texts[r], t))
+            except BindError:
+                dvals.append(_FAIL)  # the edge with the bad constant reports it
+        prefix = f"{owner}/{ai}/"
+        make_node = self._make_node
+        nodes: dict[str, Node] = {}
+        for sid, stream, merged, spec in tpl.starts:
+            if merged:
+                node = self.start_nodes.get(stream) or stage.start_nodes.get(stream)
+                if node is None:
+                    node = make_node(spec, prefix + sid, True, None, vals, dvals, stage)
+                    stage.start_nodes[stream] = node
+            else:
+                node = make_node(spec, prefix + sid, False, None, vals, dvals, stage)
+            nodes[sid] = node
+        reused: dict[tuple[str, int], NEdge] = {}
+        new_sig: dict[tuple[str, int], object] = {}
+        children = stage.children
+        for sid, i, did, token, getter, spec in tpl.steps:
+            parent = nodes[sid]
+            sig = token if getter is None else (token, getter(texts))
+            hit = (parent.children or _NONE).get(sig) or children.get((id(parent), sig))
+            if hit is not None:
+                nodes[did] = hit.dest
+                reused[(sid, i)] = hit
+            else:
+                nodes[did] = make_node(spec, prefix + did, True, sig, vals, dvals, stage)
+                new_sig[(sid, i)] = sig
+        for sid, spec in tpl.own:  # everything else is this automaton's own
+            nodes[sid] = make_node(spec, prefix + sid, False, None, vals, dvals, stage)
+
+        held: list[NEdge] = []
+        make_edge = self._make_edge
+        new_edges = stage.new_edges
+        for sid, fwd, rb, k in tpl.edges:
+            src = nodes[sid]
+            for i, spec, did in fwd:
+                edge = reused.get((sid, i)) if reused else None
+                if edge is None:
+                    sig = new_sig.get((sid, i)) if new_sig else None
+                    edge = make_edge(spec, src, nodes[did], vals, sig)
+                    new_edges.append(edge)
+                    if sig is not None:
+                        children[(id(src), sig)] = edge
+                held.append(edge)
+            if rb is not None and src.rebind is None and id(src) in stage.new_ids:
+                src.rebind = make_edge(rb[0], src, nodes[rb[1]], vals, None)
+            if k >= 0:
+                for out in auto.states[k].outputs:
+                    stage.outputs.append((src, (out.name, out.type)))
+        return nodes, held
+
+    def _make_node(self, spec: "_NodeSpec", label: str, shareable: bool, sig, vals: list, dvals: list,
+                   stage: _Stage) -> Node:
+        node = Node(spec.state, label, shareable)
+        node.schema = spec.schema
+        node.merge_key = sig
+        if spec.full is not None:
+            node.filter_full = node.filter_run = spec.full.make(vals)
+            if spec.single:
+                static_eq = [(idx, vals[v]) for idx, v in spec.static]
+                for idx, d in spec.derived:
+                    if dvals[d] is not _FAIL:
+                        static_eq.append((idx, dvals[d]))
+                node.an = eq_key(static_eq) if self.opt.an_index else None
+                if spec.ai is not None:
+                    node.ai_ev, node.ai_node = spec.ai
+                    node.buckets = {}
+                node.filter_run = (spec.run_an if node.an is not None else spec.run_plain).make(vals)
+                if spec.iq is not None:
+                    node.iq = spec.iq
         stage.new_nodes.append(node)
+        stage.new_ids.add(id(node))
         return node
 
-    def _edge(self, e: Edge, src: Node, dest: Node, s: State, sch: StreamSchema | None, label: str,
-              kind: str, sig) -> NEdge:
-        where = f"{label}, node {s.id} {kind} edge to {e.destination}"
-        ev_attrs = sch.attributes if sch else ()
-        node_attrs = None if s.is_start else s.schema
-        scope = Scope(ev_attrs, node_attrs, self.functions, where)
-        smap = compile_schema_map(e.schema_map, dest.schema, scope)
+    def _make_edge(self, spec: "_EdgeSpec", src: Node, dest: Node, vals: list, sig) -> NEdge:
         eq = rest = None
-        if len(e.predicate.clauses) == 1 and not e.predicate.is_true and kind == "forward":
-            static_eq, _dyn, _rest = split_clause(e.predicate.clauses[0], scope)
-            eq = eq_key(static_eq)
+        if spec.static is not None:
+            eq = eq_key([(idx, vals[v]) for idx, v in spec.static])
             if eq is not None:
-                rest = compile_atoms([a for a in e.predicate.clauses[0].atoms if not _is_static_eq(a)], scope)
-        if eq is not None and s.is_start and self.opt.fr_index:
+                rest = spec.rest.make(vals)
+        if eq is not None and spec.is_start and self.opt.fr_index:
             pred = None  # never evaluated: the start edge lives in the stream's FR index
         else:
-            pred = compile_predicate(e.predicate, scope)
+            pred = spec.pred.make(vals)
         if eq is None:
             rest = pred
-        return NEdge(src, dest, pred, rest, eq, smap, e.resets_start, sig)
+        return NEdge(src, dest, pred, rest, eq, spec.smap, spec.resets, sig)
 
     # ------------------------------------------------------------------ commit / release
 
@@ -543,22 +726,59 @@ def _constant_attrs(auto: Automaton, by_id: dict[str, State], ev_schema: dict[st
     return result
 
 
-def _derived_static(clause: Clause, consts: dict[str, tuple[str, str]], scope: Scope) -> list[tuple[int, object]]:
+def _derived_sites(clause: Clause, consts: dict[str, tuple[int, str]] | None, scope: Scope
+                   ) -> list[tuple[int, int, str]]:
     """``e.a = I.b`` atoms of a filter clause whose ``b`` is a constant of the
-    state (see :func:`_constant_attrs`), as ``(event attribute index, value)``
-    for the AN index."""
+    state (see :func:`_constant_attrs`; here ``{attribute: (constant number,
+    type)}``), as ``(event attribute index, constant number, type)`` for the AN
+    index (a constant that does not convert is skipped when bound)."""
     out = []
     for a in clause.atoms:
-        if isinstance(a, DynamicAtom) and a.op == "=" and a.node_attr in consts and a.event_attr in scope.ev:
-            text, t = consts[a.node_attr]
+        if consts and isinstance(a, DynamicAtom) and a.op == "=" and a.node_attr in consts and a.event_attr in scope.ev:
+            slot, t = consts[a.node_attr]
             idx, ev_t = scope.ev[a.event_attr]
-            if ev_t != t:
-                continue
-            try:
-                out.append((idx, convert_const(text, t)))
-            except BindError:
-                continue  # the edge with the bad constant reports it
+            if ev_t == t:
+                out.append((idx, slot, t))
     return out
+
+
+def _pred_key(p: Predicate | None, sites: list) -> tuple | None:
+    """The shape of a predicate: its atoms with the constants of StaticAtoms
+    left out (appended to ``sites``, in order) and literal types kept."""
+    if p is None:
+        return None
+    out = []
+    for cl in p.clauses:
+        atoms = []
+        for a in cl.atoms:
+            t = type(a)
+            if t is StaticAtom:
+                sites.append(a)
+                c = a.const
+                atoms.append(("S", a.event_attr, a.op) if type(c) is str else ("S", a.event_attr, a.op, type(c)))
+            elif t is DynamicAtom:
+                atoms.append(("D", a.event_attr, a.op, a.node_attr))
+            elif t is DurationAtom:
+                atoms.append(("U", a.kind, a.op, a.const, type(a.const)))
+            else:  # ComplexAtom, or what the compiler rejects: by value, with literal types
+                atoms.append(("X", t, a, _literal_types((a,))))
+        out.append(tuple(atoms))
+    return tuple(out)
+
+
+def _map_key(entries: tuple) -> tuple:
+    return tuple([("R", m.source, m.old, m.new) if type(m) is Rename else ("X", type(m), m, _literal_types((m,)))
+                  for m in entries])
+
+
+def _schema_key(attrs: tuple) -> tuple:
+    return tuple([(a.name, a.type) for a in attrs])
+
+
+#: Marks a derived constant that did not convert.
+_FAIL = object()
+#: Most templates kept per loader (more shapes are staged uncached).
+TEMPLATES_MAX = 10_000
 
 
 def _is_static_eq(a) -> bool:

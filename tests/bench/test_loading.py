@@ -32,3 +32,11 @@ def test_per_query_load_cost_is_flat():
     r = offline(3000, length=5)
     assert r["network"]["states"] == 3000 * 6
     assert r["per_query"]["last_ms"] < 3 * r["per_query"]["first_ms"]
+
+
+def test_engine_add_command_loads_every_query():
+    from bench.loading import engine_add
+
+    r = engine_add(50, length=3)
+    assert r["network"]["states"] == 50 * 4 and r["network"]["nodes"] == 50 * 3 + 1
+    assert r["add_cpu_ms_per_query"] > 0
