@@ -155,8 +155,8 @@ class DelayQueue:
 
     def get_batch(self, max_items: int, timeout: float) -> list[Event]:
         """Up to ``max_items`` events whose release time has come, in t1 order.
-        Waits at most ``timeout`` seconds for the first one; [] on timeout, when
-        :meth:`wake` was called, or when the queue is closed and empty."""
+        Waits at most ``timeout`` seconds for the first one; [] on timeout or
+        when :meth:`wake` was called."""
         deadline = time.monotonic() + timeout
         with self._not_empty:
             while True:
@@ -169,9 +169,7 @@ class DelayQueue:
                     if head < horizon or self._draining:
                         return self._pop_ready(max_items, horizon)
                     wait = None if self.event_time else (head - horizon) * self.unit_s + 0.0005
-                elif self._closed:
-                    return []
-                else:
+                else:  # empty (closed or not): wait for events, wake() or the timeout
                     wait = None
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
