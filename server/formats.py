@@ -56,15 +56,6 @@ def _lookup(catalog: Catalog | Mapping[str, StreamSchema]) -> Catalog:
     return catalog.get if isinstance(catalog, Mapping) else catalog
 
 
-def _number(value):
-    """An int (64-bit) or a finite float, checked; anything else is returned as is."""
-    if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
-        raise LineError(f"{value} does not fit in a 64-bit integer")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise LineError(f"{value!r} is not a finite number")
-    return value
-
-
 def parse_time(value, unit_ms: float = 1.0):
     """A timestamp: a number (already in the stream time unit) or an ISO-8601
     string (converted to ``unit_ms``-millisecond units since the Unix epoch)."""
@@ -307,17 +298,7 @@ class JsonDecoder(Decoder):
     def decode(self, line: str | bytes) -> Event | None:
         if not line.strip():
             return None
-        try:
-            obj = msgspec.json.decode(line)
-        except msgspec.DecodeError as exc:
-            raise LineError(f"invalid JSON: {_json_reason(exc, line)}") from None
-        except msgspec.ValidationError:  # without a type, only "Number out of range"
-            raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
-        except UnicodeDecodeError:
-            raise LineError(_utf8_error(line, "line")) from None
-        except RecursionError:
-            raise LineError("invalid JSON: nested too deeply") from None
-        return self.from_mapping(obj)
+        return self.from_mapping(_loads(line, "line"))
 
     def from_mapping(self, obj) -> Event:
         if not isinstance(obj, dict):
@@ -360,9 +341,7 @@ class JsonDecoder(Decoder):
             except LineError:
                 break  # a bad timestamp: the precise path reports it
         batch = super().decode_batch(data, first_line)
-        for ev in batch.events:  # streams met on the precise path get a typed record next time
-            if ev.stream not in self._known:
-                self._learn(ev.stream)
+        self._learn_from(batch.events)
         return batch
 
     def decode_document(self, body: bytes) -> tuple[list[Event], list[tuple[int, str]]]:
@@ -380,16 +359,7 @@ class JsonDecoder(Decoder):
                     return self._events(records), []
                 except LineError:
                     pass  # a bad timestamp: the item-by-item path says which
-        try:
-            doc = msgspec.json.decode(body)
-        except msgspec.DecodeError as exc:
-            raise LineError(f"invalid JSON: {_json_reason(exc, body)}") from None
-        except msgspec.ValidationError:
-            raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
-        except UnicodeDecodeError:
-            raise LineError(_utf8_error(body, "body")) from None
-        except RecursionError:
-            raise LineError("invalid JSON: nested too deeply") from None
+        doc = _loads(body, "body")
         if isinstance(doc, dict) and "events" in doc and "stream" not in doc:
             doc = doc["events"]
         events, errors = [], []
@@ -398,9 +368,7 @@ class JsonDecoder(Decoder):
                 events.append(self.from_mapping(obj))
             except LineError as exc:
                 errors.append((i, str(exc)))
-        for ev in events:
-            if ev.stream not in self._known:
-                self._learn(ev.stream)
+        self._learn_from(events)
         return events, errors
 
     def _events(self, records: list) -> list[Event]:
@@ -429,6 +397,11 @@ class JsonDecoder(Decoder):
         self._rebuild()
         return True
 
+    def _learn_from(self, events: list[Event]) -> None:
+        """Streams met on the precise path get a typed record for the next block."""
+        for name in {ev.stream for ev in events} - self._known.keys():
+            self._learn(name)
+
     def _revalidate(self) -> None:
         """Forget streams whose declaration changed or went away (a published
         stream of a removed subscription); checked once per block."""
@@ -443,6 +416,20 @@ class JsonDecoder(Decoder):
         types = tuple(_record_type(s) for s in self._known.values())
         self._by_type = {t: (s.name, len(s.attributes)) for t, s in zip(types, self._known.values())}
         self._block = _block_decoder(types) if types else None
+
+
+def _loads(data: str | bytes, what: str):
+    """Untyped JSON, every failure as a LineError saying what and where."""
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise LineError(f"invalid JSON: {_json_reason(exc, data)}") from None
+    except msgspec.ValidationError:  # without a type, only "Number out of range"
+        raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
+    except UnicodeDecodeError:
+        raise LineError(_utf8_error(data, what)) from None
+    except RecursionError:
+        raise LineError("invalid JSON: nested too deeply") from None
 
 
 _NONBLANK = re.compile(rb"^[ \t\r]*[^ \t\r\n]", re.M)
