@@ -17,7 +17,7 @@ import logging
 import queue as stdqueue
 import threading
 import time
-from collections import Counter
+from collections import ChainMap, Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -139,27 +139,6 @@ class _Pending:
 
 def _bind_error(index: int, exc: EngineError) -> dict:
     return {"index": index, "kind": "bind", "message": str(exc), "detail": str(exc)}
-
-
-class _BatchStreams(Mapping):
-    """The engine's streams plus those published by earlier queries of the
-    same batch, so that a query may read an earlier one's output."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.view = engine.stream_view
-        self.new: dict[str, StreamSchema] = {}
-
-    def __getitem__(self, name: str) -> StreamSchema:
-        found = self.new.get(name) or self.view.get(name)
-        if found is None:
-            raise KeyError(name)
-        return found
-
-    def __iter__(self):
-        return iter({**dict.fromkeys(self.view), **self.new})
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 class Daemon:
@@ -546,7 +525,8 @@ class Daemon:
     def _compile_batch(self, batch: list[_Pending], strict: bool) -> list[dict]:
         """Compile every subscription of ``batch`` (CEL through the shape
         cache); returns the errors, each with its ``index`` in the batch."""
-        streams = _BatchStreams(self.engine)
+        published: dict[str, StreamSchema] = {}  # by earlier queries of the batch, which later ones may read
+        streams = ChainMap(published, self.engine.stream_view)
         functions, unit = self.functions(), self.settings.time_unit_ms
         errors: list[dict] = []
         for i, p in enumerate(batch):
@@ -568,7 +548,7 @@ class Daemon:
                 continue
             for a in p.automata:
                 for st, out in a.outputs:
-                    streams.new.setdefault(out.name, StreamSchema(out.name, st.schema))
+                    published.setdefault(out.name, StreamSchema(out.name, st.schema))
         return errors
 
     def _add_chunk(self, eng: Engine, chunk: list[tuple[int, _Pending]], strict: bool) -> list:

@@ -52,9 +52,6 @@ class ClientChannel:
         self.counted = 0  # of those, added to the server's delivered counter
 
     # -- engine thread
-    def offer(self, payload: bytes) -> None:
-        self.offer_many([payload])
-
     def offer_many(self, payloads: list[bytes]) -> None:
         """Buffer encoded witnesses (the engine thread hands over all of one
         batch's at once); applies the slow-client policy when they do not fit."""
