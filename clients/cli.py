@@ -228,7 +228,7 @@ def send(events_path, url, tcp_port, fmt, rate, token) -> None:
     start = time.monotonic()
     try:
         with tqdm(total=total, unit="ev", unit_scale=True, disable=None) as bar:
-            for block, n in _line_blocks(data, rate):
+            for block, n in _send_blocks(data, rate):
                 if rate:
                     delay = start + (sender.sent + n) / rate - time.monotonic()
                     if delay > 0:
@@ -244,7 +244,7 @@ def send(events_path, url, tcp_port, fmt, rate, token) -> None:
     sys.exit(1 if errors else 0)
 
 
-def _line_blocks(data: bytes, rate: float | None, size: int = 1 << 18):
+def _send_blocks(data: bytes, rate: float | None, size: int = 1 << 18):
     """``(block, lines)`` pieces of ``data`` that end at line ends: about
     ``size`` bytes each, or about a hundredth of a second's worth at ``rate``."""
     per = max(int(rate / 100), 1) if rate else None

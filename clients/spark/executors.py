@@ -25,7 +25,7 @@ from pyspark.accumulators import AccumulatorParam
 
 from air.model import Automaton, StreamSchema
 from server.engine import Engine, Event
-from server.formats import LineError, convert_value, encode_json, make_decoder, parse_time, witness_dict
+from server.formats import LineError, convert_value, make_decoder, parse_time, witness_bytes, witness_dict
 
 #: Rejected input records kept for the report (the count is exact, the list is not).
 MAX_REJECTS_KEPT = 50
@@ -347,7 +347,7 @@ class WitnessJson:
 
     def __call__(self, rec: tuple) -> str:
         _, stream, _, values, t0, t1 = rec
-        return encode_json(witness_dict(stream, Event(stream, values, t0, t1), self.schemas[stream]))
+        return witness_bytes(stream, Event(stream, values, t0, t1), self.schemas[stream]).decode()
 
 
 class WitnessDict(WitnessJson):
@@ -378,4 +378,4 @@ class EventJson:
 
     def __call__(self, rec: tuple) -> str:
         stream, values, t0, t1, _ = rec
-        return encode_json(witness_dict(stream, Event(stream, values, t0, t1), self.schemas[stream]))
+        return witness_bytes(stream, Event(stream, values, t0, t1), self.schemas[stream]).decode()
