@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.runner import peak_rss_mb
+from bench.runner import metric, peak_rss_mb
 from bench.workloads import STOCK, symbols
 
 
@@ -108,13 +108,6 @@ def engine_add(queries: int, length: int = 10) -> dict:
             "network": engine.plan_stats(), "python": platform.python_version()}
 
 
-def _processed(c) -> float:
-    for line in c.http.get("/metrics").text.splitlines():
-        if line.startswith("cayuga_events_processed_total"):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def _first_event(c, symbol: str, timeout: float) -> float:
     """Seconds until an event sent now has been processed by the engine. While
     the server restores, it asks /health (cheap), not /metrics (a gauge per
@@ -123,7 +116,7 @@ def _first_event(c, symbol: str, timeout: float) -> float:
     c.post_events([{"stream": "Stock", "Name": symbol, "Price": 1.0, "Volume": 1}])
     while c.health()["status"] == "starting" and time.perf_counter() - start < timeout:
         time.sleep(0.02)
-    while _processed(c) < 1 and time.perf_counter() - start < timeout:
+    while metric(c, "cayuga_events_processed_total") < 1 and time.perf_counter() - start < timeout:
         time.sleep(0.01)
     return time.perf_counter() - start
 

@@ -110,3 +110,12 @@ def run_workload(w: Workload, options: dict, *, one_owner: bool = False, profile
         "python": sys.version.split()[0],
         "engine_build": ENGINE_BUILD,
     }
+
+
+def metric(client, name: str) -> float:
+    """A server's Prometheus figure ``name`` from ``/metrics``, summed over its labels."""
+    total = 0.0
+    for line in client.http.get("/metrics").text.splitlines():
+        if line.startswith(name) and line[len(name):len(name) + 1] in (" ", "{"):
+            total += float(line.split()[-1])
+    return total

@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.runner import percentile
+from bench.runner import metric, percentile
 from bench.workloads import random_walk
 from clients.client import CayugaClient
 
@@ -96,14 +96,6 @@ def server_process(data_dir: Path, **settings):
             proc.wait(10)
 
 
-def _metric(client: CayugaClient, name: str) -> float:
-    total = 0.0
-    for line in client.http.get("/metrics").text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.split()[-1])
-    return total
-
-
 def _canonical(lines) -> list[str]:
     return sorted(json.dumps(json.loads(x), sort_keys=True) for x in lines if x.strip())
 
@@ -144,7 +136,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                                      env=_env(), stdout=out, stderr=subprocess.PIPE)
                 watch_procs.append((p, out, sub, want))
             deadline = time.monotonic() + 30
-            while _metric(client, "cayuga_clients") < watchers:
+            while metric(client, "cayuga_clients") < watchers:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the watchers did not connect")
                 time.sleep(0.02)
@@ -159,15 +151,15 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                     done.append(perf() - start)
             e2e_s = max(done)
             deadline = time.monotonic() + 10  # the server has processed everything before the idle watchers stop
-            while _metric(client, "cayuga_events_processed_total") < events and time.monotonic() < deadline:
+            while metric(client, "cayuga_events_processed_total") < events and time.monotonic() < deadline:
                 time.sleep(0.05)
             for p, out, sub, want in watch_procs:
                 if not want:
                     p.terminate()
                     p.wait(10)
                 out.close()
-            drops = _metric(client, "cayuga_client_drops_total")
-            delivered = _metric(client, "cayuga_witnesses_delivered_total")
+            drops = metric(client, "cayuga_client_drops_total")
+            delivered = metric(client, "cayuga_witnesses_delivered_total")
             health = client.health()
         all_equal = True
         witnesses = 0

@@ -21,17 +21,10 @@ import tempfile
 import time
 
 from bench.churn import QUERY
-from bench.runner import peak_rss_mb
+from bench.runner import metric, peak_rss_mb
 from clients.client import CayugaClient
 from server.config import load_settings
 from server.serve import RunningServer
-
-
-def _processed(c: CayugaClient) -> float:
-    for line in c.http.get("/metrics").text.splitlines():
-        if line.startswith("cayuga_events_processed_total"):
-            return float(line.split()[-1])
-    return 0.0
 
 
 def run(subscriptions: int, events: int, timeout: float = 600.0) -> dict:
@@ -60,15 +53,15 @@ def run(subscriptions: int, events: int, timeout: float = 600.0) -> dict:
                 rng = random.Random(1)
                 lines = [json.dumps({"stream": "Stock", "Name": f"S{rng.randrange(subscriptions):05d}",
                                      "Price": round(10 + rng.random(), 3), "Volume": 1}) for _ in range(events)]
-                base = _processed(c)
+                base = metric(c, "cayuga_events_processed_total")
                 t = perf()
                 with c.sender() as s:
                     s.send_many(lines)
                 deadline = t + timeout
-                while _processed(c) < base + events and perf() < deadline:
+                while metric(c, "cayuga_events_processed_total") < base + events and perf() < deadline:
                     time.sleep(0.05)
                 wall = perf() - t
-                out["processed_all"] = _processed(c) >= base + events
+                out["processed_all"] = metric(c, "cayuga_events_processed_total") >= base + events
                 out["events_per_second"] = round(events / wall, 1)
                 out["wall_s"] = round(wall, 3)
             t = perf()
