@@ -14,6 +14,7 @@ The engine is single-threaded by design: exactly one thread may call
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -611,6 +612,117 @@ class Engine:
     def _eval_error(self, where: str, exc: Exception) -> None:
         self.stats.eval_errors += 1
         self.stats.last_eval_error = f"{where}: {type(exc).__name__}: {exc}"
+
+    # ------------------------------------------------------------------ snapshots
+
+    def export_state(self) -> dict:
+        """The processing state as plain data (for a snapshot; see
+        server/snapshot.py): every instance of every node, installed (with
+        whether the current epoch affected it) and pending, in the order the
+        node keeps them, named by the ``(owner, automaton, state id)`` of every
+        owner state the node stands for; each owner's generation; the epoch.
+        Nothing here refers to nodes, edges or compiled code, so it loads into
+        an engine built afresh from the same subscriptions. Call it on the
+        engine thread between events, or on a forked copy of it."""
+        named: dict[int, list] = {}
+        nodes: dict[int, Node] = {}
+        owners: dict[str, int] = {}
+        for owner, holding in self._loaded.items():
+            owners[owner] = holding.gen
+            for ai, sid, node in holding.states:
+                if node.stream is None or node.is_start:
+                    continue  # hold no instances
+                key = id(node)
+                if key not in nodes:
+                    nodes[key] = node
+                    named[key] = []
+                named[key].append((owner, ai, sid))
+        held = []
+        for key, node in nodes.items():
+            if node.count or node.pending:
+                held.append((named[key], [(i[0], i[1], i[2], i[3], i[4]) for i in node.all_instances()],
+                             [(i[0], i[1], i[2], i[3]) for i in node.pending]))
+        return {"version": 1, "epoch": self._epoch, "closed": self._closed, "installed_t1": self._installed_t1,
+                "epoch_events": self._epoch_events, "owners": owners, "stats": dataclasses.asdict(self.stats),
+                "nodes": held}
+
+    def import_state(self, state: dict) -> dict[str, int]:
+        """Load what :meth:`export_state` gave into this engine, whose owners
+        must have been added afresh in their original order (with no event fed
+        since). Owners that are gone are skipped (their instances with them);
+        generations are mapped onto the new ones, so each owner sees exactly
+        the instances it saw. Returns counts: instances loaded, nodes skipped
+        and clashes (two saved nodes that are one node now: a merge the saved
+        network did not have)."""
+        if state.get("version") != 1:
+            raise EngineError(f"unknown engine state version {state.get('version')!r}")
+        live = sorted((g, o) for o, g in state["owners"].items() if o in self._loaded)
+        old_gens = [g for g, _o in live]
+        new_gens = [self._loaded[o].gen for _g, o in live]
+        if new_gens != sorted(new_gens):
+            raise EngineError("owners were added again in another order than they were saved in")
+
+        def born(b: int) -> int:  # the generation of the newest live owner added no later than b
+            i = bisect_right(old_gens, b)
+            return new_gens[i - 1] if i else 0
+
+        where: dict[str, dict] = {}
+        filled: dict[int, Node] = {}
+        dead: list[tuple[Node, list]] = []
+        pend: list[tuple[Node, list]] = []
+        loaded = skipped = clashes = 0
+        for names, installed, pending in state["nodes"]:
+            node = None
+            for owner, ai, sid in names:
+                if owner not in self._loaded:
+                    continue
+                states = where.get(owner)
+                if states is None:
+                    states = where[owner] = {(a, s): n for a, s, n in self._loaded[owner].states}
+                node = states.get((ai, sid))
+                if node is not None:
+                    break
+            if node is None:
+                skipped += 1
+                continue
+            if id(node) in filled:
+                clashes += 1
+            filled[id(node)] = node
+            insts = [[v, t0, t1, born(b), False] for v, t0, t1, b, _d in installed]
+            node.pending.extend(insts)
+            dead += [(node, inst) for inst, saved in zip(insts, installed) if saved[4]]
+            pend.append((node, [[v, t0, t1, born(b), False] for v, t0, t1, b in pending]))
+            loaded += len(installed) + len(pending)
+        # install the saved instances as an epoch's close would, then put back what the epoch in
+        # progress had: its affected marks and its pending instances
+        self._dirty = list(filled.values())
+        for node in self._dirty:
+            node.dirty = True
+        self._closed = False
+        self.close_epoch()
+        for node, inst in dead:
+            inst[4] = True
+            node.ndead += 1
+            if node.iq is not None or node.ai_ev >= 0:
+                if node.dead_keys is None:
+                    node.dead_keys = []
+                node.dead_keys.append(inst if node.iq is not None else inst[0][node.ai_node])
+            if not node.dirty:
+                node.dirty = True
+                self._dirty.append(node)
+        for node, insts in pend:
+            if insts:
+                node.pending.extend(insts)
+                if not node.dirty:
+                    node.dirty = True
+                    self._dirty.append(node)
+        self._epoch = state["epoch"]
+        self._closed = state["closed"]
+        self._installed_t1 = state["installed_t1"]
+        self._epoch_events = state["epoch_events"]
+        for k, v in state["stats"].items():
+            setattr(self.stats, k, v)
+        return {"instances": loaded, "skipped": skipped, "clashes": clashes}
 
     # ------------------------------------------------------------------ inspection
 
