@@ -86,6 +86,10 @@ class Settings(BaseModel):
     slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
     auth_tokens: list[str] = []
     shutdown_timeout: float = Field(10.0, gt=0)
+    #: A snapshot of the processing state at most this many seconds apart (0: only at shutdown) ...
+    snapshot_seconds: float = Field(60.0, ge=0)
+    #: ... or once the engine has taken this many events since the last one, whichever comes first.
+    snapshot_events: int = Field(1_000_000, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("streams")

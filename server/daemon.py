@@ -17,7 +17,7 @@ import logging
 import queue as stdqueue
 import threading
 import time
-from collections import ChainMap, Counter
+from collections import ChainMap, Counter, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -28,7 +28,7 @@ from air.cel.shapes import ShapeCache
 from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
 from server.config import Settings
-from server.engine import Emission, Engine, EngineError, LateEvent
+from server.engine import Emission, Engine, EngineError, Event, LateEvent
 from server.formats import witness_bytes
 from server.limits import automaton_size_errors
 from server.metrics import Counters, make_registry
@@ -36,6 +36,7 @@ from server.notifiers import ClientChannel, NotifierHub
 from server.queue import DelayQueue
 from server.receivers import TcpReceiver
 from server.runner import paused_gc
+from server.snapshot import SnapshotFile, SnapshotStore, Snapshotter
 from server.store import Store, StoredSubscription
 
 log = logging.getLogger("cayuga.daemon")
@@ -135,6 +136,7 @@ class _Pending:
     created: float
     automata: tuple[Automaton, ...] = ()
     outputs: list[str] = field(default_factory=list)
+    installed_at: int | None = None  # Daemon._fed when the engine thread installed it
 
 
 def _bind_error(index: int, exc: EngineError) -> dict:
@@ -178,6 +180,19 @@ class Daemon:
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
         self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
+        # crash safety (see server/snapshot.py and _recover); the engine thread writes these
+        self.witness_seq: dict[str, int] = {}  # subscription -> last witness sequence number given
+        self.journal = None  # the event journal (durability fsync/write), None with durability off
+        self._fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
+        self._due: deque[tuple[int, list[_Pending]]] = deque()  # a replay installs these at these _fed points
+        self._changes = 0  # subscriptions installed or removed (a snapshot is due after a change too)
+        self.snapshots = SnapshotStore(settings.data_dir / "snapshots")
+        self.snapshotter = Snapshotter(self.snapshots, before_publish=self._before_publish,
+                                       after_publish=self._after_publish)
+        self._snap_fed = 0
+        self._snap_changes = 0
+        self._snap_at = time.monotonic()
+        self.recovered: dict = {}  # what the last start recovered (logged; /health)
 
     # ------------------------------------------------------------------ clock
 
@@ -283,12 +298,26 @@ class Daemon:
         if rows:
             self.shapes.load(rows)
             self.store.keep_shapes(self.shapes.keys())
-        for k in range(0, len(stored), INSTALL_CHUNK):
+        found = self.snapshots.load_latest()
+        snap, snap_file = found if found is not None else (None, None)
+        exact = self._replayable(snap_file)
+        fed = snap["fed"] if snap is not None else 0
+        early = [st for st in stored if not exact or st.installed_at is None or st.installed_at <= fed]
+        later = [st for st in stored if exact and st.installed_at is not None and st.installed_at > fed]
+        for k in range(0, len(early), INSTALL_CHUNK):
             if self._stop.is_set():
                 return
-            chunk = stored[k:k + INSTALL_CHUNK]
-            self._install([_Pending(st.id, st.kind, st.text, st.name, st.created) for st in chunk], persist=False)
+            chunk = early[k:k + INSTALL_CHUNK]
+            self._install([_Pending(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at)
+                           for st in chunk], persist=False)
             self.restored += len(chunk)
+        if later:
+            self._defer(later)
+        self._fed = fed if exact else max([fed] + [st.installed_at or 0 for st in stored])
+        if snap is not None:
+            self._load_snapshot(snap, snap_file, exact)
+        if exact:
+            self._replay(snap_file.journal if snap_file else 0)
         with self._start_lock:
             if self._stop.is_set():
                 return
@@ -302,6 +331,141 @@ class Daemon:
         if not self.ready.is_set():
             raise ServerStarting(f"the server is starting: {self.restored} of {self.restore_total} stored "
                                  "subscriptions restored so far; retry shortly")
+        if self._due:
+            raise ServerStarting(f"the server is replaying its journal: {sum(len(p) for _f, p in self._due)} "
+                                 "subscriptions registered after its last snapshot are still to come back; "
+                                 "retry shortly")
+
+    @property
+    def caught_up(self) -> bool:
+        """Every stored subscription is installed (a recovery's replay has
+        passed the points where the later ones were registered)."""
+        return self.ready.is_set() and not self._due
+
+    # ------------------------------------------------------------------ crash recovery
+
+    def _replayable(self, snap_file: SnapshotFile | None) -> bool:
+        """Whether the journal holds every event since ``snap_file`` (or since
+        the beginning): only then is a replay exact, and subscriptions
+        registered since are installed again where they were."""
+        if self.journal is None:
+            return False
+        first = next(iter(self.journal.replay(snap_file.journal if snap_file else 0)), None)
+        if first is None:
+            return True
+        expected = (snap_file.journal if snap_file else 0) + 1
+        if first[0] != expected:
+            log.error("the journal starts at record %d but recovery needs it from %d (%s): queued events and "
+                      "partial matches of before cannot be recovered exactly; subscriptions start afresh",
+                      first[0], expected, "no snapshot" if snap_file is None else snap_file.path.name)
+            return False
+        return True
+
+    def _defer(self, stored: list[StoredSubscription]) -> None:
+        """Compile subscriptions registered after the snapshot; the engine
+        thread installs each when the replay reaches the point it was
+        registered at (:attr:`_due`)."""
+        pending = [_Pending(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at)
+                   for st in stored]
+        for e in self._compile_batch(pending, strict=False):
+            log.error("could not restore subscription %s: %s", pending[e["index"]].id, e.get("message"))
+        for p in pending:
+            if not p.automata:
+                continue
+            if self._due and self._due[-1][0] == p.installed_at:
+                self._due[-1][1].append(p)
+            else:
+                self._due.append((p.installed_at, [p]))
+        self.restored += len(stored)
+
+    def _install_due(self) -> None:
+        """On the engine thread: install what the replay has reached."""
+        while self._due and self._due[0][0] <= self._fed:
+            _at, pending = self._due.popleft()
+            self._adopt(self._add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending, False)
+
+    def _load_snapshot(self, snap: dict, snap_file: SnapshotFile, exact: bool) -> None:
+        """Put a snapshot's state into the engine and the queue (before the
+        engine thread starts). Without an exact replay the witness numbers
+        go on from the witness log's where that is further (fresh numbers for
+        fresh witnesses) and the queued events are still put back."""
+        try:
+            counts = self.engine.import_state(snap["engine"])
+        except EngineError as exc:
+            log.error("snapshot %s does not fit the stored subscriptions (%s): they start without instances",
+                      snap_file.path.name, exc)
+            counts = {"instances": 0, "skipped": 0, "clashes": 0}
+        seqs = dict(snap["witness_seq"])
+        if not exact:
+            for sid, n in self.witness_seq.items():
+                seqs[sid] = max(n, seqs.get(sid, 0))
+        self.witness_seq = seqs
+        queued = [Event(*t) for t in snap["queue"]["events"]]
+        self.queue.restore(queued, snap["queue"])
+        self._snap_fed, self._snap_changes = snap["fed"], self._changes
+        self.recovered.update(snapshot=snap_file.path.name, instances=counts["instances"], queued=len(queued))
+        if counts["clashes"]:
+            log.warning("snapshot %s: %d nodes of the saved network are merged now; their instances were joined",
+                        snap_file.path.name, counts["clashes"])
+        log.info("loaded snapshot %s: %d instances, %d queued events, %d events taken before it",
+                 snap_file.path.name, counts["instances"], len(queued), snap["fed"])
+
+    def _replay(self, after: int) -> None:
+        """Put the journal's records after position ``after`` back on the
+        queue, in journal order (the arrival order they had: the engine then
+        takes them in the order it took them before)."""
+        records = events = 0
+        for _pos, evs, _sender, _lines in self.journal.replay(after):
+            if evs:
+                self.queue.restore(evs)
+                events += len(evs)
+            records += 1
+        self.recovered.update(replayed_records=records, replayed_events=events)
+        if records:
+            log.info("replaying %d journaled events (%d records after position %d)", events, records, after)
+
+    def _snapshot_state(self) -> dict:
+        """Everything a snapshot holds (called in the forked child, or on the
+        engine thread once it has stopped)."""
+        return {"version": 1, "created": time.time(), "fed": self._fed,
+                "journal": self.journal.appended if self.journal is not None else 0,
+                "engine": self.engine.export_state(), "queue": self.queue.export_state(),
+                "witness_seq": dict(self.witness_seq)}
+
+    def _snapshot_due(self, now: float) -> bool:
+        s = self.settings
+        if self.snapshotter.running or (self._fed == self._snap_fed and self._changes == self._snap_changes):
+            return False
+        return (self._fed - self._snap_fed >= s.snapshot_events
+                or (s.snapshot_seconds > 0 and now - self._snap_at >= s.snapshot_seconds))
+
+    def _take_snapshot(self, now: float) -> None:
+        """On the engine thread, between batches: fork the snapshot writer."""
+        journal = self.journal
+        if self.snapshotter.fork(self.queue.lock, lambda: journal.appended if journal is not None else 0,
+                                 self._snapshot_state):
+            self._snap_fed, self._snap_changes, self._snap_at = self._fed, self._changes, now
+            self.counters.add("snapshot_forks")
+
+    def _before_publish(self) -> None:
+        witlog = getattr(self, "witlog", None)
+        if witlog is not None:
+            witlog.sync()  # every witness the snapshot counts is on disk before the snapshot is
+
+    def _after_publish(self, kept: list[SnapshotFile]) -> None:
+        """Journal segments before the oldest snapshot kept are no longer needed."""
+        if self.journal is not None and kept:
+            self.journal.truncate_before(kept[-1].journal + 1)
+
+    def _final_snapshot(self) -> None:
+        """At a graceful stop, once the engine thread has ended: the state
+        it ended in, so a restart replays nothing."""
+        try:
+            position = self.journal.appended if self.journal is not None else 0
+            self._before_publish()
+            self._after_publish(self.snapshots.write(self._snapshot_state(), position))
+        except Exception:  # noqa: BLE001 - the journal still covers everything
+            log.exception("the shutdown snapshot failed; the next start replays the journal instead")
 
     def _declare_restored(self, name: str, attrs) -> None:
         from air.model import Attribute
@@ -332,6 +496,9 @@ class Daemon:
         self.queue.wake()
         if self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.1))
+        self.snapshotter.stop(timeout=0.0)  # a periodic one being written is superseded by the final one
+        if self._thread is not None and not self._thread.is_alive():
+            self._final_snapshot()
         while self.hub.pending() and time.monotonic() < deadline:
             time.sleep(0.01)
         for ch in self.hub.channels():  # tell each client we are going away (close code 1001)
@@ -422,6 +589,7 @@ class Daemon:
             return
         self.engine.remove(sid)
         self.engine.add(sub.automata, owner=sid)
+        self._changes += 1
         self.counters.add("instances_evicted", n)
         self.counters.add("instance_resets")
         log.warning("subscription %s had %d instances, more than max_instances_per_subscription (%d): "
@@ -439,15 +607,24 @@ class Daemon:
             self._apply_commands()
             now = time.monotonic()
             idle = 0.0 if self._count_queue else min(max(self._count_next_pass - now, 0.001), COUNT_PASS_SECONDS)
-            batch = queue.get_batch(size, timeout=idle)
+            limit = size
+            if self._due:  # a replay: install the later subscriptions exactly where they were installed
+                self._install_due()
+                if self._due:
+                    limit = min(size, self._due[0][0] - self._fed)
+            batch = queue.get_batch(limit, timeout=idle)
             if batch:
+                self._fed += len(batch)
                 self._count_batch(batch)
                 start = perf()
                 self._feed(batch)
                 self._epoch = eng.epoch
                 self.latency.observe((perf() - start) / len(batch))
                 self._deliver()
-            self._refresh_counts(time.monotonic())
+            now = time.monotonic()
+            self._refresh_counts(now)
+            if self._snapshot_due(now):
+                self._take_snapshot(now)
             if self._stop.is_set() and not batch and not len(queue):
                 self._apply_commands()
                 return
@@ -559,6 +736,9 @@ class Daemon:
         for i, p in chunk:
             try:
                 done.append((i, p, eng.add(p.automata, owner=p.id)))
+                if p.installed_at is None or p.installed_at < self._fed:
+                    p.installed_at = self._fed
+                self._changes += 1
             except EngineError as exc:
                 if strict:
                     self._forget(eng, [q.id for _, q, _ in done])
@@ -606,7 +786,14 @@ class Daemon:
                     ids = [p.id for _, p, _ in added[k:k + INSTALL_CHUNK]]
                     self.submit(lambda eng, ids=ids: self._forget(eng, ids)).result(timeout=60)
                 raise
-        subs = []
+        subs = self._adopt(added, errors, batch, persist)
+        self.store.save_shapes(self.shapes.export())
+        return subs
+
+    def _adopt(self, added: list, errors: list[dict], batch: list[_Pending], persist: bool) -> list[Subscription]:
+        """Make Subscriptions of what ``_add_chunk`` installed (and store them
+        when ``persist``); a restore logs those that failed."""
+        subs, installed_at = [], {}
         for i, p, published in added:
             if isinstance(published, EngineError):
                 errors.append(_bind_error(i, published))
@@ -614,6 +801,7 @@ class Daemon:
             internal = [s for s in published if s not in p.outputs]
             sub = Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created)
             self.subscriptions[p.id] = sub
+            installed_at[p.id] = p.installed_at
             self._index_readers(sub)
             subs.append(sub)
         if subs:
@@ -621,8 +809,8 @@ class Daemon:
         for e in errors:  # only a restore gets here with errors
             log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
         if persist:
-            self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created) for s in subs])
-        self.store.save_shapes(self.shapes.export())
+            self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
+                                                              installed_at[s.id]) for s in subs])
         return subs
 
     def _size_errors(self, autos) -> list[str]:
@@ -693,7 +881,7 @@ class Daemon:
                 doomed.update(readers)
             order = [s for s in reversed(self.subscriptions) if s in doomed]  # readers before what they read
             for s in order:
-                self.submit(lambda eng, s=s: eng.remove(s)).result(timeout=30)
+                self.submit(lambda eng, s=s: self._remove_owner(eng, s)).result(timeout=30)
                 self._index_readers(self.subscriptions.pop(s), remove=True)
                 self._instances.pop(s, None)
                 self.submit(lambda eng, s=s: self._owner_witnesses.pop(s, None))  # its only writer's thread
@@ -705,6 +893,10 @@ class Daemon:
             log.info("removed subscription %s and the subscriptions reading its outputs: %s", sid,
                      ", ".join(order[:-1]))
         return order
+
+    def _remove_owner(self, eng: Engine, sid: str) -> None:
+        eng.remove(sid)
+        self._changes += 1
 
     def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:
         """Every error (with positions) a registration would meet; registers nothing."""

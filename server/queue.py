@@ -33,7 +33,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import deque
-from operator import attrgetter, le
+from operator import attrgetter, itemgetter, le
 from typing import Callable, Sequence
 
 from server.engine import Event
@@ -44,6 +44,7 @@ class QueueClosed(Exception):
 
 
 _t1 = attrgetter("t1")
+_release_key = itemgetter(0, 1, 2)
 
 
 class DelayQueue:
@@ -150,6 +151,46 @@ class DelayQueue:
         self._size += len(part)
         self.accepted += len(part)
         return len(part)
+
+    # ------------------------------------------------------------------ snapshots and recovery
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The queue's lock: whoever holds it sees the queue (and the journal,
+        appended under it) stand still — a snapshot forks holding it."""
+        return self._lock
+
+    def export_state(self) -> dict:
+        """What a snapshot keeps of the queue (hold :attr:`lock`, or call it
+        in a forked copy): the waiting events in release order, as tuples,
+        and what decides lateness and release."""
+        keyed = [(ev.t1, seq, i, ev) for seq, evs, start in self._runs for i, ev in enumerate(evs[start:])]
+        keyed += [(t1, seq, 0, ev) for t1, seq, ev in self._heap]
+        keyed.sort(key=_release_key)
+        return {"events": [(ev.stream, ev.values, ev.t0, ev.t1) for _t, _s, _i, ev in keyed],
+                "last_released": self.last_released, "newest": self.newest}
+
+    def restore(self, events: Sequence[Event], state: dict | None = None) -> list[int]:
+        """Recovery, before the engine thread and the receivers start: put
+        back ``events`` (a snapshot's waiting events, then the journal's
+        records after it, in journal order) as if they were arriving now,
+        past the capacity bound and without journaling them again; with
+        ``state``, first the snapshot's lateness and release marks. Returns
+        the indexes refused as late (none, when the journal and snapshot agree)."""
+        late: list[int] = []
+        with self._lock:
+            if state is not None:
+                self.last_released = state["last_released"]
+                self.newest = state["newest"]
+            journal = getattr(self, "journal", None)
+            self.journal = None
+            try:
+                if events:
+                    self._insert(events, 0, late)
+            finally:
+                self.journal = journal
+            self._not_empty.notify()
+        return late
 
     # ------------------------------------------------------------------ the engine thread
 

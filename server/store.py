@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     kind TEXT NOT NULL CHECK (kind IN ('cel', 'air')),
     text TEXT NOT NULL,
     name TEXT,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    installed_at INTEGER                -- events the engine had taken when it was installed (see daemon)
 );
 CREATE TABLE IF NOT EXISTS shapes (    -- compiled CEL query shapes (air/cel/shapes.py), JSON
     key TEXT PRIMARY KEY,               -- includes the compiler's version
@@ -44,6 +45,9 @@ class StoredSubscription:
     text: str
     name: str | None
     created: float
+    #: how many events the engine had taken when the subscription was installed: a
+    #: recovery that replays the journal installs it again at that point (None: before any)
+    installed_at: int | None = None
 
 
 class Store:
@@ -56,6 +60,9 @@ class Store:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(subscriptions)")}
+        if "installed_at" not in columns:  # a store written before crash recovery existed
+            self._db.execute("ALTER TABLE subscriptions ADD COLUMN installed_at INTEGER")
 
     def close(self) -> None:
         with self._lock:
@@ -97,8 +104,9 @@ class Store:
         taken = max((int(s.id[1:]) for s in subs if s.id[:1] == "s" and s.id[1:].isdigit()), default=0)
         with self._lock, self._db:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
-                                 [(s.id, s.kind, s.text, s.name, s.created) for s in subs])
+            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created, installed_at) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)",
+                                 [(s.id, s.kind, s.text, s.name, s.created, s.installed_at) for s in subs])
             if taken:
                 self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
                                  "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)", (taken,))
@@ -109,7 +117,8 @@ class Store:
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
-            rows = self._db.execute("SELECT id, kind, text, name, created FROM subscriptions ORDER BY seq").fetchall()
+            rows = self._db.execute("SELECT id, kind, text, name, created, installed_at FROM subscriptions "
+                                    "ORDER BY seq").fetchall()
         return [StoredSubscription(*r) for r in rows]
 
     # -- compiled query shapes
