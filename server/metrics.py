@@ -88,6 +88,16 @@ class _Collector:
                                   "max_states or max_predicate_atoms", value=c.get("subscriptions_refused", 0))
         yield CounterMetricFamily("cayuga_instances_evicted", "Instances dropped because their subscription "
                                   "exceeded max_instances_per_subscription", value=c.get("instances_evicted", 0))
+        snap = d.snapshotter
+        yield CounterMetricFamily("cayuga_snapshots", "Snapshots of the processing state written by a forked "
+                                  "child (the shutdown one is not counted)", value=snap.taken)
+        yield CounterMetricFamily("cayuga_snapshot_failures", "Snapshot children that failed (the journal still "
+                                  "covers everything; the next one tries again)", value=snap.failed)
+        yield GaugeMetricFamily("cayuga_snapshot_pause_seconds", "How long the engine thread stood still for the "
+                                "last snapshot (the fork)", value=snap.last_pause)
+        yield GaugeMetricFamily("cayuga_snapshot_write_seconds", "How long the last snapshot child took",
+                                value=snap.last_seconds)
+        yield GaugeMetricFamily("cayuga_snapshot_bytes", "Size of the last snapshot", value=snap.last_bytes)
         yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
         yield GaugeMetricFamily("cayuga_epoch_lag", "Current time minus the engine's epoch, in time units",
                                 value=d.epoch_lag())

@@ -35,6 +35,8 @@ async def health(d: DaemonDep) -> dict:
         "status": status,
         "queue_stalled": stalled,
         "restored": {"done": d.restored, "total": d.restore_total},
+        # what this start recovered: the snapshot loaded, its instances and queued events, the journal replayed
+        "recovered": d.recovered,
         "engine_thread": alive,
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
         "engine_error": d.engine_error,
