@@ -30,6 +30,7 @@ from air.model import Automaton, StreamSchema
 from server.config import Settings
 from server.engine import Emission, Engine, EngineError, LateEvent
 from server.formats import witness_bytes
+from server.journal import Journal
 from server.limits import automaton_size_errors
 from server.metrics import Counters, make_registry
 from server.notifiers import ClientChannel, NotifierHub
@@ -155,6 +156,7 @@ class Daemon:
         self.subscriptions: dict[str, Subscription] = {}
         self.shapes = ShapeCache()  # compiled CEL query shapes (registrations and restores)
         self.receiver: TcpReceiver | None = None
+        self.journal: Journal | None = None  # opened by start() unless durability is off
         self._commands: stdqueue.Queue = stdqueue.Queue(maxsize=1000)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -258,6 +260,10 @@ class Daemon:
             self._declare_restored(name, attrs)
         stored = self.store.subscriptions()
         self.restore_total = len(stored)
+        if self.settings.durability != "off":
+            self.journal = Journal(self.settings.data_dir / "journal", self.settings.durability,
+                                   self.settings.journal_segment_bytes)
+            self.queue.journal = self.journal
         self.receiver = TcpReceiver(
             self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
             max_connections=self.settings.max_connections, max_line_bytes=self.settings.max_line_bytes,
@@ -265,7 +271,12 @@ class Daemon:
             max_per_address=self.settings.max_connections_per_address, idle_timeout=self.settings.idle_timeout,
             tokens=self.settings.auth_tokens, horizon=self.horizon, max_value_bytes=self.settings.max_value_bytes,
             stamp=self.settings.time == "clock")
-        self.receiver.start()
+        try:
+            self.receiver.start()
+        except BaseException:
+            if self.journal is not None:
+                self.journal.close()
+            raise
         self.started = True
         self._restore_thread = threading.Thread(target=self._restore_then_run, args=(stored,), name="cayuga-restore",
                                                 daemon=True)
@@ -347,6 +358,8 @@ class Daemon:
         self.drain(timeout)
         for ch in self.hub.channels():
             ch.close()
+        if self.journal is not None:
+            self.journal.close()  # after drain: the receivers and the engine thread have stopped
         self.store.close()
         self.started = False
         gc.unfreeze()  # what large batches froze (see _install) may be collected again, this daemon included
