@@ -105,6 +105,11 @@ class Settings(BaseModel):
                     raise ValueError(f"stream {stream}, attribute {name}: {exc}") from None
         return v
 
+    @field_validator("durability", mode="before")
+    @classmethod
+    def _off(cls, v):
+        return "off" if v is False else v  # YAML reads a bare off (config.yaml, CAYUGA_DURABILITY=off) as false
+
     @field_validator("time_unit_ms")
     @classmethod
     def _positive(cls, v: float) -> float:
