@@ -190,13 +190,22 @@ def build_engine(remove) -> None:
 _URL_HELP = "Base URL of the server's HTTP API."
 
 
-def _file_line(error: str, header_lines: int) -> str:
-    """A server error line with its line number counted in the file (the
-    connection's #token/#format lines taken off)."""
-    m = re.match(r"error line (\d+):", error)
-    if not m or not header_lines:
-        return error
-    return f"error line {int(m.group(1)) - header_lines}:{error[m.end():]}"
+#: Unacknowledged bytes ``cayuga send`` lets out before it waits for acknowledgements.
+SEND_WINDOW = 32 << 20
+#: Seconds ``cayuga send`` waits for an acknowledgement to move before it reconnects.
+ACK_STALL_SECONDS = 60.0
+
+
+def _default_sender_id(path: str, size: int) -> str:
+    """``send-<hash>``: the same file (absolute path and size) gets the same id."""
+    import hashlib
+
+    where = "-" if path == "-" else str(Path(path).resolve())
+    return "send-" + hashlib.sha256(f"{where}\0{size}".encode()).hexdigest()[:24]
+
+
+class _Lost(Exception):
+    """The connection was lost (or refused): reconnect and resume."""
 
 
 @main.command()
@@ -208,40 +217,161 @@ def _file_line(error: str, header_lines: int) -> str:
 @click.option("--rate", type=float, default=None, help="Events per second (default: as fast as possible).")
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None,
               help="API token (or CAYUGA_TOKEN); sent as the connection's first line '#token <token>'.")
-def send(events_path, url, tcp_port, fmt, rate, token) -> None:
-    """Send an event file to a running server's TCP port, with a progress bar."""
+@click.option("--sender-id", default=None,
+              help="The id the server tracks this file's progress by (#sender); default: derived from "
+                   "the file's absolute path and size, so sending the same file again resumes it.")
+@click.option("--retry-for", type=click.FloatRange(0), default=60.0, show_default=True,
+              help="Seconds to keep reconnecting (exponential backoff) after the connection is lost or "
+                   "refused; each reconnection resumes where the server's journal stands.")
+def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> None:
+    """Send an event file to a running server's TCP port, with a progress bar.
+
+    Every line is delivered exactly once: the connection names a sender
+    (#sender) and asks for acknowledgements (#ack); when it is lost (the
+    server restarts, the network fails), cayuga send reconnects for up to
+    --retry-for seconds and goes on from the line the server says it has
+    journaled (#resume N). It exits once every line is acknowledged: 0 when
+    none was rejected, 1 when some was (each reported with its file line
+    number) or when the server could not be reached in time."""
     import time
 
     from tqdm import tqdm
 
     from clients.client import CayugaClient, TcpSender
+    from server.receivers import SENDER_ID
 
-    client = CayugaClient(url, token=token, tcp_port=tcp_port)
-    try:
-        host, port = client.tcp_address()
-        sender = TcpSender(host, port, fmt=fmt, token=token)
-    except Exception as exc:  # noqa: BLE001 - any connection problem is reported plainly
-        _fail(f"cannot reach the server at {url}: {exc}")
     with click.open_file(events_path, "rb") as fh:
         data = fh.read()
     total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    sender_id = sender_id or _default_sender_id(events_path, len(data))
+    if not SENDER_ID.fullmatch(sender_id):
+        _fail(f"--sender-id {sender_id!r}: 1-128 characters of A-Z a-z 0-9 . _ : -")
+    client = CayugaClient(url, token=token, tcp_port=tcp_port)
+    errors: dict[int, str] = {}  # by file line: a line resent after a reconnection may be reported twice
+    other: list[str] = []
+    sent = acked = 0
+    lost_since = None  # when the connection was first lost, for --retry-for
+    backoff = 0.1
+    last_problem = ""
     start = time.monotonic()
+    address = None
+    bar = tqdm(total=total, unit="ev", unit_scale=True, disable=None)
     try:
-        with tqdm(total=total, unit="ev", unit_scale=True, disable=None) as bar:
-            for block, n in _send_blocks(data, rate):
-                if rate:
-                    delay = start + (sender.sent + n) / rate - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                sender.send_lines(block, n)
-                bar.update(n)
-    except OSError as exc:
-        _fail(f"the connection to {host}:{port} failed after {sender.sent} lines: {exc}")
-    errors = sender.close()
-    for e in errors:
-        click.echo(f"{events_path}: {_file_line(e, sender.header_lines)}", err=True)
-    click.echo(f"cayuga: sent {sender.sent} lines, {len(errors)} rejected", err=True)
+        while True:
+            sender = None
+            try:
+                try:
+                    if address is None:
+                        address = client.tcp_address()
+                    sender = TcpSender(*address, fmt=fmt, token=token, sender_id=sender_id, ack=True)
+                except Exception as exc:  # noqa: BLE001 - refused, reset, an HTTP error: all mean retry
+                    raise _Lost(f"cannot reach the server at {url}: {exc}") from None
+                resume = sender.resume
+                if resume > total:
+                    bar.close()
+                    _fail(f"the server has journaled {resume} lines of sender {sender_id}, more than the "
+                          f"{total} lines of {events_path}: give another --sender-id", code=1)
+                lost_since, backoff = None, 0.1
+                first = resume
+                if fmt == "csv" and resume:  # the header line must come again: resend, the server drops what it has
+                    first = 0
+                    sender.send_from(0)
+                acked = max(acked, resume)
+                sent = _send_acked(sender, data, first, total, rate, start, bar)
+                if not sender.wait_acked(total, ACK_STALL_SECONDS) and not sender.ended:
+                    raise _Lost("no acknowledgement for %g s" % ACK_STALL_SECONDS)
+                acked = max(acked, sender.acked)
+                if acked < total:
+                    raise _Lost(_ended(sender) or "the connection ended before every line was acknowledged")
+                _collect(sender.close(), errors, other)
+                break
+            except (_Lost, OSError) as exc:
+                if sender is not None:
+                    acked = max(acked, sender.acked)
+                    with contextlib.suppress(OSError):
+                        sender.sock.close()
+                    _collect(sender.errors, errors, other)
+                last_problem = str(exc) or type(exc).__name__
+                now = time.monotonic()
+                lost_since = lost_since or now
+                if now - lost_since >= retry_for:
+                    bar.close()
+                    click.echo(f"cayuga: gave up after {retry_for:g} s of retries: {last_problem}; "
+                               f"{acked} of {total} lines acknowledged", err=True)
+                    sys.exit(1)
+                time.sleep(min(backoff, max(retry_for - (now - lost_since), 0)))
+                backoff = min(backoff * 2, 5.0)
+                address = address if tcp_port else None  # the server may come back on another port
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"cayuga: interrupted; {acked} of {total} lines acknowledged", err=True)
+        sys.exit(130)
+    bar.close()
+    for line in sorted(errors):
+        click.echo(f"{events_path}: {errors[line]}", err=True)
+    for e in other:
+        click.echo(f"{events_path}: {e}", err=True)
+    click.echo(f"cayuga: sent {total} lines, {len(errors)} rejected, {acked} acknowledged", err=True)
     sys.exit(1 if errors else 0)
+
+
+def _send_acked(sender, data: bytes, first: int, total: int, rate, start: float, bar) -> int:
+    """Send ``data`` from its line ``first + 1`` on, keeping at most
+    SEND_WINDOW bytes unacknowledged; returns the line reached (``total``)."""
+    import time
+    from collections import deque
+
+    pos = _offset_of_line(data, first)
+    line = first
+    marks: deque[tuple[int, int]] = deque()  # (line reached, byte offset) at the end of each block not acked
+    acked_pos = pos
+    bar.n = first
+    bar.refresh()
+    for block, n in _send_blocks(data[pos:], rate):
+        if rate:
+            delay = start + (line + n) / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        while True:
+            while marks and marks[0][0] <= sender.acked:
+                acked_pos = marks.popleft()[1]
+            if not marks or pos - acked_pos <= SEND_WINDOW:
+                break
+            if not sender.wait_acked(marks[0][0], ACK_STALL_SECONDS):
+                raise _Lost(_ended(sender) or "no acknowledgement for %g s" % ACK_STALL_SECONDS)
+        sender.send_lines(block, n)
+        pos += len(block)
+        line += n
+        marks.append((line, pos))
+        bar.update(n)
+    return line
+
+
+def _offset_of_line(data: bytes, k: int) -> int:
+    """Byte offset of line ``k + 1`` (after ``k`` lines)."""
+    pos = 0
+    for _ in range(k):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return len(data)
+        pos = nl + 1
+    return pos
+
+
+def _ended(sender) -> str:
+    """What the server said when it closed the connection, if anything."""
+    said = [e for e in sender.errors if e.startswith("error:")]
+    return said[-1] if said else ("the server closed the connection" if sender.ended else "")
+
+
+def _collect(lines: list[str], errors: dict[int, str], other: list[str]) -> None:
+    for e in lines:
+        m = re.match(r"error line (\d+):", e)
+        if m:
+            errors[int(m.group(1))] = e
+        elif e not in other and not e.startswith("error:"):
+            other.append(e)
+    lines.clear()
 
 
 def _send_blocks(data: bytes, rate: float | None, size: int = 1 << 18):

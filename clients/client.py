@@ -165,10 +165,17 @@ class TcpSender:
     never stalls on them; :meth:`close` returns them all. With ``token`` the
     connection starts with ``#token <token>`` (servers with auth_tokens want
     it). ``header_lines`` is how many lines it sent before the first event
-    (the server's error lines count them)."""
+    (the server's error lines count them).
+
+    With ``sender_id`` the connection says ``#sender <id>`` and reads the
+    server's ``#resume N`` (:attr:`resume`: lines of this sender already
+    journaled); with ``ack`` it asks for ``#ack n`` lines (:attr:`acked`, see
+    :meth:`wait_acked`). Error line numbers then count the sender's data lines
+    (:attr:`header_lines` is 0). ``from_line`` sends ``#from K`` (the first
+    line sent is the sender's line K+1)."""
 
     def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0,
-                 token: str | None = None) -> None:
+                 token: str | None = None, sender_id: str | None = None, ack: bool = False) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         # lines go out as they are sent: Nagle's algorithm held small writes back
         # for the server's delayed ACK (tens of milliseconds at 10K events/s)
@@ -176,16 +183,45 @@ class TcpSender:
         self.timeout = timeout
         self.errors: list[str] = []
         self.sent = 0
-        self._reader = threading.Thread(target=self._read_errors, name="tcp-sender-errors", daemon=True)
-        self._reader.start()
-        header = (f"#token {token}\n" if token else "") + (f"#format {fmt}\n" if fmt != "jsonl" else "")
-        self.header_lines = header.count("\n")
-        if header:
-            self.sock.sendall(header.encode())
-
-    def _read_errors(self) -> None:
+        self.acked = 0
+        self.resume = 0
+        self.ended = False  # the server closed the connection (or it failed)
+        self._cond = threading.Condition()
+        header = ((f"#token {token}\n" if token else "") + (f"#format {fmt}\n" if fmt != "jsonl" else "")
+                  + (f"#sender {sender_id}\n" if sender_id else "") + ("#ack\n" if ack else ""))
+        self.header_lines = 0 if (sender_id or ack) else header.count("\n")
         buf = b""
+        try:
+            if header:
+                self.sock.sendall(header.encode())
+            if sender_id:  # wait for "#resume N" (an "error: ..." line if refused)
+                while b"\n" not in buf:
+                    chunk = self.sock.recv(65536)
+                    if not chunk:
+                        raise ConnectionError("the server closed the connection before answering #sender")
+                    buf += chunk
+                line, _, buf = buf.partition(b"\n")
+                text = line.decode(errors="replace").strip()
+                if not text.startswith("#resume "):
+                    raise ConnectionError(f"the server answered #sender with: {text}")
+                self.resume = int(text.split()[1])
+        except BaseException:
+            self.sock.close()
+            raise
+        self._reader = threading.Thread(target=self._read_errors, args=(buf,), name="tcp-sender-errors",
+                                        daemon=True)
+        self._reader.start()
+
+    def _read_errors(self, buf: bytes = b"") -> None:
         while True:
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.startswith(b"#ack "):
+                    with self._cond:
+                        self.acked = max(self.acked, int(line[5:]))
+                        self._cond.notify_all()
+                elif line:
+                    self.errors.append(line.decode(errors="replace"))
             try:
                 chunk = self.sock.recv(65536)
             except socket.timeout:
@@ -195,10 +231,22 @@ class TcpSender:
             if not chunk:
                 break
             buf += chunk
-            *lines, buf = buf.split(b"\n")
-            self.errors.extend(line.decode(errors="replace") for line in lines if line)
         if buf.strip():
             self.errors.append(buf.decode(errors="replace"))
+        with self._cond:
+            self.ended = True
+            self._cond.notify_all()
+
+    def wait_acked(self, n: int, timeout: float) -> bool:
+        """Wait until the server has acknowledged ``n`` lines (or the
+        connection ended, or ``timeout`` s passed); whether it has."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.acked >= n or self.ended, timeout)
+            return self.acked >= n
+
+    def send_from(self, k: int) -> None:
+        """Say that the next line sent is the sender's line ``k + 1`` (``#from k``)."""
+        self.sock.sendall(f"#from {k}\n".encode())
 
     def send(self, event: dict | str) -> None:
         line = event if isinstance(event, str) else json.dumps(event)

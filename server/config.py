@@ -85,6 +85,12 @@ class Settings(BaseModel):
     client_buffer: int = Field(100_000, ge=1)
     slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
     auth_tokens: list[str] = []
+    #: The event journal (server/journal.py): "fsync" acknowledges events once synced to disk
+    #: (survives power loss), "write" once written to the OS (survives kill -9 of the server),
+    #: "off" keeps no journal (acknowledged once queued; a crash loses what is queued).
+    durability: Literal["fsync", "write", "off"] = "fsync"
+    #: A new journal segment starts beyond this many bytes.
+    journal_segment_bytes: int = Field(64 << 20, ge=4096)
     shutdown_timeout: float = Field(10.0, gt=0)
     #: A snapshot of the processing state at most this many seconds apart (0: only at shutdown) ...
     snapshot_seconds: float = Field(60.0, ge=0)
@@ -102,6 +108,11 @@ class Settings(BaseModel):
                 except ModelError as exc:
                     raise ValueError(f"stream {stream}, attribute {name}: {exc}") from None
         return v
+
+    @field_validator("durability", mode="before")
+    @classmethod
+    def _off(cls, v):
+        return "off" if v is False else v  # YAML reads a bare off (config.yaml, CAYUGA_DURABILITY=off) as false
 
     @field_validator("time_unit_ms")
     @classmethod

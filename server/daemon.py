@@ -30,6 +30,7 @@ from air.model import Automaton, StreamSchema
 from server.config import Settings
 from server.engine import Emission, Engine, EngineError, Event, LateEvent
 from server.formats import witness_bytes
+from server.journal import Journal
 from server.limits import automaton_size_errors
 from server.metrics import Counters, make_registry
 from server.notifiers import ClientChannel, NotifierHub
@@ -157,6 +158,7 @@ class Daemon:
         self.subscriptions: dict[str, Subscription] = {}
         self.shapes = ShapeCache()  # compiled CEL query shapes (registrations and restores)
         self.receiver: TcpReceiver | None = None
+        self.journal: Journal | None = None  # opened by start() unless durability is off
         self._commands: stdqueue.Queue = stdqueue.Queue(maxsize=1000)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -182,7 +184,6 @@ class Daemon:
         self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
         # crash safety (see server/snapshot.py and _recover); the engine thread writes these
         self.witness_seq: dict[str, int] = {}  # subscription -> last witness sequence number given
-        self.journal = None  # the event journal (durability fsync/write), None with durability off
         self._fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
         self._due: deque[tuple[int, list[_Pending]]] = deque()  # a replay installs these at these _fed points
         self._changes = 0  # subscriptions installed or removed (a snapshot is due after a change too)
@@ -193,6 +194,8 @@ class Daemon:
         self._snap_changes = 0
         self._snap_at = time.monotonic()
         self.recovered: dict = {}  # what the last start recovered (logged; /health)
+        # set once recovery has put back what the queue held: new events (TCP, POST /events) wait for it
+        self.accepting = threading.Event()
 
     # ------------------------------------------------------------------ clock
 
@@ -273,14 +276,23 @@ class Daemon:
             self._declare_restored(name, attrs)
         stored = self.store.subscriptions()
         self.restore_total = len(stored)
+        if self.settings.durability != "off":
+            self.journal = Journal(self.settings.data_dir / "journal", self.settings.durability,
+                                   self.settings.journal_segment_bytes)
+            self.queue.journal = self.journal
         self.receiver = TcpReceiver(
             self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
             max_connections=self.settings.max_connections, max_line_bytes=self.settings.max_line_bytes,
             time_unit_ms=self.settings.time_unit_ms, streams=lambda: list(self.declared),
             max_per_address=self.settings.max_connections_per_address, idle_timeout=self.settings.idle_timeout,
             tokens=self.settings.auth_tokens, horizon=self.horizon, max_value_bytes=self.settings.max_value_bytes,
-            stamp=self.settings.time == "clock")
-        self.receiver.start()
+            stamp=self.settings.time == "clock", gate=self.accepting)
+        try:
+            self.receiver.start()
+        except BaseException:
+            if self.journal is not None:
+                self.journal.close()
+            raise
         self.started = True
         self._restore_thread = threading.Thread(target=self._restore_then_run, args=(stored,), name="cayuga-restore",
                                                 daemon=True)
@@ -301,6 +313,15 @@ class Daemon:
         found = self.snapshots.load_latest()
         snap, snap_file = found if found is not None else (None, None)
         exact = self._replayable(snap_file)
+        # the queue first: what waited in it, then the journal after the snapshot, all before any new
+        # event (the receivers and POST /events wait for `accepting`), so arrival order stays journal order
+        if snap is not None:
+            queued = [Event(*t) for t in snap["queue"]["events"]]
+            self.queue.restore(queued, snap["queue"])
+            self.recovered.update(snapshot=snap_file.path.name, queued=len(queued))
+        if exact:
+            self._replay(snap_file.journal if snap_file else 0)
+        self.accepting.set()
         fed = snap["fed"] if snap is not None else 0
         early = [st for st in stored if not exact or st.installed_at is None or st.installed_at <= fed]
         later = [st for st in stored if exact and st.installed_at is not None and st.installed_at > fed]
@@ -316,8 +337,6 @@ class Daemon:
         self._fed = fed if exact else max([fed] + [st.installed_at or 0 for st in stored])
         if snap is not None:
             self._load_snapshot(snap, snap_file, exact)
-        if exact:
-            self._replay(snap_file.journal if snap_file else 0)
         with self._start_lock:
             if self._stop.is_set():
                 return
@@ -385,10 +404,10 @@ class Daemon:
             self._adopt(self._add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending, False)
 
     def _load_snapshot(self, snap: dict, snap_file: SnapshotFile, exact: bool) -> None:
-        """Put a snapshot's state into the engine and the queue (before the
-        engine thread starts). Without an exact replay the witness numbers
-        go on from the witness log's where that is further (fresh numbers for
-        fresh witnesses) and the queued events are still put back."""
+        """Put a snapshot's state into the engine (before the engine thread
+        starts; its queued events are back already). Without an exact replay
+        the witness numbers go on from the witness log's where that is
+        further (fresh numbers for fresh witnesses)."""
         try:
             counts = self.engine.import_state(snap["engine"])
         except EngineError as exc:
@@ -400,15 +419,13 @@ class Daemon:
             for sid, n in self.witness_seq.items():
                 seqs[sid] = max(n, seqs.get(sid, 0))
         self.witness_seq = seqs
-        queued = [Event(*t) for t in snap["queue"]["events"]]
-        self.queue.restore(queued, snap["queue"])
         self._snap_fed, self._snap_changes = snap["fed"], self._changes
-        self.recovered.update(snapshot=snap_file.path.name, instances=counts["instances"], queued=len(queued))
+        self.recovered.update(instances=counts["instances"])
         if counts["clashes"]:
             log.warning("snapshot %s: %d nodes of the saved network are merged now; their instances were joined",
                         snap_file.path.name, counts["clashes"])
         log.info("loaded snapshot %s: %d instances, %d queued events, %d events taken before it",
-                 snap_file.path.name, counts["instances"], len(queued), snap["fed"])
+                 snap_file.path.name, counts["instances"], len(snap["queue"]["events"]), snap["fed"])
 
     def _replay(self, after: int) -> None:
         """Put the journal's records after position ``after`` back on the
@@ -514,6 +531,8 @@ class Daemon:
         self.drain(timeout)
         for ch in self.hub.channels():
             ch.close()
+        if self.journal is not None:
+            self.journal.close()  # after drain: the receivers and the engine thread have stopped
         self.store.close()
         self.started = False
         gc.unfreeze()  # what large batches froze (see _install) may be collected again, this daemon included

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 if TYPE_CHECKING:  # pragma: no cover
     from server.daemon import Daemon
@@ -98,6 +98,29 @@ class _Collector:
         yield GaugeMetricFamily("cayuga_snapshot_write_seconds", "How long the last snapshot child took",
                                 value=snap.last_seconds)
         yield GaugeMetricFamily("cayuga_snapshot_bytes", "Size of the last snapshot", value=snap.last_bytes)
+        yield CounterMetricFamily("cayuga_tcp_duplicates_dropped", "Lines a #sender connection sent again "
+                                  "(#from K below #resume N) and that were dropped",
+                                  value=c.get("duplicates_dropped", 0))
+        yield CounterMetricFamily("cayuga_tcp_protocol_errors", "TCP connections closed for a bad #sender, "
+                                  "#from or a sender id already connected", value=c.get("tcp_protocol_errors", 0))
+        j = d.journal
+        if j is not None:
+            yield CounterMetricFamily("cayuga_journal_records", "Records appended to the event journal",
+                                      value=j.records)
+            yield CounterMetricFamily("cayuga_journal_bytes", "Bytes appended to the event journal", value=j.bytes)
+            yield CounterMetricFamily("cayuga_journal_syncs", "fdatasync rounds of the journal (durability: fsync)",
+                                      value=j.syncs)
+            buckets, total = [], 0
+            for le, n in zip((*map(str, journal_buckets()), "+Inf"), j.sync_buckets):
+                total += n
+                buckets.append((le, total))
+            sync = HistogramMetricFamily("cayuga_journal_sync_seconds", "Time of one journal sync round")
+            sync.add_metric([], buckets, sum_value=j.sync_seconds)
+            yield sync
+            yield CounterMetricFamily("cayuga_journal_torn_tails", "Torn or corrupt journal tails cut off when "
+                                      "the journal was opened", value=j.torn)
+            yield GaugeMetricFamily("cayuga_journal_position", "Position of the last journal record appended",
+                                    value=j.appended)
         yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
         yield GaugeMetricFamily("cayuga_epoch_lag", "Current time minus the engine's epoch, in time units",
                                 value=d.epoch_lag())
@@ -112,6 +135,12 @@ class _Collector:
         for sid, n in d.instance_counts().items():
             inst.add_metric([sid], n)
         yield inst
+
+
+def journal_buckets():
+    from server.journal import SYNC_BUCKETS
+
+    return SYNC_BUCKETS
 
 
 def make_registry(daemon: "Daemon") -> tuple[CollectorRegistry, Histogram]:

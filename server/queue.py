@@ -19,6 +19,15 @@ With ``event_time`` the clock is the events' own: the watermark is the newest
 ``t1`` received, and an event leaves once ``t1 <= newest - T`` (replays of old
 events; the ``time: event`` setting).
 
+**The journal.** With :attr:`DelayQueue.journal` set (by the daemon), every
+part of a block the queue accepts is appended to it as one record *under the
+queue lock, in* :meth:`DelayQueue._insert`, with the events actually kept
+(late ones dropped): the journal's order is the queue's arrival order, which
+recovery relies on when it puts the records back in journal order. A part
+whose events were all late still writes a record when it has a sender, to
+keep the sender's progress. Without a journal (``durability: off``) the
+senders' progress is kept in memory (:meth:`DelayQueue.progress`).
+
 The engine thread waits on a condition and is woken by new events, by
 :meth:`DelayQueue.wake` (a subscription change to apply) or when the head's
 release time comes; it never polls.
@@ -34,9 +43,15 @@ import time
 from bisect import bisect_left
 from collections import deque
 from operator import attrgetter, itemgetter, le
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from server.engine import Event
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.journal import Journal
+
+#: ``meta(end)`` -> (sender, lines_done) of the record of a part ending at input index ``end``.
+Meta = Callable[[int], "tuple[str | None, int | None]"]
 
 
 class QueueClosed(Exception):
@@ -74,6 +89,25 @@ class DelayQueue:
         self.newest = None  # the largest t1 accepted (the watermark with event_time)
         self.late = 0
         self.accepted = 0
+        #: The write-ahead journal every accepted part goes to (None: durability off).
+        self.journal: Journal | None = None
+        self._progress: dict[str, int] = {}  # sender -> lines handled, when there is no journal
+
+    def progress(self, sender: str) -> int:
+        """Data lines of ``sender`` handled so far (journaled, or queued without a journal)."""
+        table = self.journal.senders if self.journal is not None else self._progress
+        return table.get(sender, 0)
+
+    def record_progress(self, sender: str, lines_done: int) -> None:
+        """Note that ``sender``'s lines up to ``lines_done`` are handled, with no
+        event to queue (a block of refused lines): an event-less journal record."""
+        with self._lock:
+            if self._closed:
+                raise QueueClosed("the server is shutting down")
+            if self.journal is not None:
+                self.journal.append([], sender, lines_done)
+            else:
+                self._progress[sender] = lines_done
 
     def __len__(self) -> int:
         return self._size
@@ -87,14 +121,18 @@ class DelayQueue:
 
     def put_batch(self, events: Sequence[Event], timeout: float | None = None,
                   on_accepted: Callable[[int], None] | None = None,
-                  cancel: threading.Event | None = None) -> list[int]:
+                  cancel: threading.Event | None = None, meta: Meta | None = None) -> list[int]:
         """Enqueue ``events`` (in the order given), blocking while the queue is
         full; returns the indexes of those refused as late (older than an
         event already released; counted). ``on_accepted(n)`` is called as each
         part of the block is accepted. Raises TimeoutError when the queue stayed
         full for ``timeout`` seconds (the part before stays queued) and
         QueueClosed when the server is shutting down or ``cancel`` is set while
-        waiting for room."""
+        waiting for room.
+
+        Each part inserted, ending at input index ``end`` (exclusive), is one
+        journal record (under the lock); ``meta(end)`` gives its ``(sender,
+        lines_done)``: the sender's data lines fully handled once that part is in."""
         deadline = None if timeout is None else time.monotonic() + timeout
         late: list[int] = []
         done = 0
@@ -112,16 +150,19 @@ class DelayQueue:
                     raise QueueClosed("the server is shutting down")
                 room = self.capacity - self._size
                 part = events[done:done + room] if done or room < n else events
-                accepted = self._insert(part, done, late)
                 done += len(part)
+                accepted = self._insert(part, done - len(part), late, meta(done) if meta is not None else None)
                 if accepted:
                     self._not_empty.notify()
             if on_accepted is not None and accepted:
                 on_accepted(accepted)
         return late
 
-    def _insert(self, part: Sequence[Event], offset: int, late: list[int]) -> int:
-        """Add ``part`` (under the lock); late ones go to ``late`` by index."""
+    def _insert(self, part: Sequence[Event], offset: int, late: list[int],
+                record: tuple[str | None, int | None] | None = None) -> int:
+        """Add ``part`` (under the lock); late ones go to ``late`` by index.
+        What is kept is journaled first, as one record with ``record``'s
+        (sender, lines_done); a journal that fails leaves the queue as it was."""
         floor = self.last_released
         ordered = _ordered(part)
         if floor is not None and part and (part[0].t1 if ordered else min(map(_t1, part))) < floor:
@@ -131,8 +172,17 @@ class DelayQueue:
                     late.append(offset + i)
                 else:
                     kept.append(ev)
-            self.late += len(part) - len(kept)
+            dropped = len(part) - len(kept)
             part = kept
+        else:
+            dropped = 0
+        sender, lines_done = record if record is not None else (None, None)
+        if self.journal is not None:
+            if part or sender is not None:
+                self.journal.append(part, sender, lines_done)
+        elif sender is not None and lines_done is not None:
+            self._progress[sender] = lines_done
+        self.late += dropped
         if not part:
             return 0
         seq = next(self._seq)

@@ -24,6 +24,37 @@ otherwise the client gets ``error line 1: ...`` and is closed. An event whose
 ``t1`` is more than ``max_future`` seconds ahead of the clock, or with a string
 value longer than ``max_value_bytes``, gets an error line like any bad line.
 
+**Acknowledged ingestion.** Two more header lines may come first (with
+``#token`` and ``#format``, in any order after ``#token``):
+
+- ``#sender <id>`` (1-128 characters of ``[A-Za-z0-9._:-]``): the server
+  answers ``#resume <N>``, N being the data lines of this sender already
+  journaled (:attr:`Journal.senders`; in memory with ``durability: off``), and
+  numbers this connection's data lines from N+1 on. The client may then send
+  ``#from <K>`` (K <= N): its first data line is the sender's line K+1; the
+  server drops lines K+1..N as duplicates (``cayuga_tcp_duplicates_dropped``).
+  K > N is refused (``error: #from K is beyond ...``) and the connection
+  closed. A second live connection with the id of one still open is refused
+  (``error: sender <id> is already connected ...``) and closed: the older one
+  keeps its place until it ends (it may still be queuing lines; the client
+  retries).
+- ``#ack``: the server writes ``#ack <n>`` lines, n being the cumulative data
+  lines of this sender that are *durable* (journaled and synced per the
+  ``durability`` setting; refused lines count as handled once their block is).
+  After each block it acknowledges what is already durable without waiting;
+  when there is nothing more to read yet it waits (at most POLL) for the rest
+  to become durable and acknowledges it; at EOF it waits (at most
+  FINAL_ACK_SECONDS) and acknowledges the rest before closing. Acks are
+  cumulative and sent without blocking: a client that does not read them gets
+  only the newest one once its socket has room again, and never holds up
+  anything.
+
+With ``#sender`` or ``#ack``, the line numbers of ``error line N:`` count the
+sender's data lines (header lines excluded, from N+1 after ``#resume N``, or
+K+1 after ``#from K``): the numbers of a file's lines when a client sends a
+file. Without them they count every line of the connection, as before, and
+events are still journaled (with no sender).
+
 Whatever whole lines one read brings (up to :data:`RECV_BYTES`) are decoded as
 one block (``Decoder.decode_batch``) and queued as one block
 (``DelayQueue.put_batch``); line numbers count over the whole connection.
@@ -33,12 +64,16 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
+import select
 import socket
 import threading
 import time
 from typing import Callable, Iterable
 
-from server.formats import FORMATS, make_decoder
+from collections import deque
+
+from server.formats import FORMATS, CsvDecoder, make_decoder
 from server.limits import AddressSlots, refusals, without
 from server.metrics import Counters
 from server.queue import DelayQueue, QueueClosed
@@ -53,6 +88,33 @@ RECV_BYTES = 1 << 16
 AUTH_SECONDS = 10.0
 #: Why a connection was refused or closed: the label of cayuga_tcp_refusals_total.
 REFUSALS = ("max_connections", "per_address", "idle", "auth")
+#: A sender id (``#sender <id>``).
+SENDER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+#: The header lines a connection may start with (after ``#token``).
+HEADERS = (b"#format", b"#sender", b"#ack", b"#from")
+#: Seconds the last acknowledgement waits for durability once a client has sent everything.
+FINAL_ACK_SECONDS = 10.0
+
+
+class _Session:
+    """One connection's protocol state (touched by its own thread only)."""
+
+    __slots__ = ("sender", "ack", "resume", "base", "headers", "shift", "skip", "pending", "acked", "due",
+                 "unsent", "numbered")
+
+    def __init__(self) -> None:
+        self.sender: str | None = None
+        self.ack = False
+        self.resume = 0  # N of #resume N
+        self.base: int | None = None  # K of #from K
+        self.headers = True  # still reading header lines
+        self.numbered = False  # data lines numbered per sender (with #sender or #ack)
+        self.shift = 0  # sender's line number = connection line number + shift
+        self.skip = 0  # duplicate lines still to drop
+        self.pending: deque[tuple[int, int]] = deque()  # (journal position, lines done) not yet acked
+        self.acked = 0
+        self.due: int | None = None  # an ack not yet written (the socket had no room)
+        self.unsent = b""  # the rest of a line the socket took only part of
 
 
 class TcpReceiver:
@@ -61,11 +123,14 @@ class TcpReceiver:
                  time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple,
                  max_per_address: int = 16, idle_timeout: float = 300.0, tokens: Iterable[str] = (),
                  horizon: Callable[[], float | None] = lambda: None, max_value_bytes: int = 1 << 16,
-                 stamp: bool = True) -> None:
+                 stamp: bool = True, gate: threading.Event | None = None) -> None:
         """``catalog`` maps a stream name to its schema (or None); ``streams()``
         names the streams to prepare typed decoding for on each connection;
         ``horizon()`` the latest t1 accepted now (None: no bound); ``stamp``
-        whether events without timestamps get the clock's time (else refused)."""
+        whether events without timestamps get the clock's time (else refused);
+        ``gate``: connections are accepted once it is set (they wait in the
+        listen backlog while a recovery puts back the journal's events)."""
+        self.gate = gate
         self.host = host
         self.requested_port = port
         self.queue = queue
@@ -87,6 +152,8 @@ class TcpReceiver:
         self._listener: threading.Thread | None = None
         self._conns: dict[threading.Thread, socket.socket] = {}
         self._muted: set[socket.socket] = set()  # connections that stopped reading their error lines
+        self._senders: set[str] = set()  # sender ids of the open connections
+        self._sessions: dict[socket.socket, _Session] = {}
         self._lock = threading.Lock()
 
     @property
@@ -129,6 +196,9 @@ class TcpReceiver:
 
     def _accept_loop(self) -> None:
         assert self._sock is not None
+        while self.gate is not None and not self.gate.wait(POLL):  # recovery: connections wait in the backlog
+            if self._stop.is_set():
+                return
         while not self._stop.is_set():
             try:
                 conn, addr = self._sock.accept()
@@ -152,8 +222,10 @@ class TcpReceiver:
             t.start()
 
     def _serve(self, conn: socket.socket, addr) -> None:
+        st = _Session()
+        self._sessions[conn] = st
         try:
-            self._read_lines(conn)
+            self._read_lines(conn, st)
         except OSError as exc:
             log.debug("connection %s ended: %s", addr, exc)
         finally:
@@ -163,6 +235,9 @@ class TcpReceiver:
                 with self._lock:
                     self._conns.pop(threading.current_thread(), None)
                     self._muted.discard(conn)
+                    self._sessions.pop(conn, None)
+                    if st.sender is not None:
+                        self._senders.discard(st.sender)
                 self._slots.release()
                 self._addresses.release(addr[0])
 
@@ -178,10 +253,12 @@ class TcpReceiver:
         finally:
             conn.close()
 
-    def _blocks(self, conn: socket.socket):
+    def _blocks(self, conn: socket.socket, idle_work: Callable[[], bool] | None = None):
         """Yield ``(first_line_number, block)`` until EOF or stop: ``block`` is
         whole lines (bytes, newline-terminated but for a final line at EOF), or
-        None for one line longer than ``max_line_bytes`` (skipped to its end)."""
+        None for one line longer than ``max_line_bytes`` (skipped to its end).
+        ``idle_work()`` (True when it has work) is run when nothing is there to
+        read yet, before waiting for more (acknowledgements)."""
         buf = b""
         number = 1  # of the first line in buf
         skipping = False
@@ -189,6 +266,8 @@ class TcpReceiver:
         idle = min(self.idle_timeout, AUTH_SECONDS) if self.tokens else self.idle_timeout
         heard = time.monotonic()  # when the last complete line came (or the connection opened)
         while not self._stop.is_set():
+            if idle_work is not None:
+                idle_work()
             try:
                 chunk = conn.recv(RECV_BYTES)
             except socket.timeout:
@@ -240,11 +319,16 @@ class TcpReceiver:
         if start < len(lines):
             yield number + start, b"\n".join(lines[start:]) + b"\n"
 
-    def _read_lines(self, conn: socket.socket) -> None:
+    def _read_lines(self, conn: socket.socket, st: _Session) -> None:
         decoder = self._decoder("jsonl")
-        first = True
         authenticated = not self.tokens
-        for number, block in self._blocks(conn):
+        header_lines = 0  # lines before the first data line
+
+        def idle_work() -> None:
+            if (st.pending or st.due is not None or st.unsent) and not select.select([conn], [], [], 0)[0]:
+                self._acknowledge(conn, st, wait=POLL)
+
+        for number, block in self._blocks(conn, idle_work):
             if not authenticated:
                 if block is None or not self._authenticate(block.partition(b"\n")[0]):
                     self.counters.add("tcp_refused_auth")
@@ -254,29 +338,48 @@ class TcpReceiver:
                 authenticated = True
                 block = block.partition(b"\n")[2]
                 number += 1
+                header_lines = 1
                 if not block:
                     continue
-            if block is None:
-                self._reject(conn, number, f"line longer than {self.max_line_bytes} bytes")
-                first = False
-                continue
-            if first:
-                first = False
-                if block.startswith(b"#format"):
-                    header, _, block = block.partition(b"\n")
-                    fmt = header[len(b"#format"):].decode("utf-8", "replace").strip().lower()
-                    if fmt in FORMATS:
-                        decoder = self._decoder(fmt)
+            while st.headers and block and block.startswith(HEADERS):
+                line, _, rest = block.partition(b"\n")
+                word, _, arg = line.strip().partition(b" ")
+                if word not in HEADERS:  # e.g. "#formats": a data line (refused by the decoder)
+                    break
+                text = arg.decode("utf-8", "replace").strip()
+                if word == b"#format":
+                    if text.lower() in FORMATS:
+                        decoder = self._decoder(text.lower())
                     else:
-                        self._reject(conn, number, f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-                    number += 1
-                    if not block:
-                        continue
-            batch = decoder.decode_batch(block, number)
+                        self._reject(conn, number, f"unknown format {text.lower()!r}; use one of {', '.join(FORMATS)}")
+                elif not self._header(conn, st, word, text):
+                    return
+                block, number, header_lines = rest, number + 1, header_lines + 1
+            if st.headers and (block is None or block):
+                self._end_headers(st, header_lines)
+            if block is not None and not block:
+                continue
+            first = number + st.shift
+            if block is None and st.skip:  # a duplicate
+                st.skip -= 1
+                self.counters.add("duplicates_dropped")
+                continue
+            if block is None:
+                self._reject(conn, first, f"line longer than {self.max_line_bytes} bytes")
+                self._handled(conn, st, first)
+                continue
+            lines = block.count(b"\n") + (not block.endswith(b"\n"))
+            last = first + lines - 1
+            if st.skip:
+                block, first = self._drop_duplicates(st, block, first, decoder)
+                if not block:
+                    continue
+            batch = decoder.decode_batch(block, first)
             for line, reason in batch.errors:
                 self._reject(conn, line, reason)
             events = batch.events
             if not events:
+                self._handled(conn, st, last)
                 continue
             index = None  # position in batch.events of each event queued, when some were refused
             refused = refusals(events, len(block), horizon=self.horizon(), max_value=self.max_value_bytes)
@@ -284,11 +387,143 @@ class TcpReceiver:
                 for i, reason in sorted(refused.items()):
                     self._reject(conn, batch.line_of(i), reason)
                 events, index = without(events, refused)
-            late = self._enqueue(events)
+                if not events:
+                    self._handled(conn, st, last)
+                    continue
+            meta = None
+            if st.sender is not None:
+                def meta(end: int, sender=st.sender, events=events, index=index, batch=batch, last=last):
+                    if end >= len(events):
+                        return sender, last
+                    return sender, batch.line_of(end if index is None else index[end]) - 1
+            late = self._enqueue(events, meta)
             for i in late:
                 j = i if index is None else index[i]
                 self._reject(conn, batch.line_of(j), f"late: t1={events[i].t1} is older than events already "
                              "processed (see the time setting in the README)", counted=False)
+            if st.ack:
+                self._queued(conn, st, last)
+        if st.ack and st.headers is False:
+            self._acknowledge(conn, st, wait=FINAL_ACK_SECONDS)
+
+    # ------------------------------------------------------------------ senders and acknowledgements
+
+    def _header(self, conn: socket.socket, st: _Session, word: bytes, text: str) -> bool:
+        """Apply a ``#sender``/``#ack``/``#from`` line; False when the
+        connection is refused (told why and to be closed)."""
+        if word == b"#ack":
+            st.ack = st.numbered = True
+            return True
+        if word == b"#sender":
+            if st.sender is not None:
+                return self._protocol_error(conn, f"a second #sender line ({text!r}); one per connection")
+            if not SENDER_ID.fullmatch(text):
+                return self._protocol_error(conn, f"sender id {text!r} must be 1-128 characters of "
+                                            "A-Z a-z 0-9 . _ : -")
+            with self._lock:
+                if text in self._senders:
+                    taken = True
+                else:
+                    taken = False
+                    self._senders.add(text)
+            if taken:
+                self.counters.add("tcp_sender_taken")
+                return self._protocol_error(conn, f"sender {text} is already connected; the connection that "
+                                            "holds it keeps it until it ends: retry later")
+            st.sender, st.numbered = text, True
+            st.resume = self.queue.progress(text)
+            conn.sendall(f"#resume {st.resume}\n".encode())
+            return True
+        # #from K
+        if st.sender is None:
+            return self._protocol_error(conn, "#from needs a #sender line before it")
+        try:
+            k = int(text)
+            if k < 0:
+                raise ValueError
+        except ValueError:
+            return self._protocol_error(conn, f"#from {text!r}: K must be a whole number of lines >= 0")
+        if k > st.resume:
+            return self._protocol_error(conn, f"#from {k} is beyond the {st.resume} lines of sender {st.sender} "
+                                        f"journaled so far (#resume {st.resume}): lines {st.resume + 1}-{k} "
+                                        "would be missing; send from line " + str(st.resume + 1))
+        st.base = k
+        return True
+
+    def _protocol_error(self, conn: socket.socket, message: str) -> bool:
+        self.counters.add("tcp_protocol_errors")
+        log.info("TCP connection refused: %s", message)
+        try:
+            conn.sendall(f"error: {message}; closing\n".encode())
+        except OSError:
+            pass
+        return False
+
+    def _end_headers(self, st: _Session, header_lines: int) -> None:
+        """The first data line has come: number the lines from here."""
+        st.headers = False
+        if st.numbered:
+            base = st.resume if st.base is None else st.base
+            st.shift = base - header_lines
+            st.skip = st.resume - base
+
+    def _drop_duplicates(self, st: _Session, block: bytes, first: int, decoder) -> tuple[bytes, int]:
+        """Drop the lines of ``block`` the sender had sent before (``#from``);
+        a CSV decoder still learns its header from them."""
+        cut, k = 0, 0
+        while k < st.skip and cut < len(block):
+            nl = block.find(b"\n", cut)
+            line_end = len(block) if nl < 0 else nl + 1
+            if isinstance(decoder, CsvDecoder) and decoder.header is None and block[cut:line_end].strip():
+                decoder.decode_batch(block[cut:line_end], first + k)  # the header; errors are the old line's
+            cut, k = line_end, k + 1
+        st.skip -= k
+        self.counters.add("duplicates_dropped", k)
+        return block[cut:], first + k
+
+    def _handled(self, conn: socket.socket, st: _Session, last: int) -> None:
+        """Lines up to ``last`` are handled with nothing to queue (refused)."""
+        if st.sender is not None:
+            try:
+                self.queue.record_progress(st.sender, last)
+            except QueueClosed:
+                raise OSError("server stopping") from None
+        if st.ack:
+            self._queued(conn, st, last)
+
+    def _queued(self, conn: socket.socket, st: _Session, last: int) -> None:
+        """Lines up to ``last`` are in the journal (or queued): acknowledge
+        them once durable; now, what already is."""
+        journal = self.queue.journal
+        st.pending.append((journal.appended if journal is not None else 0, last))
+        self._acknowledge(conn, st, wait=0.0)
+
+    def _acknowledge(self, conn: socket.socket, st: _Session, wait: float) -> None:
+        """Send ``#ack n`` for what is durable (waiting up to ``wait`` s for the
+        rest), without blocking on the socket."""
+        journal = self.queue.journal
+        pending = st.pending
+        if pending:
+            if journal is None:
+                st.due = pending[-1][1]
+                pending.clear()
+            else:
+                if wait and journal.durable() < pending[-1][0]:
+                    journal.wait_durable(pending[-1][0], wait)
+                durable = journal.durable()
+                while pending and pending[0][0] <= durable:
+                    st.due = pending.popleft()[1]
+        if st.due is not None and st.due > st.acked and not st.unsent:
+            st.unsent = f"#ack {st.due}\n".encode()
+            st.acked = st.due
+            st.due = None
+        if st.unsent:
+            try:
+                if select.select([], [conn], [], 0)[1]:
+                    n = conn.send(st.unsent)
+                    st.unsent = st.unsent[n:]
+            except (BlockingIOError, socket.timeout):
+                pass
 
     def _authenticate(self, line: bytes) -> bool:
         word, _, token = line.strip().partition(b" ")
@@ -299,11 +534,11 @@ class TcpReceiver:
         return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,
                             time_unit_ms=self.time_unit_ms, streams=self.streams())
 
-    def _enqueue(self, events) -> list[int]:
+    def _enqueue(self, events, meta=None) -> list[int]:
         """Queue a decoded block (blocking while the queue is full); the
         indexes of late events."""
         try:
-            return self.queue.put_batch(events, on_accepted=self._count_received, cancel=self._stop)
+            return self.queue.put_batch(events, on_accepted=self._count_received, cancel=self._stop, meta=meta)
         except QueueClosed:
             raise OSError("server stopping") from None
 
@@ -316,8 +551,12 @@ class TcpReceiver:
         log.info("rejected line %d: %s", number, reason)
         if conn in self._muted:
             return
+        st = self._sessions.get(conn)
+        rest = b""
+        if st is not None and st.unsent:  # the rest of an ack line goes first
+            rest, st.unsent = st.unsent, b""
         try:
-            conn.sendall(f"error line {number}: {reason}\n".encode())
+            conn.sendall(rest + f"error line {number}: {reason}\n".encode())
         except OSError:  # the client does not read its error lines: stop sending them (each would wait POLL)
             with self._lock:
                 self._muted.add(conn)

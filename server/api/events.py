@@ -16,6 +16,8 @@ router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(requ
 MAX_BATCH = 100_000
 #: Events queued at once (the queue takes them in parts of this size while it has room).
 QUEUE_PART = 4096
+#: Seconds an answer waits for the events to be durable in the journal (then 503).
+DURABLE_SECONDS = 30.0
 
 _EXAMPLE = [{"stream": "Stock", "t0": 1, "t1": 1, "Name": "IBM", "Price": 84.5, "Volume": 300}]
 _BODY = {"required": True, "content": {"application/json": {
@@ -30,7 +32,9 @@ _BODY = {"required": True, "content": {"application/json": {
                         415: {"description": "The body is not application/json"}})
 async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     """One event object, a list of them, or ``{"events": [...]}``. Each bad event
-    is reported with its index and reason; the others are accepted."""
+    is reported with its index and reason; the others are accepted. The answer
+    comes once the accepted events are durable in the journal (per the
+    ``durability`` setting)."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype != "application/json" and not ctype.endswith("+json"):
         d.counters.add("http_not_json")
@@ -55,9 +59,15 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
         d.counters.add("rejected_http", len(rejected))
 
     def enqueue() -> int:
+        if not d.accepting.wait(DURABLE_SECONDS):
+            raise TimeoutError("the server is still recovering (putting back its queued and journaled events)")
         late = 0
         for i in range(0, len(events), QUEUE_PART):
             late += len(d.queue.put_batch(events[i:i + QUEUE_PART], timeout=30))
+        journal = d.queue.journal
+        if journal is not None and events and not journal.wait_durable(journal.appended, DURABLE_SECONDS):
+            raise TimeoutError(f"the journal did not make the events durable within {DURABLE_SECONDS:g} s "
+                               "(they are queued)")
         return late
 
     try:
