@@ -23,7 +23,9 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     kind TEXT NOT NULL CHECK (kind IN ('cel', 'air')),
     text TEXT NOT NULL,
     name TEXT,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    shape TEXT,                        -- CEL of a cached shape: the shape's id (air/cel/shapes.py:shape_id) ...
+    constants TEXT                     -- ... and the query's constants and PUBLISH names, JSON (its binding)
 );
 CREATE TABLE IF NOT EXISTS shapes (    -- compiled CEL query shapes (air/cel/shapes.py), JSON
     key TEXT PRIMARY KEY,               -- includes the compiler's version
@@ -37,6 +39,14 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 
 
+#: Columns added to a table since its first version: (table, column, declaration).
+#: A store made before them gets them (empty) when opened.
+ADDED_COLUMNS = [
+    ("subscriptions", "shape", "TEXT"),
+    ("subscriptions", "constants", "TEXT"),
+]
+
+
 @dataclass(frozen=True)
 class StoredSubscription:
     id: str
@@ -44,6 +54,10 @@ class StoredSubscription:
     text: str
     name: str | None
     created: float
+    #: the binding of a CEL query of a cached shape (ShapeCache.compile_keyed): a restore binds
+    #: it without reading the text when the stored shape is still valid; None in older rows
+    shape: str | None = None
+    constants: str | None = None
 
 
 class Store:
@@ -56,6 +70,13 @@ class Store:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        for table, column, decl in ADDED_COLUMNS:
+            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})").fetchall()}
+            if column not in have:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         with self._lock:
@@ -97,11 +118,21 @@ class Store:
         taken = max((int(s.id[1:]) for s in subs if s.id[:1] == "s" and s.id[1:].isdigit()), default=0)
         with self._lock, self._db:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
-                                 [(s.id, s.kind, s.text, s.name, s.created) for s in subs])
+            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created, shape, constants) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 [(s.id, s.kind, s.text, s.name, s.created, s.shape, s.constants) for s in subs])
             if taken:
                 self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
                                  "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)", (taken,))
+
+    def save_bindings(self, rows: list[tuple[tuple[str | None, str | None], str]]) -> None:
+        """Store ``((shape, constants), id)`` of subscriptions restored from their text."""
+        if not rows:
+            return
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("UPDATE subscriptions SET shape = ?, constants = ? WHERE id = ?",
+                                 [(sh, c, sid) for (sh, c), sid in rows])
 
     def delete_subscription(self, sid: str) -> None:
         with self._lock:
@@ -109,7 +140,8 @@ class Store:
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
-            rows = self._db.execute("SELECT id, kind, text, name, created FROM subscriptions ORDER BY seq").fetchall()
+            rows = self._db.execute("SELECT id, kind, text, name, created, shape, constants FROM subscriptions "
+                                    "ORDER BY seq").fetchall()
         return [StoredSubscription(*r) for r in rows]
 
     # -- compiled query shapes
