@@ -12,9 +12,11 @@ those come straight from the constants:
   holds, in the template's order, is worked out once per shape;
 * which template applies depends only on the shape, on which of those texts
   are equal (equal constants bound into one clause merge into one atom, and
-  equal texts decide which attributes hold constants), and on the constants
+  equal texts decide which attributes hold constants), on the constants
   that land anywhere but in a StaticAtom (a DurationAtom, a Literal of a
-  computed atom: they are part of the automaton shape): a *plan* per such
+  computed atom: they are part of the automaton shape), and on the names
+  that land anywhere but in an output's or an automaton's name (a stream a
+  state reads, published by another automaton of the query): a *plan* per such
   key, made from the first query that has it by building its automata,
   installing them through :meth:`Engine.add`, and checking that the texts
   and outputs worked out from the constants are the automata's own and that
@@ -28,20 +30,23 @@ those come straight from the constants:
 
 from __future__ import annotations
 
+import dataclasses
+
 from air.cel.compiler import _const_text
 from air.cel.shapes import BoundQuery
-from air.model import Automaton, StreamSchema
+from air.model import Automaton, OutputStream, StreamSchema
 from server.engine import Engine
 
 
 class _ShapeInfo:
     """What installing queries of one CEL shape needs (kept on the shape)."""
 
-    __slots__ = ("sites", "other", "outs", "pub", "plans", "n_pub")
+    __slots__ = ("sites", "other", "named", "outs", "pub", "plans", "n_pub")
 
-    def __init__(self, sites: list, other: tuple, outs: list, pub: list) -> None:
+    def __init__(self, sites: list, other: tuple, named: tuple, outs: list, pub: list) -> None:
         self.sites = sites  # per automaton: [(constant index, sign)] of its StaticAtom sites, template order
         self.other = other  # constants with a site that is not a StaticAtom's text
+        self.named = named  # names that land anywhere but in an output's or an automaton's name
         self.outs = outs  # per automaton: [(state number, [(marker name, type)])]
         self.pub = pub  # [(marker name, attributes)] of every output, in Engine.add's order
         self.plans: dict[tuple, list | bool] = {}  # key -> templates per automaton, or False
@@ -62,11 +67,28 @@ def _shape_info(eng: Engine, bq: BoundQuery) -> _ShapeInfo | None:
             own.append((i, sign))
         sites.append(own)
     other = tuple(sorted({i for i, how in shape.used if how != "static"}))
+    named = set()  # names (PUBLISH names, the prefix) that land where staging reads them, e.g. a stream read
+    index = shape.names.index
+
+    def walk(x) -> None:
+        if isinstance(x, str):
+            i = index(x)
+            if i is not None:
+                named.add(i)
+        elif isinstance(x, tuple):
+            for y in x:
+                walk(y)
+        elif dataclasses.is_dataclass(x) and not isinstance(x, OutputStream):
+            for f in dataclasses.fields(x):
+                if not (isinstance(x, Automaton) and f.name == "name"):
+                    walk(getattr(x, f.name))
+
+    walk(shape.compiled.automata)
     outs, pub = [], []
     for auto in shape.compiled.automata:
         outs.append([(k, [(o.name, o.type) for o in s.outputs]) for k, s in enumerate(auto.states) if s.outputs])
         pub.extend((o.name, s.schema) for s, o in auto.outputs)
-    return _ShapeInfo(sites, other, outs, pub)
+    return _ShapeInfo(sites, other, tuple(sorted(named)), outs, pub)
 
 
 def _clause_sizes(autos) -> list[int]:
@@ -111,6 +133,9 @@ class Preparer:
             texts.append(t)
         if info.other:
             key.append(tuple([(type(values[i]), values[i]) for i in info.other]))
+        if info.named:
+            real = bq.real
+            key.append(tuple([real[i] for i in info.named]))
         key = tuple(key)
         plan = info.plans.get(key)
         if plan is None:
