@@ -31,6 +31,7 @@ those come straight from the constants:
 from __future__ import annotations
 
 import dataclasses
+from operator import itemgetter
 
 from air.cel.compiler import _const_text
 from air.cel.shapes import BoundQuery
@@ -41,16 +42,21 @@ from server.engine import Engine
 class _ShapeInfo:
     """What installing queries of one CEL shape needs (kept on the shape)."""
 
-    __slots__ = ("sites", "other", "named", "outs", "pub", "plans", "n_pub")
+    __slots__ = ("sites", "other", "named", "outs", "pub", "plans", "n_pub", "get", "neg")
 
-    def __init__(self, sites: list, other: tuple, named: tuple, outs: list, pub: list) -> None:
+    def __init__(self, sites: list, other: tuple, named: tuple, outs: list, pub: list, part) -> None:
         self.sites = sites  # per automaton: [(constant index, sign)] of its StaticAtom sites, template order
         self.other = other  # constants with a site that is not a StaticAtom's text
         self.named = named  # names that land anywhere but in an output's or an automaton's name
-        self.outs = outs  # per automaton: [(state number, [(marker name, type)])]
-        self.pub = pub  # [(marker name, attributes)] of every output, in Engine.add's order
+        # per automaton: [(state number, [((marker index or None, suffix or whole name), type)])]
+        self.outs = [[(k, [(part(n), t) for n, t in o]) for k, o in own] for own in outs]
+        self.pub = [(part(n), attrs) for n, attrs in pub]  # every output, in Engine.add's order
         self.plans: dict[tuple, list | bool] = {}  # key -> templates per automaton, or False
         self.n_pub = len({n for n, _ in pub})
+        # per automaton: the texts of its sites from the constants' texts (all signs positive) ...
+        self.get = [None if not own else (lambda vt, i=own[0][0]: (vt[i],)) if len(own) == 1
+                    else itemgetter(*[i for i, _ in own]) for own in sites]
+        self.neg = [own if any(sign < 0 for _, sign in own) else None for own in sites]  # ... or not
 
 
 def _shape_info(eng: Engine, bq: BoundQuery) -> _ShapeInfo | None:
@@ -88,7 +94,11 @@ def _shape_info(eng: Engine, bq: BoundQuery) -> _ShapeInfo | None:
     for auto in shape.compiled.automata:
         outs.append([(k, [(o.name, o.type) for o in s.outputs]) for k, s in enumerate(auto.states) if s.outputs])
         pub.extend((o.name, s.schema) for s, o in auto.outputs)
-    return _ShapeInfo(sites, other, tuple(sorted(named)), outs, pub)
+    def part(name: str) -> tuple:
+        i = index(name)
+        return (None, name) if i is None else (i, name[len(shape.names.markers[i]):])
+
+    return _ShapeInfo(sites, other, tuple(sorted(named)), outs, pub, part)
 
 
 def _clause_sizes(autos) -> list[int]:
@@ -118,44 +128,46 @@ class Preparer:
         if info is False:
             return self._build(eng, bq, owner)
         values = bq.values
-        texts_of = {}
-        texts, key = [], []
-        for own in info.sites:
-            t = []
-            for i, sign in own:
-                k = i if sign > 0 else ~i
-                got = texts_of.get(k)
-                if got is None:
-                    got = texts_of[k] = _const_text(values[i] if sign > 0 else -values[i])
-                t.append(got)
-            rep: dict = {}
-            key.append(tuple([rep.setdefault(x, j) for j, x in enumerate(t)]))
-            texts.append(t)
+        vt = list(map(_const_text, values))
+        first: dict = {}
+        key = tuple(map(first.setdefault, vt, range(len(vt))))  # which texts are equal
         if info.other:
-            key.append(tuple([(type(values[i]), values[i]) for i in info.other]))
+            key = (key, tuple([(type(values[i]), values[i]) for i in info.other]))
         if info.named:
             real = bq.real
-            key.append(tuple([real[i] for i in info.named]))
-        key = tuple(key)
+            key = (key, tuple([real[i] for i in info.named]))
         plan = info.plans.get(key)
         if plan is None:
-            return self._first(eng, bq, owner, info, key, texts)
+            return self._first(eng, bq, owner, info, key, self._texts(info, values, vt))
         if plan is False:
             return self._build(eng, bq, owner)
-        rename, real = shape.names.rename, bq.real
+        real = bq.real
         published = {}
-        for name, attrs in info.pub:
-            name = rename(name, real)
+        for (i, suffix), attrs in info.pub:
+            name = suffix if i is None else real[i] + suffix
             published[name] = StreamSchema(name, attrs)
         if len(published) != info.n_pub:
             return self._build(eng, bq, owner)
-        items = [(tpl, t, {k: [(rename(n, real), ty) for n, ty in outs] for k, outs in o})
-                 for tpl, t, o in zip(plan, texts, info.outs)]
+        items = []
+        for tpl, get, neg, outs in zip(plan, info.get, info.neg, info.outs):
+            if neg:
+                texts = self._texts_one(neg, values, vt)
+            else:
+                texts = list(get(vt)) if get is not None else []
+            items.append((tpl, texts, {k: [(n if i is None else real[i] + n, ty) for (i, n), ty in o]
+                                       for k, o in outs}))
         got = eng.add_prepared(owner, items, published)
         if got is None:
             return self._build(eng, bq, owner)
         self.prepared += 1
         return got
+
+    @staticmethod
+    def _texts_one(own: list, values: tuple, vt: list) -> list[str]:
+        return [vt[i] if sign > 0 else _const_text(-values[i]) for i, sign in own]
+
+    def _texts(self, info: "_ShapeInfo", values: tuple, vt: list) -> list[list[str]]:
+        return [self._texts_one(own, values, vt) for own in info.sites]
 
     def _build(self, eng: Engine, bq: BoundQuery, owner: str) -> list[str]:
         self.built += 1
@@ -176,11 +188,14 @@ class Preparer:
                 plan.append(tpl)
         if plan:
             real = bq.real
-            rename = bq.shape.names.rename
-            outs = [[(k, [(rename(n, real), ty) for n, ty in o]) for k, o in own] for own in info.outs]
+
+            def name(part: tuple) -> str:
+                return part[1] if part[0] is None else real[part[0]] + part[1]
+
+            outs = [[(k, [(name(n), ty) for n, ty in o]) for k, o in own] for own in info.outs]
             mine = [[(k, [(o.name, o.type) for o in a.states[k].outputs]) for k, _ in own]
                     for a, own in zip(autos, info.outs)]
-            pub = [(rename(n, real), attrs) for n, attrs in info.pub]
+            pub = [(name(n), attrs) for n, attrs in info.pub]
             if (outs != mine or pub != [(o.name, s.schema) for a in autos for s, o in a.outputs]
                     or any(len(a.states) != len(m.states) or [bool(s.outputs) for s in a.states]
                            != [bool(s.outputs) for s in m.states]

@@ -215,6 +215,7 @@ class _Renamer:
 
     def __init__(self, markers: tuple[str, ...]) -> None:
         self.markers = markers
+        self._parts: dict[str, tuple[int, str] | None] = {}  # name -> (marker, what follows it)
 
     def index(self, name: str) -> int | None:
         for i, m in enumerate(self.markers):
@@ -223,8 +224,12 @@ class _Renamer:
         return None
 
     def rename(self, name: str, real: tuple) -> str:
-        i = self.index(name)
-        return name if i is None else real[i] + name[len(self.markers[i]):]
+        try:
+            part = self._parts[name]
+        except KeyError:
+            i = self.index(name)
+            part = self._parts[name] = None if i is None else (i, name[len(self.markers[i]):])
+        return name if part is None else real[part[0]] + part[1]
 
 
 class _Sites:
@@ -615,11 +620,9 @@ class ShapeCache:
             values, names = json.loads(constants)
         except (ValueError, TypeError):
             return None
-        kinds = entry.kinds
-        if (type(values) is not list or type(names) is not list or len(values) != len(kinds)
-                or any(type(v) is not k for v, k in zip(values, kinds))
-                or any(type(n) is not str for n in names)
-                or tuple(names.index(n) for n in names) != key[1] or len(names) != len(key[1])):
+        if (type(values) is not list or type(names) is not list or tuple(map(type, values)) != entry.kinds
+                or not all(type(n) is str for n in names)
+                or tuple([names.index(n) for n in names]) != key[1]):
             return None
         self.hits += 1
         return BoundQuery(entry, tuple(values), tuple(names), name_prefix)

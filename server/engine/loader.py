@@ -530,39 +530,47 @@ class Loader:
     def commit(self, holding: Holding, stage: _Stage, bound: list) -> None:
         owner, gen = holding.owner, holding.gen
         self.owner_gen[owner] = gen
+        seq = self._seq
+        plans = self.plans
         for node in stage.new_nodes:
-            self._seq += 1
-            node.seq = self._seq
+            seq += 1
+            node.seq = seq
             node.min_gen = gen
-            self.nodes += 1
-            if node.stream is not None:
-                plan = self.plans.get(node.stream)
+            stream = node.stream
+            if stream is not None:
+                plan = plans.get(stream)
                 if plan is None:
-                    plan = self.plans[node.stream] = StreamPlan(node.stream)
+                    plan = plans[stream] = StreamPlan(stream)
                 node.plan = plan
                 if not node.is_start:
                     plan.nodes += 1
+        self.nodes += len(stage.new_nodes)
         self.start_nodes.update(stage.start_nodes)
+        fr_index = self.opt.fr_index
         for edge in stage.new_edges:
-            self._seq += 1
-            edge.seq = self._seq
+            seq += 1
+            edge.seq = seq
             edge.min_gen = gen
-            self.edges += 1
             if edge.is_start:  # lives in the stream's start index (not in src.forwards: never scanned)
                 if edge.sig is not None:
                     edge.src.add_child(edge)
-                edge.src.plan.add_start_edge(edge, self.opt.fr_index)
+                edge.src.plan.add_start_edge(edge, fr_index)
             else:
-                edge.src.add_forward(edge, self.opt.fr_index)
+                edge.src.add_forward(edge, fr_index)
+        self._seq = seq
+        self.edges += len(stage.new_edges)
+        states, readers, edges = holding.states, holding.readers, holding.edges
         for ai, (nodes, held) in enumerate(bound):
             for sid, node in nodes.items():
-                node.owners[owner] = node.owners.get(owner, 0) + 1
-                holding.states.append((ai, sid, node))
+                owners = node.owners
+                owners[owner] = owners.get(owner, 0) + 1
+                states.append((ai, sid, node))
                 if node.stream is not None:
-                    holding.readers.append(node.stream)
+                    readers.append(node.stream)
             for edge in held:
-                edge.owners[owner] = edge.owners.get(owner, 0) + 1
-                holding.edges.append(edge)
+                owners = edge.owners
+                owners[owner] = owners.get(owner, 0) + 1
+                edges.append(edge)
         for node, (name, kind) in stage.outputs:
             if not node.outputs:
                 node.outputs = []
