@@ -485,6 +485,7 @@ class ShapeCache:
         self._lock = threading.Lock()
         self._unsaved: list[tuple] = []  # keys of shapes made since the last export
         self._ids: dict[str, tuple] = {}  # shape id (shape_id) -> key
+        self._id_of: dict[tuple, str] = {}  # and back
         self.hits = 0
         self.misses = 0
         self.uncacheable = 0
@@ -592,9 +593,13 @@ class ShapeCache:
     def _fn_key(functions: Mapping[str, str] | None) -> tuple | None:
         return None if functions is None else tuple(sorted(functions.items()))
 
-    @staticmethod
-    def _binding(key: tuple, values: tuple, names: tuple) -> tuple[str, str]:
-        return shape_id(key), json.dumps([list(values), list(names)], separators=(",", ":"))
+    def _binding(self, key: tuple, values: tuple, names: tuple) -> tuple[str, str]:
+        sid = self._id_of.get(key)
+        if sid is None:
+            if len(self._id_of) >= self.max_shapes:
+                self._id_of.clear()
+            sid = self._id_of[key] = shape_id(key)
+        return sid, json.dumps([list(values), list(names)], separators=(",", ":"))
 
     def bound(self, binding: tuple[str, str], streams: Mapping[str, StreamSchema], *,
               functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
