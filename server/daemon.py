@@ -143,12 +143,13 @@ class _Pending:
     automata: tuple[Automaton, ...] = ()  # or a BoundQuery (restored from its binding: built when read)
     outputs: list[str] = field(default_factory=list)
     binding: tuple[str, str] | None = None  # CEL of a cached shape: (shape id, constants), stored beside the text
-    rebound: bool = False  # restored from its text: its binding is to be stored
+    stored: tuple[str | None, str | None] = (None, None)  # the binding a restored row had
 
     @classmethod
     def restored(cls, st: StoredSubscription) -> "_Pending":
         return cls(st.id, st.kind, st.text, st.name, st.created,
-                   binding=(st.shape, st.constants) if st.shape and st.constants else None)
+                   binding=(st.shape, st.constants) if st.shape and st.constants else None,
+                   stored=(st.shape, st.constants))
 
 
 def _bind_error(index: int, exc: EngineError) -> dict:
@@ -554,7 +555,6 @@ class Daemon:
                             published[name] = StreamSchema(name, attrs)
                     continue
                 p.binding = None
-            p.rebound = not strict  # a restore compiled it: store the binding it has now
             try:
                 if p.kind == "cel":
                     compiled, p.binding = self.shapes.compile_keyed(p.text, streams, functions=functions,
@@ -651,7 +651,7 @@ class Daemon:
             log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
         if not persist:  # rows stored before bindings were, or with a binding no longer valid
             self.store.save_bindings([(p.binding or (None, None), p.id) for p in batch
-                                      if p.rebound and p.id in self.subscriptions])
+                                      if (p.binding or (None, None)) != p.stored and p.id in self.subscriptions])
         if persist:
             bindings = {p.id: p.binding for p in batch if p.binding is not None}
             self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
