@@ -24,7 +24,7 @@ from operator import attrgetter
 from typing import Callable, Mapping
 
 from air.airxml import dump_air, load_air_many
-from air.cel.shapes import ShapeCache
+from air.cel.shapes import BoundQuery, ShapeCache
 from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
 from server.config import Settings
@@ -34,6 +34,7 @@ from server.journal import Journal
 from server.limits import automaton_size_errors
 from server.metrics import Counters, make_registry
 from server.notifiers import ClientChannel, NotifierHub
+from server.prepared import Preparer
 from server.queue import DelayQueue
 from server.receivers import TcpReceiver
 from server.runner import paused_gc
@@ -96,6 +97,12 @@ class Subscription:
     name: str | None = None
     created: float = field(default_factory=time.time)
 
+    def reads(self) -> set[str]:
+        """The streams its automata read (without building them, for a restored query)."""
+        if isinstance(self.automata, BoundQuery):
+            return self.automata.reads()
+        return {s.input_stream for a in self.automata for s in a.states if s.input_stream}
+
     @property
     def air(self) -> str:
         if len(self.automata) == 1:
@@ -135,9 +142,17 @@ class _Pending:
     text: str
     name: str | None
     created: float
-    automata: tuple[Automaton, ...] = ()
+    automata: tuple[Automaton, ...] = ()  # or a BoundQuery (restored from its binding: built when read)
     outputs: list[str] = field(default_factory=list)
     installed_at: int | None = None  # Daemon._fed when the engine thread installed it
+    binding: tuple[str, str] | None = None  # CEL of a cached shape: (shape id, constants), stored beside the text
+    stored: tuple[str | None, str | None] = (None, None)  # the binding a restored row had
+
+    @classmethod
+    def restored(cls, st: StoredSubscription) -> "_Pending":
+        return cls(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at,
+                   binding=(st.shape, st.constants) if st.shape and st.constants else None,
+                   stored=(st.shape, st.constants))
 
 
 def _bind_error(index: int, exc: EngineError) -> dict:
@@ -157,6 +172,7 @@ class Daemon:
         self.registry, self.latency = make_registry(self)
         self.subscriptions: dict[str, Subscription] = {}
         self.shapes = ShapeCache()  # compiled CEL query shapes (registrations and restores)
+        self.preparer = Preparer()  # installs restored CEL queries without building their automata
         self.receiver: TcpReceiver | None = None
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self._commands: stdqueue.Queue = stdqueue.Queue(maxsize=1000)
@@ -329,8 +345,7 @@ class Daemon:
             if self._stop.is_set():
                 return
             chunk = early[k:k + INSTALL_CHUNK]
-            self._install([_Pending(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at)
-                           for st in chunk], persist=False)
+            self._install([_Pending.restored(st) for st in chunk], persist=False)
             self.restored += len(chunk)
         if later:
             self._defer(later)
@@ -384,8 +399,7 @@ class Daemon:
         """Compile subscriptions registered after the snapshot; the engine
         thread installs each when the replay reaches the point it was
         registered at (:attr:`_due`)."""
-        pending = [_Pending(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at)
-                   for st in stored]
+        pending = [_Pending.restored(st) for st in stored]
         for e in self._compile_batch(pending, strict=False):
             log.error("could not restore subscription %s: %s", pending[e["index"]].id, e.get("message"))
         for p in pending:
@@ -726,9 +740,22 @@ class Daemon:
         functions, unit = self.functions(), self.settings.time_unit_ms
         errors: list[dict] = []
         for i, p in enumerate(batch):
+            if p.binding is not None:
+                bq = self.shapes.bound(p.binding, streams, functions=functions, time_unit_ms=unit, name_prefix=p.id)
+                if bq is not None:  # a restore: the automata are built only if something reads them
+                    p.automata, p.outputs = bq, list(bq.outputs)
+                    for name, attrs in bq.published():
+                        if name not in published:
+                            published[name] = StreamSchema(name, attrs)
+                    continue
+                p.binding = None
             try:
-                p.automata, p.outputs = compile_subscription(p.kind, p.text, streams, p.id, functions, unit,
-                                                             self.shapes)
+                if p.kind == "cel":
+                    compiled, p.binding = self.shapes.compile_keyed(p.text, streams, functions=functions,
+                                                                    time_unit_ms=unit, name_prefix=p.id)
+                    p.automata, p.outputs = tuple(compiled.automata), list(compiled.outputs)
+                else:
+                    p.automata, p.outputs = compile_subscription(p.kind, p.text, streams, p.id, functions, unit)
             except CayugaError as exc:
                 detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
                 errors.append({"index": i, **detail, "detail": str(exc)})
@@ -754,7 +781,7 @@ class Daemon:
         done = []
         for i, p in chunk:
             try:
-                done.append((i, p, eng.add(p.automata, owner=p.id)))
+                done.append((i, p, self.preparer.add(eng, p.automata, p.id)))
                 if p.installed_at is None or p.installed_at < self._fed:
                     p.installed_at = self._fed
                 self._changes += 1
@@ -827,9 +854,15 @@ class Daemon:
             self.hub.invalidate()  # routes of witnesses to clients depend on the subscriptions' outputs
         for e in errors:  # only a restore gets here with errors
             log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
+        if not persist:  # rows stored before bindings were, or with a binding no longer valid
+            self.store.save_bindings([(p.binding or (None, None), p.id) for p in batch
+                                      if (p.binding or (None, None)) != p.stored and p.id in self.subscriptions])
         if persist:
+            bindings = {p.id: p.binding for p in batch if p.binding is not None}
             self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
-                                                              installed_at[s.id]) for s in subs])
+                                                              *(bindings.get(s.id) or (None, None)),
+                                                              installed_at=installed_at[s.id])
+                                           for s in subs])
         return subs
 
     def _size_errors(self, autos) -> list[str]:
@@ -867,7 +900,7 @@ class Daemon:
                                   for sid, (kind, text, name) in zip(ids, items)])
 
     def _index_readers(self, sub: Subscription, remove: bool = False) -> None:
-        for stream in {st.input_stream for a in sub.automata for st in a.states if st.input_stream}:
+        for stream in sub.reads():
             readers = self._readers.setdefault(stream, set())
             if remove:
                 readers.discard(sub.id)

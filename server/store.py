@@ -24,7 +24,9 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     text TEXT NOT NULL,
     name TEXT,
     created REAL NOT NULL,
-    installed_at INTEGER                -- events the engine had taken when it was installed (see daemon)
+    shape TEXT,                        -- CEL of a cached shape: the shape's id (air/cel/shapes.py:shape_id) ...
+    constants TEXT,                    -- ... and the query's constants and PUBLISH names, JSON (its binding)
+    installed_at INTEGER               -- events the engine had taken when it was installed (see daemon)
 );
 CREATE TABLE IF NOT EXISTS shapes (    -- compiled CEL query shapes (air/cel/shapes.py), JSON
     key TEXT PRIMARY KEY,               -- includes the compiler's version
@@ -38,6 +40,15 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 
 
+#: Columns added to a table since its first version: (table, column, declaration).
+#: A store made before them gets them (empty) when opened.
+ADDED_COLUMNS = [
+    ("subscriptions", "shape", "TEXT"),
+    ("subscriptions", "constants", "TEXT"),
+    ("subscriptions", "installed_at", "INTEGER"),
+]
+
+
 @dataclass(frozen=True)
 class StoredSubscription:
     id: str
@@ -45,6 +56,10 @@ class StoredSubscription:
     text: str
     name: str | None
     created: float
+    #: the binding of a CEL query of a cached shape (ShapeCache.compile_keyed): a restore binds
+    #: it without reading the text when the stored shape is still valid; None in older rows
+    shape: str | None = None
+    constants: str | None = None
     #: how many events the engine had taken when the subscription was installed: a
     #: recovery that replays the journal installs it again at that point (None: before any)
     installed_at: int | None = None
@@ -60,9 +75,13 @@ class Store:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(subscriptions)")}
-        if "installed_at" not in columns:  # a store written before crash recovery existed
-            self._db.execute("ALTER TABLE subscriptions ADD COLUMN installed_at INTEGER")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        for table, column, decl in ADDED_COLUMNS:
+            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})").fetchall()}
+            if column not in have:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         with self._lock:
@@ -104,12 +123,22 @@ class Store:
         taken = max((int(s.id[1:]) for s in subs if s.id[:1] == "s" and s.id[1:].isdigit()), default=0)
         with self._lock, self._db:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created, installed_at) "
-                                 "VALUES (?, ?, ?, ?, ?, ?)",
-                                 [(s.id, s.kind, s.text, s.name, s.created, s.installed_at) for s in subs])
+            self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created, shape, constants, "
+                                 "installed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                 [(s.id, s.kind, s.text, s.name, s.created, s.shape, s.constants, s.installed_at)
+                                  for s in subs])
             if taken:
                 self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
                                  "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)", (taken,))
+
+    def save_bindings(self, rows: list[tuple[tuple[str | None, str | None], str]]) -> None:
+        """Store ``((shape, constants), id)`` of subscriptions restored from their text."""
+        if not rows:
+            return
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("UPDATE subscriptions SET shape = ?, constants = ? WHERE id = ?",
+                                 [(sh, c, sid) for (sh, c), sid in rows])
 
     def delete_subscription(self, sid: str) -> None:
         with self._lock:
@@ -117,7 +146,8 @@ class Store:
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
-            rows = self._db.execute("SELECT id, kind, text, name, created, installed_at FROM subscriptions "
+            rows = self._db.execute("SELECT id, kind, text, name, created, shape, constants, installed_at "
+                                    "FROM subscriptions "
                                     "ORDER BY seq").fetchall()
         return [StoredSubscription(*r) for r in rows]
 

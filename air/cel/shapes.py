@@ -41,10 +41,12 @@ only build the model's own classes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Callable, Iterable, Mapping
 
 from air import expr as _expr
@@ -213,6 +215,7 @@ class _Renamer:
 
     def __init__(self, markers: tuple[str, ...]) -> None:
         self.markers = markers
+        self._parts: dict[str, tuple[int, str] | None] = {}  # name -> (marker, what follows it)
 
     def index(self, name: str) -> int | None:
         for i, m in enumerate(self.markers):
@@ -221,8 +224,12 @@ class _Renamer:
         return None
 
     def rename(self, name: str, real: tuple) -> str:
-        i = self.index(name)
-        return name if i is None else real[i] + name[len(self.markers[i]):]
+        try:
+            part = self._parts[name]
+        except KeyError:
+            i = self.index(name)
+            part = self._parts[name] = None if i is None else (i, name[len(self.markers[i]):])
+        return name if part is None else real[part[0]] + part[1]
 
 
 class _Sites:
@@ -236,6 +243,7 @@ class _Sites:
         self.time_unit_ms = time_unit_ms
         self.names = names
         self.ok = True
+        self.used: set[tuple[int, object]] = set()  # (constant index, how) of the sites found
         self._lit: dict[object, list] = {}
         self._static: dict[str, list] = {}
         self._dur: dict[float, list] = {}
@@ -323,6 +331,7 @@ class _Sites:
         if rule is None:
             return None
         i, how, sign = rule
+        self.used.add((i, how))
 
         def value(v):
             return v[i] if sign > 0 else -v[i]
@@ -338,7 +347,8 @@ class _Sites:
 
 
 class _Shape:
-    __slots__ = ("compiled", "names", "build", "streams", "markers", "time_unit_ms", "saved")
+    __slots__ = ("compiled", "names", "build", "streams", "markers", "time_unit_ms", "saved", "static_rules",
+                 "used", "kinds", "fast", "_reads")
 
     def __init__(self, compiled: CompiledQuery, sites: _Sites, streams: dict, markers: tuple) -> None:
         self.compiled = compiled
@@ -348,6 +358,14 @@ class _Shape:
         self.markers = markers
         self.time_unit_ms = sites.time_unit_ms
         self.saved = False
+        #: StaticAtom text -> [(constant index, "static", sign)]: where a StaticAtom's constant comes from
+        self.static_rules = sites._static
+        #: (constant index, how) of every site in the automata
+        self.used = frozenset(sites.used)
+        #: the type of each constant (a stored binding must have them)
+        self.kinds = tuple(str if isinstance(m, str) else type(m) for m in markers)
+        self.fast = None  # what an engine keeps of this shape (server/prepared.py)
+        self._reads = None
 
     def dump(self) -> str:
         """The shape as JSON (see :meth:`ShapeCache.export`)."""
@@ -384,6 +402,77 @@ class _Shape:
             schemas[new] = sch if new == n else StreamSchema(new, sch.attributes)
         return CompiledQuery(automata, outputs, schemas)
 
+    def reads(self) -> frozenset[str]:
+        """The input streams of the shape's automata (names with markers as they are)."""
+        if self._reads is None:
+            self._reads = frozenset(s.input_stream for a in self.compiled.automata for s in a.states
+                                    if s.input_stream)
+        return self._reads
+
+
+class BoundQuery(Sequence):
+    """The automata of one query of a cached shape, bound only when they are
+    first read (a restore installs them into an engine without building them:
+    server/prepared.py). A read-only sequence of automata; equal to a tuple of
+    the same automata."""
+
+    __slots__ = ("shape", "values", "names", "prefix", "_automata", "_compiled")
+
+    def __init__(self, shape: "_Shape", values: tuple, names: tuple, prefix: str | None) -> None:
+        self.shape = shape
+        self.values = values
+        self.names = names
+        self.prefix = prefix
+        self._compiled: CompiledQuery | None = None
+
+    @property
+    def real(self) -> tuple:
+        """The real names the shape's name markers stand for."""
+        return self.names if self.prefix is None else self.names + (self.prefix,)
+
+    def compiled(self) -> CompiledQuery:
+        if self._compiled is None:
+            self._compiled = self.shape.bind(self.values, self.names, self.prefix)
+        return self._compiled
+
+    @property
+    def automata(self) -> tuple:
+        return self.compiled().automata
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        real = self.real
+        return tuple(self.shape.names.rename(o, real) for o in self.shape.compiled.outputs)
+
+    def published(self) -> list[tuple[str, tuple]]:
+        """(name, attributes) of each output of the automata, as ``Automaton.outputs`` lists them."""
+        rename, real = self.shape.names.rename, self.real
+        return [(rename(o.name, real), s.schema) for a in self.shape.compiled.automata for s, o in a.outputs]
+
+    def reads(self) -> set[str]:
+        rename, real = self.shape.names.rename, self.real
+        return {rename(n, real) for n in self.shape.reads()}
+
+    def __len__(self) -> int:
+        return len(self.shape.compiled.automata)
+
+    def __getitem__(self, i):
+        return self.automata[i]
+
+    def __iter__(self):
+        return iter(self.automata)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, BoundQuery):
+            other = other.automata
+        return isinstance(other, tuple) and self.automata == other
+
+    def __hash__(self) -> int:
+        return hash(self.automata)
+
+    def __repr__(self) -> str:
+        return repr(self.automata)
+
 
 class ShapeCache:
     """Compiled CEL shapes, the most recently used ``max_shapes`` kept; thread-safe.
@@ -395,6 +484,8 @@ class ShapeCache:
         self._shapes: OrderedDict[tuple, _Shape | None] = OrderedDict()  # None: not cacheable
         self._lock = threading.Lock()
         self._unsaved: list[tuple] = []  # keys of shapes made since the last export
+        self._ids: dict[str, tuple] = {}  # shape id (shape_id) -> key
+        self._id_of: dict[tuple, str] = {}  # and back
         self.hits = 0
         self.misses = 0
         self.uncacheable = 0
@@ -445,6 +536,7 @@ class ShapeCache:
             shape.saved = True
             with self._lock:
                 self._shapes[key] = shape
+                self._ids[shape_id(key)] = key
                 while len(self._shapes) > self.max_shapes:
                     self._shapes.popitem(last=False)
             added += 1
@@ -455,14 +547,23 @@ class ShapeCache:
                 name_prefix: str | None = None) -> CompiledQuery:
         """The automata :func:`~air.cel.compile_cel` makes of ``text``; raises
         the same :class:`~air.cel.CelError` it raises."""
+        return self.compile_keyed(text, streams, functions=functions, time_unit_ms=time_unit_ms,
+                                  name_prefix=name_prefix)[0]
+
+    def compile_keyed(self, text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSchema], *,
+                      functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
+                      name_prefix: str | None = None) -> tuple[CompiledQuery, tuple[str, str] | None]:
+        """:meth:`compile`, and the query's *binding* when its shape is cached:
+        ``(shape id, constants)`` (texts), which :meth:`bound` turns back into
+        the same automata without reading ``text`` again (a store keeps it
+        beside the text), else None."""
         streams = _schemas(streams)
         split = split_shape(text)
         if split is None:
             return compile_cel(text, streams, functions=functions, time_unit_ms=time_unit_ms,
-                               name_prefix=name_prefix)
+                               name_prefix=name_prefix), None
         shape, values, names = split
-        key = (shape, tuple(names.index(n) for n in names),
-               None if functions is None else tuple(sorted(functions.items())), float(time_unit_ms),
+        key = (shape, tuple(names.index(n) for n in names), self._fn_key(functions), float(time_unit_ms),
                name_prefix is not None, COMPILER_VERSION)
         with self._lock:
             entry = self._shapes.get(key, False)
@@ -472,20 +573,64 @@ class ShapeCache:
             self.uncacheable += 1
         elif entry is not False and entry.valid_for(streams):
             self.hits += 1
-            return entry.bind(values, names, name_prefix)
+            return entry.bind(values, names, name_prefix), self._binding(key, values, names)
         rec = _Recorder(streams)
         own = compile_cel(text, rec, functions=functions, time_unit_ms=time_unit_ms, name_prefix=name_prefix)
         if entry is None:
-            return own
+            return own, None
         self.misses += 1
         made = self._make(text, shape, values, names, rec, own, functions, time_unit_ms, name_prefix)
         with self._lock:
             self._shapes[key] = made
             if made is not None:
                 self._unsaved.append(key)
+                self._ids[shape_id(key)] = key
             while len(self._shapes) > self.max_shapes:
                 self._shapes.popitem(last=False)
-        return own
+        return own, (None if made is None else self._binding(key, values, names))
+
+    @staticmethod
+    def _fn_key(functions: Mapping[str, str] | None) -> tuple | None:
+        return None if functions is None else tuple(sorted(functions.items()))
+
+    def _binding(self, key: tuple, values: tuple, names: tuple) -> tuple[str, str]:
+        sid = self._id_of.get(key)
+        if sid is None:
+            if len(self._id_of) >= self.max_shapes:
+                self._id_of.clear()
+            sid = self._id_of[key] = shape_id(key)
+        return sid, json.dumps([list(values), list(names)], separators=(",", ":"))
+
+    def bound(self, binding: tuple[str, str], streams: Mapping[str, StreamSchema], *,
+              functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
+              name_prefix: str | None = None) -> BoundQuery | None:
+        """The automata of a query from its binding (:meth:`compile_keyed`),
+        as :meth:`compile` would make them of its text, bound when first read;
+        None when that cannot be vouched for (the shape is not held, e.g. one
+        of another compiler version; functions, time unit or a stream read
+        changed since; constants that do not fit the shape): then compile the
+        text."""
+        sid, constants = binding
+        key = self._ids.get(sid)
+        if key is None:
+            return None
+        if (key[2] != self._fn_key(functions) or key[3] != float(time_unit_ms)
+                or key[4] != (name_prefix is not None) or key[5] != COMPILER_VERSION):
+            return None
+        with self._lock:
+            entry = self._shapes.get(key)
+        if entry is None or not entry.valid_for(streams):
+            return None
+        try:
+            values, names = json.loads(constants)
+        except (ValueError, TypeError):
+            return None
+        if (type(values) is not list or type(names) is not list or tuple(map(type, values)) != entry.kinds
+                or not all(type(n) is str for n in names)
+                or tuple([names.index(n) for n in names]) != key[1]):
+            return None
+        self.hits += 1
+        return BoundQuery(entry, tuple(values), tuple(names), name_prefix)
 
     def _make(self, text: str, shape: str, values: tuple, names: tuple, rec: _Recorder, own: CompiledQuery,
               functions, time_unit_ms: float, name_prefix: str | None) -> _Shape | None:
@@ -540,6 +685,11 @@ def _tuples(x):
     return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
 
 
+def shape_id(key: tuple) -> str:
+    """A short stable name of a shape's key (as stored beside a query)."""
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+
+
 def same_compiled(a: CompiledQuery, b: CompiledQuery) -> bool:
     """Equal, literal types included (``Literal(1) == Literal(1.0)``, but
     ``x / 1`` truncates where ``x / 1.0`` does not): the reprs of the
@@ -547,4 +697,4 @@ def same_compiled(a: CompiledQuery, b: CompiledQuery) -> bool:
     return a == b and repr(a) == repr(b)
 
 
-__all__ = ["ShapeCache", "split_shape", "same_compiled", "COMPILER_VERSION"]
+__all__ = ["ShapeCache", "BoundQuery", "split_shape", "same_compiled", "shape_id", "COMPILER_VERSION"]

@@ -124,7 +124,7 @@ def resubscriptions(d, sid: str) -> dict:
     """Streams this subscription reads from other subscriptions, and its
     output streams that other subscriptions read. Scans every subscription."""
     me = d.subscriptions[sid]
-    reads = {s.input_stream for a in me.automata for s in a.states if s.input_stream}
+    reads = me.reads()
     mine = set(me.outputs) | set(me.internal)
     publishes = set(me.outputs)
     from_others, to_others = [], []
@@ -133,7 +133,7 @@ def resubscriptions(d, sid: str) -> dict:
             continue
         for stream in sorted(reads & (set(other.outputs) - mine)):
             from_others.append({"stream": stream, "subscription": other.id, "name": other.name})
-        other_reads = {s.input_stream for a in other.automata for s in a.states if s.input_stream}
+        other_reads = other.reads()
         for stream in sorted(publishes & other_reads):
             to_others.append({"stream": stream, "subscription": other.id, "name": other.name})
     return {"reads": from_others, "read_by": to_others}

@@ -230,6 +230,42 @@ class Loader:
             # a constant of this automaton does not convert: compile it alone, for its own message
             return self._bind(self._template(auto, ai, sites, rep, schema_of), auto, texts, ai, owner, stage)
 
+    def template_of(self, auto: Automaton) -> tuple["_Template | None", list[str]]:
+        """The template staging ``auto`` would use now (None: none is held,
+        or it no longer holds) and the constants it would be bound with."""
+        sites: list[StaticAtom] = []
+        key = self._auto_key(auto, sites)
+        texts = [a.const for a in sites]
+        rep: dict = {}
+        part = tuple([rep.setdefault(t, i) for i, t in enumerate(texts)])
+        opt = self.opt
+        tpl = self._templates.get((key, part, (opt.merge, opt.an_index, opt.instance_index, opt.fr_index,
+                                               opt.sorted_index)))
+        return tpl, texts
+
+    def static_sites(self, auto: Automaton) -> list[StaticAtom]:
+        """The StaticAtoms of ``auto`` whose constants a template binds, in its order."""
+        sites: list[StaticAtom] = []
+        self._auto_key(auto, sites)
+        return sites
+
+    def stage_prepared(self, items: list, owner: str, schema_of) -> tuple[_Stage, list] | None:
+        """Stage automata given as ``(template, constants, outputs)`` (see
+        :meth:`template_of`; outputs: state number -> [(name, type)]) exactly
+        as :meth:`stage` stages the automata they stand for; None (nothing
+        changed) when a template no longer holds or a constant does not
+        convert: then stage the automata themselves."""
+        stage = _Stage()
+        bound = []
+        for ai, (tpl, texts, outs) in enumerate(items):
+            if not self._still_valid(tpl, schema_of):
+                return None
+            try:
+                bound.append(self._bind(tpl, None, texts, ai, owner, stage, outs))
+            except BindError:
+                return None
+        return stage, bound
+
     def _still_valid(self, tpl: "_Template", schema_of) -> bool:
         for name, attrs in tpl.streams:
             sch = schema_of(name)
@@ -388,9 +424,11 @@ class Loader:
                                          r.has_map))
         return self._token(shape), (itemgetter(*[site_rep[id(a)] for a in sl]) if sl else None)
 
-    def _bind(self, tpl: "_Template", auto: Automaton, texts: list, ai: int, owner: str, stage: _Stage):
+    def _bind(self, tpl: "_Template", auto: Automaton | None, texts: list, ai: int, owner: str, stage: _Stage,
+              outs: dict | None = None):
         """Stage ``auto`` (of ``tpl``'s shape, with constants ``texts``): nodes
-        and edges of its own, or shared ones where merge keys match."""
+        and edges of its own, or shared ones where merge keys match. Without
+        ``auto``, ``outs`` gives its outputs: state number -> [(name, type)]."""
         convert = convert_const
         vals = [convert(texts[r], t) for r, t in tpl.convs]  # the only BindError here: before any change
         dvals = []
@@ -444,8 +482,10 @@ class Loader:
             if rb is not None and src.rebind is None and id(src) in stage.new_ids:
                 src.rebind = make_edge(rb[0], src, nodes[rb[1]], vals, None)
             if k >= 0:
-                for out in auto.states[k].outputs:
-                    stage.outputs.append((src, (out.name, out.type)))
+                for out in (auto.states[k].outputs if outs is None else outs[k]):
+                    if outs is None:
+                        out = (out.name, out.type)
+                    stage.outputs.append((src, out))
         return nodes, held
 
     def _make_node(self, spec: "_NodeSpec", label: str, shareable: bool, sig, vals: list, dvals: list,
@@ -490,39 +530,47 @@ class Loader:
     def commit(self, holding: Holding, stage: _Stage, bound: list) -> None:
         owner, gen = holding.owner, holding.gen
         self.owner_gen[owner] = gen
+        seq = self._seq
+        plans = self.plans
         for node in stage.new_nodes:
-            self._seq += 1
-            node.seq = self._seq
+            seq += 1
+            node.seq = seq
             node.min_gen = gen
-            self.nodes += 1
-            if node.stream is not None:
-                plan = self.plans.get(node.stream)
+            stream = node.stream
+            if stream is not None:
+                plan = plans.get(stream)
                 if plan is None:
-                    plan = self.plans[node.stream] = StreamPlan(node.stream)
+                    plan = plans[stream] = StreamPlan(stream)
                 node.plan = plan
                 if not node.is_start:
                     plan.nodes += 1
+        self.nodes += len(stage.new_nodes)
         self.start_nodes.update(stage.start_nodes)
+        fr_index = self.opt.fr_index
         for edge in stage.new_edges:
-            self._seq += 1
-            edge.seq = self._seq
+            seq += 1
+            edge.seq = seq
             edge.min_gen = gen
-            self.edges += 1
             if edge.is_start:  # lives in the stream's start index (not in src.forwards: never scanned)
                 if edge.sig is not None:
                     edge.src.add_child(edge)
-                edge.src.plan.add_start_edge(edge, self.opt.fr_index)
+                edge.src.plan.add_start_edge(edge, fr_index)
             else:
-                edge.src.add_forward(edge, self.opt.fr_index)
+                edge.src.add_forward(edge, fr_index)
+        self._seq = seq
+        self.edges += len(stage.new_edges)
+        states, readers, edges = holding.states, holding.readers, holding.edges
         for ai, (nodes, held) in enumerate(bound):
             for sid, node in nodes.items():
-                node.owners[owner] = node.owners.get(owner, 0) + 1
-                holding.states.append((ai, sid, node))
+                owners = node.owners
+                owners[owner] = owners.get(owner, 0) + 1
+                states.append((ai, sid, node))
                 if node.stream is not None:
-                    holding.readers.append(node.stream)
+                    readers.append(node.stream)
             for edge in held:
-                edge.owners[owner] = edge.owners.get(owner, 0) + 1
-                holding.edges.append(edge)
+                owners = edge.owners
+                owners[owner] = owners.get(owner, 0) + 1
+                edges.append(edge)
         for node, (name, kind) in stage.outputs:
             if not node.outputs:
                 node.outputs = []

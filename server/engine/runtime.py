@@ -259,6 +259,36 @@ class Engine:
             stage, bound = self._net.stage(autos, owner, lambda s: self.schema(s) or new_pub.get(s))
         except (LoadError, BindError) as exc:
             raise EngineError(str(exc)) from None
+        return self._commit(owner, stage, bound, new_pub)
+
+    def add_prepared(self, owner: str, items: list, published: dict[str, StreamSchema]) -> list[str] | None:
+        """:meth:`add` of automata given by the templates staging already
+        holds: ``items`` has one ``(template, constants, outputs)`` per
+        automaton (:meth:`template_of`; outputs: state number -> [(name,
+        type)]), ``published`` their output streams in :meth:`add`'s order.
+        Returns None, changing nothing, where :meth:`add` of the automata
+        themselves is needed (a template no longer holds, a constant does not
+        convert, a published stream clashes: it gives the error)."""
+        if owner in self._loaded:
+            raise EngineError(f"owner {owner!r} already has automata loaded; remove it first")
+        for name, schema in published.items():
+            known = self.schema(name)
+            if known is not None and known.attributes != schema.attributes:
+                return None
+        got = self._net.stage_prepared(items, owner, lambda s: self.schema(s) or published.get(s))
+        if got is None:
+            return None
+        return self._commit(owner, got[0], got[1], published)
+
+    def template_of(self, auto: Automaton) -> tuple:
+        """(template, constants) staging ``auto`` would use now (template None: none held)."""
+        return self._net.template_of(auto)
+
+    def static_sites(self, auto: Automaton) -> list:
+        """The StaticAtoms of ``auto`` whose constants :meth:`template_of` returns, in order."""
+        return self._net.static_sites(auto)
+
+    def _commit(self, owner: str, stage, bound: list, new_pub: dict[str, StreamSchema]) -> list[str]:
         self._gen += 1
         holding = Holding(owner, self._gen, ())  # the automata are the caller's: not kept
         self._net.commit(holding, stage, bound)
