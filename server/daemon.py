@@ -37,6 +37,7 @@ from server.queue import DelayQueue
 from server.receivers import TcpReceiver
 from server.runner import paused_gc
 from server.store import Store, StoredSubscription
+from server.witlog import WitnessLog
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -159,7 +160,11 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards subscriptions and stream declarations
-        self._outbox: dict[ClientChannel, list[bytes]] = {}  # witnesses of the current batch, per client
+        self._outbox: dict[ClientChannel, list[tuple]] = {}  # witness records of the current batch, per client
+        self._logged: list[tuple] = []  # (sid, seq, stream, payload) of the current batch, for the witness log
+        #: The last seq given per subscription (engine thread only; from the witness log at start-up).
+        self.witness_seq: dict[str, int] = {}
+        self.witlog: WitnessLog | None = None  # opened by start()
         self._instances: dict[str, int] = {}  # per subscription, refreshed by the engine thread
         self._count_queue: list[str] = []  # subscriptions still to count in the current pass
         self._count_next_pass = 0.0  # monotonic time
@@ -251,6 +256,13 @@ class Daemon:
         subscriptions or streams are refused with 503 (:class:`ServerStarting`)."""
         if self.started:
             return
+        st = self.settings
+        self.witlog = WitnessLog(st.data_dir / "witnesses", max_bytes=st.witness_log_bytes,
+                                 max_seconds=st.witness_log_seconds)
+        self.witness_seq = self.witlog.last_seqs()
+        if st.slow_client_policy is not None:
+            log.warning("slow_client_policy (%s) is retired and ignored: a slow WebSocket client lags on the "
+                        "witness log instead of being cut or losing witnesses", st.slow_client_policy)
         for s in self.settings.stream_schemas():
             self.engine.declare(s)
             self.declared.add(s.name)
@@ -311,7 +323,10 @@ class Daemon:
 
     def drain(self, timeout: float) -> None:
         """Graceful stop, first half: no new events, run what is queued, and
-        give WebSocket clients time to receive what is buffered for them."""
+        give WebSocket clients time to receive what is buffered for them (and
+        lagging ones to catch up from the witness log); then every client is
+        closed with 1001. No one is cut: a client still behind at the deadline
+        resumes from the witness log after the restart (``?from=``)."""
         deadline = time.monotonic() + timeout
         if self.receiver:
             self.receiver.stop(timeout=max(deadline - time.monotonic(), 0.1))
@@ -348,6 +363,8 @@ class Daemon:
         for ch in self.hub.channels():
             ch.close()
         self.store.close()
+        if self.witlog is not None and (self._thread is None or not self._thread.is_alive()):
+            self.witlog.close()  # synced; readers still open read what they have
         self.started = False
         gc.unfreeze()  # what large batches froze (see _install) may be collected again, this daemon included
 
@@ -473,33 +490,67 @@ class Daemon:
         return sub is not None and stream in sub.outputs
 
     def _on_emit(self, em: Emission) -> None:
-        """Encode a witness once, for every client it goes to; they get it
-        when the batch ends (:meth:`_deliver`). Count it for the console."""
+        """Number a witness of a subscription's outputs (``witness_seq``) and
+        encode it once, for the witness log and every client it goes to; they
+        get it when the batch ends (:meth:`_deliver`). Count it for the console.
+        Witnesses of internal (RESUB) streams are not numbered nor logged: they
+        go only to clients watching that stream, encoded only if there are any."""
+        owner = em.owner
         if em.kind == "OUT":  # the subscription's own outputs; RESUB streams link its automata
-            self._owner_witnesses[em.owner] = self._owner_witnesses.get(em.owner, 0) + 1
-        chans = self.hub.route(em.owner, em.stream, self._is_output)
-        if not chans:
-            return
-        payload = witness_bytes(em.stream, em.event, self.engine.schema(em.stream))
+            self._owner_witnesses[owner] = self._owner_witnesses.get(owner, 0) + 1
+            seqs = self.witness_seq
+            seq = seqs[owner] = seqs.get(owner, 0) + 1
+            rec = (owner, seq, em.stream, witness_bytes(em.stream, em.event, self.engine.schema(em.stream)))
+            self._logged.append(rec)
+            chans = self.hub.route(owner, em.stream, self._is_output)
+            if not chans:
+                return
+        else:
+            chans = self.hub.route(owner, em.stream, self._is_output)
+            if not chans:
+                return
+            rec = (owner, 0, em.stream, witness_bytes(em.stream, em.event, self.engine.schema(em.stream)))
         outbox = self._outbox
         for ch in chans:
             items = outbox.get(ch)
             if items is None:
-                outbox[ch] = [payload]
+                outbox[ch] = [rec]
             else:
-                items.append(payload)
+                items.append(rec)
 
     def _deliver(self) -> None:
-        if self._outbox:
-            for ch, items in self._outbox.items():
-                ch.offer_many(items)
-            self._outbox = {}
+        """The batch's witnesses into the witness log (one write), then to the
+        clients, under the hub's delivery lock (a lagging client checks it has
+        caught up under it). Witnesses the log already held (re-produced after a
+        restart: their seq is not above the log's) are neither logged again
+        nor offered: clients get them from the log."""
+        logged, outbox = self._logged, self._outbox
+        if not logged and not outbox:
+            return
+        self._logged, self._outbox = [], {}
+        with self.hub.delivery_lock:
+            if logged:
+                kept = self.witlog.append(logged)
+                if kept is not logged:
+                    dup = {id(r) for r in logged} - {id(r) for r in kept}
+                    outbox = {ch: [r for r in items if id(r) not in dup] for ch, items in outbox.items()}
+            for ch, items in outbox.items():
+                if items:
+                    ch.offer_many(items)
 
     def on_client_drop(self, ch: ClientChannel, policy: str, n: int = 1) -> None:
+        """A client's buffer overflowed: it lags (``policy`` "lag": served from
+        the witness log) or, on an internal stream that is not logged, it is
+        disconnected ("disconnect")."""
+        if policy == "lag":
+            self.counters.add("client_lags", n)
+            log.info("WebSocket client %s (%s) fell %d witnesses behind: served from the witness log until it "
+                     "catches up", ch.id, ch.label, ch.capacity)
+            return
         self.counters.add(f"drop_{policy}", n)
         if policy == "disconnect":
-            log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full",
-                        ch.id, ch.label, ch.capacity)
+            log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full (an internal stream, "
+                        "not in the witness log)", ch.id, ch.label, ch.capacity)
 
     # ------------------------------------------------------------------ streams
 
