@@ -375,13 +375,13 @@ def watch(subscription, stream, url, token, count, retry_for) -> None:
         click.echo(f"cayuga: {reason}; reconnecting in {delay:.1f} s", err=True)
 
     try:
-        for part in client.follow_messages(subscription, stream=stream, batch=WATCH_BATCH, retry_for=retry_for,
-                                           on_retry=retrying):
-            if count is not None and n + len(part) >= count:
-                part = part[:count - n]
-            out.write("".join(line + "\n" for _, _, line in part).encode())
+        for _, _, block, k in client.follow_runs(subscription, stream=stream, batch=WATCH_BATCH,
+                                                 retry_for=retry_for, on_retry=retrying):
+            if count is not None and n + k >= count:
+                block, k = "\n".join(block.split("\n")[:count - n]), count - n
+            out.write(block.encode() + b"\n")
             out.flush()
-            n += len(part)
+            n += k
             if count is not None and n >= count:
                 break
     except CayugaAPIError as exc:

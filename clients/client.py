@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -26,6 +27,8 @@ from websockets.sync.client import connect
 #: WebSocket close codes after which reconnecting cannot help: bad parameter,
 #: bad token, unknown subscription or stream, no longer retained.
 FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410})
+#: The ``<seq> `` that starts each line of a message asked for with seq.
+_SEQ_PREFIX = re.compile(r"^\d+ ", re.MULTILINE)
 
 
 class CayugaAPIError(RuntimeError):
@@ -171,18 +174,22 @@ class CayugaClient:
                on_retry: Callable[[str, float], None] | None = None) -> Iterator[tuple[str, int, str]]:
         """Every witness of a subscription (or stream) exactly once, across
         disconnects and server restarts: yields (subscription id, seq, witness
-        JSON); see :meth:`follow_messages`, which it takes them from."""
-        for part in self.follow_messages(subscription, stream=stream, after=after, retry_for=retry_for,
-                                         batch=batch, timeout=timeout, on_retry=on_retry):
-            yield from part
+        JSON); see :meth:`follow_runs`, which it takes them from."""
+        for sid, first, block, n in self.follow_runs(subscription, stream=stream, after=after,
+                                                     retry_for=retry_for, batch=batch, timeout=timeout,
+                                                     on_retry=on_retry):
+            for i, line in enumerate(block.split("\n") if n > 1 else (block,)):
+                yield sid, first + i, line
 
-    def follow_messages(self, subscription: str | None = None, *, stream: str | None = None,
-                        after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
-                        timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
-                        ) -> Iterator[list[tuple[str, int, str]]]:
+    def follow_runs(self, subscription: str | None = None, *, stream: str | None = None,
+                    after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
+                    timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
+                    ) -> Iterator[tuple[str, int, str, int]]:
         """Every witness of a subscription (or stream) exactly once, across
-        disconnects and server restarts: yields, per message, a list of
-        (subscription id, seq, witness JSON). ``after``: the last seq already had per subscription (resume
+        disconnects and server restarts: yields runs of witnesses,
+        (subscription id, first seq, the witnesses' JSON lines joined by
+        newlines, how many), the seqs of a run consecutive (a subscription's
+        message is one run, cut from its seq prefixes at once). ``after``: the last seq already had per subscription (resume
         there); without it, a subscription is followed from its newest witness
         on (``last_seq`` of GET /subscriptions/{id}), a stream from what comes
         once connected. On a disconnect it reconnects with ``from`` (backoff
@@ -211,19 +218,26 @@ class CayugaClient:
                             msg = ws.recv(timeout=timeout)
                         except TimeoutError:
                             raise _RecvTimeout from None
-                        part = []
+                        if subscription:  # one run when the seqs are new and consecutive (they are)
+                            known = after[subscription]
+                            first = int(msg[:msg.find(" ")])
+                            n = msg.count("\n") + 1
+                            tail = msg.rfind("\n") + 1
+                            last = int(msg[tail:msg.find(" ", tail)])
+                            if first > known and last - first + 1 == n:
+                                after[subscription] = last
+                                yield subscription, first, _SEQ_PREFIX.sub("", msg), n
+                                continue
                         for line in msg.split("\n"):
                             head, _, body = line.partition(" ")
                             if subscription:
-                                sid, n = subscription, head
+                                sid, num = subscription, head
                             else:
-                                sid, _, n = head.rpartition(":")
-                            seq = int(n)
+                                sid, _, num = head.rpartition(":")
+                            seq = int(num)
                             if seq > after.get(sid, 0):  # never twice, whatever happens
                                 after[sid] = seq
-                                part.append((sid, seq, body))
-                        if part:
-                            yield part
+                                yield sid, seq, body, 1
             except _RecvTimeout:
                 raise TimeoutError(f"no witness within {timeout} s") from None
             except ConnectionClosed as exc:

@@ -314,7 +314,10 @@ class WitnessLog:
         enc = self._enc
         parts = []
         off = seg.size
-        spots = []
+        firsts: dict[str, tuple[int, int]] = {}  # per subscription in this batch: first seq and offset
+        lasts: dict[str, int] = {}
+        pairs: set[tuple[str, str]] = set()
+        hdr, body_hdr, lenp, crc32 = _HDR.pack, _BODY.pack, _LEN.pack, zlib.crc32
         for sid, seq, stream, payload in kept:
             sb = enc.get(sid)
             if sb is None:
@@ -322,19 +325,37 @@ class WitnessLog:
             tb = enc.get(stream)
             if tb is None:
                 tb = enc[stream] = stream.encode()
-            rec = _encode(_WITNESS, seq, sb, tb, payload)
-            parts.append(rec)
-            spots.append(off)
-            off += len(rec)
+            body = body_hdr(_WITNESS, seq, len(sb), len(tb)) + sb + tb + payload
+            n = len(body)
+            parts.append(hdr(n, crc32(body, crc32(lenp(n)))))
+            parts.append(body)
+            if sid not in firsts:
+                firsts[sid] = (seq, off)
+            lasts[sid] = seq
+            pairs.add((sid, stream))
+            off += n + 8
         data = b"".join(parts)
         view, done = memoryview(data), 0
         while done < len(data):
             done += os.write(self._fd, view[done:])
         now = self.clock()
         with self._lock:
-            index = self._index
-            for (sid, seq, stream, _), o in zip(kept, spots):
-                index(seg, sid, seq, stream, o)
+            subs, streams, last = seg.subs, seg.streams, self._last
+            for sid, (seq, o) in firsts.items():
+                sub = subs.get(sid)
+                if sub is None:
+                    subs[sid] = _Sub(seq, o, lasts[sid])
+                else:
+                    sub.last_seq = lasts[sid]
+                if lasts[sid] > last.get(sid, 0):
+                    last[sid] = lasts[sid]
+            for sid, stream in pairs:
+                pubs = streams.get(stream)
+                if pubs is None:
+                    streams[stream] = {sid}
+                else:
+                    pubs.add(sid)
+            seg.records += len(kept)
             seg.size = off
             seg.newest = now
         self.appended += len(kept)
