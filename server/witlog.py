@@ -6,14 +6,18 @@ No sockets, no threads of its own. One writer (the engine thread) appends a
 batch of records at a time; any number of readers (:class:`Cursor`, on other
 threads) read what is already appended, each with its own file handles.
 
-**Records.** ``(subscription id, seq, stream, payload)``; ``seq`` numbers the
-witnesses of one subscription 1, 2, 3, ... (the daemon gives them); the
-payload is the witness JSON exactly as clients get it. On disk each record
-is ``<u32 body length><u32 CRC32 of length and body><body>`` with body
+**Records.** Witnesses ``(subscription id, seq, stream, payload)``; ``seq``
+numbers the witnesses of one subscription 1, 2, 3, ... (the daemon gives
+them); the payload is the witness JSON exactly as clients get it. On disk a
+record is ``<u32 body length><u32 CRC32 of length and body><body>`` with body
 ``<u8 kind><u64 seq><u16 len(sid)><u16 len(stream)> sid stream payload``
-(little-endian). Kind 0 is a witness; kind 1, the first record of every
-segment, is a checkpoint: the last seq of every subscription so far (JSON),
-so that the sequence numbers survive the deletion of old segments.
+(little-endian). Kind 2, what :meth:`WitnessLog.append` writes, holds one
+batch: its payload is the batch's witnesses as a msgpack array of
+``[sid, seq, stream, payload]`` (one encoding and one CRC per batch: the
+engine thread spends ~0.2 µs a witness on the log); kind 0 is a single
+witness (readers accept it); kind 1, the first record of every segment, is a
+checkpoint: the last seq of every subscription so far (JSON), so that the
+sequence numbers survive the deletion of old segments.
 
 **Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
 at most about ``segment_bytes``; the newest is appended to. A segment that is
@@ -52,12 +56,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import msgspec
+
 log = logging.getLogger("cayuga.witlog")
 
 _HDR = struct.Struct("<II")  # body length, CRC32 of (length, body)
 _LEN = struct.Struct("<I")
 _BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
-_WITNESS, _CHECKPOINT = 0, 1
+_WITNESS, _CHECKPOINT, _BATCH = 0, 1, 2
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder(list[tuple[str, int, str, bytes]]).decode
 #: Records longer than this are taken for corruption when found (a witness is
 #: at most a few MiB: max_value_bytes per attribute).
 MAX_RECORD = 1 << 30
@@ -114,7 +122,7 @@ def _parse(buf: bytes | memoryview, pos: int, end: int):
         return None
     kind, seq, ls, lt = _BODY.unpack_from(body, 0)
     o = _BODY.size
-    if kind not in (_WITNESS, _CHECKPOINT) or o + ls + lt > n:
+    if kind not in (_WITNESS, _CHECKPOINT, _BATCH) or o + ls + lt > n:
         return None
     try:
         sid = bytes(body[o:o + ls]).decode()
@@ -224,6 +232,13 @@ class WitnessLog:
                     self._merge_checkpoint(payload)
                 except (ValueError, AttributeError):
                     break
+            elif kind == _BATCH:
+                try:
+                    entries = _unpack(payload)
+                except msgspec.DecodeError:
+                    break
+                for esid, eseq, estream, _ in entries:
+                    self._index(seg, esid, eseq, estream, pos)
             else:
                 self._index(seg, sid, seq, stream, pos)
             pos = nxt
@@ -311,40 +326,21 @@ class WitnessLog:
         if seg.records and seg.size >= self.segment_bytes:
             self._roll()
             seg = self._segments[-1]
-        enc = self._enc
-        parts = []
         off = seg.size
-        firsts: dict[str, tuple[int, int]] = {}  # per subscription in this batch: first seq and offset
-        lasts: dict[str, int] = {}
-        pairs: set[tuple[str, str]] = set()
-        hdr, body_hdr, lenp, crc32 = _HDR.pack, _BODY.pack, _LEN.pack, zlib.crc32
-        for sid, seq, stream, payload in kept:
-            sb = enc.get(sid)
-            if sb is None:
-                sb = enc[sid] = sid.encode()
-            tb = enc.get(stream)
-            if tb is None:
-                tb = enc[stream] = stream.encode()
-            body = body_hdr(_WITNESS, seq, len(sb), len(tb)) + sb + tb + payload
-            n = len(body)
-            parts.append(hdr(n, crc32(body, crc32(lenp(n)))))
-            parts.append(body)
-            if sid not in firsts:
-                firsts[sid] = (seq, off)
-            lasts[sid] = seq
-            pairs.add((sid, stream))
-            off += n + 8
-        data = b"".join(parts)
-        view, done = memoryview(data), 0
-        while done < len(data):
+        rec = _encode(_BATCH, len(kept), b"", b"", _pack(kept))
+        view, done = memoryview(rec), 0
+        while done < len(rec):
             done += os.write(self._fd, view[done:])
+        lasts = {r[0]: r[1] for r in kept}
+        firsts = {r[0]: r[1] for r in reversed(kept)} if len(lasts) > 1 else {kept[0][0]: kept[0][1]}
+        pairs = {(r[0], r[2]) for r in kept}
         now = self.clock()
         with self._lock:
             subs, streams, last = seg.subs, seg.streams, self._last
-            for sid, (seq, o) in firsts.items():
+            for sid, seq in firsts.items():
                 sub = subs.get(sid)
                 if sub is None:
-                    subs[sid] = _Sub(seq, o, lasts[sid])
+                    subs[sid] = _Sub(seq, off, lasts[sid])
                 else:
                     sub.last_seq = lasts[sid]
                 if lasts[sid] > last.get(sid, 0):
@@ -356,7 +352,7 @@ class WitnessLog:
                 else:
                     pubs.add(sid)
             seg.records += len(kept)
-            seg.size = off
+            seg.size = off + len(rec)
             seg.newest = now
         self.appended += len(kept)
         if seg.size >= self.segment_bytes or now >= self._retain_at:
@@ -561,18 +557,25 @@ class Cursor:
                         raise OSError(f"witness log {seg.path.name}: unreadable record at offset {pos}")
                     break
                 kind, seq, rsid, rstream, payload, p = rec
-                if kind != _WITNESS or (rsid != sid if sid is not None else rstream != stream):
+                if kind == _BATCH:
+                    entries = _unpack(payload)
+                elif kind == _WITNESS:
+                    entries = ((rsid, seq, rstream, bytes(payload)),)
+                else:
                     continue
-                known = after.get(rsid, 0)
-                if seq <= known:
-                    continue
-                if seq > known + 1 and rsid in after:  # a gap: deleted by retention meanwhile?
-                    first = wlog.first_seq(rsid)
-                    if known + 1 < first:
-                        raise Gone(rsid, known + 1, first)
-                after[rsid] = seq
-                out.append((rsid, seq, bytes(payload)))
-                size += len(payload)
+                for rsid, seq, rstream, data in entries:
+                    if rsid != sid if sid is not None else rstream != stream:
+                        continue
+                    known = after.get(rsid, 0)
+                    if seq <= known:
+                        continue
+                    if seq > known + 1 and rsid in after:  # a gap: deleted by retention meanwhile?
+                        first = wlog.first_seq(rsid)
+                        if known + 1 < first:
+                            raise Gone(rsid, known + 1, first)
+                    after[rsid] = seq
+                    out.append((rsid, seq, data))
+                    size += len(data)
             self._pos = pos + p
         return out
 
