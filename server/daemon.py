@@ -530,7 +530,13 @@ class Daemon:
         self._logged, self._outbox = [], {}
         with self.hub.delivery_lock:
             if logged:
-                kept = self.witlog.append(logged)
+                try:
+                    kept = self.witlog.append(logged)
+                except OSError as exc:  # disk full, ...: live clients still get them; the engine goes on
+                    kept = logged
+                    self.counters.add("witness_log_errors")
+                    self.engine_error = f"witness log: {type(exc).__name__}: {exc}"
+                    log.error("could not append %d witnesses to the witness log: %s", len(logged), exc)
                 if kept is not logged:
                     dup = {id(r) for r in logged} - {id(r) for r in kept}
                     outbox = {ch: [r for r in items if id(r) not in dup] for ch, items in outbox.items()}

@@ -21,10 +21,12 @@ sequence numbers survive the deletion of old segments.
 
 **Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
 at most about ``segment_bytes``; the newest is appended to. A segment that is
-full is fsynced, sealed, and gets an index beside it (``.idx``: per
+full is sealed and gets an index beside it (``.idx``: per
 subscription its first seq and offset and last seq, per stream its
 publishers), so opening the log reads the indexes and scans only the
-segments without one (the newest). A torn or corrupt tail (a crash in the
+segments without one (the newest). Nothing is fsynced on the way (an fsync of
+a whole segment held the engine thread for up to a second): :meth:`WitnessLog.sync`
+makes everything appended so far durable, :meth:`WitnessLog.close` too. A torn or corrupt tail (a crash in the
 middle of a write, a flipped byte: length, CRC or body that do not agree) is
 found by that scan and the file truncated there: a record is read only when
 its CRC matches.
@@ -160,6 +162,8 @@ class WitnessLog:
         self._enc: dict[str, bytes] = {}  # sid and stream names, UTF-8
         self._fd: int | None = None
         self._retain_at = 0.0
+        self._unsynced: list[Path] = []  # sealed segments not fsynced yet (see sync)
+        self._dir_dirty = False
         # metrics: appended and deduplicated since open; dropped: records deleted by retention
         self.appended = 0
         self.deduplicated = 0
@@ -274,7 +278,7 @@ class WitnessLog:
         checkpoint = _encode(_CHECKPOINT, 0, b"", b"", json.dumps(self._last, separators=(",", ":")).encode())
         fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
         os.write(fd, checkpoint)
-        self._fsync_dir()
+        self._dir_dirty = True
         seg.size = len(checkpoint)
         with self._lock:
             self._segments.append(seg)
@@ -296,9 +300,9 @@ class WitnessLog:
         """Close the active segment for writing and write its index."""
         seg = self._segments[-1]
         if self._fd is not None:
-            os.fsync(self._fd)
-            os.close(self._fd)
+            os.close(self._fd)  # fsynced by sync(): an fsync of a whole segment here held the engine thread
             self._fd = None
+            self._unsynced.append(seg.path)
         data = {"size": seg.size, "records": seg.records,
                 "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
                 "streams": {s: sorted(v) for s, v in seg.streams.items()}}
@@ -383,6 +387,7 @@ class WitnessLog:
             with self._lock:
                 self._segments.pop(0)
             dropped += oldest.records
+            self._dir_dirty = True
             oldest.path.unlink(missing_ok=True)
             oldest.index_path.unlink(missing_ok=True)
         if dropped:
@@ -390,13 +395,29 @@ class WitnessLog:
         return dropped
 
     def sync(self) -> None:
-        """Make what was appended durable (fsync)."""
+        """Make what was appended durable: fsync the segments sealed since the
+        last call, the active one, and the directory (new or deleted files).
+        From the writer's thread (or while it does not append)."""
+        for path in self._unsynced:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:  # deleted by retention meanwhile
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._unsynced = []
         if self._fd is not None:
             os.fsync(self._fd)
+        if self._dir_dirty:
+            self._fsync_dir()
+            self._dir_dirty = False
 
     def close(self) -> None:
+        """Sync, and close for writing (cursors still read what they have)."""
+        self.sync()
         if self._fd is not None:
-            os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
 

@@ -206,6 +206,8 @@ async def _send_loop(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, f
             items = [r for r in items if r[1] > floor.get(r[0], 0)]
         if fmt is _plain:
             lines = [r[3] for r in items]
+        elif fmt is _with_seq:
+            lines = [b"%d %s" % (r[1], r[3]) for r in items]
         else:
             lines = [fmt(r[0], r[1], r[3]) for r in items]
         await _send(ws, ch, lines, d.counters)
