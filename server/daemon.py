@@ -160,8 +160,11 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards subscriptions and stream declarations
-        self._outbox: dict[ClientChannel, list[tuple]] = {}  # witness records of the current batch, per client
-        self._logged: list[tuple] = []  # (sid, seq, stream, payload) of the current batch, for the witness log
+        # the current batch's witnesses, as columns (no object per witness for the garbage collector):
+        self._outbox: dict[ClientChannel, tuple[list, list, list]] = {}  # per client: sids, seqs, payloads
+        self._logged: tuple[list, list, list, list] = ([], [], [], [])  # sids, seqs, streams, payloads: the log's
+        self._log_add = tuple(c.append for c in self._logged)  # their append methods
+        self._box_add: dict[ClientChannel, tuple] = {}  # the append methods of each client's columns
         #: The last seq given per subscription (engine thread only; from the witness log at start-up).
         self.witness_seq: dict[str, int] = {}
         self.witlog: WitnessLog | None = None  # opened by start()
@@ -496,27 +499,38 @@ class Daemon:
         Witnesses of internal (RESUB) streams are not numbered nor logged: they
         go only to clients watching that stream, encoded only if there are any."""
         owner = em.owner
+        stream = em.stream
         if em.kind == "OUT":  # the subscription's own outputs; RESUB streams link its automata
             self._owner_witnesses[owner] = self._owner_witnesses.get(owner, 0) + 1
             seqs = self.witness_seq
             seq = seqs[owner] = seqs.get(owner, 0) + 1
-            rec = (owner, seq, em.stream, witness_bytes(em.stream, em.event, self.engine.schema(em.stream)))
-            self._logged.append(rec)
-            chans = self.hub.route(owner, em.stream, self._is_output)
+            payload = witness_bytes(stream, em.event, self.engine.schema(stream))
+            add = self._log_add
+            add[0](owner)
+            add[1](seq)
+            add[2](stream)
+            add[3](payload)
+            chans = self.hub.route(owner, stream, self._is_output)
             if not chans:
                 return
         else:
-            chans = self.hub.route(owner, em.stream, self._is_output)
+            chans = self.hub.route(owner, stream, self._is_output)
             if not chans:
                 return
-            rec = (owner, 0, em.stream, witness_bytes(em.stream, em.event, self.engine.schema(em.stream)))
+            seq = 0
+            payload = witness_bytes(stream, em.event, self.engine.schema(stream))
         outbox = self._outbox
         for ch in chans:
-            items = outbox.get(ch)
-            if items is None:
-                outbox[ch] = [rec]
+            box = outbox.get(ch)
+            if box is None:
+                sids, nums, payloads = box = ([], [], [])
+                outbox[ch] = box
+                self._box_add[ch] = add = (sids.append, nums.append, payloads.append)
             else:
-                items.append(rec)
+                add = self._box_add[ch]
+            add[0](owner)
+            add[1](seq)
+            add[2](payload)
 
     def _deliver(self) -> None:
         """The batch's witnesses into the witness log (one write), then to the
@@ -525,24 +539,27 @@ class Daemon:
         restart: their seq is not above the log's) are neither logged again
         nor offered: clients get them from the log."""
         logged, outbox = self._logged, self._outbox
-        if not logged and not outbox:
+        if not logged[0] and not outbox:
             return
-        self._logged, self._outbox = [], {}
+        self._logged, self._outbox, self._box_add = ([], [], [], []), {}, {}
+        self._log_add = tuple(c.append for c in self._logged)
         with self.hub.delivery_lock:
-            if logged:
+            if logged[0]:
                 try:
-                    kept = self.witlog.append(logged)
+                    dropped = self.witlog.append_columns(*logged)
                 except OSError as exc:  # disk full, ...: live clients still get them; the engine goes on
-                    kept = logged
+                    dropped = []
                     self.counters.add("witness_log_errors")
                     self.engine_error = f"witness log: {type(exc).__name__}: {exc}"
-                    log.error("could not append %d witnesses to the witness log: %s", len(logged), exc)
-                if kept is not logged:
-                    dup = {id(r) for r in logged} - {id(r) for r in kept}
-                    outbox = {ch: [r for r in items if id(r) not in dup] for ch, items in outbox.items()}
-            for ch, items in outbox.items():
-                if items:
-                    ch.offer_many(items)
+                    log.error("could not append %d witnesses to the witness log: %s", len(logged[0]), exc)
+                if dropped:
+                    dup = {(logged[0][i], logged[1][i]) for i in dropped}
+                    for ch, (sids, seqs, payloads) in list(outbox.items()):
+                        keep = [i for i, k in enumerate(zip(sids, seqs)) if k not in dup]
+                        outbox[ch] = ([sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep])
+            for ch, (sids, seqs, payloads) in outbox.items():
+                if payloads:
+                    ch.offer_many(sids, seqs, payloads)
 
     def on_client_drop(self, ch: ClientChannel, policy: str, n: int = 1) -> None:
         """A client's buffer overflowed: it lags (``policy`` "lag": served from

@@ -3,9 +3,10 @@ blocking the engine thread.
 
 Each connected client has a :class:`ClientChannel`: a bounded buffer that the
 engine thread appends to and the client's own sender task (on the server's
-event loop) drains. Items are witness records ``(subscription id, seq,
-stream, payload)``: the sender decides how a client sees them (with or
-without its seq), so the engine thread never formats per client.
+event loop) drains. It holds witnesses as three parallel columns (subscription
+id, seq, encoded witness; no object per witness for the garbage collector to
+walk): the sender decides how a client sees them (with or without its seq),
+so the engine thread never formats per client.
 
 A client that cannot keep up fills its buffer; then it **lags**: its buffer is
 dropped, the channel remembers where the client is (the last seq it was given
@@ -53,7 +54,9 @@ class ClientChannel:
         self.on_drop = on_drop
         self.resumable = resumable  # its witnesses are in the witness log: it lags instead of being cut
         self.positions = positions  # a stream's channel: the log's last seq per subscription publishing it
-        self.buffer: deque[tuple] = deque()  # witness records (sid, seq, stream, payload)
+        self.buffer: deque[bytes] = deque()  # encoded witnesses (UTF-8 JSON) ...
+        self.seqs: deque[int] = deque()  # ... their seqs (0: an internal stream's, not numbered) ...
+        self.sids: deque[str] = deque()  # ... and the subscriptions that produced them
         self.wake = asyncio.Event()
         self.cut = asyncio.Event()  # set once the buffer overflowed on a channel that cannot lag
         self._wake_pending = False
@@ -67,16 +70,16 @@ class ClientChannel:
         self.counted = 0  # of those, added to the server's delivered counter
 
     # -- engine thread (under the hub's delivery_lock)
-    def offer_many(self, items: list[tuple]) -> None:
-        """Buffer witness records (the engine thread hands over all of one
-        batch's at once); a channel they do not fit in starts lagging (or,
+    def offer_many(self, sids: list[str], seqs: list[int], payloads: list[bytes]) -> None:
+        """Buffer witnesses (the engine thread hands over all of one batch's at
+        once, as columns); a channel they do not fit in starts lagging (or,
         when it cannot, is cut)."""
         with self._lock:
             if self.closed or self.overflowed or self.lagging:
                 return
-            if len(items) > self.capacity - len(self.buffer):
+            if len(payloads) > self.capacity - len(self.buffer):
                 if self.resumable:
-                    self._start_lagging(items)
+                    self._start_lagging(sids, seqs)
                 else:
                     self.overflowed = True
                     if self.on_drop:
@@ -87,18 +90,20 @@ class ClientChannel:
                         self.closed = True
                 self._signal()
                 return
-            self.buffer.extend(items)
+            self.buffer.extend(payloads)
+            self.seqs.extend(seqs)
+            self.sids.extend(sids)
             self._signal()
 
-    def _start_lagging(self, items: list[tuple]) -> None:
+    def _start_lagging(self, sids: list[str], seqs: list[int]) -> None:
         after = self.positions() if self.positions is not None else {}
-        first: dict[str, int] = {}
-        for sid, seq, _, _ in itertools.chain(self.buffer, items):  # the first witness dropped per subscription
-            if sid not in first:
-                first[sid] = seq - 1
+        # the first witness dropped per subscription (reversed: the first one wins)
+        first = dict(zip(reversed([*self.sids, *sids]), reversed([n - 1 for n in (*self.seqs, *seqs)])))
         after.update(first)
         self.after = after
         self.buffer.clear()
+        self.seqs.clear()
+        self.sids.clear()
         self.lagging = True
         self.lags += 1
         if self.on_drop:
@@ -125,13 +130,16 @@ class ClientChannel:
                 self.closed = True
 
     # -- event loop
-    def take_all(self) -> list[tuple]:
+    def take_all(self) -> tuple[list[str], list[int], list[bytes]]:
+        """What is buffered, as columns: subscription ids, seqs, witnesses."""
         with self._lock:
             self._wake_pending = False
             self.wake.clear()
-            items = list(self.buffer)
+            taken = list(self.sids), list(self.seqs), list(self.buffer)
             self.buffer.clear()
-            return items
+            self.seqs.clear()
+            self.sids.clear()
+            return taken
 
     def close(self) -> None:
         with self._lock:

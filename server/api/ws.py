@@ -201,15 +201,16 @@ async def _send_loop(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, f
             floor = await _catch_up(ws, ch, d, kind, key, fmt)
             continue
         await ch.wake.wait()
-        items = ch.take_all()
+        sids, seqs, payloads = ch.take_all()
         if floor:
-            items = [r for r in items if r[1] > floor.get(r[0], 0)]
+            keep = [i for i, (s, n) in enumerate(zip(sids, seqs)) if n > floor.get(s, 0)]
+            sids, seqs, payloads = [sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep]
         if fmt is _plain:
-            lines = [r[3] for r in items]
+            lines = payloads
         elif fmt is _with_seq:
-            lines = [b"%d %s" % (r[1], r[3]) for r in items]
+            lines = [b"%d %s" % x for x in zip(seqs, payloads)]
         else:
-            lines = [fmt(r[0], r[1], r[3]) for r in items]
+            lines = [fmt(s, n, p) for s, n, p in zip(sids, seqs, payloads)]
         await _send(ws, ch, lines, d.counters)
         if ch.overflowed or (ch.closed and not ch.buffer):
             return
