@@ -480,38 +480,52 @@ def register(paths, url, token, batch_size) -> None:
 @click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
 @click.option("--count", type=int, default=None, help="Exit after this many witnesses.")
-def watch(subscription, stream, url, token, count) -> None:
-    """Print the witnesses of a subscription (or stream) as JSON lines."""
+@click.option("--retry-for", type=float, default=300.0, show_default=True,
+              help="After a disconnect (server restart, crash, network), keep reconnecting this many seconds; "
+                   "it resumes after the last witness printed, so none is printed twice or missed.")
+def watch(subscription, stream, url, token, count, retry_for) -> None:
+    """Print the witnesses of a subscription (or stream) as JSON lines.
+
+    From the subscription's newest witness on (a stream: from when it is
+    connected), each exactly once: the witnesses carry sequence numbers
+    (not printed), and after a disconnect it reconnects by itself and resumes
+    where it was (the server's witness log holds what was missed). A final
+    failure is one line on standard error and exit status 1."""
     from clients.client import CayugaAPIError, CayugaClient
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
+    if count is not None and count <= 0:
+        return
     client = CayugaClient(url, token=token)
     out = sys.stdout.buffer
     n = 0
-    if count is not None and count <= 0:
-        return
+
+    def retrying(reason: str, delay: float) -> None:
+        click.echo(f"cayuga: {reason}; reconnecting in {delay:.1f} s", err=True)
+
     try:
-        with client.frames(subscription, stream=stream, batch=WATCH_BATCH) as frames:
-            for msg in frames:  # up to WATCH_BATCH witnesses, one per line: printed as they are
-                data = msg.encode()
-                k = data.count(b"\n") + 1
-                if count is not None and n + k >= count:
-                    cut = data.split(b"\n")[:count - n]
-                    out.write(b"\n".join(cut) + b"\n")
-                    break
-                out.write(data + b"\n")
-                n += k
-                out.flush()
+        for _, _, block, k in client.follow_runs(subscription, stream=stream, batch=WATCH_BATCH,
+                                                 retry_for=retry_for, on_retry=retrying):
+            if count is not None and n + k >= count:
+                block, k = "\n".join(block.split("\n")[:count - n]), count - n
+            out.write(block.encode() + b"\n")
+            out.flush()
+            n += k
+            if count is not None and n >= count:
+                break
     except CayugaAPIError as exc:
-        _fail(f"the server closed the connection: {exc}")
+        _fail(f"the server closed the connection: {exc}", 1)
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        _fail(f"cannot reach the server at {url}: {exc}")
+        _fail(f"cannot reach the server at {url}: {exc}", 1)
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+        _fail(f"{type(exc).__name__}: {exc}", 1)
     finally:
         with contextlib.suppress(OSError):
             out.flush()
+        client.close()
 
 
 #: Witnesses per WebSocket message that ``cayuga watch`` asks for.

@@ -12,15 +12,23 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
+import time
 from contextlib import contextmanager
-from typing import Iterable, Iterator
-from urllib.parse import urlparse
+from typing import Callable, Iterable, Iterator
+from urllib.parse import quote, urlparse
 
 import httpx
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
+
+#: WebSocket close codes after which reconnecting cannot help: bad parameter,
+#: bad token, unknown subscription or stream, no longer retained.
+FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410})
+#: The ``<seq> `` that starts each line of a message asked for with seq.
+_SEQ_PREFIX = re.compile(r"^\d+ ", re.MULTILINE)
 
 
 class CayugaAPIError(RuntimeError):
@@ -31,6 +39,10 @@ class CayugaAPIError(RuntimeError):
         self.body = body
         detail = body.get("detail") if isinstance(body, dict) else body
         super().__init__(f"HTTP {status}: {detail}")
+
+
+class _RecvTimeout(Exception):
+    pass
 
 
 class CayugaClient:
@@ -103,22 +115,33 @@ class CayugaClient:
         return self._call("POST", "/events", json=events)
 
     # -- WebSocket
-    def ws_url(self, subscription: str | None = None, *, stream: str | None = None, batch: int = 1) -> str:
+    def ws_url(self, subscription: str | None = None, *, stream: str | None = None, batch: int = 1,
+               seq: bool = False, from_: int | str | None = None) -> str:
         """The WebSocket URL of a subscription's (or a stream's) witnesses;
-        ``batch`` > 1 asks for up to that many per message (JSON lines)."""
+        ``batch`` > 1 asks for up to that many per message (JSON lines);
+        ``seq`` for each line prefixed with its seq (``<seq> `` or, on a stream,
+        ``<sid>:<seq> ``); ``from_`` to start at a seq (on a stream:
+        ``"s1:5,s3:9"``), which implies ``seq``."""
         path = f"/ws/subscriptions/{subscription}" if subscription else f"/ws/streams/{stream}"
         u = urlparse(self.base_url)
         scheme = "wss" if u.scheme == "https" else "ws"
-        return f"{scheme}://{u.netloc}{path}" + (f"?batch={batch}" if batch > 1 else "")
+        params = [f"batch={batch}"] if batch > 1 else []
+        if seq and from_ is None:
+            params.append("seq=1")
+        if from_ is not None:
+            params.append(f"from={quote(str(from_), safe=':,')}")
+        return f"{scheme}://{u.netloc}{path}" + ("?" + "&".join(params) if params else "")
 
     @contextmanager
     def frames(self, subscription: str | None = None, *, stream: str | None = None, batch: int = 1000,
-               timeout: float | None = None) -> Iterator[Iterator[str]]:
+               timeout: float | None = None, seq: bool = False,
+               from_: int | str | None = None) -> Iterator[Iterator[str]]:
         """Iterate over the raw messages of a subscription (or stream): each is
         one witness, or with ``batch`` > 1 up to that many, one JSON object per
-        line. ``timeout`` bounds the wait for each message (TimeoutError)."""
+        line (with ``seq``/``from_``, each line prefixed as :meth:`ws_url` says).
+        ``timeout`` bounds the wait for each message (TimeoutError)."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        url = self.ws_url(subscription, stream=stream, batch=batch)
+        url = self.ws_url(subscription, stream=stream, batch=batch, seq=seq, from_=from_)
         with connect(url, additional_headers=headers, open_timeout=10, max_size=None) as ws:
             def messages() -> Iterator[str]:
                 while True:
@@ -144,6 +167,100 @@ class CayugaClient:
                         yield json.loads(line)
 
             yield witnesses()
+
+    def follow(self, subscription: str | None = None, *, stream: str | None = None,
+               after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
+               timeout: float | None = None,
+               on_retry: Callable[[str, float], None] | None = None) -> Iterator[tuple[str, int, str]]:
+        """Every witness of a subscription (or stream) exactly once, across
+        disconnects and server restarts: yields (subscription id, seq, witness
+        JSON); see :meth:`follow_runs`, which it takes them from."""
+        for sid, first, block, n in self.follow_runs(subscription, stream=stream, after=after,
+                                                     retry_for=retry_for, batch=batch, timeout=timeout,
+                                                     on_retry=on_retry):
+            for i, line in enumerate(block.split("\n") if n > 1 else (block,)):
+                yield sid, first + i, line
+
+    def follow_runs(self, subscription: str | None = None, *, stream: str | None = None,
+                    after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
+                    timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
+                    ) -> Iterator[tuple[str, int, str, int]]:
+        """Every witness of a subscription (or stream) exactly once, across
+        disconnects and server restarts: yields runs of witnesses,
+        (subscription id, first seq, the witnesses' JSON lines joined by
+        newlines, how many), the seqs of a run consecutive (a subscription's
+        message is one run, cut from its seq prefixes at once). ``after``: the last seq already had per subscription (resume
+        there); without it, a subscription is followed from its newest witness
+        on (``last_seq`` of GET /subscriptions/{id}), a stream from what comes
+        once connected. On a disconnect it reconnects with ``from`` (backoff
+        0.1 s doubling to 5 s), giving up after ``retry_for`` seconds without a
+        connection; then, or on a close that a retry cannot mend (unknown
+        subscription, no longer retained: :data:`FINAL_CLOSE_CODES`), it raises
+        :class:`CayugaAPIError` (a close) or OSError. ``on_retry(reason, delay)``
+        is told of each retry."""
+        after = dict(after or {})
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        down_since: float | None = None
+        delay = 0.1
+        while True:
+            try:
+                if subscription and subscription not in after:
+                    after[subscription] = self.subscription(subscription).get("last_seq", 0)
+                if subscription:
+                    frm: str | None = str(after[subscription] + 1)
+                else:
+                    frm = ",".join(f"{s}:{n + 1}" for s, n in after.items()) or None
+                url = self.ws_url(subscription, stream=stream, batch=batch, seq=True, from_=frm)
+                with connect(url, additional_headers=headers, open_timeout=10, max_size=None) as ws:
+                    down_since, delay = None, 0.1
+                    while True:
+                        try:
+                            msg = ws.recv(timeout=timeout)
+                        except TimeoutError:
+                            raise _RecvTimeout from None
+                        if subscription:  # one run when the seqs are new and consecutive (they are)
+                            known = after[subscription]
+                            first = int(msg[:msg.find(" ")])
+                            n = msg.count("\n") + 1
+                            tail = msg.rfind("\n") + 1
+                            last = int(msg[tail:msg.find(" ", tail)])
+                            if first > known and last - first + 1 == n:
+                                after[subscription] = last
+                                yield subscription, first, _SEQ_PREFIX.sub("", msg), n
+                                continue
+                        for line in msg.split("\n"):
+                            head, _, body = line.partition(" ")
+                            if subscription:
+                                sid, num = subscription, head
+                            else:
+                                sid, _, num = head.rpartition(":")
+                            seq = int(num)
+                            if seq > after.get(sid, 0):  # never twice, whatever happens
+                                after[sid] = seq
+                                yield sid, seq, body, 1
+            except _RecvTimeout:
+                raise TimeoutError(f"no witness within {timeout} s") from None
+            except ConnectionClosed as exc:
+                rcvd = exc.rcvd
+                if rcvd is not None and rcvd.code in FINAL_CLOSE_CODES:
+                    raise CayugaAPIError(rcvd.code, rcvd.reason) from None
+                reason = f"connection closed ({rcvd.code} {rcvd.reason})" if rcvd else "connection lost"
+                failure: Exception = CayugaAPIError(rcvd.code if rcvd else 1006, reason)
+            except CayugaAPIError as exc:  # the REST call for last_seq
+                if exc.status < 500:
+                    raise
+                reason, failure = str(exc), exc
+            except (OSError, InvalidHandshake, httpx.TransportError) as exc:
+                reason, failure = f"cannot connect: {exc}", exc
+            now = time.monotonic()
+            if down_since is None:
+                down_since = now
+            if now - down_since + delay > retry_for:
+                raise failure
+            if on_retry is not None:
+                on_retry(reason, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     # -- TCP
     def tcp_address(self) -> tuple[str, int]:

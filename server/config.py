@@ -82,8 +82,16 @@ class Settings(BaseModel):
     #: Live instances of one subscription. Checked by the engine thread's background count:
     #: one found above it loses all its instances (counted, logged) and starts afresh.
     max_instances_per_subscription: int = Field(1_000_000, ge=1)
+    #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
+    #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)
-    slow_client_policy: Literal["disconnect", "drop_oldest"] = "disconnect"
+    #: Retired: a slow client now lags on the witness log instead of being cut or losing
+    #: witnesses. Still accepted (any value; a warning at start-up) so old files start.
+    slow_client_policy: str | None = None
+    #: The witness log (data_dir/witnesses): whole segments, oldest first, are deleted
+    #: beyond this many bytes or once their newest witness is older than this many seconds.
+    witness_log_bytes: int = Field(1 << 30, ge=4096)
+    witness_log_seconds: float = Field(86_400.0, gt=0)
     auth_tokens: list[str] = []
     #: The event journal (server/journal.py): "fsync" acknowledges events once synced to disk
     #: (survives power loss), "write" once written to the OS (survives kill -9 of the server),

@@ -40,6 +40,7 @@ from server.receivers import TcpReceiver
 from server.runner import paused_gc
 from server.snapshot import SnapshotFile, SnapshotStore, Snapshotter
 from server.store import Store, StoredSubscription
+from server.witlog import WitnessLog
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -179,7 +180,14 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards subscriptions and stream declarations
-        self._outbox: dict[ClientChannel, list[bytes]] = {}  # witnesses of the current batch, per client
+        # the current batch's witnesses, as columns (no object per witness for the garbage collector):
+        self._outbox: dict[ClientChannel, tuple[list, list, list]] = {}  # per client: sids, seqs, payloads
+        self._logged: tuple[list, list, list, list] = ([], [], [], [])  # sids, seqs, streams, payloads: the log's
+        self._log_add = tuple(c.append for c in self._logged)  # their append methods
+        self._box_add: dict[ClientChannel, tuple] = {}  # the append methods of each client's columns
+        #: The last seq given per subscription (engine thread only; from the witness log at start-up).
+        self.witness_seq: dict[str, int] = {}
+        self.witlog: WitnessLog | None = None  # opened by start()
         self._instances: dict[str, int] = {}  # per subscription, refreshed by the engine thread
         self._count_queue: list[str] = []  # subscriptions still to count in the current pass
         self._count_next_pass = 0.0  # monotonic time
@@ -199,7 +207,6 @@ class Daemon:
         self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
         self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
         # crash safety (see server/snapshot.py and _recover); the engine thread writes these
-        self.witness_seq: dict[str, int] = {}  # subscription -> last witness sequence number given
         self._fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
         self._due: deque[tuple[int, list[_Pending]]] = deque()  # a replay installs these at these _fed points
         self._changes = 0  # subscriptions installed or removed (a snapshot is due after a change too)
@@ -285,6 +292,13 @@ class Daemon:
         subscriptions or streams are refused with 503 (:class:`ServerStarting`)."""
         if self.started:
             return
+        st = self.settings
+        self.witlog = WitnessLog(st.data_dir / "witnesses", max_bytes=st.witness_log_bytes,
+                                 max_seconds=st.witness_log_seconds)
+        self.witness_seq = self.witlog.last_seqs()
+        if st.slow_client_policy is not None:
+            log.warning("slow_client_policy (%s) is retired and ignored: a slow WebSocket client lags on the "
+                        "witness log instead of being cut or losing witnesses", st.slow_client_policy)
         for s in self.settings.stream_schemas():
             self.engine.declare(s)
             self.declared.add(s.name)
@@ -479,9 +493,8 @@ class Daemon:
             self.counters.add("snapshot_forks")
 
     def _before_publish(self) -> None:
-        witlog = getattr(self, "witlog", None)
-        if witlog is not None:
-            witlog.sync()  # every witness the snapshot counts is on disk before the snapshot is
+        if self.witlog is not None:
+            self.witlog.sync()  # every witness the snapshot counts is on disk before the snapshot is
 
     def _after_publish(self, kept: list[SnapshotFile]) -> None:
         """Journal segments before the oldest snapshot kept are no longer needed."""
@@ -506,7 +519,10 @@ class Daemon:
 
     def drain(self, timeout: float) -> None:
         """Graceful stop, first half: no new events, run what is queued, and
-        give WebSocket clients time to receive what is buffered for them."""
+        give WebSocket clients time to receive what is buffered for them (and
+        lagging ones to catch up from the witness log); then every client is
+        closed with 1001. No one is cut: a client still behind at the deadline
+        resumes from the witness log after the restart (``?from=``)."""
         deadline = time.monotonic() + timeout
         if self.receiver:
             self.receiver.stop(timeout=max(deadline - time.monotonic(), 0.1))
@@ -548,6 +564,8 @@ class Daemon:
         if self.journal is not None:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
         self.store.close()
+        if self.witlog is not None and (self._thread is None or not self._thread.is_alive()):
+            self.witlog.close()  # synced; readers still open read what they have
         self.started = False
         gc.unfreeze()  # what large batches froze (see _install) may be collected again, this daemon included
 
@@ -683,33 +701,87 @@ class Daemon:
         return sub is not None and stream in sub.outputs
 
     def _on_emit(self, em: Emission) -> None:
-        """Encode a witness once, for every client it goes to; they get it
-        when the batch ends (:meth:`_deliver`). Count it for the console."""
+        """Number a witness of a subscription's outputs (``witness_seq``) and
+        encode it once, for the witness log and every client it goes to; they
+        get it when the batch ends (:meth:`_deliver`). Count it for the console.
+        Witnesses of internal (RESUB) streams are not numbered nor logged: they
+        go only to clients watching that stream, encoded only if there are any."""
+        owner = em.owner
+        stream = em.stream
         if em.kind == "OUT":  # the subscription's own outputs; RESUB streams link its automata
-            self._owner_witnesses[em.owner] = self._owner_witnesses.get(em.owner, 0) + 1
-        chans = self.hub.route(em.owner, em.stream, self._is_output)
-        if not chans:
-            return
-        payload = witness_bytes(em.stream, em.event, self.engine.schema(em.stream))
+            self._owner_witnesses[owner] = self._owner_witnesses.get(owner, 0) + 1
+            seqs = self.witness_seq
+            seq = seqs[owner] = seqs.get(owner, 0) + 1
+            payload = witness_bytes(stream, em.event, self.engine.schema(stream))
+            add = self._log_add
+            add[0](owner)
+            add[1](seq)
+            add[2](stream)
+            add[3](payload)
+            chans = self.hub.route(owner, stream, self._is_output)
+            if not chans:
+                return
+        else:
+            chans = self.hub.route(owner, stream, self._is_output)
+            if not chans:
+                return
+            seq = 0
+            payload = witness_bytes(stream, em.event, self.engine.schema(stream))
         outbox = self._outbox
         for ch in chans:
-            items = outbox.get(ch)
-            if items is None:
-                outbox[ch] = [payload]
+            box = outbox.get(ch)
+            if box is None:
+                sids, nums, payloads = box = ([], [], [])
+                outbox[ch] = box
+                self._box_add[ch] = add = (sids.append, nums.append, payloads.append)
             else:
-                items.append(payload)
+                add = self._box_add[ch]
+            add[0](owner)
+            add[1](seq)
+            add[2](payload)
 
     def _deliver(self) -> None:
-        if self._outbox:
-            for ch, items in self._outbox.items():
-                ch.offer_many(items)
-            self._outbox = {}
+        """The batch's witnesses into the witness log (one write), then to the
+        clients, under the hub's delivery lock (a lagging client checks it has
+        caught up under it). Witnesses the log already held (re-produced after a
+        restart: their seq is not above the log's) are neither logged again
+        nor offered: clients get them from the log."""
+        logged, outbox = self._logged, self._outbox
+        if not logged[0] and not outbox:
+            return
+        self._logged, self._outbox, self._box_add = ([], [], [], []), {}, {}
+        self._log_add = tuple(c.append for c in self._logged)
+        with self.hub.delivery_lock:
+            if logged[0]:
+                try:
+                    dropped = self.witlog.append_columns(*logged)
+                except OSError as exc:  # disk full, ...: live clients still get them; the engine goes on
+                    dropped = []
+                    self.counters.add("witness_log_errors")
+                    self.engine_error = f"witness log: {type(exc).__name__}: {exc}"
+                    log.error("could not append %d witnesses to the witness log: %s", len(logged[0]), exc)
+                if dropped:
+                    dup = {(logged[0][i], logged[1][i]) for i in dropped}
+                    for ch, (sids, seqs, payloads) in list(outbox.items()):
+                        keep = [i for i, k in enumerate(zip(sids, seqs)) if k not in dup]
+                        outbox[ch] = ([sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep])
+            for ch, (sids, seqs, payloads) in outbox.items():
+                if payloads:
+                    ch.offer_many(sids, seqs, payloads)
 
     def on_client_drop(self, ch: ClientChannel, policy: str, n: int = 1) -> None:
+        """A client's buffer overflowed: it lags (``policy`` "lag": served from
+        the witness log) or, on an internal stream that is not logged, it is
+        disconnected ("disconnect")."""
+        if policy == "lag":
+            self.counters.add("client_lags", n)
+            log.info("WebSocket client %s (%s) fell %d witnesses behind: served from the witness log until it "
+                     "catches up", ch.id, ch.label, ch.capacity)
+            return
         self.counters.add(f"drop_{policy}", n)
         if policy == "disconnect":
-            log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full",
-                        ch.id, ch.label, ch.capacity)
+            log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full (an internal stream, "
+                        "not in the witness log)", ch.id, ch.label, ch.capacity)
 
     # ------------------------------------------------------------------ streams
 

@@ -63,11 +63,30 @@ class _Collector:
                                   value=c.get("delivered", 0))
         yield CounterMetricFamily("cayuga_eval_errors", "Predicate or schema-map evaluations that failed",
                                   value=stats.eval_errors)
-        drops = CounterMetricFamily("cayuga_client_drops", "Slow WebSocket clients: disconnections and "
-                                    "discarded witnesses", labels=["policy"])
+        drops = CounterMetricFamily("cayuga_client_drops", "WebSocket clients disconnected: retention (what "
+                                    "they needed left the witness log), disconnect (too slow on an internal "
+                                    "stream, which is not logged)", labels=["policy"])
+        drops.add_metric(["retention"], c.get("drop_retention", 0))
         drops.add_metric(["disconnect"], c.get("drop_disconnect", 0))
-        drops.add_metric(["drop_oldest"], c.get("drop_drop_oldest", 0))
         yield drops
+        yield CounterMetricFamily("cayuga_client_lags", "Times a WebSocket client fell client_buffer witnesses "
+                                  "behind and was served from the witness log", value=c.get("client_lags", 0))
+        yield GaugeMetricFamily("cayuga_lagging_clients", "WebSocket clients now catching up from the witness log",
+                                value=d.hub.lagging())
+        wl = d.witlog
+        if wl is not None:
+            yield GaugeMetricFamily("cayuga_witness_log_records", "Witnesses retained in the witness log",
+                                    value=wl.records)
+            yield GaugeMetricFamily("cayuga_witness_log_bytes", "Bytes retained in the witness log", value=wl.bytes)
+            yield GaugeMetricFamily("cayuga_witness_log_segments", "Segment files of the witness log",
+                                    value=wl.segments)
+            yield CounterMetricFamily("cayuga_witness_log_appended", "Witnesses appended to the witness log since "
+                                      "start-up", value=wl.appended)
+            yield CounterMetricFamily("cayuga_witness_log_dropped", "Witnesses deleted from the witness log by "
+                                      "retention since start-up", value=wl.dropped)
+            yield CounterMetricFamily("cayuga_witness_log_deduplicated", "Re-produced witnesses (seq already in "
+                                      "the log) neither logged again nor sent live, since start-up",
+                                      value=wl.deduplicated)
         refusals = CounterMetricFamily("cayuga_tcp_refusals", "TCP event connections refused or closed: "
                                        "max_connections, per_address, idle (no complete line for idle_timeout), "
                                        "auth (no valid #token line)", labels=["reason"])

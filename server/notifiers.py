@@ -3,16 +3,26 @@ blocking the engine thread.
 
 Each connected client has a :class:`ClientChannel`: a bounded buffer that the
 engine thread appends to and the client's own sender task (on the server's
-event loop) drains. A client that cannot keep up fills its buffer; then the
-configured policy applies:
+event loop) drains. It holds witnesses as three parallel columns (subscription
+id, seq, encoded witness; no object per witness for the garbage collector to
+walk): the sender decides how a client sees them (with or without its seq),
+so the engine thread never formats per client.
 
-- ``disconnect`` (default): the client is closed with WebSocket code 1013
-  ("try again later") and a reason naming the buffer size; the drop is counted.
-  Nothing is lost silently: the client learns it was cut off.
-- ``drop_oldest``: the oldest buffered witness is discarded to make room and
-  counted; the client stays connected.
+A client that cannot keep up fills its buffer; then it **lags**: its buffer is
+dropped, the channel remembers where the client is (the last seq it was given
+per subscription) and ignores live witnesses, and the client's sender reads
+what it missed from the witness log (server/witlog.py) until it has caught
+up; then the channel goes live again. The check "caught up?" and the switch
+are made under the hub's :attr:`NotifierHub.delivery_lock`, which the engine
+thread holds while it appends a batch to the log and offers it to the
+channels: a witness is either in the log before the check (and read from it)
+or offered after the switch (and buffered), never both, never neither. A
+lagging client is disconnected only when what it still needs has been deleted
+by the log's retention (close code 4410, see server/api/ws.py).
 
-A client that keeps up never loses a witness.
+Witnesses of internal streams (links between a subscription's own automata)
+are not logged; a client of such a stream that overflows its buffer is
+closed with 1013 ("try again later"), as every slow client used to be.
 """
 
 from __future__ import annotations
@@ -25,63 +35,91 @@ from typing import Callable
 
 SLOW_CLIENT_CLOSE = 1013
 SHUTDOWN_CLOSE = 1001
+#: Close code for a client whose position is no longer in the witness log.
+GONE_CLOSE = 4410
 
 _ids = itertools.count(1)
 
 
 class ClientChannel:
-    def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int, policy: str = "disconnect",
+    def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int,
                  on_drop: Callable[["ClientChannel", str, int], None] | None = None, label: str = "",
-                 batch: int = 1) -> None:
+                 batch: int = 1, *, resumable: bool = True,
+                 positions: Callable[[], dict[str, int]] | None = None) -> None:
         self.id = next(_ids)
         self.label = label
         self.loop = loop
         self.capacity = capacity
-        self.policy = policy
         self.batch = batch  # witnesses per WebSocket message
         self.on_drop = on_drop
-        self.buffer: deque[bytes] = deque()  # encoded witnesses (UTF-8 JSON)
+        self.resumable = resumable  # its witnesses are in the witness log: it lags instead of being cut
+        self.positions = positions  # a stream's channel: the log's last seq per subscription publishing it
+        self.buffer: deque[bytes] = deque()  # encoded witnesses (UTF-8 JSON) ...
+        self.seqs: deque[int] = deque()  # ... their seqs (0: an internal stream's, not numbered) ...
+        self.sids: deque[str] = deque()  # ... and the subscriptions that produced them
         self.wake = asyncio.Event()
-        self.cut = asyncio.Event()  # set once the buffer overflowed under "disconnect"
+        self.cut = asyncio.Event()  # set once the buffer overflowed on a channel that cannot lag
         self._wake_pending = False
         self._lock = threading.Lock()
         self.overflowed = False
         self.closed = False
-        self.dropped = 0
+        self.lagging = False  # served from the witness log, live witnesses ignored
+        self.after: dict[str, int] = {}  # while lagging: the last seq per subscription the client was given
+        self.lags = 0  # times it fell behind
         self.sent = 0  # witnesses sent to the client
         self.counted = 0  # of those, added to the server's delivered counter
 
-    # -- engine thread
-    def offer_many(self, payloads: list[bytes]) -> None:
-        """Buffer encoded witnesses (the engine thread hands over all of one
-        batch's at once); applies the slow-client policy when they do not fit."""
+    # -- engine thread (under the hub's delivery_lock)
+    def offer_many(self, sids: list[str], seqs: list[int], payloads: list[bytes]) -> None:
+        """Buffer witnesses (the engine thread hands over all of one batch's at
+        once, as columns); a channel they do not fit in starts lagging (or,
+        when it cannot, is cut)."""
         with self._lock:
-            if self.closed or self.overflowed:
+            if self.closed or self.overflowed or self.lagging:
                 return
-            room = self.capacity - len(self.buffer)
-            if len(payloads) > room:
-                if self.policy == "drop_oldest":  # discard the oldest, buffered or new
-                    excess = len(self.buffer) + len(payloads) - self.capacity
-                    from_buffer = min(excess, len(self.buffer))
-                    for _ in range(from_buffer):
-                        self.buffer.popleft()
-                    if excess > from_buffer:
-                        payloads = payloads[excess - from_buffer:]
-                    self.dropped += excess
-                    if self.on_drop:
-                        self.on_drop(self, "drop_oldest", excess)
+            if len(payloads) > self.capacity - len(self.buffer):
+                if self.resumable:
+                    self._start_lagging(sids, seqs)
                 else:
                     self.overflowed = True
                     if self.on_drop:
                         self.on_drop(self, "disconnect", 1)
-                    self._signal()
                     try:
                         self.loop.call_soon_threadsafe(self.cut.set)
                     except RuntimeError:
                         self.closed = True
-                    return
+                self._signal()
+                return
             self.buffer.extend(payloads)
+            self.seqs.extend(seqs)
+            self.sids.extend(sids)
             self._signal()
+
+    def _start_lagging(self, sids: list[str], seqs: list[int]) -> None:
+        after = self.positions() if self.positions is not None else {}
+        # the first witness dropped per subscription (reversed: the first one wins)
+        first = dict(zip(reversed([*self.sids, *sids]), reversed([n - 1 for n in (*self.seqs, *seqs)])))
+        after.update(first)
+        self.after = after
+        self.buffer.clear()
+        self.seqs.clear()
+        self.sids.clear()
+        self.lagging = True
+        self.lags += 1
+        if self.on_drop:
+            self.on_drop(self, "lag", 1)
+
+    def start_lagging_at(self, after: dict[str, int]) -> None:
+        """Start from the log (a client that asked for ``from``): before the
+        channel is registered, so no live witness comes first."""
+        self.after = dict(after)
+        self.lagging = True
+
+    def go_live(self) -> None:
+        """Caught up with the log (called under the hub's delivery_lock)."""
+        with self._lock:
+            self.lagging = False
+            self.after = {}
 
     def _signal(self) -> None:
         if not self._wake_pending:
@@ -92,13 +130,16 @@ class ClientChannel:
                 self.closed = True
 
     # -- event loop
-    def take_all(self) -> list[bytes]:
+    def take_all(self) -> tuple[list[str], list[int], list[bytes]]:
+        """What is buffered, as columns: subscription ids, seqs, witnesses."""
         with self._lock:
             self._wake_pending = False
             self.wake.clear()
-            items = list(self.buffer)
+            taken = list(self.sids), list(self.seqs), list(self.buffer)
             self.buffer.clear()
-            return items
+            self.seqs.clear()
+            self.sids.clear()
+            return taken
 
     def close(self) -> None:
         with self._lock:
@@ -119,6 +160,10 @@ class NotifierHub:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: Held by the engine thread while it logs a batch and offers it to the
+        #: channels, and by a lagging client's sender while it checks it has
+        #: caught up and goes live (see the module's docstring).
+        self.delivery_lock = threading.Lock()
         self._by_owner: dict[str, set[ClientChannel]] = {}
         self._by_stream: dict[str, set[ClientChannel]] = {}
         self._routes: dict[tuple[str, str], tuple[ClientChannel, ...]] = {}
@@ -171,7 +216,11 @@ class NotifierHub:
             c.close()
 
     def pending(self) -> int:
-        return sum(len(c.buffer) for c in self.channels())
+        """Witnesses buffered for clients, plus one per client catching up from the log."""
+        return sum(len(c.buffer) + (c.lagging and not c.closed) for c in self.channels())
+
+    def lagging(self) -> int:
+        return sum(c.lagging for c in self.channels())
 
     @property
     def client_count(self) -> int:

@@ -72,6 +72,9 @@ class SubscriptionOut(BaseModel):
 class SubscriptionDetail(SubscriptionOut):
     text: str
     air: str
+    #: The seq of its newest witness (0: none yet): a client that wants every witness
+    #: from now on connects to its WebSocket with ?from=<last_seq + 1>.
+    last_seq: int = 0
 
 
 class ValidationOut(BaseModel):

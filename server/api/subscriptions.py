@@ -19,7 +19,8 @@ def _out(d, s: Subscription, detail: bool = False):
                   created=s.created, instances=d.instance_count(s.id),
                   websocket=f"/ws/subscriptions/{s.id}")
     if detail:
-        return SubscriptionDetail(**common, text=s.text, air=s.air)
+        last = d.witlog.last_seq(s.id) if d.witlog is not None else 0
+        return SubscriptionDetail(**common, text=s.text, air=s.air, last_seq=last)
     return SubscriptionOut(**common)
 
 

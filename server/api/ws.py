@@ -5,14 +5,42 @@ Each witness is one text message, a JSON object
 ``?batch=N`` (1 <= N <= 10000) gets up to N witnesses per message instead,
 one JSON object per line (newline-delimited JSON): whatever is waiting when
 the client can take more, so a batching client sees the same witnesses in the
-same order with far fewer messages. Close codes: 4400 bad query parameter,
-4401 bad token, 4404 unknown subscription or stream, 1013 the client was too
-slow (its buffer overflowed; see notifiers.py), 1001 the server is shutting
-down. The 1013 frame follows the witnesses already sent, so a client that has
-stopped reading sees it once it reads them, if it does so within
-SLOW_CLOSE_SECONDS. A client library whose keepalive fails first (python
-websockets: a ping every 20 s, 20 s to answer, while the application does not
-read) reports its own 1011 "keepalive ping timeout" instead.
+same order with far fewer messages.
+
+**Sequence numbers and resuming.** The witnesses of each subscription are
+numbered 1, 2, 3, ... (its *seq*) and kept in the witness log
+(server/witlog.py, retention ``witness_log_bytes`` / ``witness_log_seconds``).
+
+- ``/ws/subscriptions/{id}?seq=1``: each witness line is ``<seq> <witness JSON>``
+  (e.g. ``17 {"stream":"Rising",...}``): the seq, one space, the JSON as
+  without ``seq``.
+- ``/ws/subscriptions/{id}?from=<seq>`` (implies ``seq=1``): starts at that
+  seq: the witnesses from the log, then live ones, with no gap and no
+  duplicate at the switch. A client that printed up to seq N resumes with
+  ``from=N+1``. ``from`` beyond the last seq waits for it.
+- ``/ws/streams/{name}?seq=1``: each line is ``<sid>:<seq> <witness JSON>``
+  (every subscription publishing the stream numbers its own witnesses).
+- ``/ws/streams/{name}?from=<sid>:<seq>,<sid>:<seq>,...`` (implies ``seq=1``):
+  each named subscription from that seq, the others from the start of what
+  the log holds, then live.
+
+Without ``seq`` or ``from`` the messages are exactly the witnesses, as above.
+Streams that are internal to a subscription (links between its automata) are
+not logged: ``seq``/``from`` on them is refused with 4400.
+
+**Slow clients** are never cut while the log holds what they need: a client
+that lets ``client_buffer`` witnesses pile up lags (its buffer is dropped)
+and is served from the log until it has caught up, then live again (see
+server/notifiers.py); the same witnesses in the same order, with or without
+seq.
+
+Close codes: 4400 bad query parameter, 4401 bad token, 4404 unknown
+subscription or stream, 4410 what the client needs is no longer retained
+(the reason says where the log now starts, e.g. ``from 5 is no longer
+retained: the log of s7 starts at 1200``), 1013 the server is starting (try
+again shortly), or a client of an internal stream was too slow (its buffer
+overflowed; such witnesses are not logged), 1001 the server is stopping or
+the subscription was removed (resume with ``from`` after a restart).
 """
 
 from __future__ import annotations
@@ -23,7 +51,8 @@ import contextlib
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from server.api.deps import ws_token_ok
-from server.notifiers import SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
+from server.notifiers import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
+from server.witlog import Gone
 
 router = APIRouter(tags=["notifications"])
 
@@ -31,6 +60,47 @@ MAX_BATCH = 10_000
 #: Seconds the server waits for a too-slow client to read up to its 1013 close
 #: frame (it is queued right behind the witnesses already sent); then it gives up.
 SLOW_CLOSE_SECONDS = 15.0
+#: Witnesses read from the log per step of a client catching up.
+CATCH_UP_RECORDS = 2000
+
+
+class _BadParam(ValueError):
+    pass
+
+
+def _params(ws: WebSocket, kind: str) -> tuple[int, bool, dict[str, int] | None]:
+    """batch, seq and the ``from`` positions (last seq the client has, per subscription)."""
+    q = ws.query_params
+    try:
+        batch = int(q.get("batch", "1"))
+        if not 1 <= batch <= MAX_BATCH:
+            raise ValueError
+    except ValueError:
+        raise _BadParam(f"batch must be an integer from 1 to {MAX_BATCH}") from None
+    seq_arg = q.get("seq", "0").lower()
+    if seq_arg not in ("0", "1", "true", "false", ""):
+        raise _BadParam("seq must be 1 or 0")
+    seq = seq_arg in ("1", "true")
+    raw = q.get("from")
+    if raw is None:
+        return batch, seq, None
+    after: dict[str, int] = {}
+    try:
+        if kind == "subscription":
+            n = int(raw)
+            if n < 1:
+                raise ValueError
+            after[""] = n - 1
+        else:
+            for part in filter(None, raw.split(",")):
+                sid, _, n = part.partition(":")
+                if not sid or int(n) < 1:
+                    raise ValueError
+                after[sid] = int(n) - 1
+    except ValueError:
+        form = "a seq (an integer from 1)" if kind == "subscription" else "<sid>:<seq>,<sid>:<seq>,..."
+        raise _BadParam(f"from must be {form}") from None
+    return batch, True, after
 
 
 async def _serve(ws: WebSocket, kind: str, key: str) -> None:
@@ -39,32 +109,50 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
     if not ws_token_ok(ws):
         await ws.close(code=4401, reason="missing or wrong token")
         return
+    if not d.ready.is_set() or d.witlog is None:
+        await ws.close(code=SLOW_CLIENT_CLOSE, reason="the server is starting: try again shortly")
+        return
     known = key in d.subscriptions if kind == "subscription" else d.engine.schema(key) is not None
     if not known:
         await ws.close(code=4404, reason=f"no {kind} named {key!r}")
         return
     try:
-        batch = int(ws.query_params.get("batch", "1"))
-        if not 1 <= batch <= MAX_BATCH:
-            raise ValueError
-    except ValueError:
-        await ws.close(code=4400, reason=f"batch must be an integer from 1 to {MAX_BATCH}")
+        batch, seq, after = _params(ws, kind)
+    except _BadParam as exc:
+        await ws.close(code=4400, reason=str(exc))
         return
-    ch = ClientChannel(asyncio.get_running_loop(), d.settings.client_buffer, d.settings.slow_client_policy,
-                       on_drop=d.on_client_drop, label=f"{kind}:{key}", batch=batch)
+    resumable = kind == "subscription" or not any(key in s.internal for s in list(d.subscriptions.values()))
+    if seq and not resumable:
+        await ws.close(code=4400, reason=f"stream {key} links a subscription's automata and is not logged: "
+                                         "watch it without seq or from")
+        return
+    wlog = d.witlog
+    positions = (lambda: wlog.stream_last(key)) if kind == "stream" else None
+    ch = ClientChannel(asyncio.get_running_loop(), d.settings.client_buffer, on_drop=d.on_client_drop,
+                       label=f"{kind}:{key}", batch=batch, resumable=resumable, positions=positions)
+    if after is not None:
+        ch.start_lagging_at({key: after[""]} if kind == "subscription" else after)
+    fmt = (_with_seq if kind == "subscription" else _with_sid_seq) if seq else _plain
     d.hub.register(kind, key, ch)
-    sender = asyncio.create_task(_send_loop(ws, ch, d.counters))
+    sender = asyncio.create_task(_send_loop(ws, ch, d, kind, key, fmt))
     receiver = asyncio.create_task(_receive_loop(ws))
     cut = asyncio.create_task(ch.cut.wait())  # overflow: stop a send stuck on a client that does not read
+    gone: Gone | None = None
     try:
-        done, _ = await asyncio.wait({sender, receiver, cut}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({sender, receiver, cut}, return_when=asyncio.FIRST_COMPLETED)
+        if sender.done() and not sender.cancelled() and isinstance(sender.exception(), Gone):
+            gone = sender.exception()
     finally:
         d.hub.unregister(kind, key, ch)
         for t in (sender, receiver, cut):
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-    if ch.overflowed:
+    if gone is not None:
+        d.counters.add("drop_retention")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(code=GONE_CLOSE, reason=str(gone)[:123]), timeout=SLOW_CLOSE_SECONDS)
+    elif ch.overflowed:
         reason = f"too slow: more than {ch.capacity} witnesses were waiting"
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=SLOW_CLIENT_CLOSE, reason=reason), timeout=SLOW_CLOSE_SECONDS)
@@ -74,28 +162,82 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
                                    timeout=1.0)
 
 
-async def _send_loop(ws: WebSocket, ch: ClientChannel, counters) -> None:
-    """Send what the channel holds, as it comes; counts what was sent."""
+def _plain(sid: str, seq: int, payload: bytes) -> bytes:
+    return payload
+
+
+def _with_seq(sid: str, seq: int, payload: bytes) -> bytes:
+    return b"%d %s" % (seq, payload)
+
+
+def _with_sid_seq(sid: str, seq: int, payload: bytes) -> bytes:
+    return b"%s:%d %s" % (sid.encode(), seq, payload)
+
+
+async def _send(ws: WebSocket, ch: ClientChannel, lines: list[bytes], counters) -> None:
     step = ch.batch
+    try:
+        if step == 1:
+            for line in lines:
+                await ws.send_text(line.decode())
+                ch.sent += 1
+        else:
+            for i in range(0, len(lines), step):
+                part = lines[i:i + step]
+                await ws.send_text(b"\n".join(part).decode())
+                ch.sent += len(part)
+    finally:
+        if ch.sent != ch.counted:
+            counters.add("delivered", ch.sent - ch.counted)
+            ch.counted = ch.sent
+
+
+async def _send_loop(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, fmt) -> None:
+    """Send what the channel holds, as it comes, and catch up from the
+    witness log whenever the channel lags; counts what was sent."""
+    floor: dict[str, int] = {}  # live witnesses at or below these seqs were asked not to be sent (from)
     while True:
+        if ch.lagging and not ch.closed:
+            floor = await _catch_up(ws, ch, d, kind, key, fmt)
+            continue
         await ch.wake.wait()
-        items = ch.take_all()
-        try:
-            if step == 1:
-                for payload in items:
-                    await ws.send_text(payload.decode())
-                    ch.sent += 1
-            else:
-                for i in range(0, len(items), step):
-                    part = items[i:i + step]
-                    await ws.send_text(b"\n".join(part).decode())
-                    ch.sent += len(part)
-        finally:
-            if ch.sent != ch.counted:
-                counters.add("delivered", ch.sent - ch.counted)
-                ch.counted = ch.sent
+        sids, seqs, payloads = ch.take_all()
+        if floor:
+            keep = [i for i, (s, n) in enumerate(zip(sids, seqs)) if n > floor.get(s, 0)]
+            sids, seqs, payloads = [sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep]
+        if fmt is _plain:
+            lines = payloads
+        elif fmt is _with_seq:
+            lines = [b"%d %s" % x for x in zip(seqs, payloads)]
+        else:
+            lines = [fmt(s, n, p) for s, n, p in zip(sids, seqs, payloads)]
+        await _send(ws, ch, lines, d.counters)
         if ch.overflowed or (ch.closed and not ch.buffer):
             return
+
+
+async def _catch_up(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, fmt) -> dict[str, int]:
+    """Send the channel's witnesses from the log, from where it is, until it
+    has caught up; then switch it to live (under the delivery lock, see
+    server/notifiers.py). Returns the positions beyond what the log held then
+    (a ``from`` ahead of the log: live witnesses up to them are skipped).
+    Raises :class:`Gone` when retention deleted what it needs."""
+    wlog = d.witlog
+    sid, stream = (key, None) if kind == "subscription" else (None, key)
+    cur = wlog.cursor(sid=sid, stream=stream, after=ch.after)
+    try:
+        while not ch.closed:
+            recs = await asyncio.to_thread(cur.read, CATCH_UP_RECORDS)
+            if recs:
+                await _send(ws, ch, [fmt(s, n, p) for s, n, p in recs], d.counters)
+                continue
+            with d.hub.delivery_lock:
+                if wlog.caught_up(cur.after, sid=sid, stream=stream):
+                    ch.go_live()
+                    return {s: n for s, n in cur.after.items() if n > wlog.last_seq(s)}
+        return {}
+    finally:
+        cur.close()
 
 
 async def _receive_loop(ws: WebSocket) -> None:

@@ -94,32 +94,46 @@ def test_a_slow_websocket_client_does_not_slow_a_fast_one(start_server):
                         time.sleep(0.01)  # a steady rate: bursts stay below the client buffer
             reader.join(30)
             assert [w["N"] for w in got] == list(range(total))  # the fast client lost nothing
-        # the stalled client was cut off and counted
+        # the stalled client was not cut: it lags (served from the witness log once it reads)
         deadline = time.monotonic() + 20
-        while "disconnect\"} 1.0" not in c.http.get("/metrics").text and time.monotonic() < deadline:
+        while "cayuga_client_lags_total 0.0" in c.http.get("/metrics").text and time.monotonic() < deadline:
             time.sleep(0.05)
         slow.close()
         text = c.http.get("/metrics").text
-        assert 'cayuga_client_drops_total{policy="disconnect"} 1.0' in text
+        assert "cayuga_client_lags_total 0.0" not in text
+        assert 'cayuga_client_drops_total{policy="disconnect"} 0.0' in text
 
 
-def test_drop_oldest_policy_keeps_the_client(start_server):
+def test_a_stalled_client_lags_then_catches_up_from_the_log(start_server):
+    """The retired slow_client_policy is still accepted. A client whose
+    sender stalls with a buffer of 5 lags when 12 witnesses come: its buffer
+    is dropped and it remembers where it was; once its sender runs again it
+    gets all 12 in order from the log, then live ones."""
     srv = start_server(client_buffer=5, slow_client_policy="drop_oldest")
     d = srv.daemon
     with CayugaClient(srv.base_url) as c:
         sub = c.subscribe(cel="SELECT * FROM Stock PUBLISH All")
-        with c.watch(sub["id"], timeout=10) as m:
+        with c.watch(sub["id"], timeout=10, batch=1) as m:
             deadline = time.monotonic() + 10
             while d.hub.client_count == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
             (ch,) = d.hub.channels()
+            wake = ch.wake.set
             ch.wake.set = lambda: None  # the sender task is never woken: the client "stalls"
             c.post_events([stock("IBM", float(i), 1, i) for i in range(12)])
             deadline = time.monotonic() + 10
-            while ch.dropped < 7 and time.monotonic() < deadline:
+            while not ch.lagging and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert ch.dropped == 7 and list(ch.buffer) and len(ch.buffer) == 5
-            assert [json.loads(x)["Price"] for x in ch.buffer] == [7.0, 8.0, 9.0, 10.0, 11.0]
+            assert ch.lagging and not ch.buffer and ch.after == {sub["id"]: 0}
+            ch.wake.set = wake
+            ch.loop.call_soon_threadsafe(wake)
+            assert [w["Price"] for w in collect(m, 12)] == [float(i) for i in range(12)]
+            deadline = time.monotonic() + 10
+            while ch.lagging and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not ch.lagging
+            c.post_events([stock("IBM", 99.0, 1, 100)])
+            assert next(m)["Price"] == 99.0
 
 
 def test_shutdown_drains_the_queue_and_flushes_clients(tmp_path):
