@@ -155,6 +155,7 @@ def test_every_witness_exactly_once_across_kill_9(tmp_path):
         with CayugaClient(srv.url, timeout=60) as c:
             srv.wait_up(c)
         assert sender.wait(300) == 0, (tmp_path / "send.err").read_text()
+        print("kills:", kinds)
         for stream, (p, out, err) in watchers.items():
             assert p.wait(300) == 0, (stream, (tmp_path / f"watch-{stream}.err").read_text())
         for stream in WATCHED.values():
