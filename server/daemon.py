@@ -505,10 +505,12 @@ class Daemon:
     def _take_snapshot(self, now: float) -> None:
         """On the engine thread, between batches: fork the snapshot writer."""
         journal = self.journal
+        if self.snapshotter.running:
+            return
+        self._fork_mark = self._evict_seq  # before the fork: its watcher publishes it
         if self.snapshotter.fork(self.queue.lock, lambda: journal.appended if journal is not None else 0,
                                  self._snapshot_state):
             self._snap_fed, self._snap_changes, self._snap_at = self._fed, self._changes, now
-            self._fork_mark = self._evict_seq
             self.counters.add("snapshot_forks")
 
     def _before_publish(self) -> None:
