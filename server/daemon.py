@@ -156,6 +156,15 @@ class _Pending:
                    stored=(st.shape, st.constants))
 
 
+@dataclass
+class _Eviction:
+    """A recorded max_instances_per_subscription eviction a replay applies again (see Daemon._evict)."""
+
+    seq: int
+    sid: str
+    keep: int
+
+
 def _bind_error(index: int, exc: EngineError) -> dict:
     return {"index": index, "kind": "bind", "message": str(exc), "detail": str(exc)}
 
@@ -208,7 +217,12 @@ class Daemon:
         self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
         # crash safety (see server/snapshot.py and _recover); the engine thread writes these
         self._fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
-        self._due: deque[tuple[int, list[_Pending]]] = deque()  # a replay installs these at these _fed points
+        # a replay installs these subscriptions and applies these evictions at these _fed points
+        self._due: deque[tuple[int, list[_Pending | _Eviction]]] = deque()
+        self._replay_until = 0  # _fed at the end of a replay: no new eviction is decided before it
+        self._evict_seq = 0  # the last eviction applied (Store.evictions); a snapshot includes those up to it
+        self._fork_mark = 0  # _evict_seq of the snapshot being written
+        self._marks: deque[int] = deque()  # _evict_seq of the snapshots published by this process, oldest first
         self._changes = 0  # subscriptions installed or removed (a snapshot is due after a change too)
         self.snapshots = SnapshotStore(settings.data_dir / "snapshots")
         self.snapshotter = Snapshotter(self.snapshots, before_publish=self._before_publish,
@@ -349,10 +363,14 @@ class Daemon:
             queued = [Event(*t) for t in snap["queue"]["events"]]
             self.queue.restore(queued, snap["queue"])
             self.recovered.update(snapshot=snap_file.path.name, queued=len(queued))
+        fed = snap["fed"] if snap is not None else 0
         if exact:
             self._replay(snap_file.journal if snap_file else 0)
+            self._replay_until = fed + len(self.queue)  # what the journal gives back, before any new event
         self.accepting.set()
-        fed = snap["fed"] if snap is not None else 0
+        mark = snap.get("evictions", 0) if snap is not None else 0
+        evictions = self.store.evictions(after=mark) if exact else []
+        self._evict_seq = mark if exact else self.store.last_eviction()
         early = [st for st in stored if not exact or st.installed_at is None or st.installed_at <= fed]
         later = [st for st in stored if exact and st.installed_at is not None and st.installed_at > fed]
         for k in range(0, len(early), INSTALL_CHUNK):
@@ -361,8 +379,8 @@ class Daemon:
             chunk = early[k:k + INSTALL_CHUNK]
             self._install([_Pending.restored(st) for st in chunk], persist=False)
             self.restored += len(chunk)
-        if later:
-            self._defer(later)
+        if later or evictions:
+            self._defer(later, evictions)
         self._fed = fed if exact else max([fed] + [st.installed_at or 0 for st in stored])
         if snap is not None:
             self._load_snapshot(snap, snap_file, exact)
@@ -380,8 +398,9 @@ class Daemon:
             raise ServerStarting(f"the server is starting: {self.restored} of {self.restore_total} stored "
                                  "subscriptions restored so far; retry shortly")
         if self._due:
-            raise ServerStarting(f"the server is replaying its journal: {sum(len(p) for _f, p in self._due)} "
-                                 "subscriptions registered after its last snapshot are still to come back; "
+            subs = sum(isinstance(x, _Pending) for _f, items in self._due for x in items)
+            raise ServerStarting(f"the server is replaying its journal: {subs} subscriptions registered after "
+                                 "its last snapshot are still to come back, and evictions to apply again; "
                                  "retry shortly")
 
     @property
@@ -409,27 +428,40 @@ class Daemon:
             return False
         return True
 
-    def _defer(self, stored: list[StoredSubscription]) -> None:
+    def _defer(self, stored: list[StoredSubscription], evictions: list[tuple[int, int, str, int]] = ()) -> None:
         """Compile subscriptions registered after the snapshot; the engine
         thread installs each when the replay reaches the point it was
-        registered at (:attr:`_due`)."""
+        registered at, and applies each eviction recorded after the snapshot
+        at the point it was applied at (:attr:`_due`). At one point,
+        subscriptions come first: one installed there sees no instance older
+        than itself, so the order changes nothing."""
         pending = [_Pending.restored(st) for st in stored]
         for e in self._compile_batch(pending, strict=False):
             log.error("could not restore subscription %s: %s", pending[e["index"]].id, e.get("message"))
-        for p in pending:
-            if not p.automata:
-                continue
-            if self._due and self._due[-1][0] == p.installed_at:
-                self._due[-1][1].append(p)
+        items = [(p.installed_at, 0, i, p) for i, p in enumerate(pending) if p.automata]
+        items += [(fed, 1, seq, _Eviction(seq, sid, keep)) for seq, fed, sid, keep in evictions]
+        items.sort(key=lambda x: x[:3])
+        for at, _k, _i, item in items:
+            if self._due and self._due[-1][0] == at:
+                self._due[-1][1].append(item)
             else:
-                self._due.append((p.installed_at, [p]))
+                self._due.append((at, [item]))
         self.restored += len(stored)
+        if evictions:
+            log.info("the replay applies %d recorded evictions again", len(evictions))
 
     def _install_due(self) -> None:
-        """On the engine thread: install what the replay has reached."""
+        """On the engine thread: install (and evict) what the replay has reached."""
         while self._due and self._due[0][0] <= self._fed:
-            _at, pending = self._due.popleft()
-            self._adopt(self._add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending, False)
+            _at, items = self._due.popleft()
+            pending = [x for x in items if isinstance(x, _Pending)]
+            if pending:
+                self._adopt(self._add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending,
+                            False)
+            for x in items:
+                if isinstance(x, _Eviction):
+                    self._apply_eviction(x.sid, x.keep, replayed=True)
+                    self._evict_seq = x.seq
 
     def _load_snapshot(self, snap: dict, snap_file: SnapshotFile, exact: bool) -> None:
         """Put a snapshot's state into the engine (before the engine thread
@@ -472,7 +504,7 @@ class Daemon:
     def _snapshot_state(self) -> dict:
         """Everything a snapshot holds (called in the forked child, or on the
         engine thread once it has stopped)."""
-        return {"version": 1, "created": time.time(), "fed": self._fed,
+        return {"version": 1, "created": time.time(), "fed": self._fed, "evictions": self._evict_seq,
                 "journal": self.journal.appended if self.journal is not None else 0,
                 "engine": self.engine.export_state(), "queue": self.queue.export_state(),
                 "witness_seq": dict(self.witness_seq)}
@@ -487,6 +519,9 @@ class Daemon:
     def _take_snapshot(self, now: float) -> None:
         """On the engine thread, between batches: fork the snapshot writer."""
         journal = self.journal
+        if self.snapshotter.running:
+            return
+        self._fork_mark = self._evict_seq  # before the fork: its watcher publishes it
         if self.snapshotter.fork(self.queue.lock, lambda: journal.appended if journal is not None else 0,
                                  self._snapshot_state):
             self._snap_fed, self._snap_changes, self._snap_at = self._fed, self._changes, now
@@ -497,15 +532,23 @@ class Daemon:
             self.witlog.sync()  # every witness the snapshot counts is on disk before the snapshot is
 
     def _after_publish(self, kept: list[SnapshotFile]) -> None:
-        """Journal segments before the oldest snapshot kept are no longer needed."""
+        """Journal segments before the oldest snapshot kept are no longer
+        needed, nor the evictions every kept snapshot includes (known once
+        each kept snapshot was written by this process)."""
         if self.journal is not None and kept:
             self.journal.truncate_before(kept[-1].journal + 1)
+        self._marks.append(self._fork_mark)
+        while len(self._marks) > max(len(kept), 1):
+            self._marks.popleft()
+        if kept and len(self._marks) >= len(kept):
+            self.store.prune_evictions(min(self._marks))
 
     def _final_snapshot(self) -> None:
         """At a graceful stop, once the engine thread has ended: the state
         it ended in, so a restart replays nothing."""
         try:
             position = self.journal.appended if self.journal is not None else 0
+            self._fork_mark = self._evict_seq
             self._before_publish()
             self._after_publish(self.snapshots.write(self._snapshot_state(), position))
         except Exception:  # noqa: BLE001 - the journal still covers everything
@@ -617,34 +660,67 @@ class Daemon:
         deadline = start + COUNT_BUDGET_SECONDS
         counts = self._instances
         limit = self.settings.max_instances_per_subscription
+        # a replay applies the evictions recorded then (_due), and decides none of its own before it has
+        # given back every event the journal had: a count at another moment would evict elsewhere
+        evicting = not self._due and self._fed >= self._replay_until
+        over = []
         while todo:
             sid = todo.pop()
             if eng.has_owner(sid):
                 counts[sid] = n = eng.instance_count(sid)
-                if n > limit:
-                    self._reset_instances(sid, n)
-                    counts[sid] = 0
+                if n > limit and evicting:
+                    over.append(sid)
             if perf() > deadline:
                 break
+        if over:
+            self._evict(over)
         self._count_pass_cost += perf() - start
         if not todo:  # pass done: keep the counting's share of the engine thread small
             self.counted_at = time.monotonic()
             self._count_next_pass = max(self._count_next_pass,
                                         now + self._count_pass_cost * (1 - COUNT_SHARE) / COUNT_SHARE)
 
-    def _reset_instances(self, sid: str, n: int) -> None:
-        """Drop every instance of a subscription found above
-        max_instances_per_subscription: it starts afresh (engine thread)."""
-        sub = self.subscriptions.get(sid)
-        if sub is None:
-            return
-        self.engine.remove(sid)
-        self.engine.add(sub.automata, owner=sid)
-        self._changes += 1
-        self.counters.add("instances_evicted", n)
-        self.counters.add("instance_resets")
-        log.warning("subscription %s had %d instances, more than max_instances_per_subscription (%d): "
-                    "all dropped, it starts afresh", sid, n, self.settings.max_instances_per_subscription)
+    def _evict(self, sids: list[str]) -> None:
+        """Bring subscriptions found above max_instances_per_subscription
+        back to it, oldest instances first (engine thread, between batches).
+        Each eviction is recorded — ``(_fed, sid, keep)``, durably, before it
+        is applied — so that a recovery replaying the journal applies it
+        again at the same point (:meth:`_defer`); without a journal there is
+        no exact replay, and nothing to record."""
+        keep = self.settings.max_instances_per_subscription
+        seqs = [0] * len(sids)
+        if self.journal is not None:
+            seqs = self.store.save_evictions([(self._fed, sid, keep) for sid in sids])
+        for sid, seq in zip(sids, seqs):
+            self._apply_eviction(sid, keep)
+            if seq:
+                self._evict_seq = seq
+
+    def _apply_eviction(self, sid: str, keep: int, replayed: bool = False) -> int:
+        """``Engine.evict_oldest(sid, keep, shared=True)``, counted and logged:
+        the instances only ``sid`` sees go first, oldest first; then, if it
+        still sees more than ``keep``, the oldest it shares with other
+        subscriptions (merged states), which lose them too — otherwise
+        subscriptions sharing everything could together hold memory without
+        bound."""
+        eng = self.engine
+        if not eng.has_owner(sid):
+            return 0
+        before, shared0 = eng.instance_count(sid), eng.stats.evicted_shared
+        removed = eng.evict_oldest(sid, keep, shared=True)
+        shared = eng.stats.evicted_shared - shared0
+        self._instances[sid] = eng.instance_count(sid) if removed else before
+        if removed:
+            self._changes += 1
+            self.counters.add("instances_evicted", removed)
+            self.counters.add("instance_evictions")
+            if shared:
+                self.counters.add("instances_evicted_shared", shared)
+            log.warning("subscription %s had %d instances, more than max_instances_per_subscription (%d): "
+                        "evicted its %d oldest%s%s", sid, before, keep, removed,
+                        f" ({shared} of them seen by other subscriptions too, which lost them)" if shared else "",
+                        " (again, replaying the journal)" if replayed else "")
+        return removed
 
     def _engine_loop(self) -> None:
         """Batches from the queue through the engine; between batches, control

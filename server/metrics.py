@@ -105,8 +105,15 @@ class _Collector:
                                   value=c.get("tcp_error_lines_muted", 0))
         yield CounterMetricFamily("cayuga_subscriptions_refused", "Registrations refused by max_subscriptions, "
                                   "max_states or max_predicate_atoms", value=c.get("subscriptions_refused", 0))
-        yield CounterMetricFamily("cayuga_instances_evicted", "Instances dropped because their subscription "
-                                  "exceeded max_instances_per_subscription", value=c.get("instances_evicted", 0))
+        yield CounterMetricFamily("cayuga_instances_evicted", "Instances evicted (oldest first) because their "
+                                  "subscription exceeded max_instances_per_subscription",
+                                  value=c.get("instances_evicted", 0))
+        yield CounterMetricFamily("cayuga_instance_evictions", "Evictions applied by "
+                                  "max_instances_per_subscription (one per subscription found above it)",
+                                  value=c.get("instance_evictions", 0))
+        yield CounterMetricFamily("cayuga_instances_evicted_shared", "Evicted instances that other subscriptions "
+                                  "saw too (merged states): they lost them with the one above its limit",
+                                  value=c.get("instances_evicted_shared", 0))
         snap = d.snapshotter
         yield CounterMetricFamily("cayuga_snapshots", "Snapshots of the processing state written by a forked "
                                   "child (the shutdown one is not counted)", value=snap.taken)

@@ -33,6 +33,13 @@ CREATE TABLE IF NOT EXISTS shapes (    -- compiled CEL query shapes (air/cel/sha
     form TEXT NOT NULL,
     saved REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS evictions (  -- max_instances_per_subscription evictions, for an exact replay
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: snapshots name the last one they include
+    fed INTEGER NOT NULL,              -- events the engine had taken when it was applied (see daemon)
+    sid TEXT NOT NULL,
+    keep INTEGER NOT NULL,             -- Engine.evict_oldest(sid, keep, shared=True)
+    created REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS counters (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
@@ -150,6 +157,37 @@ class Store:
                                     "FROM subscriptions "
                                     "ORDER BY seq").fetchall()
         return [StoredSubscription(*r) for r in rows]
+
+    # -- evictions (max_instances_per_subscription)
+    def save_evictions(self, rows: list[tuple[int, str, int]]) -> list[int]:
+        """Store ``(fed, sid, keep)`` evictions in one transaction (durable
+        before they are applied); returns their sequence numbers, in order."""
+        now = time.time()
+        seqs = []
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            for fed, sid, keep in rows:
+                cur = self._db.execute("INSERT INTO evictions (fed, sid, keep, created) VALUES (?, ?, ?, ?)",
+                                       (fed, sid, keep, now))
+                seqs.append(cur.lastrowid)
+        return seqs
+
+    def evictions(self, after: int = 0) -> list[tuple[int, int, str, int]]:
+        """``(seq, fed, sid, keep)`` of the evictions after sequence number ``after``, in order."""
+        with self._lock:
+            return self._db.execute("SELECT seq, fed, sid, keep FROM evictions WHERE seq > ? ORDER BY seq",
+                                    (after,)).fetchall()
+
+    def last_eviction(self) -> int:
+        """The sequence number of the last eviction ever stored (0: none)."""
+        with self._lock:
+            row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'evictions'").fetchone()
+        return row[0] if row else 0
+
+    def prune_evictions(self, upto: int) -> None:
+        """Forget the evictions every kept snapshot includes (sequence numbers up to ``upto``)."""
+        with self._lock:
+            self._db.execute("DELETE FROM evictions WHERE seq <= ?", (upto,))
 
     # -- compiled query shapes
     def save_shapes(self, rows: list[tuple[str, str]]) -> None:

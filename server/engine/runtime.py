@@ -81,6 +81,8 @@ class EngineStats:
     eval_errors: int = 0
     last_eval_error: str = ""
     late: int = 0
+    evicted: int = 0  # instances removed by Engine.evict_oldest
+    evicted_shared: int = 0  # ... of which other owners saw too (they lost them with it)
 
 
 
@@ -127,6 +129,11 @@ def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
 
 
 _first = itemgetter(0)
+
+
+def _evict_key(entry: tuple) -> tuple:
+    """(t0, t1, state, position) of an eviction candidate: see Engine.evict_oldest."""
+    return entry[:4]
 
 
 class _StreamView(Mapping):
@@ -643,6 +650,146 @@ class Engine:
         self.stats.eval_errors += 1
         self.stats.last_eval_error = f"{where}: {type(exc).__name__}: {exc}"
 
+    # ------------------------------------------------------------------ limits
+
+    def evict_oldest(self, owner: str, keep: int, shared: bool = False) -> int:
+        """Remove ``owner``'s oldest instances until it sees at most ``keep``
+        (as :meth:`instance_count` counts: installed and pending); returns how
+        many instances were removed. Call it between events (mid-epoch too).
+
+        *Oldest* is the order of the key ``(t0, t1, state, position)``: start
+        time first; then ``t1``, the epoch the instance was made in (so the
+        order of epochs it was installed in); then the owner's state, in the
+        order :meth:`instances` lists them; then its place in that state's
+        list (:meth:`instances` with ``pending=True``: installed in the
+        node's order, then pending in the order they were made). The key
+        depends only on the engine's state, never on the clock, so a replay
+        that calls this at the same point removes the same instances.
+
+        Merged nodes (network.py) hold instances other owners may see too:
+        an instance is *shared* when another live owner of its node sees it
+        (that owner's generation is no later than the instance's ``born``).
+        Evicting a shared instance changes that owner's results, so the
+        oldest instances only ``owner`` sees go first; shared ones are
+        evicted only with ``shared`` (oldest first, after every unshared one
+        is gone) and only as far as still needed to reach ``keep``: the other
+        owners seeing them lose them too (counted in
+        ``stats.evicted_shared``). Without ``shared``, ``owner`` may still see
+        more than ``keep`` afterwards. An instance the current epoch affected
+        may go too: the epoch's bookkeeping (``ndead``, ``dead_keys``) follows."""
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        g = holding.gen
+        gens = self._net.owner_gen
+        mult: dict[int, int] = {}  # node -> how many of owner's states it stands for
+        nodes: list[Node] = []
+        for _ai, _sid, node in holding.states:
+            if node.stream is None or node.is_start:
+                continue
+            if id(node) in mult:
+                mult[id(node)] += 1
+            else:
+                mult[id(node)] = 1
+                nodes.append(node)
+        seen = 0
+        own: list[tuple] = []
+        common: list[tuple] = []
+        for si, node in enumerate(nodes):
+            if not (node.count or node.pending):
+                continue
+            others = min((gens[o] for o in node.owners if o != owner), default=None)
+            pos = 0
+            for inst in itertools.chain(node.all_instances(), node.pending):
+                if inst[3] >= g:
+                    seen += mult[id(node)]
+                    entry = (inst[1], inst[2], si, pos, inst)
+                    if others is not None and inst[3] >= others:
+                        common.append(entry)
+                    else:
+                        own.append(entry)
+                pos += 1
+        if seen <= keep:
+            return 0
+        victims: dict[int, list] = {}
+        n_shared = 0
+        for group, is_shared in ((own, False), (common, True)):
+            if seen <= keep or (is_shared and not shared):
+                break
+            group.sort(key=_evict_key)
+            for entry in group:
+                if seen <= keep:
+                    break
+                node = nodes[entry[2]]
+                seen -= mult[id(node)]
+                victims.setdefault(entry[2], []).append(entry[4])
+                n_shared += is_shared
+        removed = 0
+        for si, insts in victims.items():
+            removed += self._evict_from(nodes[si], insts)
+        self.stats.evicted += removed
+        self.stats.evicted_shared += n_shared
+        return removed
+
+    def _evict_from(self, node: Node, insts: list) -> int:
+        """Take ``insts`` (installed or pending instances of ``node``) out of
+        every structure that holds them; keeps ``count``, ``ndead``,
+        ``dead_keys`` and the active flag right."""
+        gone = {id(i) for i in insts}
+        installed = insts
+        if node.pending:
+            waiting = {id(i) for i in node.pending}
+            installed = [i for i in insts if id(i) not in waiting]
+            if len(installed) != len(insts):
+                node.pending[:] = [i for i in node.pending if id(i) not in gone]
+        n_inst = 0
+        n_dead = 0
+        if node.ai_ev < 0:
+            before = len(node.instances)
+            kept = []
+            for i in node.instances:
+                if id(i) in gone:
+                    n_dead += i[4]
+                else:
+                    kept.append(i)
+            node.instances[:] = kept
+            n_inst = before - len(kept)
+        else:
+            k = node.ai_node
+            buckets = node.buckets
+            for key in dict.fromkeys(i[0][k] for i in installed):
+                b = buckets.get(key)
+                if b is None:
+                    continue
+                if node.iq is not None:
+                    for i in b.ordered():
+                        if id(i) in gone:
+                            b.remove(i)
+                            n_inst += 1
+                            n_dead += i[4]
+                    empty = not len(b)
+                else:
+                    kept = [i for i in b if id(i) not in gone]
+                    for i in b:
+                        if id(i) in gone:
+                            n_inst += 1
+                            n_dead += i[4]
+                    if kept:
+                        buckets[key] = kept
+                    empty = not kept
+                if empty:
+                    del buckets[key]
+        node.count -= n_inst
+        if n_dead:
+            node.ndead -= n_dead
+            if node.iq is not None:
+                node.dead_keys = [i for i in node.dead_keys if id(i) not in gone] or None
+            if not node.ndead:
+                node.dead_keys = None
+        if node.active and node.count == 0 and not node.is_start:
+            node.plan.set_active(node, False)
+        return len(insts)
+
     # ------------------------------------------------------------------ snapshots
 
     def export_state(self) -> dict:
@@ -756,8 +903,10 @@ class Engine:
 
     # ------------------------------------------------------------------ inspection
 
-    def instances(self, owner: str) -> dict[str, list[tuple[tuple, object, object]]]:
-        """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``."""
+    def instances(self, owner: str, pending: bool = False) -> dict[str, list[tuple[tuple, object, object]]]:
+        """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``,
+        in the order the node keeps them; with ``pending``, followed by those
+        the current epoch made (installed when it closes), in the order made."""
         holding = self._loaded.get(owner)
         if holding is None:
             raise EngineError(f"no automata loaded for owner {owner!r}")
@@ -765,7 +914,8 @@ class Engine:
         for ai, sid, node in holding.states:
             if node.stream is None or node.is_start:
                 continue
-            out[f"{ai}/{sid}"] = [(i[0], i[1], i[2]) for i in node.all_instances() if i[3] >= holding.gen]
+            insts = node.all_instances() + node.pending if pending else node.all_instances()
+            out[f"{ai}/{sid}"] = [(i[0], i[1], i[2]) for i in insts if i[3] >= holding.gen]
         return out
 
     def instance_count(self, owner: str | None = None) -> int:

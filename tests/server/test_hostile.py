@@ -392,18 +392,33 @@ def test_subscription_and_automaton_limits(start_server):
         assert metric(c, "cayuga_subscriptions_refused_total") == 6
 
 
-def test_a_subscription_over_its_instance_limit_starts_afresh(start_server):
-    srv = start_server(max_instances_per_subscription=5)
+def test_a_subscription_over_its_instance_limit_loses_its_oldest_instances(start_server):
+    """max_instances_per_subscription evicts oldest first: the subscription
+    keeps its newest instances (and their witnesses), counted and logged."""
+    srv = start_server(max_instances_per_subscription=50)
     with CayugaClient(srv.base_url) as c:
         sub = c.subscribe(cel="SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs")
-        c.post_events([stock(f"S{i}", 1.0, 1, i) for i in range(1, 21)])  # 20 open instances
+        c.post_events([stock(f"S{i}", 1.0, 1, i) for i in range(1, 81)])  # 80 open instances
         deadline = time.monotonic() + 10
         while metric(c, "cayuga_instances_evicted_total") == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert metric(c, "cayuga_instances_evicted_total") == 20
-        with c.watch(sub["id"], timeout=10) as m:  # it still works, from empty
-            c.post_events([stock("A", 1.0, 1, 30), stock("S1", 2.0, 1, 31), stock("A", 3.0, 1, 32)])
-            assert collect(m, 1)[0]["t1"] == 32
+        assert metric(c, "cayuga_instances_evicted_total") == 30
+        assert metric(c, "cayuga_instance_evictions_total") == 1
+        assert metric(c, "cayuga_instances_evicted_shared_total") == 0
+        with c.watch(sub["id"], timeout=10) as m:  # S1..S30 are gone; S31..S80 still match
+            c.post_events([stock("S1", 2.0, 1, 90), stock("S30", 2.0, 1, 91), stock("S31", 2.0, 1, 92),
+                           stock("S80", 2.0, 1, 93)])
+            got = collect(m, 2)
+            assert [(w["t0"], w["t1"]) for w in got] == [(31, 92), (80, 93)]
+        # 50 - 2 matched + 4 new: the next count evicts the oldest left (S32, S33, and S34 if it counted
+        # mid-epoch, while S80's matched instance was still there)
+        deadline = time.monotonic() + 10
+        while metric(c, "cayuga_instance_evictions_total") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert metric(c, "cayuga_instances_evicted_total") in (32, 33)
+        with c.watch(sub["id"], timeout=10) as m:
+            c.post_events([stock("S32", 3.0, 1, 100), stock("S79", 3.0, 1, 101)])
+            assert [(w["t0"], w["t1"]) for w in collect(m, 1)] == [(79, 101)]
 
 
 @pytest.mark.parametrize("cel", ["SELECT * FROM " + "(" * 5000 + "Stock" + ")" * 5000,
