@@ -46,6 +46,7 @@ from operator import attrgetter, itemgetter, le
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from server.engine import Event
+from server.engine.network import untrack_events
 
 if TYPE_CHECKING:  # pragma: no cover
     from server.journal import Journal
@@ -185,6 +186,7 @@ class DelayQueue:
         self.late += dropped
         if not part:
             return 0
+        untrack_events(part)
         seq = next(self._seq)
         tail = self._tail_t1
         top = part[-1].t1 if ordered else max(map(_t1, part))

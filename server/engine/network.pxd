@@ -9,10 +9,13 @@ cimport cython
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
+    bint PyObject_IS_GC(object)
 
 
 @cython.locals(inst=list)
 cpdef untrack_instances(list insts)
+
+cpdef untrack_events(events)
 
 
 cdef class NEdge
