@@ -109,7 +109,7 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
     if not ws_token_ok(ws):
         await ws.close(code=4401, reason="missing or wrong token")
         return
-    if not d.ready.is_set() or d.witlog is None:
+    if not d.caught_up or d.witlog is None:  # restoring, or a replay has subscriptions still to reinstall
         await ws.close(code=SLOW_CLIENT_CLOSE, reason="the server is starting: try again shortly")
         return
     known = key in d.subscriptions if kind == "subscription" else d.engine.schema(key) is not None
