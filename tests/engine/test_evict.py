@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from air.cel import compile_cel
 from server.engine import Engine, Event
 from tests.conftest import STOCK
-from tests.engine.test_engine_state import SORTED, SPECS, VALUES, _engine, _feed, _key
+from tests.engine.test_engine_state import SORTED, SPECS, VALUES, _engine, _feed, _key, _uninterrupted
 from tests.engine.test_indexes_sorted import sorted_automaton
 from tests.engine.test_indexes_support import CONFIGS, random_automaton, stream
 
@@ -118,10 +118,7 @@ def test_evict_oldest_removes_exactly_the_oldest_and_the_engine_goes_on(specs, s
     events = stream(values)
     cut = min(cut, len(events))
 
-    whole = _engine(opts, loads)  # never evicted: other owners' witnesses to compare with
-    expected: list = []
-    _feed(whole, events, expected)
-    whole.flush()
+    expected = _uninterrupted(opts, loads, events)  # never evicted: other owners' witnesses to compare with
 
     eng = _engine(opts, loads)
     got: list = []

@@ -37,8 +37,8 @@ def test_round_trip_and_reopen(tmp_path):
     wl.close()
 
 
-def test_a_torn_tail_at_every_offset_of_the_last_record_is_cut_off(tmp_path):
-    d = tmp_path / "w"
+def _two_records(d):
+    """A log of two records (seqs 1-2, then 3): its one segment, its bytes, where the last record starts."""
     wl = WitnessLog(d)
     wl.append(recs("s1", [1, 2]))
     good = wl.bytes
@@ -48,6 +48,12 @@ def test_a_torn_tail_at_every_offset_of_the_last_record_is_cut_off(tmp_path):
     (path,) = seg_files(d)
     data = path.read_bytes()
     assert len(data) == full
+    return path, data, good, full
+
+
+def test_a_torn_tail_at_every_offset_of_the_last_record_is_cut_off(tmp_path):
+    d = tmp_path / "w"
+    path, data, good, full = _two_records(d)
     for cut in range(good, full):
         path.write_bytes(data[:cut])
         wl = WitnessLog(d)
@@ -60,14 +66,7 @@ def test_a_torn_tail_at_every_offset_of_the_last_record_is_cut_off(tmp_path):
 
 def test_a_flipped_byte_in_the_last_record_is_never_misread(tmp_path):
     d = tmp_path / "w"
-    wl = WitnessLog(d)
-    wl.append(recs("s1", [1, 2]))
-    good = wl.bytes
-    wl.append(recs("s1", [3]))
-    full = wl.bytes
-    wl.close()
-    (path,) = seg_files(d)
-    data = path.read_bytes()
+    path, data, good, full = _two_records(d)
     for i in range(good, full):
         for bit in (0x01, 0x80):
             bad = bytearray(data)
