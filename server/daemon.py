@@ -350,12 +350,16 @@ class Daemon:
         again); subscriptions are installed in chunks."""
         if stored:
             log.info("restoring %d subscriptions", len(stored))
+        clock = time.perf_counter
+        began = clock()
         rows = self.store.shapes()
         if rows:
             self.shapes.load(rows)
             self.store.keep_shapes(self.shapes.keys())
-        found = self.snapshots.load_latest()
+        with paused_gc():  # a snapshot is a million small tuples, which live on
+            found = self.snapshots.load_latest()
         snap, snap_file = found if found is not None else (None, None)
+        seconds = self.recovered["seconds"] = {"snapshot_read": round(clock() - began, 2)}
         exact = self._replayable(snap_file)
         # the queue first: what waited in it, then the journal after the snapshot, all before any new
         # event (the receivers and POST /events wait for `accepting`), so arrival order stays journal order
@@ -368,6 +372,7 @@ class Daemon:
             self._replay(snap_file.journal if snap_file else 0)
             self._replay_until = fed + len(self.queue)  # what the journal gives back, before any new event
         self.accepting.set()
+        seconds["events_back"] = round(clock() - began, 2)  # new events are accepted from here on
         mark = snap.get("evictions", 0) if snap is not None else 0
         evictions = self.store.evictions(after=mark) if exact else []
         self._evict_seq = mark if exact else self.store.last_eviction()
@@ -381,9 +386,13 @@ class Daemon:
             self.restored += len(chunk)
         if later or evictions:
             self._defer(later, evictions)
+        seconds["subscriptions"] = round(clock() - began, 2)
         self._fed = fed if exact else max([fed] + [st.installed_at or 0 for st in stored])
         if snap is not None:
-            self._load_snapshot(snap, snap_file, exact)
+            with paused_gc(freeze=True):  # the instances live on: no collection should walk them (see _install)
+                self._load_snapshot(snap, snap_file, exact)
+            del snap, found
+        seconds["ready"] = round(clock() - began, 2)
         with self._start_lock:
             if self._stop.is_set():
                 return
@@ -550,7 +559,9 @@ class Daemon:
             position = self.journal.appended if self.journal is not None else 0
             self._fork_mark = self._evict_seq
             self._before_publish()
-            self._after_publish(self.snapshots.write(self._snapshot_state(), position))
+            with paused_gc():  # a million instances become a million tuples
+                state = self._snapshot_state()
+            self._after_publish(self.snapshots.write(state, position))
         except Exception:  # noqa: BLE001 - the journal still covers everything
             log.exception("the shutdown snapshot failed; the next start replays the journal instead")
 
