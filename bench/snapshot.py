@@ -11,7 +11,8 @@ stop (its in-process final snapshot is timed), and a restart on the same data
 directory, timed until the engine thread runs with every instance back.
 
     python -m bench.snapshot --instances 1000000
-    python -m bench.snapshot --instances 1000000 --subscriptions 100000
+    python -m bench.snapshot --instances 1000000 --subscriptions 100000 --data-dir D
+    python -m bench.snapshot --restart D     # a restart of what that left, in a fresh process
 
 Prints one JSON object.
 """
@@ -47,15 +48,35 @@ def _wait(cond, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _settings(data_dir: str, instances: int = 10 ** 9):
+    from server.config import load_settings
+
+    return load_settings(None, http_port=0, tcp_port=0, data_dir=data_dir, time="event", log_level="warning",
+                         snapshot_seconds=0, snapshot_events=instances, queue_capacity=200_000)
+
+
+def restart(data_dir: str) -> dict:
+    """Start a server on ``data_dir`` and time it until it is ready."""
+    from server.serve import RunningServer
+
+    t = time.perf_counter()
+    srv = RunningServer(_settings(data_dir)).start(timeout=600)
+    try:
+        out = {"restart_s": round(time.perf_counter() - t, 2), "subscriptions": len(srv.daemon.subscriptions),
+               "recovered": srv.daemon.recovered}
+    finally:
+        srv.stop()
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
 def run(instances: int, subscriptions: int, data_dir: str) -> dict:
     from bench.loading import increasing_cel
     from bench.workloads import symbols
     from clients.client import CayugaClient
-    from server.config import load_settings
     from server.serve import RunningServer
 
-    settings = load_settings(None, http_port=0, tcp_port=0, data_dir=data_dir, time="event", log_level="warning",
-                             snapshot_seconds=0, snapshot_events=instances, queue_capacity=200_000)
+    settings = _settings(data_dir, instances)
     out: dict = {"instances": instances, "subscriptions": subscriptions + 1, "machine": platform.machine(),
                  "python": platform.python_version()}
     with RunningServer(settings) as srv, CayugaClient(srv.base_url, timeout=600) as c:
@@ -92,7 +113,11 @@ def main() -> None:
     ap.add_argument("--instances", type=int, default=1_000_000)
     ap.add_argument("--subscriptions", type=int, default=0, help="per-symbol queries besides the rise query")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--restart", metavar="DATA_DIR", default=None, help="only restart what a run left there")
     a = ap.parse_args()
+    if a.restart:
+        print(json.dumps(restart(a.restart)))
+        return
     with tempfile.TemporaryDirectory(prefix="cayuga-snap-") as tmp:
         print(json.dumps(run(a.instances, a.subscriptions, a.data_dir or tmp)))
 
