@@ -292,6 +292,11 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                         sender.sock.close()
                     _collect(sender.errors, errors, other)
                 last_problem = str(exc) or type(exc).__name__
+                refusal = _refused_for_good(sender, last_problem)
+                if refusal:  # a wrong token or a bad #from: retrying would not help
+                    bar.close()
+                    click.echo(f"cayuga: {refusal}; {acked} of {total} lines acknowledged", err=True)
+                    sys.exit(1)
                 now = time.monotonic()
                 lost_since = lost_since or now
                 if now - lost_since >= retry_for:
@@ -362,6 +367,18 @@ def _ended(sender) -> str:
     """What the server said when it closed the connection, if anything."""
     said = [e for e in sender.errors if e.startswith("error:")]
     return said[-1] if said else ("the server closed the connection" if sender.ended else "")
+
+
+#: What the server says before closing a connection it will refuse again however often it is retried.
+_FOR_GOOD = ("authentication required", "#token", "#from", "#sender line", "sender id")
+
+
+def _refused_for_good(sender, problem: str) -> str:
+    """The server's refusal when it is one to stop at, else ''."""
+    for said in ([_ended(sender)] if sender is not None else []) + [problem]:
+        if "error" in said and any(k in said for k in _FOR_GOOD):
+            return said
+    return ""
 
 
 def _collect(lines: list[str], errors: dict[int, str], other: list[str]) -> None:

@@ -245,8 +245,9 @@ def test_cayuga_send_with_token(start_server, tmp_path):
     result = CliRunner().invoke(main, args + ["--token", "sekret"])
     assert "sent 2 lines, 1 rejected" in result.output
     assert f"{f}: error line 2: invalid JSON" in result.output  # counted in the file, not the connection
-    result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(main, args)  # refused for good: no retries for --retry-for seconds
     assert "authentication required" in result.output or "401" in result.output
+    assert result.exit_code == 1
 
 
 # --------------------------------------------------------------------------- queries
