@@ -6,8 +6,14 @@ Threads and who owns what:
 - the single engine thread is the only one that touches the engine: it pops
   batches, runs them, and between batches applies control commands (add or
   remove a subscription) submitted by the API as futures;
-- the engine thread hands each witness, already serialised, to the channels
-  of the WebSocket clients listening for it (see notifiers.py).
+- the engine thread numbers each witness, appends a batch's witnesses to the
+  witness log (witlog.py) and hands them, already serialised, to the channels
+  of the WebSocket clients listening for them (see notifiers.py);
+- between batches it also forks snapshots (snapshot.py); a restart loads the
+  newest, puts back its queued events and the journal after it (journal.py),
+  and reinstalls subscriptions registered since where the replay reaches the
+  point they were installed at (``installed_at``, ``_due``), so the engine
+  takes exactly the events, in the order, it took before the crash.
 """
 
 from __future__ import annotations
@@ -215,7 +221,7 @@ class Daemon:
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
         self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
-        # crash safety (see server/snapshot.py and _recover); the engine thread writes these
+        # crash safety (see server/snapshot.py and _restore_then_run); the engine thread writes these
         self._fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
         # a replay installs these subscriptions and applies these evictions at these _fed points
         self._due: deque[tuple[int, list[_Pending | _Eviction]]] = deque()

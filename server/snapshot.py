@@ -7,7 +7,7 @@ how many events the engine has taken (``fed``: the clock against which
 subscriptions registered later are installed again during a replay), the
 journal position it covers and the last witness sequence number of each
 subscription. A restart loads the newest snapshot that reads back intact and
-replays the journal after its position (see ``Daemon._recover``).
+replays the journal after its position (see ``Daemon._restore_then_run``).
 
 Writing one must not stop the engine for long (with a million instances,
 serialising takes seconds), so it is written the way Redis' BGSAVE is: the
