@@ -304,10 +304,13 @@ class Daemon:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Declare streams, open the TCP receiver, and restore the stored
-        subscriptions in the background; the engine thread starts when they are
-        all back (:attr:`ready`). Restoring 100K subscriptions takes about a
-        minute; meanwhile /health answers (status "starting"), events queue up
+        """Declare streams, open the witness log, the journal and the TCP
+        receiver, and recover in the background (:meth:`_restore_then_run`):
+        the snapshot's queued events and the journal after it go back on the
+        queue first, then new events are accepted (:attr:`accepting`), then the
+        stored subscriptions and the snapshot's instances come back and the
+        engine thread starts (:attr:`ready`). 100K subscriptions take about 7 s;
+        meanwhile /health answers (status "starting"), events queue up
         (bounded: senders are slowed, nothing is lost), and changes to
         subscriptions or streams are refused with 503 (:class:`ServerStarting`)."""
         if self.started:
