@@ -80,7 +80,8 @@ class Settings(BaseModel):
     max_states: int = Field(256, ge=2)
     max_predicate_atoms: int = Field(4096, ge=1)
     #: Live instances of one subscription. Checked by the engine thread's background count:
-    #: one found above it loses all its instances (counted, logged) and starts afresh.
+    #: one found above it loses its oldest instances down to the limit (counted, logged,
+    #: recorded so that a journal replay evicts at the same point).
     max_instances_per_subscription: int = Field(1_000_000, ge=1)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.

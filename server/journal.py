@@ -297,6 +297,11 @@ class Journal:
         else:
             os.close(old)
 
+    def oldest(self) -> int | None:
+        """Position of the oldest record the journal still holds (None: none)."""
+        with self._lock:
+            return next((s.first for s in self._segments if s.records), None)
+
     # ------------------------------------------------------------------ durability
 
     def durable(self) -> int:

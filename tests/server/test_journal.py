@@ -149,6 +149,22 @@ def test_the_sender_table_survives_truncate_before_and_reopen(tmp_path):
     j.close()
 
 
+def test_oldest_is_the_first_record_held_and_matches_replay(tmp_path):
+    d = tmp_path / "j"
+    j = Journal(d, "write", segment_bytes=4096)
+    assert j.oldest() is None
+    for i in range(200):
+        j.append([ev(i)] * 3, "s", i + 1)
+    assert j.oldest() == 1
+    j.truncate_before(j.appended - 5)
+    first = next(iter(j.replay(0)))[0]
+    assert j.oldest() == first > 1
+    j.close()
+    j = Journal(d, "write", segment_bytes=4096)  # what it knows of its segments after a reopen
+    assert j.oldest() == first
+    j.close()
+
+
 def test_positions_continue_when_only_an_empty_newest_segment_is_left(tmp_path):
     d = tmp_path / "j"
     j = Journal(d, "write", segment_bytes=4096)

@@ -11,7 +11,10 @@ import pytest
 
 from clients.client import CayugaClient
 from server.serve import RunningServer
-from server.snapshot import MAGIC, SnapshotError, SnapshotStore, decode, encode
+from server.daemon import Daemon
+from server.engine import Event
+from server.journal import Journal
+from server.snapshot import MAGIC, SnapshotError, SnapshotFile, SnapshotStore, decode, encode
 from tests.server.conftest import assert_no_cayuga_threads, collect, make_settings, stock
 
 STATE = {"version": 1, "fed": 7, "journal": 3, "values": [("IBM", 1.5, 2, True, None)] * 3}
@@ -78,3 +81,23 @@ def test_a_running_server_forks_snapshots_and_a_restart_keeps_its_partial_matche
             c.post_events([stock("IBM", 99.0, 1, 10)])
             assert [w["P1"] for w in collect(m, 1)] == [13.0]
     assert_no_cayuga_threads()
+
+
+def test_a_replay_is_exact_only_when_the_journal_holds_every_record_after_the_snapshot(tmp_path):
+    d = Daemon(make_settings(tmp_path))
+    assert not d._replayable(None)  # durability off: no journal
+    d.journal = Journal(tmp_path / "j", "write", segment_bytes=4096)
+    try:
+        assert d._replayable(None)  # an empty journal: nothing to miss
+        for i in range(200):
+            d.journal.append([Event("Stock", ("A", 1.0, 1), i, i)] * 3)
+        assert d._replayable(None)
+        at = lambda pos: SnapshotFile(tmp_path / "x", 1, pos)  # noqa: E731
+        d.journal.truncate_before(150)
+        oldest = d.journal.oldest()
+        assert 1 < oldest <= 150
+        assert d._replayable(at(oldest - 1)) and d._replayable(at(199)) and d._replayable(at(200))
+        assert not d._replayable(at(oldest - 2)) and not d._replayable(None)  # records it needs are gone
+    finally:
+        d.journal.close()
+        d.store.close()
