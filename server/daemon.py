@@ -226,6 +226,9 @@ class Daemon:
         # a replay installs these subscriptions and applies these evictions at these _fed points
         self._due: deque[tuple[int, list[_Pending | _Eviction]]] = deque()
         self._replay_until = 0  # _fed at the end of a replay: no new eviction is decided before it
+        #: The witness log's last seqs at start-up, during an exact replay: once the replay is over, numbering
+        #: never stays below them (:meth:`_end_replay`); None otherwise.
+        self._seq_floor: dict[str, int] | None = None
         self._evict_seq = 0  # the last eviction applied (Store.evictions); a snapshot includes those up to it
         self._fork_mark = 0  # _evict_seq of the snapshot being written
         self._marks: deque[int] = deque()  # _evict_seq of the snapshots published by this process, oldest first
@@ -378,6 +381,13 @@ class Daemon:
             self.queue.restore(queued, snap["queue"])
             self.recovered.update(snapshot=snap_file.path.name, queued=len(queued))
         fed = snap["fed"] if snap is not None else 0
+        if exact:
+            # the replay gives every witness since the snapshot (without one: since the journal's first
+            # record) again, in the order and so with the numbers it had: numbering goes on from the
+            # snapshot's (_load_snapshot), or starts over; what the log holds already is not logged again
+            self._seq_floor = self.witness_seq
+            if snap is None:
+                self.witness_seq = {}
         if exact:
             self._replay(snap_file.journal if snap_file else 0)
             self._replay_until = fed + len(self.queue)  # what the journal gives back, before any new event
@@ -758,6 +768,8 @@ class Daemon:
                 self._install_due()
                 if self._due:
                     limit = min(size, self._due[0][0] - self._fed)
+            if self._seq_floor is not None and not self._due and self._fed >= self._replay_until:
+                self._end_replay()
             batch = queue.get_batch(limit, timeout=idle)
             if batch:
                 self._fed += len(batch)
@@ -774,6 +786,28 @@ class Daemon:
             if self._stop.is_set() and not batch and not len(queue):
                 self._apply_commands()
                 return
+
+    def _end_replay(self) -> None:
+        """The replay has given back every journaled event: each witness it
+        re-produced got the number it had. A subscription the log knows of
+        further than that (its witnesses came from events the journal does not
+        hold: a journal lost or started later, durability once off) goes on
+        after the log's last seq, so that a new witness never takes a number
+        already logged (it would be dropped as a duplicate)."""
+        floor, self._seq_floor = self._seq_floor, None
+        seqs = self.witness_seq
+        for sid, n in floor.items():
+            if seqs.get(sid, 0) < n:
+                log.warning("the replay gave subscription %s %d witnesses, its witness log holds %d: its numbering "
+                            "goes on from %d (the journal lacks the events of some logged witnesses)",
+                            sid, seqs.get(sid, 0), n, n + 1)
+                seqs[sid] = n
+        log.info("recovery done: %d journaled events replayed", self.recovered.get("replayed_events", 0))
+
+    @property
+    def replay_remaining(self) -> int:
+        """Events of a recovery's replay the engine has still to take (0 once it is over)."""
+        return max(self._replay_until - self._fed, 0) if self._seq_floor is not None else 0
 
     def _feed(self, batch: list) -> None:
         feed = self.engine.feed

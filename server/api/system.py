@@ -37,6 +37,8 @@ async def health(d: DaemonDep) -> dict:
         "restored": {"done": d.restored, "total": d.restore_total},
         # what this start recovered: the snapshot loaded, its instances and queued events, the journal replayed
         "recovered": d.recovered,
+        # events of that recovery's journal replay the engine has still to take (0: caught up)
+        "replay_remaining": d.replay_remaining,
         "engine_thread": alive,
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
         "engine_error": d.engine_error,
