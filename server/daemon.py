@@ -805,6 +805,12 @@ class Daemon:
         log.info("recovery done: %d journaled events replayed", self.recovered.get("replayed_events", 0))
 
     @property
+    def events_taken(self) -> int:
+        """Events the engine thread has taken from the queue, over every life
+        of the data directory (a replay takes the journaled ones again)."""
+        return self._fed
+
+    @property
     def replay_remaining(self) -> int:
         """Events of a recovery's replay the engine has still to take (0 once it is over)."""
         return max(self._replay_until - self._fed, 0) if self._seq_floor is not None else 0

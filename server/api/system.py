@@ -39,6 +39,8 @@ async def health(d: DaemonDep) -> dict:
         "recovered": d.recovered,
         # events of that recovery's journal replay the engine has still to take (0: caught up)
         "replay_remaining": d.replay_remaining,
+        # events the engine has taken from the queue over every life of the data directory
+        "events_taken": d.events_taken,
         "engine_thread": alive,
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
         "engine_error": d.engine_error,

@@ -1,0 +1,251 @@
+"""A property of recovery, on real ``cayuga serve`` processes: recover, then
+continue, equals the uninterrupted run — every subscription's witnesses,
+with their numbers.
+
+Each case is drawn from a seed: a stream of Stock ticks (many simultaneous),
+subscriptions registered and deleted at points of the stream (NEXT, FOLD, a
+filter and a chain reading its output, and duplicates of one another, whose
+states are merged), and kill points. The case runs twice on fresh data
+directories: once without a kill, once killed with SIGKILL at each kill point
+(right after a block of events is sent, so the kill lands while they are
+being journaled and processed) and started again, sometimes with the
+journal's or the witness log's last record torn, as a kill during a write or
+a full disk leaves it. A sender with a ``#sender`` id sends the events; after
+a restart it resumes from the server's ``#resume N``, as ``cayuga send``
+does. Registrations and deletions happen once the engine has taken every
+event before their point (``events_taken`` in /health), in both runs.
+
+Then every live subscription's witnesses as the server serves them from its
+witness log (``?from=1``: seq and payload) must be the same in both runs.
+
+Half the cases run at the shipped defaults (no snapshot within a case: every
+restart replays the journal from its first record), half with a snapshot
+every 200 events. ``CAYUGA_RECOVERY_SEED`` replays a case (the seed of each is
+printed); ``CAYUGA_RECOVERY_CASES`` (default 3) draws more (the long profile:
+``CAYUGA_RECOVERY_CASES=40``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+from bench.server_e2e import _cayuga, _env, _free_port
+from clients.client import TcpSender
+from tests.server.test_crash import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = int(os.environ.get("CAYUGA_RECOVERY_CASES", "3"))
+FIXED_SEED = os.environ.get("CAYUGA_RECOVERY_SEED")
+SEEDS = [int(FIXED_SEED)] if FIXED_SEED else [random.randrange(1 << 30) for _ in range(CASES)]
+
+#: The subscriptions a case draws from; "big_pair" reads "big"'s output (registered after it, deleted with it).
+POOL = {
+    "rising": "SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
+              "NEXT{$1.Name = $2.Name AND $2.Price >= 1.02 * $1.Price} Stock PUBLISH Rising<n>",
+    "climb": "SELECT * FROM (SELECT Name, Price FROM FILTER{Volume >= 500}(Stock)) "
+             "FOLD{$1.Name = $2.Name, $2.Price > $.Price AND DUR < 40,} "
+             "(SELECT Name, Price FROM FILTER{Volume >= 500}(Stock)) PUBLISH Climb<n>",
+    "big": "SELECT Name, Price FROM FILTER{Volume >= 800}(Stock) PUBLISH Big<n>",
+    "big_pair": "SELECT Name, Price_1 AS First, Price AS Second FROM Big<src> NEXT{$1.Name = $2.Name} Big<src> "
+                "PUBLISH BigPair<n>",
+}
+
+
+@dataclass
+class Case:
+    seed: int
+    lines: list[str]
+    ops: list[tuple[int, str, str]]  # (event position, "add" | "delete", query kind or "")
+    kills: list[tuple[int, str]]  # (event position, "none" | "journal" | "witlog" | "both"): what is torn
+    snapshots: bool
+
+
+def draw(seed: int) -> Case:
+    rng = random.Random(seed)
+    n = rng.randint(300, 1500)
+    t, lines = 1000, []
+    for _ in range(n):
+        t += rng.choice((0, 0, 1, 1, 2, 5))  # many simultaneous ticks
+        lines.append(json.dumps({"stream": "Stock", "t0": t, "t1": t, "Name": rng.choice("ABC"),
+                                 "Price": round(rng.uniform(90, 110), 1), "Volume": rng.randint(1, 1000)}))
+    ops = [(0, "add", rng.choice(["rising", "climb", "big"]))]
+    for _ in range(rng.randint(1, 5)):
+        ops.append((rng.randrange(1, n), rng.choice(["add", "add", "delete"]),
+                    rng.choice(list(POOL))))
+    ops.sort(key=lambda o: o[0])
+    kills = sorted((rng.randrange(1, n), rng.choice(["none", "none", "journal", "witlog", "both"]))
+                   for _ in range(rng.randint(1, 3)))
+    return Case(seed, lines, ops, kills, snapshots=rng.random() < 0.5)
+
+
+class Life:
+    """A data directory and the ``cayuga serve`` process running on it now."""
+
+    def __init__(self, data_dir: Path, log: Path, snapshots: bool) -> None:
+        self.data_dir, self.log = data_dir, log
+        self.http, self.tcp = _free_port(), _free_port()
+        base = {k: v for k, v in _env().items() if not k.startswith("CAYUGA_") or k == "CAYUGA_ENGINE"}
+        self.env = {**base, "CAYUGA_LOG_LEVEL": "info"}
+        if snapshots:
+            self.env.update(CAYUGA_SNAPSHOT_EVENTS="200", CAYUGA_SNAPSHOT_SECONDS="0.2")
+        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.http}", timeout=30)
+        self.proc: subprocess.Popen | None = None
+        self.sender: TcpSender | None = None
+        self.sent = 0  # the sender's lines the server has (or was sent, since the last connect)
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            log.write(b"---- start\n")
+            self.proc = subprocess.Popen(
+                _cayuga("serve", "--http-port", str(self.http), "--tcp-port", str(self.tcp), "--data-dir",
+                        str(self.data_dir)), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        wait_for("the server to come up", self._up, 60)
+        self.sender = TcpSender("127.0.0.1", self.tcp, sender_id="prop", ack=True)
+        self.sent = self.sender.resume
+
+    def _up(self) -> bool:
+        try:
+            h = self.api.get("/health").json()
+        except (httpx.HTTPError, ValueError):
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            return False
+        return h["status"] == "ok"
+
+    def health(self) -> dict:
+        return self.api.get("/health").json()
+
+    def send_upto(self, lines: list[str], upto: int) -> None:
+        if upto > self.sent:
+            block = "".join(line + "\n" for line in lines[self.sent:upto]).encode()
+            self.sender.send_lines(block, upto - self.sent)
+            self.sent = upto
+
+    def taken(self, upto: int) -> None:
+        """Until the engine has taken every event before ``upto`` (they are all acknowledged)."""
+        assert self.sender.wait_acked(upto, 60), (upto, self.sender.acked, self.sender.errors)
+        wait_for(f"the engine to take {upto} events",
+                 lambda: (h := self.health())["events_taken"] >= upto and not h["replay_remaining"], 60)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self.sender.sock.close()
+
+    def stop(self) -> None:
+        self.api.close()
+        if self.sender is not None:
+            self.sender.sock.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def witnesses(self) -> dict[str, list[tuple[int, str]]]:
+        """Every live subscription's witnesses from the log, with their numbers."""
+        out = {}
+        for sub in self.api.get("/subscriptions").json():
+            sid = sub["id"]
+            last = self.api.get(f"/subscriptions/{sid}").json()["last_seq"]
+            got: list[tuple[int, str]] = []
+            if last:
+                url = f"ws://127.0.0.1:{self.http}/ws/subscriptions/{sid}?from=1&batch=1000"
+                with connect(url, open_timeout=10) as ws:
+                    while not got or got[-1][0] < last:
+                        for line in ws.recv(timeout=30).split("\n"):
+                            seq, _, body = line.partition(" ")
+                            got.append((int(seq), body))
+            out[sid] = got
+        return out
+
+
+def _tear_tail(directory: Path, pattern: str, newer_than: float, rng: random.Random) -> int:
+    """Cut up to 200 bytes off the newest file's end, as a write cut short
+    leaves it — only if it was written after the newest snapshot (what a
+    snapshot counts was synced before it was published, so no crash tears it)."""
+    files = sorted(directory.glob(pattern))
+    if not files or files[-1].stat().st_mtime <= newer_than or files[-1].stat().st_size < 64:
+        return 0
+    cut = rng.randint(1, min(200, files[-1].stat().st_size // 2))
+    with open(files[-1], "r+b") as f:
+        f.truncate(files[-1].stat().st_size - cut)
+    return cut
+
+
+def run_case(case: Case, tmp: Path, with_kills: bool) -> dict[str, list[tuple[int, str]]]:
+    life = Life(tmp / "data", tmp / "server.log", case.snapshots)
+    picks = random.Random(case.seed + 1)  # the same choices of what to delete in both runs
+    tears = random.Random(case.seed + 2)  # how much a torn tail loses
+    events = len(case.lines)
+    kills = list(case.kills) if with_kills else []
+    live: list[tuple[str, str]] = []  # (id, kind) in registration order
+    n = 0  # output stream names are unique per case
+    try:
+        life.start()
+        points = sorted({p for p, *_ in case.ops} | {p for p, _ in kills} | {events})
+        for point in points:
+            life.send_upto(case.lines, point)
+            for at, tear in [k for k in kills if k[0] == point]:
+                life.kill()
+                snaps = sorted((life.data_dir / "snapshots").glob("snapshot-*.bin"))
+                newest = snaps[-1].stat().st_mtime if snaps else 0.0
+                if tear in ("journal", "both"):
+                    _tear_tail(life.data_dir / "journal", "*.journal", newest, tears)
+                if tear in ("witlog", "both"):
+                    _tear_tail(life.data_dir / "witnesses", "*.log", newest, tears)
+                life.start()
+                life.send_upto(case.lines, point)  # what the torn journal lost, again
+            life.taken(point)
+            for _at, op, kind in [o for o in case.ops if o[0] == point]:
+                if op == "delete":
+                    if live:
+                        sid, _ = live[picks.randrange(len(live))]
+                        r = life.api.delete(f"/subscriptions/{sid}", params={"cascade": "true"})
+                        assert r.status_code in (200, 204), r.text
+                        gone = {x["id"] for x in life.api.get("/subscriptions").json()}
+                        live = [x for x in live if x[0] in gone]
+                    continue
+                n += 1
+                if kind == "big_pair":
+                    src = [k for _, k in live if k.startswith("big#")]
+                    if not src:
+                        continue
+                    text = POOL[kind].replace("<n>", str(n)).replace("<src>", src[0].split("#")[1])
+                else:
+                    text = POOL[kind].replace("<n>", str(n))
+                r = life.api.post("/subscriptions", json={"cel": text})
+                assert r.status_code == 201, r.text
+                live.append((r.json()["id"], f"{kind}#{n}"))
+        life.taken(events)
+        return life.witnesses()
+    finally:
+        life.stop()
+        assert "Traceback" not in life.log.read_text(), life.log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_recover_then_continue_equals_the_uninterrupted_run(tmp_path, seed):
+    case = draw(seed)
+    print(f"CAYUGA_RECOVERY_SEED={seed}: {len(case.lines)} events, ops {case.ops}, kills {case.kills}, "
+          f"{'snapshots every 200 events' if case.snapshots else 'defaults'}")
+    (tmp_path / "straight").mkdir()
+    (tmp_path / "killed").mkdir()
+    want = run_case(case, tmp_path / "straight", with_kills=False)
+    got = run_case(case, tmp_path / "killed", with_kills=True)
+    assert sum(len(w) for w in want.values()), "the case produced no witness: it proves nothing"
+    assert set(got) == set(want)
+    for sid in want:
+        assert got[sid] == want[sid], (f"CAYUGA_RECOVERY_SEED={seed}", sid, len(got[sid]), len(want[sid]),
+                                       next(((a, b) for a, b in zip(got[sid], want[sid]) if a != b), None))
