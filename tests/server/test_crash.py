@@ -118,6 +118,18 @@ class Server:
     def last_seq(self, sid: str) -> int:
         return self.http_client.get(f"/subscriptions/{sid}").json()["last_seq"]
 
+    def logged(self, sid: str, upto: int) -> list[tuple[int, str]]:
+        """The subscription's witnesses 1..upto as the server serves them from
+        its witness log (``?from=1``), with their numbers."""
+        got: list[tuple[int, str]] = []
+        url = self.url.replace("http://", "ws://") + f"/ws/subscriptions/{sid}?from=1&batch=1000"
+        with connect(url, open_timeout=10) as ws:
+            while upto and (not got or got[-1][0] < upto):
+                for line in ws.recv(timeout=30).split("\n"):
+                    seq, _, body = line.partition(" ")
+                    got.append((int(seq), body))
+        return got
+
     def snapshots(self) -> list[Path]:
         return sorted((self.data_dir / "snapshots").glob("snapshot-*.bin")) if (self.data_dir / "snapshots").exists() else []
 
@@ -134,19 +146,6 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-
-
-def _logged(srv: Server, sid: str, upto: int) -> list[tuple[int, dict]]:
-    """The subscription's witnesses 1..upto as the server serves them from its
-    witness log (``?from=1``), with their numbers."""
-    got: list[tuple[int, dict]] = []
-    url = srv.url.replace("http://", "ws://") + f"/ws/subscriptions/{sid}?from=1&batch=1000"
-    with connect(url, open_timeout=10) as ws:
-        while not got or got[-1][0] < upto:
-            for line in ws.recv(timeout=30).split("\n"):
-                seq, _, body = line.partition(" ")
-                got.append((int(seq), json.loads(body)))
-    return got
 
 
 def test_readme_example_kill_9_before_the_first_snapshot(tmp_path):
@@ -172,13 +171,13 @@ def test_readme_example_kill_9_before_the_first_snapshot(tmp_path):
             health = srv.wait_up()
             assert health["recovered"].get("replayed_events") == 6, health["recovered"]
             assert srv.last_seq(sid) == 2
-            assert _logged(srv, sid, 2) == [(1, README_WITNESSES[0]), (2, README_WITNESSES[1])]
+            assert [(n, json.loads(w)) for n, w in srv.logged(sid, 2)] == list(enumerate(README_WITNESSES, 1))
         # IBM at 96: 5% above the quotes at 90 and 91 still waiting: two new witnesses, numbered 3 and 4
         more = {"stream": "Stock", "t0": 33900000, "t1": 33900000, "Name": "IBM", "Price": 96.0, "Volume": 1}
         r = srv.http_client.post("/events", json=[more])
         assert r.status_code == 202 and not r.json().get("rejected"), r.text
         wait_for("the new witnesses", lambda: srv.last_seq(sid) == 4, 30)
-        assert [s for s, _ in _logged(srv, sid, 4)] == [1, 2, 3, 4]
+        assert [n for n, _ in srv.logged(sid, 4)] == [1, 2, 3, 4]
     finally:
         srv.stop()
     assert "Traceback" not in srv.log.read_text()

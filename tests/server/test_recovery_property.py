@@ -30,20 +30,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-from websockets.sync.client import connect
 
-from bench.server_e2e import _cayuga, _env, _free_port
 from clients.client import TcpSender
-from tests.server.test_crash import wait_for
+from tests.server.test_crash import Server, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 CASES = int(os.environ.get("CAYUGA_RECOVERY_CASES", "3"))
 FIXED_SEED = os.environ.get("CAYUGA_RECOVERY_SEED")
 SEEDS = [int(FIXED_SEED)] if FIXED_SEED else [random.randrange(1 << 30) for _ in range(CASES)]
@@ -88,41 +82,22 @@ def draw(seed: int) -> Case:
     return Case(seed, lines, ops, kills, snapshots=rng.random() < 0.5)
 
 
-class Life:
-    """A data directory and the ``cayuga serve`` process running on it now."""
+class Life(Server):
+    """A data directory, the ``cayuga serve`` process running on it now, and
+    the case's sender connected to it."""
 
     def __init__(self, data_dir: Path, log: Path, snapshots: bool) -> None:
-        self.data_dir, self.log = data_dir, log
-        self.http, self.tcp = _free_port(), _free_port()
-        base = {k: v for k, v in _env().items() if not k.startswith("CAYUGA_") or k == "CAYUGA_ENGINE"}
-        self.env = {**base, "CAYUGA_LOG_LEVEL": "info"}
-        if snapshots:
-            self.env.update(CAYUGA_SNAPSHOT_EVENTS="200", CAYUGA_SNAPSHOT_SECONDS="0.2")
-        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.http}", timeout=30)
-        self.proc: subprocess.Popen | None = None
+        super().__init__(data_dir, log, {"CAYUGA_SNAPSHOT_EVENTS": "200", "CAYUGA_SNAPSHOT_SECONDS": "0.2"}
+                         if snapshots else {})
+        self.api = self.http_client
         self.sender: TcpSender | None = None
         self.sent = 0  # the sender's lines the server has (or was sent, since the last connect)
 
     def start(self) -> None:
-        with open(self.log, "ab") as log:
-            log.write(b"---- start\n")
-            self.proc = subprocess.Popen(
-                _cayuga("serve", "--http-port", str(self.http), "--tcp-port", str(self.tcp), "--data-dir",
-                        str(self.data_dir)), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        wait_for("the server to come up", self._up, 60)
+        super().start()
+        wait_for("the server to come up", lambda: (self.health() or {}).get("status") == "ok", 60)
         self.sender = TcpSender("127.0.0.1", self.tcp, sender_id="prop", ack=True)
         self.sent = self.sender.resume
-
-    def _up(self) -> bool:
-        try:
-            h = self.api.get("/health").json()
-        except (httpx.HTTPError, ValueError):
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            return False
-        return h["status"] == "ok"
-
-    def health(self) -> dict:
-        return self.api.get("/health").json()
 
     def send_upto(self, lines: list[str], upto: int) -> None:
         if upto > self.sent:
@@ -137,38 +112,18 @@ class Life:
                  lambda: (h := self.health())["events_taken"] >= upto and not h["replay_remaining"], 60)
 
     def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
+        super().kill()
         self.sender.sock.close()
 
     def stop(self) -> None:
-        self.api.close()
         if self.sender is not None:
             self.sender.sock.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        super().stop()
 
     def witnesses(self) -> dict[str, list[tuple[int, str]]]:
         """Every live subscription's witnesses from the log, with their numbers."""
-        out = {}
-        for sub in self.api.get("/subscriptions").json():
-            sid = sub["id"]
-            last = self.api.get(f"/subscriptions/{sid}").json()["last_seq"]
-            got: list[tuple[int, str]] = []
-            if last:
-                url = f"ws://127.0.0.1:{self.http}/ws/subscriptions/{sid}?from=1&batch=1000"
-                with connect(url, open_timeout=10) as ws:
-                    while not got or got[-1][0] < last:
-                        for line in ws.recv(timeout=30).split("\n"):
-                            seq, _, body = line.partition(" ")
-                            got.append((int(seq), body))
-            out[sid] = got
-        return out
+        return {sub["id"]: self.logged(sub["id"], self.last_seq(sub["id"]))
+                for sub in self.api.get("/subscriptions").json()}
 
 
 def _tear_tail(directory: Path, pattern: str, newer_than: float, rng: random.Random) -> int:
