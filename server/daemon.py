@@ -226,9 +226,7 @@ class Daemon:
         # a replay installs these subscriptions and applies these evictions at these _fed points
         self._due: deque[tuple[int, list[_Pending | _Eviction]]] = deque()
         self._replay_until = 0  # _fed at the end of a replay: no new eviction is decided before it
-        #: The witness log's last seqs at start-up, during an exact replay: once the replay is over, numbering
-        #: never stays below them (:meth:`_end_replay`); None otherwise.
-        self._seq_floor: dict[str, int] | None = None
+        self._replaying = False  # a recovery's exact replay is under way (until _fed reaches _replay_until)
         self._evict_seq = 0  # the last eviction applied (Store.evictions); a snapshot includes those up to it
         self._fork_mark = 0  # _evict_seq of the snapshot being written
         self._marks: deque[int] = deque()  # _evict_seq of the snapshots published by this process, oldest first
@@ -336,6 +334,10 @@ class Daemon:
             self.journal = Journal(self.settings.data_dir / "journal", self.settings.durability,
                                    self.settings.journal_segment_bytes)
             self.queue.journal = self.journal
+            if self.journal.appended == 0:
+                # the journal begins now (a new data directory, or one whose journal was off or removed):
+                # a replay from its first record numbers witnesses on from where the log stands now
+                self.store.set_witness_base(self.witness_seq)
         self.receiver = TcpReceiver(
             self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
             max_connections=self.settings.max_connections, max_line_bytes=self.settings.max_line_bytes,
@@ -384,10 +386,11 @@ class Daemon:
         if exact:
             # the replay gives every witness since the snapshot (without one: since the journal's first
             # record) again, in the order and so with the numbers it had: numbering goes on from the
-            # snapshot's (_load_snapshot), or starts over; what the log holds already is not logged again
-            self._seq_floor = self.witness_seq
+            # snapshot's (_load_snapshot), or from where it stood when the journal began (Store.witness_base:
+            # nothing for a new data directory); what the log holds already is not logged again
+            self._replaying = True
             if snap is None:
-                self.witness_seq = {}
+                self.witness_seq = self.store.witness_base()
         if exact:
             self._replay(snap_file.journal if snap_file else 0)
             self._replay_until = fed + len(self.queue)  # what the journal gives back, before any new event
@@ -768,8 +771,9 @@ class Daemon:
                 self._install_due()
                 if self._due:
                     limit = min(size, self._due[0][0] - self._fed)
-            if self._seq_floor is not None and not self._due and self._fed >= self._replay_until:
-                self._end_replay()
+            if self._replaying and not self._due and self._fed >= self._replay_until:
+                self._replaying = False
+                log.info("recovery done: %d journaled events replayed", self.recovered.get("replayed_events", 0))
             batch = queue.get_batch(limit, timeout=idle)
             if batch:
                 self._fed += len(batch)
@@ -787,23 +791,6 @@ class Daemon:
                 self._apply_commands()
                 return
 
-    def _end_replay(self) -> None:
-        """The replay has given back every journaled event: each witness it
-        re-produced got the number it had. A subscription the log knows of
-        further than that (its witnesses came from events the journal does not
-        hold: a journal lost or started later, durability once off) goes on
-        after the log's last seq, so that a new witness never takes a number
-        already logged (it would be dropped as a duplicate)."""
-        floor, self._seq_floor = self._seq_floor, None
-        seqs = self.witness_seq
-        for sid, n in floor.items():
-            if seqs.get(sid, 0) < n:
-                log.warning("the replay gave subscription %s %d witnesses, its witness log holds %d: its numbering "
-                            "goes on from %d (the journal lacks the events of some logged witnesses)",
-                            sid, seqs.get(sid, 0), n, n + 1)
-                seqs[sid] = n
-        log.info("recovery done: %d journaled events replayed", self.recovered.get("replayed_events", 0))
-
     @property
     def events_taken(self) -> int:
         """Events the engine thread has taken from the queue, over every life
@@ -813,7 +800,7 @@ class Daemon:
     @property
     def replay_remaining(self) -> int:
         """Events of a recovery's replay the engine has still to take (0 once it is over)."""
-        return max(self._replay_until - self._fed, 0) if self._seq_floor is not None else 0
+        return max(self._replay_until - self._fed, 0) if self._replaying else 0
 
     def _feed(self, batch: list) -> None:
         feed = self.engine.feed

@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS counters (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS witness_base (  -- each subscription's last witness seq when the journal began
+    sid TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL
+);
 """
 
 
@@ -93,6 +97,20 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    # -- witness numbering
+    def set_witness_base(self, seqs: dict[str, int]) -> None:
+        """Record each subscription's last witness seq as the journal begins
+        (replacing what was recorded): a replay from the journal's first record
+        numbers the witnesses it gives from there."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM witness_base")
+            self._db.executemany("INSERT INTO witness_base VALUES (?, ?)", list(seqs.items()))
+
+    def witness_base(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._db.execute("SELECT sid, seq FROM witness_base").fetchall())
 
     # -- streams
     def save_stream(self, name: str, attributes: list[tuple[str, str]]) -> None:

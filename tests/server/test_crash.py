@@ -183,6 +183,51 @@ def test_readme_example_kill_9_before_the_first_snapshot(tmp_path):
     assert "Traceback" not in srv.log.read_text()
 
 
+def test_a_journal_begun_after_logged_witnesses_numbers_on_from_them(tmp_path):
+    """Witnesses logged while ``durability: off`` kept no journal, then a
+    restart with the journal on, new witnesses, kill -9 and a restart that
+    replays that journal from its first record: the new witnesses keep the
+    numbers after the old ones (none taken twice, none dropped as a
+    duplicate of an old one)."""
+    data, log = tmp_path / "data", tmp_path / "server.log"
+    off = Server(data, log, {"CAYUGA_DURABILITY": "off"})
+    try:
+        off.start()
+        off.wait_up()
+        sid = off.http_client.post("/subscriptions", json={"cel": README_QUERY}).json()["id"]
+        lines = (ROOT / "examples" / "example9.jsonl").read_text().splitlines()
+        r = off.http_client.post("/events", json=[json.loads(x) for x in lines])
+        assert r.status_code == 202, r.text
+        wait_for("both witnesses in the log", lambda: off.last_seq(sid) == 2, 30)
+        off.kill()  # no journal, no snapshot: what it had in flight is gone, the log stays
+    finally:
+        off.stop()
+    srv = Server(data, log, PROFILES["defaults"])
+    srv.http, srv.tcp, srv.url = off.http, off.tcp, off.url
+    srv.http_client.close()
+    srv.http_client = httpx.Client(base_url=srv.url, timeout=10)
+    try:
+        srv.start()
+        srv.wait_up()
+        new = [{"stream": "Stock", "t0": t, "t1": t, "Name": "HP", "Price": p, "Volume": 1}
+               for t, p in ((34000000, 100.0), (34100000, 106.0))]
+        r = srv.http_client.post("/events", json=new)
+        assert r.status_code == 202, r.text
+        wait_for("the new witness", lambda: srv.last_seq(sid) == 3, 30)
+        srv.kill()
+        srv.start()
+        h = srv.wait_up()
+        assert h["recovered"].get("replayed_events") == 2, h["recovered"]
+        assert srv.last_seq(sid) == 3
+        got = [(n, json.loads(w)) for n, w in srv.logged(sid, 3)]
+        assert got[:2] == list(enumerate(README_WITNESSES, 1))
+        assert got[2] == (3, {"stream": "Rising", "t0": 34000000, "t1": 34100000, "Name": "HP", "Before": 100.0,
+                              "After": 106.0})
+    finally:
+        srv.stop()
+    assert "Traceback" not in log.read_text()
+
+
 def _expected(ticks: Path, queries: list[Path]) -> dict[str, Counter]:
     out = subprocess.run(_cayuga("run", *[a for q in queries for a in ("--query", str(q))], "--events", str(ticks)),
                          env=_env(), capture_output=True, text=True, timeout=600, check=True).stdout
