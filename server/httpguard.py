@@ -106,7 +106,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if g.waiting:
                 oldest = next(iter(g.waiting))
                 oldest._leave()
-                g.refuse(oldest.transport, "evicted")
+                if not oldest.transport.is_closing():  # else it is on its way out already (keep-alive timeout)
+                    g.refuse(oldest.transport, "evicted")
             else:
                 self._refused = True  # uvicorn never sees it: not in server_state.connections
                 self.transport = transport
