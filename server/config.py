@@ -71,6 +71,8 @@ class Settings(BaseModel):
     #: Seconds an HTTP connection has to send complete request headers (from when it opens, and
     #: from the first byte of each later request); it is answered 408 and closed otherwise.
     http_header_timeout: float = Field(10.0, gt=0)
+    #: Seconds a request body may pause while the server reads it; it is answered 408 and closed then.
+    http_body_timeout: float = Field(30.0, gt=0)
     #: Largest HTTP request body (POST /events, subscriptions), in bytes: 413 beyond.
     max_body_bytes: int = Field(16 << 20, ge=1024)
     #: Longest string value of an event attribute, in bytes (UTF-8).

@@ -11,6 +11,12 @@ with three additions) and one :class:`HttpGuard` per server fix that:
   when it opens, and from the first byte of each later request on it, to send
   complete request headers; otherwise it is answered 408 and closed. Between
   requests uvicorn's keep-alive timeout (5 s) closes an idle connection.
+- **Body timeout.** Once the headers are in, the body must keep coming: a
+  request whose body pauses for ``http_body_timeout`` seconds while the
+  server is reading it (not while uvicorn holds reading back because the
+  application has not taken what arrived) is answered 408 and closed. Such a
+  connection is busy, not waiting, so without this a slow trickle of body
+  bytes held its place at the cap as long as the client liked.
 - **A cap.** At most ``max_http_connections`` connections (WebSockets
   included) are open. One more arriving at the cap closes the oldest
   connection that is *waiting* (has not sent the complete headers of a
@@ -21,7 +27,7 @@ with three additions) and one :class:`HttpGuard` per server fix that:
   answered 503 and closed at once: it holds no descriptor.
 - Every connection closed or refused so is counted:
   ``cayuga_http_connections_refused_total{reason}`` with reason
-  ``header_timeout``, ``evicted`` or ``max_connections``.
+  ``header_timeout``, ``body_timeout``, ``evicted`` or ``max_connections``.
 
 Everything here runs on the event loop thread; nothing locks.
 """
@@ -39,7 +45,7 @@ from server.metrics import Counters
 log = logging.getLogger("cayuga.http")
 
 #: Labels of cayuga_http_connections_refused_total (counter key: ``http_conn_<reason>``).
-REFUSALS = ("header_timeout", "evicted", "max_connections")
+REFUSALS = ("header_timeout", "body_timeout", "evicted", "max_connections")
 
 
 def _response(status: str, detail: str, retry_after: int | None = None) -> bytes:
@@ -55,15 +61,19 @@ class HttpGuard:
     """The state the connections of one HTTP server share: which of them are
     waiting (oldest first), and the settings and counters."""
 
-    def __init__(self, max_connections: int, header_timeout: float, counters: Counters) -> None:
+    def __init__(self, max_connections: int, header_timeout: float, body_timeout: float,
+                 counters: Counters) -> None:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
+        self.body_timeout = body_timeout
         self.counters = counters
         # connections waiting for a request's headers (or idle between requests), oldest first
         self.waiting: dict[GuardedHttpToolsProtocol, None] = {}
         self._timeout_answer = _response(
             "408 Request Timeout", f"the request headers did not arrive within http_header_timeout "
                                    f"({header_timeout:g} s); send the whole request at once")
+        self._body_answer = _response(
+            "408 Request Timeout", f"the request body stopped arriving for http_body_timeout ({body_timeout:g} s)")
         self._evicted_answer = _response(
             "503 Service Unavailable", f"the server holds max_http_connections ({max_connections}) connections; "
                                        "this one had sent no complete request and made room for a new one",
@@ -72,15 +82,17 @@ class HttpGuard:
             "503 Service Unavailable", f"the server holds max_http_connections ({max_connections}) connections, "
                                        "all of them busy; retry later", retry_after=1)
 
-    def refuse(self, transport: asyncio.BaseTransport, reason: str) -> None:
-        """Answer (best effort, never waiting for the peer to read) and close."""
+    def refuse(self, transport: asyncio.BaseTransport, reason: str, answer: bool = True) -> None:
+        """Answer (unless ``answer`` is false: a response has begun; best effort,
+        never waiting for the peer to read) and close."""
         self.counters.add(f"http_conn_{reason}")
-        answer = {"header_timeout": self._timeout_answer, "evicted": self._evicted_answer,
-                  "max_connections": self._full_answer}[reason]
-        try:
-            transport.write(answer)  # type: ignore[attr-defined]
-        except (OSError, RuntimeError):
-            pass
+        if answer:
+            text = {"header_timeout": self._timeout_answer, "body_timeout": self._body_answer,
+                    "evicted": self._evicted_answer, "max_connections": self._full_answer}[reason]
+            try:
+                transport.write(text)  # type: ignore[attr-defined]
+            except (OSError, RuntimeError):
+                pass
         if transport.get_write_buffer_size():  # type: ignore[attr-defined]
             transport.abort()  # type: ignore[attr-defined]  # the peer does not read: free the descriptor now
         else:
@@ -96,6 +108,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.guard = guard
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_at = 0.0  # loop time the request body last made progress
         self._refused = False
 
     # -- connection
@@ -120,6 +134,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         self._leave()
+        self._body_done()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -137,6 +152,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._leave()
         super().on_headers_complete()
+        self._body_done()
+        if not (self.parser.should_upgrade() and self._should_upgrade()):
+            self._body_at = self.loop.time()  # on_message_complete, in this same feed for a GET, cancels it
+            self._body_timer = self.loop.call_later(self.guard.body_timeout, self._body_timeout)
+
+    def on_body(self, body: bytes) -> None:
+        self._body_at = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._body_done()
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -157,6 +184,26 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+
+    def _body_done(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:  # uvicorn holds reading back (the application has not taken the body yet)
+            self._body_at = now
+        left = self._body_at + self.guard.body_timeout - now
+        if left > 0:
+            self._body_timer = self.loop.call_later(left, self._body_timeout)
+            return
+        log.debug("closing an HTTP connection from %s: its request body paused for %g s",
+                  self.client, self.guard.body_timeout)
+        self.guard.refuse(self.transport, "body_timeout", answer=not self.cycle.response_started)
 
     def _header_timeout(self) -> None:
         self._header_timer = None

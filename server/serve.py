@@ -92,7 +92,8 @@ def ensure_descriptors(settings: Settings) -> int:
 
 def uvicorn_config(app, settings: Settings, counters, access_log: bool = True) -> uvicorn.Config:
     """uvicorn's settings for ``app``, with the guarded HTTP protocol."""
-    guard = HttpGuard(settings.max_http_connections, settings.http_header_timeout, counters)
+    guard = HttpGuard(settings.max_http_connections, settings.http_header_timeout, settings.http_body_timeout,
+                      counters)
     return uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
                           access_log=access_log, ws_per_message_deflate=WS_DEFLATE,
                           http=functools.partial(GuardedHttpToolsProtocol, guard=guard),

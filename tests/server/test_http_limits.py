@@ -190,6 +190,26 @@ def test_connections_without_complete_headers_are_closed_after_the_header_timeou
             s.close()
 
 
+def test_a_request_body_that_stops_arriving_is_closed_after_the_body_timeout(start_server):
+    srv = start_server(http_body_timeout=2, http_header_timeout=60)
+    with socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) as s:
+        s.sendall(b"POST /events HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                  b"content-length: 1000\r\n\r\n[")
+        answer = read_to_eof(s)  # the server closes it (else the 10 s socket timeout fails the test)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"http_body_timeout (2 s)" in answer
+    assert metric(srv.base_url, 'cayuga_http_connections_refused_total{reason="body_timeout"}') == 1
+    # a body that keeps coming is not cut, though it takes longer than the timeout in all
+    with socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) as s:
+        body = json.dumps([stock("IBM", 1.0, 1, 1)]).encode()
+        s.sendall(b"POST /events HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                  b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n")
+        for i in range(0, len(body), 2):
+            s.sendall(body[i:i + 2])
+            time.sleep(0.06)  # the client's pace (not a wait for the server): far below the 2 s timeout
+        answer = read_to_eof(s)
+    assert answer.startswith(b"HTTP/1.1 202 "), answer
+
+
 def test_at_the_cap_a_waiting_connection_makes_room_and_busy_ones_do_not(start_server):
     srv = start_server(max_http_connections=3, http_header_timeout=60)
     with httpx.Client(base_url=srv.base_url, timeout=10) as c:
