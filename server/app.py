@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -35,6 +36,7 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
                   description="Complex event processing: register CEL or AIR subscriptions, send events, "
                               "receive matches over WebSockets.")
     app.state.daemon = d
+    app.state.draining = threading.Event()  # set by the HTTP server (server/serve.py) when a graceful stop begins
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError):

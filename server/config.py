@@ -65,6 +65,14 @@ class Settings(BaseModel):
     #: Seconds a TCP event connection may go without sending a complete line.
     idle_timeout: float = Field(300.0, gt=0)
     max_line_bytes: int = Field(1 << 20, ge=64)
+    #: Concurrent HTTP connections, WebSockets included. One more evicts the oldest connection
+    #: that has not sent a complete request (or is idle between requests), else it is refused (503).
+    max_http_connections: int = Field(256, ge=1)
+    #: Seconds an HTTP connection has to send complete request headers (from when it opens, and
+    #: from the first byte of each later request); it is answered 408 and closed otherwise.
+    http_header_timeout: float = Field(10.0, gt=0)
+    #: Seconds a request body may pause while the server reads it; it is answered 408 and closed then.
+    http_body_timeout: float = Field(30.0, gt=0)
     #: Largest HTTP request body (POST /events, subscriptions), in bytes: 413 beyond.
     max_body_bytes: int = Field(16 << 20, ge=1024)
     #: Longest string value of an event attribute, in bytes (UTF-8).

@@ -100,6 +100,15 @@ class _Collector:
                             ("content_type", "http_not_json")):
             http.add_metric([reason], c.get(key, 0))
         yield http
+        conns = CounterMetricFamily("cayuga_http_connections_refused", "HTTP connections closed or refused by "
+                                    "server/httpguard.py: header_timeout (no complete request headers within "
+                                    "http_header_timeout, 408), body_timeout (a request body paused for "
+                                    "http_body_timeout, 408), evicted (the oldest waiting connection, to make "
+                                    "room at max_http_connections, 503), max_connections (one more at "
+                                    "max_http_connections, all busy, 503)", labels=["reason"])
+        for reason in ("header_timeout", "body_timeout", "evicted", "max_connections"):
+            conns.add_metric([reason], c.get(f"http_conn_{reason}", 0))
+        yield conns
         yield CounterMetricFamily("cayuga_tcp_error_lines_muted", "TCP connections that stopped getting their "
                                   "error lines because they did not read them",
                                   value=c.get("tcp_error_lines_muted", 0))

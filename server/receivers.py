@@ -149,6 +149,7 @@ class TcpReceiver:
         self._addresses = AddressSlots(max_per_address)
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
+        self._bound_port: int | None = None  # kept once the listener is closed (drain): /health reads it
         self._listener: threading.Thread | None = None
         self._conns: dict[threading.Thread, socket.socket] = {}
         self._muted: set[socket.socket] = set()  # connections that stopped reading their error lines
@@ -158,7 +159,7 @@ class TcpReceiver:
 
     @property
     def port(self) -> int:
-        return self._sock.getsockname()[1] if self._sock else self.requested_port
+        return self._bound_port if self._bound_port is not None else self.requested_port
 
     @property
     def connections(self) -> int:
@@ -171,6 +172,7 @@ class TcpReceiver:
         sock.bind((self.host, self.requested_port))
         sock.listen(128)
         sock.settimeout(POLL)
+        self._bound_port = sock.getsockname()[1]
         self._sock = sock
         self._listener = threading.Thread(target=self._accept_loop, name="cayuga-tcp-listener", daemon=True)
         self._listener.start()

@@ -1,14 +1,21 @@
 """Running the daemon behind uvicorn, with a graceful stop.
 
 On SIGTERM or SIGINT the server first drains (receivers stop, the queue is
-processed, WebSocket clients get what is buffered for them) and only then
-lets uvicorn close the HTTP side. A second signal stops at once.
+processed, WebSocket clients get what is buffered for them; ``/health``
+answers 503 "draining" meanwhile) and only then lets uvicorn close the HTTP
+side, waiting at most HTTP_CLOSE_SECONDS for connections still open. A second
+signal stops at once.
+
+HTTP connections are limited below uvicorn (:mod:`server.httpguard`), and the
+process's descriptor limit is checked at start (:func:`ensure_descriptors`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -21,6 +28,7 @@ from server.app import create_app
 from server.config import Settings
 from server.daemon import Daemon
 from server.engine import BUILD as ENGINE_BUILD
+from server.httpguard import GuardedHttpToolsProtocol, HttpGuard
 
 log = logging.getLogger("cayuga.serve")
 
@@ -38,11 +46,65 @@ WS_DEFLATE = False
 #: latency at 10K and 50K events/s was no worse (BENCHMARKS.md, round 5).
 GIL_SWITCH_INTERVAL = 0.02
 
+#: Once drained, seconds uvicorn waits for HTTP connections to close before it
+#: cancels what still runs and exits: a WebSocket client that never reads its
+#: close frame kept a drained server running for as long as it stayed connected.
+HTTP_CLOSE_SECONDS = 3.0
+
+#: Descriptors the server needs besides its connections: the listening sockets,
+#: the SQLite store (database, WAL, shared memory), journal and witness-log
+#: segments, snapshot files, the event loop's own, standard streams, imports.
+RESERVED_FDS = 128
+#: Descriptors one HTTP connection may hold: its socket and, for a WebSocket
+#: client catching up from the witness log, the segment it reads.
+FDS_PER_HTTP_CONNECTION = 2
+
+
+class DescriptorLimit(OSError):
+    """The process may not open as many files as the settings allow connections."""
+
+
+def descriptors_needed(settings: Settings) -> int:
+    return (settings.max_http_connections * FDS_PER_HTTP_CONNECTION + settings.max_connections
+            + RESERVED_FDS)
+
+
+def ensure_descriptors(settings: Settings) -> int:
+    """Make the soft RLIMIT_NOFILE hold :func:`descriptors_needed`: raise it up
+    to the hard limit when it is lower, or raise :class:`DescriptorLimit`
+    when even the hard limit is. Returns the soft limit in force."""
+    need = descriptors_needed(settings)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return soft
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise DescriptorLimit(
+            f"the process may open {hard} files (ulimit -n, hard limit) but the settings need {need}: "
+            f"2 x max_http_connections ({settings.max_http_connections}) + max_connections "
+            f"({settings.max_connections}) + {RESERVED_FDS} for the server's own files; lower "
+            f"max_http_connections or max_connections, or raise the limit (ulimit -Hn, LimitNOFILE= in a "
+            f"systemd unit, --ulimit nofile= for docker run)")
+    target = hard if hard != resource.RLIM_INFINITY else need
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    log.info("raised the open-file limit from %d to %d (the settings need %d)", soft, target, need)
+    return target
+
+
+def uvicorn_config(app, settings: Settings, counters, access_log: bool = True) -> uvicorn.Config:
+    """uvicorn's settings for ``app``, with the guarded HTTP protocol."""
+    guard = HttpGuard(settings.max_http_connections, settings.http_header_timeout, settings.http_body_timeout,
+                      counters)
+    return uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                          access_log=access_log, ws_per_message_deflate=WS_DEFLATE,
+                          http=functools.partial(GuardedHttpToolsProtocol, guard=guard),
+                          timeout_graceful_shutdown=HTTP_CLOSE_SECONDS)
+
 
 class CayugaServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, daemon: Daemon) -> None:
+    def __init__(self, config: uvicorn.Config, daemon: Daemon, draining: threading.Event) -> None:
         super().__init__(config)
         self.daemon = daemon
+        self.draining = draining  # the app's (app.state.draining): /health reads it
         self._draining = False
         self._drained = threading.Event()
 
@@ -55,6 +117,7 @@ class CayugaServer(uvicorn.Server):
             self.force_exit = True
             return
         self._draining = True
+        self.draining.set()
         log.info("shutting down: draining events and notifications (at most %.0f s)",
                  self.daemon.settings.shutdown_timeout)
         threading.Thread(target=self._drain_then_exit, args=(sig,), name="cayuga-drain", daemon=True).start()
@@ -86,13 +149,13 @@ class RunningServer:
     serve`` uses :func:`serve` in the main thread instead."""
 
     def __init__(self, settings: Settings) -> None:
+        ensure_descriptors(settings)
         self.settings = settings
         self.daemon = Daemon(settings)
         self.app = create_app(settings, self.daemon)
         self._sock = _bind(settings.host, settings.http_port)
-        config = uvicorn.Config(self.app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
-                                access_log=False, ws_per_message_deflate=WS_DEFLATE)
-        self.server = CayugaServer(config, self.daemon)
+        config = uvicorn_config(self.app, settings, self.daemon.counters, access_log=False)
+        self.server = CayugaServer(config, self.daemon, self.app.state.draining)
         self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
 
     def _run(self) -> None:
@@ -149,12 +212,11 @@ def serve(settings: Settings) -> None:
     """Run in the foreground until SIGTERM/SIGINT; returns after a clean stop."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+    ensure_descriptors(settings)
     daemon = Daemon(settings)
     app = create_app(settings, daemon)
     sock = _bind(settings.host, settings.http_port)
-    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
-                            ws_per_message_deflate=WS_DEFLATE)
-    server = CayugaServer(config, daemon)
+    server = CayugaServer(uvicorn_config(app, settings, daemon.counters), daemon, app.state.draining)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
     if ENGINE_BUILD == "python" and os.environ.get("CAYUGA_ENGINE", "").lower() != "python":

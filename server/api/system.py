@@ -1,7 +1,8 @@
 """/health and /metrics.
 
 /health is open (for probes) and says "degraded" with a reason when the engine
-thread failed or the event queue is stalled. /metrics needs a token when
+thread failed or the event queue is stalled; from SIGTERM until the server
+exits it answers 503 with status "draining" (take it out of rotation). /metrics needs a token when
 ``auth_tokens`` is set, like every other data route (Prometheus sends one with
 ``authorization: {credentials: ...}``). It is answered on the event loop from
 counters and copies, never waiting for the engine thread or a worker thread,
@@ -12,7 +13,8 @@ second while idle, every few seconds with 100K subscriptions).
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from server.api.deps import DaemonDep, require_token
@@ -21,17 +23,20 @@ from server.engine import BUILD
 router = APIRouter(tags=["system"])
 
 
-@router.get("/health")
-async def health(d: DaemonDep) -> dict:
+@router.get("/health", responses={503: {"description": "Draining: the server is stopping (SIGTERM)"}})
+async def health(request: Request, d: DaemonDep) -> JSONResponse:
     alive = d.engine_alive
-    if not d.ready.is_set():
+    draining = request.app.state.draining.is_set()
+    if draining:
+        status = "draining"  # receivers closed, the queue and clients being drained; then the server exits
+    elif not d.ready.is_set():
         status = "starting"  # restoring stored subscriptions; the engine thread starts after
     else:
         status = "ok" if alive and d.engine_error is None else "degraded"
     stalled = d.queue_stalled()
     if stalled and status == "ok":
         status = "degraded"
-    return {
+    return JSONResponse(status_code=503 if draining else 200, content={
         "status": status,
         "queue_stalled": stalled,
         "restored": {"done": d.restored, "total": d.restore_total},
@@ -48,7 +53,7 @@ async def health(d: DaemonDep) -> dict:
         "subscriptions": len(d.subscriptions),
         "clients": d.hub.client_count,
         "tcp_port": d.receiver.port if d.receiver else None,
-    }
+    })
 
 
 @router.get("/metrics", dependencies=[Depends(require_token)])
