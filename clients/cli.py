@@ -201,12 +201,16 @@ ACK_STALL_SECONDS = 60.0
 MIN_PATIENCE = 5.0
 
 
-def _default_sender_id(path: str, size: int) -> str:
-    """``send-<hash>``: the same file (absolute path and size) gets the same id."""
+def _default_sender_id(path: str, data: bytes) -> str:
+    """``send-<hash>``: the same file (absolute path and content) gets the
+    same id; the content counts, so a file rewritten in place, or another
+    stream on standard input, is a new sender rather than one the server has
+    "already" had."""
     import hashlib
 
     where = "-" if path == "-" else str(Path(path).resolve())
-    return "send-" + hashlib.sha256(f"{where}\0{size}".encode()).hexdigest()[:24]
+    content = hashlib.blake2b(data, digest_size=16).hexdigest()
+    return "send-" + hashlib.sha256(f"{where}\0{len(data)}\0{content}".encode()).hexdigest()[:24]
 
 
 class _Lost(Exception):
@@ -291,8 +295,8 @@ def _explain(problem: str, sender_id: str) -> tuple[str, str]:
               help="API token (or CAYUGA_TOKEN); sent as the connection's first line '#token <token>'.")
 @click.option("--sender-id", default=None,
               help="The id the server tracks this file's progress by (#sender); default: derived from "
-                   "the file's absolute path and size, so sending the same file again resumes it (or, "
-                   "when the server has it all, sends nothing).")
+                   "the file's absolute path and content, so sending the same file again resumes it (or, "
+                   "when the server has it all, sends nothing), and a changed file is sent as new.")
 @click.option("--retry-for", type=click.FloatRange(0), default=60.0, show_default=True,
               help="Seconds to keep trying while no line gets acknowledged: reconnecting with exponential "
                    "backoff (0.1 s doubling to 5 s) when the connection is lost or refused (the server "
@@ -324,7 +328,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     with click.open_file(events_path, "rb") as fh:
         data = fh.read()
     total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    sender_id = sender_id or _default_sender_id(events_path, len(data))
+    sender_id = sender_id or _default_sender_id(events_path, data)
     if not SENDER_ID.fullmatch(sender_id):
         _fail(f"--sender-id {sender_id!r}: 1-128 characters of A-Z a-z 0-9 . _ : -")
     if total == 0:
@@ -399,7 +403,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                     _collect(sender.abort(), errors, other)
                     if progress.acknowledged(sender.acked):
                         outage, backoff = None, 0.1
-                problem = (_last_error(sender) if sender is not None else "") or str(exc) or type(exc).__name__
+                problem = ((_last_error(sender) if sender is not None else "")
+                           or (str(exc) if isinstance(exc, _Lost) else f"the connection was lost: {exc}"))
                 if _FINAL.match(problem) and not _TAKEN.match(problem):
                     stop(f"{problem}; {progress.acked} of {total} lines acknowledged", 1)
                 what, todo = _explain(problem, sender_id)

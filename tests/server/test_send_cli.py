@@ -90,6 +90,23 @@ def test_sending_a_file_again_sends_nothing_and_exits_0_at_once(start_server, tm
     assert journaled_volumes(srv) == Counter(range(1, 31))
 
 
+def test_a_file_rewritten_in_place_is_sent_as_new(start_server, tmp_path):
+    """The default sender id counts the content: the same path and size with
+    other lines is not "nothing new"."""
+    srv = start_server(durability="write")
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(stock("IBM", 1.0, i, 10 + i)) + "\n" for i in range(1, 21)))
+    assert cayuga_send(path, srv).returncode == 0
+    size = path.stat().st_size
+    path.write_text("".join(json.dumps(stock("XYZ", 1.0, i, 50 + i)) + "\n" for i in range(1, 21)))  # later times
+    assert path.stat().st_size == size
+    r = cayuga_send(path, srv, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert last_line(r) == "cayuga: sent 20 lines, 0 rejected, 20 acknowledged"
+    names = Counter(e.values[0] for _, evs, _, _ in srv.daemon.journal.replay(0) for e in evs)
+    assert names == {"IBM": 20, "XYZ": 20}
+
+
 def test_a_half_sent_file_resumes_and_the_server_has_each_line_once(start_server, tmp_path):
     """A first sender is cut off in the middle of line 26 (as a ``cayuga
     send`` killed inside a write is); sending the file again sends lines
