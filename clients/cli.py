@@ -340,7 +340,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     progress = _Progress(retry_for)
     had = None  # lines the server had when this run began (#resume of its first connection)
     backoff = 0.1
-    outage = None  # progress.acked when the current run of failures began (None: no failure since progress)
+    failing = False  # a failure since the last progress (told once, with the retry)
     start = time.monotonic()
     address = None
     bar = tqdm(total=total, unit="ev", unit_scale=True, disable=None)
@@ -379,11 +379,11 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                     if 0 < resume < total:
                         say(f"the server already has lines 1-{resume} of {events_path} (sender id {sender_id}); "
                             f"sending lines {resume + 1}-{total}")
-                elif outage is not None:
+                elif failing:
                     say(f"reconnected; the server has {resume} of {total} lines, going on from line {resume + 1}"
                         if resume < total else f"reconnected; the server has all {total} lines")
                 if progress.acknowledged(resume):
-                    outage, backoff = None, 0.1
+                    failing, backoff = False, 0.1
                 if resume == total:  # nothing to send: no line would bring an #ack
                     sender.close(timeout=1.0)
                     if progress.sent == 0:
@@ -402,7 +402,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 if sender is not None:
                     _collect(sender.abort(), errors, other)
                     if progress.acknowledged(sender.acked):
-                        outage, backoff = None, 0.1
+                        failing, backoff = False, 0.1
                 problem = ((_last_error(sender) if sender is not None else "")
                            or (str(exc) if isinstance(exc, _Lost) else f"the connection was lost: {exc}"))
                 if _FINAL.match(problem) and not _TAKEN.match(problem):
@@ -411,8 +411,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 if progress.exhausted():
                     stop(f"gave up after {retry_for:g} s of retries: {what}" + (f": {todo}" if todo else "")
                          + f"; {progress.acked} of {total} lines acknowledged", 1)
-                if outage is None:
-                    outage = progress.acked
+                if not failing:
+                    failing = True
                     say(f"{what}; retrying for up to {retry_for:g} s (--retry-for)")
                 time.sleep(min(backoff, max(retry_for - (time.monotonic() - progress.since), 0)))
                 backoff = min(backoff * 2, 5.0)

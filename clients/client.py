@@ -422,10 +422,11 @@ class TcpSender:
         return self.errors
 
     def abort(self, timeout: float = 5.0) -> list[str]:
-        """Drop the connection with a reset rather than an end of stream: the
-        server then discards a line it got only part of (a send that timed out)
-        where an orderly close would have it decode the part as a line. Returns
-        the server's error lines."""
+        """Drop the connection with a reset rather than an end of stream, so
+        the part of a line that a timed-out send left is never taken for a
+        whole line (at an orderly end the server decodes an unterminated last
+        line, on a connection without ``#sender``, and with one before this
+        was fixed). Returns the server's error lines."""
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.sock.shutdown(socket.SHUT_RD)  # wakes the reader thread; sends nothing

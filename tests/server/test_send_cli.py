@@ -127,11 +127,11 @@ def test_a_half_sent_file_resumes_and_the_server_has_each_line_once(start_server
 
     r = cayuga_send(path, srv, "--sender-id", "half", timeout=20)
     assert r.returncode == 0, r.stderr
+    assert journaled_volumes(srv) == Counter(range(1, 51))  # line 26 neither lost nor twice
+    assert srv.daemon.journal.senders["half"] == 50
     assert (f"cayuga: the server already has lines 1-25 of {path} (sender id half); sending lines 26-50"
             in r.stderr.splitlines())
     assert last_line(r) == "cayuga: sent 25 lines, 0 rejected, 50 acknowledged"
-    assert journaled_volumes(srv) == Counter(range(1, 51))
-    assert srv.daemon.journal.senders["half"] == 50
     assert metric(srv, 'cayuga_events_received_total{source="tcp"}') == 50
     assert metric(srv, 'cayuga_events_rejected_total{source="tcp"}') == 0
 
