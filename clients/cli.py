@@ -454,6 +454,8 @@ def _send_acked(sender, data: bytes, first: int, total: int, rate, start: float,
             if not marks or pos - acked_pos <= SEND_WINDOW:
                 break
             _await_acks(sender, marks[0][0], progress)
+        if sender.ended:  # the server closed the connection (its disk is full, it is stopping): send no more
+            raise _Lost(_last_error(sender) or "the server closed the connection")
         progress.sending(line + n)
         sender.set_timeout(progress.patience())
         try:
