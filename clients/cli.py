@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -192,20 +193,95 @@ _URL_HELP = "Base URL of the server's HTTP API."
 
 #: Unacknowledged bytes ``cayuga send`` lets out before it waits for acknowledgements.
 SEND_WINDOW = 32 << 20
-#: Seconds ``cayuga send`` waits for an acknowledgement to move before it reconnects.
+#: Seconds one connection may go without an acknowledgement (or an answer to
+#: ``#sender``) before ``cayuga send`` drops it and reconnects (a dead network path).
 ACK_STALL_SECONDS = 60.0
+#: The least time ``cayuga send`` gives a server it is connected to for an
+#: answer or an acknowledgement, however small ``--retry-for`` is.
+MIN_PATIENCE = 5.0
 
 
-def _default_sender_id(path: str, size: int) -> str:
-    """``send-<hash>``: the same file (absolute path and size) gets the same id."""
+def _default_sender_id(path: str, data: bytes) -> str:
+    """``send-<hash>``: the same file (absolute path and content) gets the
+    same id; the content counts, so a file rewritten in place, or another
+    stream on standard input, is a new sender rather than one the server has
+    "already" had."""
     import hashlib
 
     where = "-" if path == "-" else str(Path(path).resolve())
-    return "send-" + hashlib.sha256(f"{where}\0{size}".encode()).hexdigest()[:24]
+    content = hashlib.blake2b(data, digest_size=16).hexdigest()
+    return "send-" + hashlib.sha256(f"{where}\0{len(data)}\0{content}".encode()).hexdigest()[:24]
 
 
 class _Lost(Exception):
-    """The connection was lost (or refused): reconnect and resume."""
+    """The connection was lost, refused, or made no progress: reconnect and
+    resume, while ``--retry-for`` allows."""
+
+
+class _Progress:
+    """How far ``cayuga send`` has got: the lines the server has acknowledged
+    (or said it had, ``#resume``), the furthest line sent, and since when no
+    line was acknowledged. It bounds every wait: a wait on a connected server
+    ends once nothing has moved for ``--retry-for`` seconds (MIN_PATIENCE at
+    least) or one connection has had no acknowledgement for
+    ACK_STALL_SECONDS; a failure gives up once nothing has moved for
+    ``--retry-for`` seconds. Reconnecting is not progress: a server that
+    takes the connection and then refuses or ignores every line ends it too."""
+
+    def __init__(self, retry_for: float) -> None:
+        self.retry_for = retry_for
+        self.acked = 0
+        self.sent = 0
+        self.since = self.attempt_at = time.monotonic()
+
+    def acknowledged(self, n: int) -> bool:
+        """Note the server's count; whether it is progress."""
+        if n <= self.acked:
+            return False
+        self.acked, self.since = n, time.monotonic()
+        return True
+
+    def sending(self, upto: int) -> None:
+        if self.acked >= self.sent:  # nothing was outstanding: the time since was --rate's pacing, not the server's
+            self.since = time.monotonic()
+        self.sent = max(self.sent, upto)
+
+    def attempt(self) -> None:
+        """A new connection is being made."""
+        self.attempt_at = time.monotonic()
+
+    def idle(self) -> float:
+        """Seconds without progress (or, on this connection, without an acknowledgement)."""
+        return time.monotonic() - max(self.since, self.attempt_at)
+
+    def exhausted(self) -> bool:
+        return time.monotonic() - self.since >= self.retry_for
+
+    def patience(self) -> float:
+        """Seconds the next wait on the server may last (<= 0: none)."""
+        now = time.monotonic()
+        return min(self.since + max(self.retry_for, MIN_PATIENCE),
+                   max(self.since, self.attempt_at) + ACK_STALL_SECONDS) - now
+
+
+#: A refusal no retry can mend: a wrong token, a bad ``#from``, a malformed ``#sender``.
+_FINAL = re.compile(r"error(?: line \d+)?: (?:authentication required|#from |a second #sender|sender id )")
+#: Another connection holds the sender id.
+_TAKEN = re.compile(r"error: sender \S+ is already connected")
+#: The server cannot journal: its disk is full (retry; it answers again once there is room).
+_DISK_FULL = "error: disk full"
+
+
+def _explain(problem: str, sender_id: str) -> tuple[str, str]:
+    """(what went wrong, what to do about it: '' when the words say it)."""
+    if _TAKEN.match(problem):
+        return (f"another connection with sender id {sender_id} is still open (the server refuses a second one)",
+                "wait until it ends (is another cayuga send of this file running?) and run this again, "
+                "or give --sender-id another id to send the file as a new sender")
+    if problem.startswith(_DISK_FULL):
+        return (f"the server's disk is full: {problem[len(_DISK_FULL):].lstrip(': ')}",
+                "free space on the server and run this again (it resumes)")
+    return problem, ""
 
 
 @main.command()
@@ -219,111 +295,146 @@ class _Lost(Exception):
               help="API token (or CAYUGA_TOKEN); sent as the connection's first line '#token <token>'.")
 @click.option("--sender-id", default=None,
               help="The id the server tracks this file's progress by (#sender); default: derived from "
-                   "the file's absolute path and size, so sending the same file again resumes it.")
+                   "the file's absolute path and content, so sending the same file again resumes it (or, "
+                   "when the server has it all, sends nothing), and a changed file is sent as new.")
 @click.option("--retry-for", type=click.FloatRange(0), default=60.0, show_default=True,
-              help="Seconds to keep reconnecting (exponential backoff) after the connection is lost or "
-                   "refused; each reconnection resumes where the server's journal stands.")
+              help="Seconds to keep trying while no line gets acknowledged: reconnecting with exponential "
+                   "backoff (0.1 s doubling to 5 s) when the connection is lost or refused (the server "
+                   "restarts, another connection holds the sender id, its disk is full), and waiting for a "
+                   f"server that takes no line (a connected server gets at least {MIN_PATIENCE:g} s). Each "
+                   "reconnection resumes where the server's journal stands. Then exit 1 with the reason.")
 def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> None:
     """Send an event file to a running server's TCP port, with a progress bar.
 
     Every line is delivered exactly once: the connection names a sender
-    (#sender) and asks for acknowledgements (#ack); when it is lost (the
-    server restarts, the network fails), cayuga send reconnects for up to
-    --retry-for seconds and goes on from the line the server says it has
-    journaled (#resume N). It exits once every line is acknowledged: 0 when
-    none was rejected, 1 when some was (each reported with its file line
-    number) or when the server could not be reached in time."""
-    import time
+    (#sender) and asks for acknowledgements (#ack); the server answers with
+    the lines of that sender it already has (#resume N) and cayuga send goes
+    on from line N+1 (nothing at all when it has every line). When the
+    connection is lost (the server restarts, the network fails), it
+    reconnects and resumes, for as long as --retry-for allows without
+    progress. Every wait is bounded by --retry-for: it never hangs.
 
+    Exit status 0 when every line is acknowledged and none was rejected; 1
+    when some was (each reported with its file line number), when the server
+    refused for good (a wrong token), when the server has more lines of this
+    sender id than the file, or when --retry-for ran out (the server
+    unreachable, another connection holding the sender id, a full disk, a
+    server that takes no line); 130 when interrupted."""
     from tqdm import tqdm
 
-    from clients.client import CayugaClient, TcpSender
+    from clients.client import CayugaClient, SenderRefused, TcpSender
     from server.receivers import SENDER_ID
 
     with click.open_file(events_path, "rb") as fh:
         data = fh.read()
     total = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    sender_id = sender_id or _default_sender_id(events_path, len(data))
+    sender_id = sender_id or _default_sender_id(events_path, data)
     if not SENDER_ID.fullmatch(sender_id):
         _fail(f"--sender-id {sender_id!r}: 1-128 characters of A-Z a-z 0-9 . _ : -")
+    if total == 0:
+        click.echo(f"cayuga: nothing to send: {events_path} is empty", err=True)
+        return
     client = CayugaClient(url, token=token, tcp_port=tcp_port)
     errors: dict[int, str] = {}  # by file line: a line resent after a reconnection may be reported twice
     other: list[str] = []
-    sent = acked = 0
-    lost_since = None  # when the connection was first lost, for --retry-for
+    progress = _Progress(retry_for)
+    had = None  # lines the server had when this run began (#resume of its first connection)
     backoff = 0.1
-    last_problem = ""
+    failing = False  # a failure since the last progress (told once, with the retry)
     start = time.monotonic()
     address = None
     bar = tqdm(total=total, unit="ev", unit_scale=True, disable=None)
+
+    def say(message: str) -> None:
+        tqdm.write(f"cayuga: {message}", file=sys.stderr)
+
+    def stop(message: str, code: int) -> None:
+        bar.close()
+        click.echo(f"cayuga: {message}", err=True)
+        sys.exit(code)
+
     try:
         while True:
             sender = None
             try:
+                progress.attempt()
                 try:
                     if address is None:
+                        client.http.timeout = max(min(progress.patience(), 30.0), 0.1)
                         address = client.tcp_address()
-                    sender = TcpSender(*address, fmt=fmt, token=token, sender_id=sender_id, ack=True)
-                except Exception as exc:  # noqa: BLE001 - refused, reset, an HTTP error: all mean retry
+                    sender = TcpSender(*address, fmt=fmt, token=token, sender_id=sender_id, ack=True,
+                                       timeout=max(progress.patience(), 0.1))
+                except SenderRefused as exc:
+                    raise _Lost(exc.answer) from None
+                except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, an HTTP error: all mean retry
                     raise _Lost(f"cannot reach the server at {url}: {exc}") from None
                 resume = sender.resume
                 if resume > total:
-                    bar.close()
-                    _fail(f"the server has journaled {resume} lines of sender {sender_id}, more than the "
-                          f"{total} lines of {events_path}: give another --sender-id", code=1)
-                lost_since, backoff = None, 0.1
+                    sender.abort()
+                    stop(f"the server already has {resume} lines from sender id {sender_id}, more than the "
+                         f"{total} lines of {events_path}: that id was used to send another file (or this one "
+                         "before it was changed); give --sender-id an id of its own for this file", 1)
+                if had is None:
+                    had = resume
+                    if 0 < resume < total:
+                        say(f"the server already has lines 1-{resume} of {events_path} (sender id {sender_id}); "
+                            f"sending lines {resume + 1}-{total}")
+                elif failing:
+                    say(f"reconnected; the server has {resume} of {total} lines, going on from line {resume + 1}"
+                        if resume < total else f"reconnected; the server has all {total} lines")
+                if progress.acknowledged(resume):
+                    failing, backoff = False, 0.1
+                if resume == total:  # nothing to send: no line would bring an #ack
+                    sender.close(timeout=1.0)
+                    if progress.sent == 0:
+                        stop(f"nothing new to send: the server already has all {total} lines of {events_path} "
+                             f"(sender id {sender_id})", 0)
+                    break
                 first = resume
                 if fmt == "csv" and resume:  # the header line must come again: resend, the server drops what it has
                     first = 0
                     sender.send_from(0)
-                acked = max(acked, resume)
-                sent = _send_acked(sender, data, first, total, rate, start, bar)
-                if not sender.wait_acked(total, ACK_STALL_SECONDS) and not sender.ended:
-                    raise _Lost("no acknowledgement for %g s" % ACK_STALL_SECONDS)
-                acked = max(acked, sender.acked)
-                if acked < total:
-                    raise _Lost(_ended(sender) or "the connection ended before every line was acknowledged")
-                _collect(sender.close(), errors, other)
+                _send_acked(sender, data, first, total, rate, start, bar, progress)
+                _await_acks(sender, total, progress)
+                _collect(sender.close(timeout=max(progress.patience(), 1.0)), errors, other)
                 break
             except (_Lost, OSError) as exc:
                 if sender is not None:
-                    acked = max(acked, sender.acked)
-                    with contextlib.suppress(OSError):
-                        sender.sock.close()
-                    _collect(sender.errors, errors, other)
-                last_problem = str(exc) or type(exc).__name__
-                refusal = _refused_for_good(sender, last_problem)
-                if refusal:  # a wrong token or a bad #from: retrying would not help
-                    bar.close()
-                    click.echo(f"cayuga: {refusal}; {acked} of {total} lines acknowledged", err=True)
-                    sys.exit(1)
-                now = time.monotonic()
-                lost_since = lost_since or now
-                if now - lost_since >= retry_for:
-                    bar.close()
-                    click.echo(f"cayuga: gave up after {retry_for:g} s of retries: {last_problem}; "
-                               f"{acked} of {total} lines acknowledged", err=True)
-                    sys.exit(1)
-                time.sleep(min(backoff, max(retry_for - (now - lost_since), 0)))
+                    _collect(sender.abort(), errors, other)
+                    if progress.acknowledged(sender.acked):
+                        failing, backoff = False, 0.1
+                problem = ((_last_error(sender) if sender is not None else "")
+                           or (str(exc) if isinstance(exc, _Lost) else f"the connection was lost: {exc}"))
+                if _FINAL.match(problem) and not _TAKEN.match(problem):
+                    stop(f"{problem}; {progress.acked} of {total} lines acknowledged", 1)
+                what, todo = _explain(problem, sender_id)
+                if progress.exhausted():
+                    stop(f"gave up after {retry_for:g} s of retries: {what}" + (f": {todo}" if todo else "")
+                         + f"; {progress.acked} of {total} lines acknowledged", 1)
+                if not failing:
+                    failing = True
+                    say(f"{what}; retrying for up to {retry_for:g} s (--retry-for)")
+                time.sleep(min(backoff, max(retry_for - (time.monotonic() - progress.since), 0)))
                 backoff = min(backoff * 2, 5.0)
                 address = address if tcp_port else None  # the server may come back on another port
     except KeyboardInterrupt:
-        bar.close()
-        click.echo(f"cayuga: interrupted; {acked} of {total} lines acknowledged", err=True)
-        sys.exit(130)
+        stop(f"interrupted; {progress.acked} of {total} lines acknowledged", 130)
+    finally:
+        client.close()
     bar.close()
     for line in sorted(errors):
         click.echo(f"{events_path}: {errors[line]}", err=True)
     for e in other:
         click.echo(f"{events_path}: {e}", err=True)
-    click.echo(f"cayuga: sent {total} lines, {len(errors)} rejected, {acked} acknowledged", err=True)
+    click.echo(f"cayuga: sent {total - had} lines, {len(errors)} rejected, {progress.acked} acknowledged", err=True)
     sys.exit(1 if errors else 0)
 
 
-def _send_acked(sender, data: bytes, first: int, total: int, rate, start: float, bar) -> int:
+def _send_acked(sender, data: bytes, first: int, total: int, rate, start: float, bar, progress: _Progress) -> int:
     """Send ``data`` from its line ``first + 1`` on, keeping at most
-    SEND_WINDOW bytes unacknowledged; returns the line reached (``total``)."""
-    import time
+    SEND_WINDOW bytes unacknowledged; returns the line reached (``total``).
+    Raises :class:`_Lost` when the server stops acknowledging or reading
+    for longer than ``progress`` allows."""
     from collections import deque
 
     pos = _offset_of_line(data, first)
@@ -342,14 +453,38 @@ def _send_acked(sender, data: bytes, first: int, total: int, rate, start: float,
                 acked_pos = marks.popleft()[1]
             if not marks or pos - acked_pos <= SEND_WINDOW:
                 break
-            if not sender.wait_acked(marks[0][0], ACK_STALL_SECONDS):
-                raise _Lost(_ended(sender) or "no acknowledgement for %g s" % ACK_STALL_SECONDS)
-        sender.send_lines(block, n)
+            _await_acks(sender, marks[0][0], progress)
+        if sender.ended:  # the server closed the connection (its disk is full, it is stopping): send no more
+            raise _Lost(_last_error(sender) or "the server closed the connection")
+        progress.sending(line + n)
+        sender.set_timeout(progress.patience())
+        try:
+            sender.send_lines(block, n)
+        except TimeoutError:  # the server stopped reading: TCP flow control holds the rest
+            raise _Lost(_stalled(progress)) from None
+        progress.acknowledged(sender.acked)
         pos += len(block)
         line += n
         marks.append((line, pos))
         bar.update(n)
     return line
+
+
+def _await_acks(sender, n: int, progress: _Progress) -> None:
+    """Wait until the server has acknowledged ``n`` lines, as long as
+    ``progress`` allows; :class:`_Lost` if it does not."""
+    while sender.acked < n and not sender.ended:
+        left = progress.patience()
+        if left <= 0:
+            raise _Lost(_stalled(progress))
+        progress.acknowledged(sender.wait_for_ack(n, left))
+    if sender.acked < n:
+        raise _Lost(_last_error(sender) or "the server closed the connection before acknowledging every line")
+
+
+def _stalled(progress: _Progress) -> str:
+    return (f"the server has taken no line for {progress.idle():.0f} s (overloaded, shutting down, "
+            "or its journal stuck?)")
 
 
 def _offset_of_line(data: bytes, k: int) -> int:
@@ -363,22 +498,10 @@ def _offset_of_line(data: bytes, k: int) -> int:
     return pos
 
 
-def _ended(sender) -> str:
-    """What the server said when it closed the connection, if anything."""
+def _last_error(sender) -> str:
+    """The last ``error: ...`` line the server sent before it closed the connection, if any."""
     said = [e for e in sender.errors if e.startswith("error:")]
-    return said[-1] if said else ("the server closed the connection" if sender.ended else "")
-
-
-#: What the server says before closing a connection it will refuse again however often it is retried.
-_FOR_GOOD = ("authentication required", "#token", "#from", "#sender line", "sender id")
-
-
-def _refused_for_good(sender, problem: str) -> str:
-    """The server's refusal when it is one to stop at, else ''."""
-    for said in ([_ended(sender)] if sender is not None else []) + [problem]:
-        if "error" in said and any(k in said for k in _FOR_GOOD):
-            return said
-    return ""
+    return said[-1] if said else ""
 
 
 def _collect(lines: list[str], errors: dict[int, str], other: list[str]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
 import threading
 import time
 from contextlib import contextmanager
@@ -43,6 +44,16 @@ class CayugaAPIError(RuntimeError):
 
 class _RecvTimeout(Exception):
     pass
+
+
+class SenderRefused(ConnectionError):
+    """The server answered ``#sender`` with a refusal instead of ``#resume N``:
+    ``answer`` is its line (``error: sender <id> is already connected ...``,
+    ``error line 1: authentication required ...``, ``error: too many connections ...``)."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        super().__init__(f"the server answered #sender with: {answer}")
 
 
 class CayugaClient:
@@ -288,8 +299,15 @@ class TcpSender:
     server's ``#resume N`` (:attr:`resume`: lines of this sender already
     journaled); with ``ack`` it asks for ``#ack n`` lines (:attr:`acked`, see
     :meth:`wait_acked`). Error line numbers then count the sender's data lines
-    (:attr:`header_lines` is 0). ``from_line`` sends ``#from K`` (the first
-    line sent is the sender's line K+1)."""
+    (:attr:`header_lines` is 0). :meth:`send_from` sends ``#from K`` (the first
+    line sent is the sender's line K+1). A refusal of ``#sender`` raises
+    :class:`SenderRefused` with the server's line.
+
+    ``timeout`` bounds the connection, the wait for ``#resume`` and each send
+    (:meth:`set_timeout` changes it for the sends that follow); a send that
+    runs out raises ``TimeoutError``, after which :meth:`abort` is the way out:
+    it resets the connection, so the server never takes the part of a line it
+    got for a whole line."""
 
     def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0,
                  token: str | None = None, sender_id: str | None = None, ack: bool = False) -> None:
@@ -320,7 +338,7 @@ class TcpSender:
                 line, _, buf = buf.partition(b"\n")
                 text = line.decode(errors="replace").strip()
                 if not text.startswith("#resume "):
-                    raise ConnectionError(f"the server answered #sender with: {text}")
+                    raise SenderRefused(text)
                 self.resume = int(text.split()[1])
         except BaseException:
             self.sock.close()
@@ -361,6 +379,19 @@ class TcpSender:
             self._cond.wait_for(lambda: self.acked >= n or self.ended, timeout)
             return self.acked >= n
 
+    def wait_for_ack(self, n: int, timeout: float) -> int:
+        """Wait until the server acknowledges more lines than it had (or ``n``
+        in all, or the connection ends, or ``timeout`` s pass); returns the
+        lines acknowledged."""
+        with self._cond:
+            before = self.acked
+            self._cond.wait_for(lambda: self.acked > before or self.acked >= n or self.ended, timeout)
+            return self.acked
+
+    def set_timeout(self, seconds: float) -> None:
+        """Let each send from now on wait at most ``seconds`` for the server to take it."""
+        self.sock.settimeout(max(seconds, 0.001))
+
     def send_from(self, k: int) -> None:
         """Say that the next line sent is the sender's line ``k + 1`` (``#from k``)."""
         self.sock.sendall(f"#from {k}\n".encode())
@@ -387,5 +418,20 @@ class TcpSender:
         except OSError:
             pass
         self._reader.join(timeout if timeout is not None else self.timeout)
+        self.sock.close()
+        return self.errors
+
+    def abort(self, timeout: float = 5.0) -> list[str]:
+        """Drop the connection with a reset rather than an end of stream, so
+        the part of a line that a timed-out send left is never taken for a
+        whole line (at an orderly end the server decodes an unterminated last
+        line, on a connection without ``#sender``, and with one before this
+        was fixed). Returns the server's error lines."""
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.sock.shutdown(socket.SHUT_RD)  # wakes the reader thread; sends nothing
+        except OSError:
+            pass
+        self._reader.join(timeout)
         self.sock.close()
         return self.errors

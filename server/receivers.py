@@ -37,7 +37,9 @@ value longer than ``max_value_bytes``, gets an error line like any bad line.
   closed. A second live connection with the id of one still open is refused
   (``error: sender <id> is already connected ...``) and closed: the older one
   keeps its place until it ends (it may still be queuing lines; the client
-  retries).
+  retries). Each data line must end with a newline: when the connection ends
+  inside a line (the client was cut off in the middle of a write), that part
+  is not taken nor counted, so the next ``#resume`` asks for the line again.
 - ``#ack``: the server writes ``#ack <n>`` lines, n being the cumulative data
   lines of this sender that are *durable* (journaled and synced per the
   ``durability`` setting; refused lines count as handled once their block is).
@@ -362,6 +364,11 @@ class TcpReceiver:
             if block is not None and not block:
                 continue
             first = number + st.shift
+            if st.sender is not None and block is not None and not block.endswith(b"\n"):
+                # the connection ended inside a line: the sender may have been cut off there (killed in
+                # the middle of a write), so the part is not taken, nor counted: #resume asks for it whole
+                log.info("sender %s: the connection ended inside line %d; that part is not taken", st.sender, first)
+                break
             if block is None and st.skip:  # a duplicate
                 st.skip -= 1
                 self.counters.add("duplicates_dropped")
