@@ -10,7 +10,9 @@ Two settings, both in CI:
 - ``fast-snapshots``: a snapshot every 0.3 s or 30K events, so kills land
   between snapshots, while a snapshot child is writing, and during recovery.
 
-While one ``cayuga send`` run sends a file of ≥ 200K ticks, ``cayuga watch``
+While one ``cayuga send`` run sends a file of ≥ 200K ticks (stopped with
+SIGSTOP from each kill until the server is back — with the defaults, until
+its replay is over — so that the file lasts for every kill), ``cayuga watch``
 processes follow a NEXT chain, a FOLD and a resubscription chain. Each kill
 asserts the phase it was meant to hit (``stream``: the server up, recovered
 and taking events, and with the defaults no snapshot written yet;
@@ -310,11 +312,31 @@ def test_every_witness_exactly_once_across_kill_9(tmp_path, profile):
             plan[1] = "snapshot"
         plan[-1] = "recovery"
         recovery_tries = 0
+        paused = False
+
+        def pause() -> None:  # the sender waits while the server restarts (with the defaults: and replays)
+            nonlocal paused
+            sender.send_signal(signal.SIGSTOP)
+            paused = True
+
+        def go_on() -> None:
+            nonlocal paused
+            if paused:
+                sender.send_signal(signal.SIGCONT)
+                paused = False
+
+        def restart() -> None:
+            pause()
+            srv.start()
+            if profile != "defaults":  # new events arrive during the recovery too
+                go_on()
+
         k = 0
         while k < len(plan):
             phase = plan[k]
             if phase == "stream":
                 srv.wait_up()
+                go_on()
                 wait_for("the sender's events in this life", lambda: srv.received() > 0, 60)
                 time.sleep(rng.uniform(0.3, 1.2))  # the kill point, by the seed
                 before = srv.received()
@@ -331,12 +353,13 @@ def test_every_witness_exactly_once_across_kill_9(tmp_path, profile):
                     recovery_tries += 1
                     assert recovery_tries < 8, f"no kill landed in a recovery in {recovery_tries} tries"
                     kinds.append("stream")
-                    srv.start()
+                    restart()
                     continue
             kinds.append(phase)
             k += 1
-            srv.start()
+            restart()
         srv.wait_up(120)
+        go_on()
         print("kills:", kinds)
         assert sender.wait(300) == 0, (tmp_path / "send.err").read_text()
         got = {}
