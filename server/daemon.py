@@ -36,7 +36,7 @@ from air.model import Automaton, StreamSchema
 from server.config import Settings
 from server.engine import Emission, Engine, EngineError, Event, LateEvent
 from server.formats import witness_bytes
-from server.journal import Journal
+from server.journal import SUFFIX as JOURNAL_SUFFIX, Journal
 from server.limits import automaton_size_errors
 from server.metrics import Counters, make_registry
 from server.notifiers import ClientChannel, NotifierHub
@@ -331,12 +331,15 @@ class Daemon:
         stored = self.store.subscriptions()
         self.restore_total = len(stored)
         if self.settings.durability != "off":
-            self.journal = Journal(self.settings.data_dir / "journal", self.settings.durability,
-                                   self.settings.journal_segment_bytes)
+            journal_dir = self.settings.data_dir / "journal"
+            begins = not any(journal_dir.glob("*" + JOURNAL_SUFFIX)) if journal_dir.exists() else True
+            self.journal = Journal(journal_dir, self.settings.durability, self.settings.journal_segment_bytes)
             self.queue.journal = self.journal
-            if self.journal.appended == 0:
+            if begins:
                 # the journal begins now (a new data directory, or one whose journal was off or removed):
-                # a replay from its first record numbers witnesses on from where the log stands now
+                # a replay from its first record numbers witnesses on from where the log stands now. Not
+                # when a journal lost its every record (a torn tail): its senders send them again, and
+                # their witnesses must come back with the numbers they had
                 self.store.set_witness_base(self.witness_seq)
         self.receiver = TcpReceiver(
             self.settings.host, self.settings.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
