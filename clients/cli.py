@@ -259,6 +259,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     try:
         while True:
             sender = None
+            progress = acked  # lines acknowledged when this attempt began
             try:
                 try:
                     if address is None:
@@ -271,7 +272,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                     bar.close()
                     _fail(f"the server has journaled {resume} lines of sender {sender_id}, more than the "
                           f"{total} lines of {events_path}: give another --sender-id", code=1)
-                lost_since, backoff = None, 0.1
+                if not _disk_full(last_problem):  # a full disk: --retry-for runs on until lines go through
+                    lost_since, backoff = None, 0.1
                 first = resume
                 if fmt == "csv" and resume:  # the header line must come again: resend, the server drops what it has
                     first = 0
@@ -292,6 +294,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                         sender.sock.close()
                     _collect(sender.errors, errors, other)
                 last_problem = str(exc) or type(exc).__name__
+                if sender is not None and acked > progress:
+                    lost_since, backoff = None, 0.1
                 refusal = _refused_for_good(sender, last_problem)
                 if refusal:  # a wrong token or a bad #from: retrying would not help
                     bar.close()
@@ -301,6 +305,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 lost_since = lost_since or now
                 if now - lost_since >= retry_for:
                     bar.close()
+                    if _disk_full(last_problem):
+                        last_problem = "the server's disk is full: " + last_problem.split(": ", 2)[-1]
                     click.echo(f"cayuga: gave up after {retry_for:g} s of retries: {last_problem}; "
                                f"{acked} of {total} lines acknowledged", err=True)
                     sys.exit(1)
@@ -371,6 +377,11 @@ def _ended(sender) -> str:
 
 #: What the server says before closing a connection it will refuse again however often it is retried.
 _FOR_GOOD = ("authentication required", "#token", "#from", "#sender line", "sender id")
+
+
+def _disk_full(problem: str) -> bool:
+    """Whether the server refused lines because it could not write its data directory (retryable)."""
+    return problem.startswith(("error: disk full:", "error: disk error:"))
 
 
 def _refused_for_good(sender, problem: str) -> str:
