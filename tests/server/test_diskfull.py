@@ -1,0 +1,229 @@
+"""A full disk under the journal, the witness log and snapshots (issue 19),
+on a real, tiny tmpfs filled with a file: a write that does not fit is cut
+back to the last whole record and refused (DiskFull), nothing half written is
+followed by later records, and writing simply works again once space is freed.
+The process-level test (a real ``cayuga serve``) is test_diskfull_serve.py."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from server.diskfull import DiskFull, DiskState
+from server.engine import Event
+from server.journal import Journal
+from server.queue import DelayQueue
+from server.snapshot import SnapshotStore, Snapshotter
+from server.witlog import WitnessLog
+from tests.server.tmpfs import fill, free_space, tmpfs
+
+
+def ev(t1: int, name: str = "IBM") -> Event:
+    return Event("Stock", (name, 1.5, 7), t1, t1)
+
+
+def block(first: int, n: int) -> list[Event]:
+    """``n`` events with a long name each: one record of about n * 300 bytes."""
+    return [ev(first + i, "X" * 256) for i in range(n)]
+
+
+def segment_sizes(j: Journal) -> list[int]:
+    return [p.stat().st_size for p in j.segments]
+
+
+@pytest.mark.parametrize("mode", ["write", "fsync"])
+def test_a_journal_append_that_does_not_fit_is_cut_back_refused_and_retried(tmp_path, mode):
+    with tmpfs(tmp_path, "1m") as mnt:
+        disk = DiskState()
+        j = Journal(mnt / "journal", mode, disk=disk)
+        try:
+            assert j.append(block(0, 3), "s", 3) == 1
+            filler = fill(mnt)
+            assert free_space(mnt) == 0
+            before, appended = segment_sizes(j), j.appended
+            for attempt in range(3):  # it stays refused while the disk is full, never half written
+                with pytest.raises(DiskFull) as info:
+                    j.append(block(10, 40), "s", 43)  # ~12 KB: more than the last page's slack
+                assert segment_sizes(j) == before
+            exc = info.value
+            assert str(exc) == "disk full: the journal could not be written (No space left on device)"
+            assert exc.part == "journal" and exc.path.startswith(str(mnt))
+            assert j.appended == appended and j.senders == {"s": 3} and j.write_failures == 3
+            assert disk.failing("journal") is exc and "No space left" in disk.current()["journal"]["error"]
+            filler.unlink()  # space returns: the next append simply works
+            assert j.append(block(10, 40), "s", 43) == 2
+            assert disk.failing("journal") is None and j.failure is None
+            assert j.wait_durable(2, 10)
+        finally:
+            j.close()
+        j = Journal(mnt / "journal", mode)
+        try:
+            assert j.torn == 0  # nothing to cut: no half record was left in the middle
+            got = [(pos, len(evs), sender, done) for pos, evs, sender, done in j.replay(0)]
+            assert got == [(1, 3, "s", 3), (2, 40, "s", 43)]
+            assert j.senders == {"s": 43}
+        finally:
+            j.close()
+
+
+def test_a_journal_segment_that_cannot_be_started_is_removed_and_the_old_one_kept(tmp_path):
+    with tmpfs(tmp_path, "1m") as mnt:
+        j = Journal(mnt / "journal", "write", segment_bytes=2048)
+        try:
+            j.append(block(0, 10), "s", 10)  # past segment_bytes: the next append starts a segment
+            fill(mnt)
+            with pytest.raises(DiskFull) as info:
+                j.append(block(10, 40), "s", 50)
+            assert "journal" in str(info.value) and j.appended == 1
+            assert [p.name for p in j.segments] == [p.name for p in sorted((mnt / "journal").iterdir())]
+            assert len(j.segments) == 1  # the new segment's file was removed again
+            (mnt / "filler").unlink()
+            assert j.append(block(10, 40), "s", 50) == 2
+            assert len(j.segments) == 2
+        finally:
+            j.close()
+        j = Journal(mnt / "journal", "write", segment_bytes=2048)
+        try:
+            assert j.torn == 0
+            assert [(p, len(e)) for p, e, _s, _d in j.replay(0)] == [(1, 10), (2, 40)]
+        finally:
+            j.close()
+
+
+def test_the_queue_keeps_nothing_of_a_part_the_journal_refused(tmp_path):
+    with tmpfs(tmp_path, "1m") as mnt:
+        q = DelayQueue(1000, delay=0)
+        q.journal = j = Journal(mnt / "journal", "write")
+        try:
+            assert q.put_batch(block(0, 2), meta=lambda end: ("s", end)) == []
+            filler = fill(mnt)
+            with pytest.raises(DiskFull) as info:
+                q.put_batch(block(2, 60), meta=lambda end: ("s", 2 + end))
+            assert info.value.first_refused == 0
+            assert len(q) == 2 and q.accepted == 2 and q.progress("s") == 2 and j.appended == 1
+            filler.unlink()
+            assert q.put_batch(block(2, 60), meta=lambda end: ("s", 2 + end)) == []
+            assert len(q) == 62 and q.progress("s") == 62
+        finally:
+            j.close()
+
+
+def test_a_journal_sync_that_fails_keeps_the_flusher_alive_and_refuses_appends(tmp_path, monkeypatch):
+    """fdatasync failing (ENOSPC on a file system that allocates at writeback):
+    tmpfs never fails a sync, so this one is injected."""
+    real = os.fdatasync
+    failing = threading.Event()
+    failing.set()
+
+    def fdatasync(fd):
+        if failing.is_set():
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    disk = DiskState()
+    j = Journal(tmp_path / "journal", "fsync", disk=disk)
+    try:
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        pos = j.append([ev(1)], "s", 1)
+        assert not j.wait_durable(pos, 10)  # gives up at the failure, not at the timeout
+        assert j.durable() < pos
+        with pytest.raises(DiskFull, match="the journal could not be synced"):
+            j.append([ev(2)], "s", 2)
+        assert disk.failing("journal") is not None
+        failing.clear()
+        deadline = time.monotonic() + 10  # the flusher tries again (RETRY_SECONDS) and lives on
+        while j.sync_failure is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert j.wait_durable(pos, 10)
+        assert j.append([ev(2)], "s", 2) == pos + 1
+        assert j.wait_durable(pos + 1, 10) and disk.failing("journal") is None
+    finally:
+        monkeypatch.setattr(os, "fdatasync", real)
+        j.close()
+
+
+def _batch(first: int, n: int, sid: str = "s1") -> tuple[list, list, list, list]:
+    payload = b'{"stream":"Out","v":"' + b"y" * 400 + b'"}'
+    return [sid] * n, list(range(first, first + n)), ["Out"] * n, [payload] * n
+
+
+def test_a_witness_log_append_that_does_not_fit_is_cut_back_and_can_be_tried_again(tmp_path):
+    with tmpfs(tmp_path, "1m") as mnt:
+        disk = DiskState()
+        wl = WitnessLog(mnt / "witnesses", disk=disk)
+        try:
+            assert wl.append_columns(*_batch(1, 3)) == []
+            filler = fill(mnt)
+            seg = mnt / "witnesses" / "wit-000000000001.log"
+            size = seg.stat().st_size
+            for _ in range(2):
+                with pytest.raises(DiskFull) as info:
+                    wl.append_columns(*_batch(4, 40))  # ~17 KB
+                assert seg.stat().st_size == size
+            assert str(info.value) == "disk full: the witness log could not be written (No space left on device)"
+            assert wl.last_seq("s1") == 3 and wl.appended == 3 and disk.failing("witness_log") is not None
+            filler.unlink()
+            assert wl.append_columns(*_batch(4, 40)) == []  # the same batch, held and tried again
+            assert wl.last_seq("s1") == 43 and disk.failing("witness_log") is None
+        finally:
+            wl.close()
+        wl = WitnessLog(mnt / "witnesses")
+        try:
+            assert wl.truncated == 0
+            assert [seq for seq, _ in wl.read("s1")] == list(range(1, 44))
+        finally:
+            wl.close()
+
+
+def test_a_witness_log_segment_that_cannot_be_started_is_started_by_a_later_append(tmp_path):
+    with tmpfs(tmp_path, "1m") as mnt:
+        wl = WitnessLog(mnt / "witnesses")
+        first = mnt / "witnesses" / "wit-000000000001.log"
+        try:
+            wl.append_columns(*_batch(1, 7))
+            size = first.stat().st_size
+            assert size < 4096 - 600  # the next small batch fits in the slack of the file's last page
+            wl.segment_bytes = size + 1  # ... and fills the segment: it is sealed, the next one cannot start
+            filler = fill(mnt)
+            assert wl.append_columns(*_batch(8, 1)) == []
+            assert wl.segments == 1 and first.stat().st_size > size  # sealed; no second segment on disk
+            assert sorted(p.name for p in (mnt / "witnesses").iterdir()) == [first.name]
+            with pytest.raises(DiskFull):  # the next append must start it: refused, nothing left behind
+                wl.append_columns(*_batch(9, 1))
+            assert sorted(p.name for p in (mnt / "witnesses").iterdir()) == [first.name]
+            filler.unlink()
+            assert wl.append_columns(*_batch(9, 1)) == []
+            assert wl.segments == 2 and wl.last_seq("s1") == 9
+        finally:
+            wl.close()
+        wl = WitnessLog(mnt / "witnesses")
+        try:
+            assert wl.truncated == 0 and [s for s, _ in wl.read("s1")] == list(range(1, 10))
+        finally:
+            wl.close()
+
+
+def test_a_snapshot_that_cannot_be_written_leaves_no_file_and_is_reported(tmp_path):
+    with tmpfs(tmp_path, "1m") as mnt:
+        disk = DiskState()
+        store = SnapshotStore(mnt / "snapshots")
+        fill(mnt)
+        state = {"blob": os.urandom(200_000)}
+        with pytest.raises(OSError):
+            store.write(state, 7)  # the shutdown snapshot, in this process
+        assert list((mnt / "snapshots").iterdir()) == []
+        snap = Snapshotter(store, disk=disk)
+        assert snap.fork(threading.Lock(), lambda: 7, lambda: state)  # a periodic one, in a forked child
+        assert snap.wait(30)
+        assert snap.failed == 1 and snap.taken == 0
+        assert list((mnt / "snapshots").iterdir()) == []
+        assert store.load_latest() is None
+        assert "disk full: a snapshot could not be written" in disk.current()["snapshot"]["error"]
+        (mnt / "filler").unlink()
+        assert snap.fork(threading.Lock(), lambda: 7, lambda: state)
+        assert snap.wait(30) and snap.taken == 1
+        assert disk.failing("snapshot") is None
+        assert store.load_latest()[0] == state
