@@ -70,6 +70,8 @@ STALL_SECONDS = 5.0
 #: long, doubling up to WITLOG_RETRY_MAX (seconds).
 WITLOG_RETRY_FIRST = 0.1
 WITLOG_RETRY_MAX = 1.0
+#: A snapshot that could not be written (a full disk) is tried again this often (seconds).
+SNAPSHOT_RETRY_SECONDS = 5.0
 #: /health tries a small write to a store that could not be written at most this often (seconds).
 STORE_PROBE_SECONDS = 1.0
 
@@ -569,7 +571,11 @@ class Daemon:
 
     def _snapshot_due(self, now: float) -> bool:
         s = self.settings
-        if self.snapshotter.running or (self._fed == self._snap_fed and self._changes == self._snap_changes):
+        if self.snapshotter.running:
+            return False
+        if self.disk.failing("snapshot") is not None and now - self._snap_at >= SNAPSHOT_RETRY_SECONDS:
+            return True  # the last one could not be written: try again even if nothing changed since
+        if self._fed == self._snap_fed and self._changes == self._snap_changes:
             return False
         return (self._fed - self._snap_fed >= s.snapshot_events
                 or (s.snapshot_seconds > 0 and now - self._snap_at >= s.snapshot_seconds))
