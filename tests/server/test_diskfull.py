@@ -6,18 +6,27 @@ The process-level test (a real ``cayuga serve``) is test_diskfull_serve.py."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 
+import httpx
 import pytest
 
+from clients.client import CayugaClient
 from server.diskfull import DiskFull, DiskState
 from server.engine import Event
 from server.journal import Journal
 from server.queue import DelayQueue
+from server.serve import RunningServer
 from server.snapshot import SnapshotStore, Snapshotter
 from server.witlog import WitnessLog
+from tests.server.conftest import assert_no_cayuga_threads, make_settings
 from tests.server.tmpfs import fill, free_space, tmpfs
 
 
@@ -227,3 +236,174 @@ def test_a_snapshot_that_cannot_be_written_leaves_no_file_and_is_reported(tmp_pa
         assert snap.wait(30) and snap.taken == 1
         assert disk.failing("snapshot") is None
         assert store.load_latest()[0] == state
+
+
+# ---------------------------------------------------------------------- a real server, in this process
+
+
+class Raw:
+    """A raw TCP client: send text, read the server's lines (each read waits at most 10 s)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.file = self.sock.makefile("rb")
+
+    def send(self, text: str) -> None:
+        self.sock.sendall(text.encode())
+
+    def line(self) -> str:
+        return self.file.readline().decode().rstrip("\n")
+
+    def rest(self) -> list[str]:
+        """Every line until the server closes the connection."""
+        out = []
+        while line := self.line():
+            out.append(line)
+        return out
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def ticks(start: int, end: int, t: int | None = None) -> str:
+    """Data lines numbered start..end (inclusive), at time ``t`` (default: the server stamps them)."""
+    at = {} if t is None else {"t0": t, "t1": t}
+    return "".join(json.dumps({"stream": "Stock", "Name": f"N{i % 7}", "Price": float(i), "Volume": i, **at}) + "\n"
+                   for i in range(start, end + 1))
+
+
+def _resume(port: int, sender: str) -> tuple[Raw, int]:
+    """Connect as ``sender`` (retrying while its last connection is still ending); the connection and N of #resume N."""
+    deadline = time.monotonic() + 10
+    while True:
+        c = Raw(port)
+        c.send(f"#sender {sender}\n#ack\n")
+        answer = c.line()
+        if answer.startswith("#resume "):
+            return c, int(answer.split()[1])
+        c.close()
+        assert answer.startswith(f"error: sender {sender} is already connected") and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_tcp_sender_is_told_disk_full_and_from_which_line_and_resumes_there(tmp_path):
+    with tmpfs(tmp_path, "2m") as mnt:
+        srv = RunningServer(make_settings(tmp_path, data_dir=mnt / "data", durability="write")).start()
+        try:
+            port, journal = srv.daemon.receiver.port, srv.daemon.journal
+            c, resume = _resume(port, "feed")
+            assert resume == 0
+            c.send(ticks(1, 100))
+            while c.line() != "#ack 100":
+                pass
+            filler = fill(mnt)
+            for attempt in range(3):  # refused each time, the same way, while the disk is full
+                c.send(ticks(resume + 1, 2000))
+                said = [x for x in c.rest() if not x.startswith("#ack")]
+                c.close()
+                n = journal.senders["feed"] + 1  # where the journal stands: the line the sender goes on from
+                assert 100 < n <= 2000
+                assert said == [f"error: disk full: the journal could not be written (No space left on device); "
+                                f"nothing from line {n} on was accepted; retry later"]
+                c, resume = _resume(port, "feed")
+                assert resume == n - 1
+            assert srv.daemon.disk.episodes == 1  # logged once, not per line or per connection
+            assert srv.daemon.disk.current()["journal"]["failures"] >= 3
+            health = httpx.get(srv.base_url + "/health").json()
+            assert health["status"] == "degraded" and "journal could not be written" in health["reason"]
+            metrics = httpx.get(srv.base_url + "/metrics").text
+            assert 'cayuga_disk_full_refusals_total{source="tcp"} 3.0' in metrics
+            assert 'cayuga_disk_full{part="journal"} 1.0' in metrics
+
+            other = tmp_path / "other.jsonl"  # cayuga send gives up after --retry-for, saying why
+            other.write_text(ticks(1, 2000))
+            send = [sys.executable, "-m", "clients.cli", "send", str(other), "--url", srv.base_url, "--port",
+                    str(port), "--sender-id", "other"]
+            done = subprocess.run([*send, "--retry-for", "1"], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 1
+            assert ("gave up after 1 s of retries: the server's disk is full: the journal could not be written "
+                    "(No space left on device); nothing from line 1 on was accepted; retry later") in done.stderr
+
+            filler.unlink()  # space returns: the sender goes on where the server said, no restart
+            c.send(ticks(resume + 1, 2000))
+            while c.line() != "#ack 2000":
+                pass
+            c.close()
+            done = subprocess.run([*send, "--retry-for", "30"], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert httpx.get(srv.base_url + "/health").json()["status"] == "ok"
+            volumes = [e.values[2] for _p, evs, sender, _d in journal.replay(0) if sender == "feed" for e in evs]
+            assert volumes == list(range(1, 2001))  # each line exactly once, in order
+        finally:
+            srv.stop()
+    assert_no_cayuga_threads()
+
+
+def test_witnesses_the_log_cannot_take_are_held_not_delivered_and_a_stop_leaves_them_to_the_journal(tmp_path):
+    """The engine holds a batch the witness log refused: no client gets it; a
+    stop meanwhile ends within the shutdown timeout, writes no snapshot, and
+    the next start (space back) produces, logs and delivers those witnesses."""
+    query = "SELECT Name, Price, Volume FROM FILTER{Volume >= 10}(Stock) PUBLISH Big\n"
+    with tmpfs(tmp_path, "4m") as mnt:
+        settings = make_settings(tmp_path, data_dir=mnt / "data", durability="write", delay=1500,
+                                 shutdown_timeout=3)
+        srv = RunningServer(settings).start()
+        stopped = False
+        try:
+            with CayugaClient(srv.base_url) as api:
+                sid = api.subscribe(cel=query)["id"]
+            got: list[str] = []
+            connected = threading.Event()
+
+            def watch() -> None:  # a live client, until the server closes it (1001 at the stop)
+                with CayugaClient(srv.base_url) as api, api.frames(sid, batch=1000, timeout=60) as frames:
+                    connected.set()
+                    for msg in frames:
+                        got.extend(msg.split("\n"))
+
+            watcher = threading.Thread(target=watch)
+            watcher.start()
+            assert connected.wait(10)
+            c, _ = _resume(srv.daemon.receiver.port, "feed")
+            # one time for all: held back 1.5 s by the delay (journaled, not processed yet), then released in
+            # full batches, each with more witnesses than the slack of the witness log's last page takes
+            c.send(ticks(1, 3000, t=int(time.time() * 1000)))
+            while c.line() != "#ack 3000":
+                pass
+            c.close()
+            filler = fill(mnt)  # the witness log cannot take them when they come out
+            deadline = time.monotonic() + 30
+            while not srv.daemon.counters.get("witness_log_errors"):
+                assert time.monotonic() < deadline, "the engine never met the full witness log"
+                time.sleep(0.01)
+            assert srv.daemon.witlog.last_seq(sid) == 0
+            r = httpx.post(srv.base_url + "/subscriptions", json={"cel": query.replace("Big", "Other")})
+            assert r.status_code == 507 and "the witness log could not be written, and the engine waits" \
+                in r.json()["detail"], r.text
+            health = httpx.get(srv.base_url + "/health").json()
+            assert health["status"] == "degraded" and "witness log could not be written" in health["reason"]
+            begun = time.monotonic()
+            srv.stop()
+            stopped = True
+            watcher.join(30)
+            assert not watcher.is_alive()
+            assert got == []  # nothing reached the client that is not in the log
+            assert time.monotonic() - begun < settings.shutdown_timeout + 5
+            assert srv.daemon._unlogged > 0
+            assert list((mnt / "data" / "snapshots").glob("*.bin")) == []  # no snapshot past unlogged witnesses
+            filler.unlink()
+            srv = RunningServer(settings).start()
+            stopped = False
+            expected = [i for i in range(1, 3001) if i >= 10]
+            with CayugaClient(srv.base_url) as api, api.frames(sid, from_=1, batch=1000, timeout=30) as frames:
+                logged = []
+                while len(logged) < len(expected):
+                    logged += next(frames).split("\n")
+            seqs = [int(x.split(" ", 1)[0]) for x in logged]
+            volumes = [json.loads(x.split(" ", 1)[1])["Volume"] for x in logged]
+            assert seqs == list(range(1, len(expected) + 1)) and volumes == expected
+        finally:
+            if not stopped:
+                srv.stop()
+    assert_no_cayuga_threads()
