@@ -12,7 +12,10 @@ file as a multiset, and the witness log (``?from=1``) holds each of them
 exactly once -- nothing was delivered that is not logged. After kill -9 and
 a restart it still holds each exactly once.
 
-``CAYUGA_DISKFULL_EVENTS`` makes the run longer (default 60,000 ticks).
+``CAYUGA_DISKFULL_EVENTS`` makes the run longer (default 60,000 ticks; give
+a bigger ``CAYUGA_DISKFULL_TMPFS`` too, e.g. ``64m`` for 200,000: the run's
+journal, witness log and snapshots must fit once space is freed), and
+``CAYUGA_DISKFULL_LEAVE`` sets the bytes left free when the stream starts.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from tests.server.tmpfs import fill, free_space, tmpfs
 EVENTS = int(os.environ.get("CAYUGA_DISKFULL_EVENTS", "60000"))
 #: Bytes left free when the stream starts: the journal and the witness log fill them.
 LEAVE = int(os.environ.get("CAYUGA_DISKFULL_LEAVE", str(1 << 20)))
+#: The tmpfs: big enough for the whole run once the filler files are deleted.
+SIZE = os.environ.get("CAYUGA_DISKFULL_TMPFS", "20m")
 WAIT = 120.0  # seconds any one condition may take
 
 HALF = "SELECT Name, Price, Volume FROM FILTER{Volume >= 5000}(Stock) PUBLISH Half\n"
@@ -137,7 +142,7 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
     expected = _expected(ticks, order)
     assert all(expected.get(s) for s in WATCHED.values())
 
-    with tmpfs(tmp_path, "20m") as mnt:
+    with tmpfs(tmp_path, SIZE) as mnt:
         srv = Server(mnt / "data", tmp_path / "server.log")
         procs: list[subprocess.Popen] = []
         http = httpx.Client(base_url=srv.url, timeout=30)
@@ -205,6 +210,12 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
                        for p in ("journal", "witness_log", "store", "snapshot")) >= 1
             assert health()["status"] == "degraded"
             assert sender.poll() is None  # still retrying: nothing is lost, it waits
+            full = {k + lab: _metric(metrics, k, lab) for k, lab in (
+                ("cayuga_disk_full_refusals_total", '{source="tcp"}'),
+                ("cayuga_disk_full_refusals_total", '{source="http"}'),
+                ("cayuga_journal_write_failures_total", ""), ("cayuga_witness_log_append_failures_total", ""),
+                ("cayuga_snapshot_failures_total", ""), ("cayuga_events_received_total", '{source="tcp"}'))}
+            print("while full:", full, "parts:", sorted(health()["disk_full"]))
 
             # space returns: everything resumes by itself, without a restart
             for f in fillers:
@@ -227,6 +238,7 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
                     assert http.get(f"/subscriptions/{ids[qname]}").json()["last_seq"] == n, stream
 
             exactly_once_in_the_log()  # every witness printed is in the log, once
+            print("witnesses compared:", {s: sum(expected[s].values()) for s in WATCHED.values()})
 
             srv.kill()
             srv.start()
