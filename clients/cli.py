@@ -288,12 +288,14 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 _collect(sender.close(), errors, other)
                 break
             except (_Lost, OSError) as exc:
+                last_problem = str(exc) or type(exc).__name__
                 if sender is not None:
+                    if _disk_full(_ended(sender)):  # what the server said, before a reset cut the connection
+                        last_problem = _ended(sender)
                     acked = max(acked, sender.acked)
                     with contextlib.suppress(OSError):
                         sender.sock.close()
                     _collect(sender.errors, errors, other)
-                last_problem = str(exc) or type(exc).__name__
                 if sender is not None and acked > progress:
                     lost_since, backoff = None, 0.1
                 refusal = _refused_for_good(sender, last_problem)
@@ -350,6 +352,8 @@ def _send_acked(sender, data: bytes, first: int, total: int, rate, start: float,
                 break
             if not sender.wait_acked(marks[0][0], ACK_STALL_SECONDS):
                 raise _Lost(_ended(sender) or "no acknowledgement for %g s" % ACK_STALL_SECONDS)
+        if sender.ended:  # the server closed the connection (e.g. its disk is full): say why, send no more
+            raise _Lost(_ended(sender))
         sender.send_lines(block, n)
         pos += len(block)
         line += n
