@@ -407,3 +407,44 @@ def test_witnesses_the_log_cannot_take_are_held_not_delivered_and_a_stop_leaves_
             if not stopped:
                 srv.stop()
     assert_no_cayuga_threads()
+
+
+def test_changes_the_store_cannot_write_answer_507_and_leave_nothing_behind(tmp_path):
+    query = "SELECT Name, Price FROM FILTER{Volume >= 10}(Stock) PUBLISH Big\n"
+    with tmpfs(tmp_path, "4m") as mnt:
+        settings = make_settings(tmp_path, data_dir=mnt / "data")
+        srv = RunningServer(settings).start()
+        try:
+            api = httpx.Client(base_url=srv.base_url, timeout=30)
+            kept = api.post("/subscriptions", json={"cel": query}).json()["id"]
+            filler = fill(mnt)
+            r = api.post("/subscriptions", json={"cel": query.replace("Big", "Other")})
+            assert r.status_code == 507, r.text
+            assert r.json()["detail"].startswith("disk full: 1 subscription(s) could not be stored; none was "
+                                                 "registered (database or disk is full)"), r.text
+            assert [s["id"] for s in api.get("/subscriptions").json()] == [kept]
+            assert not srv.daemon.engine.has_owner("s2")  # not kept in memory either
+            r = api.post("/streams", json={"name": "Trade", "schema": {"Sym": "string"}})
+            assert r.status_code == 507 and "stream Trade could not be stored" in r.json()["detail"], r.text
+            assert api.get("/streams/Trade").status_code == 404
+            r = api.delete(f"/subscriptions/{kept}")
+            assert r.status_code == 507 and "nothing was deleted" in r.json()["detail"], r.text
+            assert [s["id"] for s in api.get("/subscriptions").json()] == [kept]
+            health = api.get("/health").json()
+            assert health["status"] == "degraded" and "database or disk is full" in health["reason"]
+            assert health["disk_full"]["store"]["path"] == str(mnt / "data" / "cayuga.sqlite3")
+            filler.unlink()
+            deadline = time.monotonic() + 10  # the store is probed again: /health is ok without any change
+            while api.get("/health").json()["status"] != "ok":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert api.post("/subscriptions", json={"cel": query.replace("Big", "Other")}).json()["id"] == "s2"
+            api.close()
+        finally:
+            srv.stop()
+        srv = RunningServer(settings).start()  # what was answered 507 did not happen; the rest did
+        try:
+            assert [s["id"] for s in httpx.get(srv.base_url + "/subscriptions").json()] == [kept, "s2"]
+        finally:
+            srv.stop()
+    assert_no_cayuga_threads()
