@@ -448,3 +448,31 @@ def test_changes_the_store_cannot_write_answer_507_and_leave_nothing_behind(tmp_
         finally:
             srv.stop()
     assert_no_cayuga_threads()
+
+
+def test_post_events_says_which_items_were_accepted_when_the_disk_fills_in_the_middle(tmp_path):
+    """A request of two queue parts (4096 events each) whose second does not fit."""
+    from server.api.events import QUEUE_PART
+
+    with tmpfs(tmp_path, "8m") as mnt:
+        srv = RunningServer(make_settings(tmp_path, data_dir=mnt / "data", durability="write")).start()
+        try:
+            name = "N" * 200
+            events = [{"stream": "Stock", "Name": name, "Price": 1.0, "Volume": i} for i in range(2 * QUEUE_PART)]
+            one = sum(len(json.dumps(e)) for e in events[:QUEUE_PART])  # about the journal record of one part
+            filler = fill(mnt, leave=int(one * 1.5))
+            r = httpx.post(srv.base_url + "/events", json=events, timeout=60)
+            assert r.status_code == 507, r.text
+            body = r.json()
+            assert body["accepted"] == QUEUE_PART and body["not_accepted_from"] == QUEUE_PART, body
+            assert (f"the first {QUEUE_PART} of the {2 * QUEUE_PART} events were accepted (the body's items before "
+                    f"index {QUEUE_PART}); those from item {QUEUE_PART} on were not: send only those again") \
+                in body["detail"]
+            journaled = [e.values[2] for _p, evs, _s, _d in srv.daemon.journal.replay(0) for e in evs]
+            assert journaled == list(range(QUEUE_PART))
+            filler.unlink()
+            r = httpx.post(srv.base_url + "/events", json=events[QUEUE_PART:], timeout=60)
+            assert r.status_code == 202 and r.json()["accepted"] == QUEUE_PART, r.text
+        finally:
+            srv.stop()
+    assert_no_cayuga_threads()
