@@ -6,7 +6,6 @@ The process-level test (a real ``cayuga serve``) is test_diskfull_serve.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket

@@ -168,6 +168,8 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
                                      env=_env(), stdout=out, stderr=err)
                 watchers[stream] = p
                 procs.append(p)
+            # they follow from the newest witness on: connected before the first event, or they miss some
+            _wait("the watchers to connect", lambda: health()["clients"] >= len(WATCHED), procs=procs)
             fillers = [fill(mnt, leave=LEAVE, name="filler-1")]
             sender = subprocess.Popen(_cayuga("send", str(ticks), "--url", srv.url, "--port", str(srv.tcp),
                                               "--sender-id", "ticks", "--retry-for", "300"),
