@@ -13,6 +13,7 @@ from server.api import automaton, console, events, stats, streams, subscriptions
 from server.api.bodylimit import BodyLimit
 from server.config import Settings
 from server.daemon import Daemon, LimitReached, ServerStarting
+from server.diskfull import DiskFull
 
 
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
@@ -48,6 +49,13 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
     @app.exception_handler(ServerStarting)
     async def _starting(request: Request, exc: ServerStarting):
         return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": "5"})
+
+    @app.exception_handler(DiskFull)
+    async def _disk_full(request: Request, exc: DiskFull):
+        d.counters.add("disk_full_refusals_http")
+        return JSONResponse(status_code=507, headers={"Retry-After": "5"}, content={
+            "detail": f"{exc}: {request.method} {request.url.path} changed nothing; {exc.hint}, then retry",
+            "disk_full": {"part": exc.part, "path": exc.path, "reason": exc.reason}})
 
     @app.exception_handler(LimitReached)
     async def _limit(request: Request, exc: LimitReached):

@@ -21,10 +21,12 @@ from __future__ import annotations
 import gc
 import logging
 import queue as stdqueue
+import sqlite3
 import threading
 import time
 from collections import ChainMap, Counter, deque
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Mapping
@@ -34,6 +36,7 @@ from air.cel.shapes import BoundQuery, ShapeCache
 from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
 from server.config import Settings
+from server.diskfull import DiskFull, DiskState, store_error
 from server.engine import Emission, Engine, EngineError, Event, LateEvent
 from server.formats import witness_bytes
 from server.journal import SUFFIX as JOURNAL_SUFFIX, Journal
@@ -63,6 +66,14 @@ COUNT_SHARE = 0.05
 
 #: /health calls a full queue that released nothing for this long stalled.
 STALL_SECONDS = 5.0
+#: The engine thread tries a witness-log append that failed again after this
+#: long, doubling up to WITLOG_RETRY_MAX (seconds).
+WITLOG_RETRY_FIRST = 0.1
+WITLOG_RETRY_MAX = 1.0
+#: A snapshot that could not be written (a full disk) is tried again this often (seconds).
+SNAPSHOT_RETRY_SECONDS = 5.0
+#: /health tries a small write to a store that could not be written at most this often (seconds).
+STORE_PROBE_SECONDS = 1.0
 
 
 class SubscriptionError(ValueError):
@@ -179,6 +190,10 @@ class Daemon:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.counters = Counters()
+        self.disk = DiskState()  # what of the data dir cannot be written now (/health, metrics)
+        self._witlog_held: DiskFull | None = None  # the engine thread holds a batch the witness log refused
+        self._unlogged = 0  # witnesses a stop abandoned because the witness log could not take them
+        self._store_probed = 0.0
         self.engine = Engine(functions=settings.function_registry())
         self.engine.on_emit = self._on_emit
         self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms,
@@ -233,7 +248,7 @@ class Daemon:
         self._changes = 0  # subscriptions installed or removed (a snapshot is due after a change too)
         self.snapshots = SnapshotStore(settings.data_dir / "snapshots")
         self.snapshotter = Snapshotter(self.snapshots, before_publish=self._before_publish,
-                                       after_publish=self._after_publish)
+                                       after_publish=self._after_publish, disk=self.disk)
         self._snap_fed = 0
         self._snap_changes = 0
         self._snap_at = time.monotonic()
@@ -264,6 +279,30 @@ class Daemon:
         due = "" if wait is None else f"; the next event is due in {wait * self.settings.time_unit_ms / 1000:.0f} s"
         return (f"the event queue is full ({len(q)} events) and none has left for {idle:.0f} s{due}: "
                 "senders are blocked")
+
+    def disk_status(self) -> dict[str, dict]:
+        """The parts of the data dir that cannot be written now (for /health):
+        a store failure ends once a small write works again (tried at most
+        every STORE_PROBE_SECONDS), the others with their next write."""
+        if self.disk.failing("store") is not None and time.monotonic() - self._store_probed >= STORE_PROBE_SECONDS:
+            self._store_probed = time.monotonic()
+            if self.store.probe():
+                self.disk.recovered("store")
+        return self.disk.current()
+
+    @contextmanager
+    def _storing(self, what: str):
+        """A write to the SQLite store: one that fails for a full disk (or an
+        I/O error) raises :class:`DiskFull` saying ``what`` could not be done."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            failure = store_error(exc, self.store.path, what)
+            if failure is None:
+                raise
+            self.disk.failed(failure)
+            raise failure from None
+        self.disk.recovered("store")
 
     def epoch_lag(self) -> float:
         return 0.0 if self._epoch is None else max(self.now() - self._epoch, 0.0)
@@ -318,7 +357,7 @@ class Daemon:
             return
         st = self.settings
         self.witlog = WitnessLog(st.data_dir / "witnesses", max_bytes=st.witness_log_bytes,
-                                 max_seconds=st.witness_log_seconds)
+                                 max_seconds=st.witness_log_seconds, disk=self.disk)
         self.witness_seq = self.witlog.last_seqs()
         if st.slow_client_policy is not None:
             log.warning("slow_client_policy (%s) is retired and ignored: a slow WebSocket client lags on the "
@@ -333,7 +372,8 @@ class Daemon:
         if self.settings.durability != "off":
             journal_dir = self.settings.data_dir / "journal"
             begins = not any(journal_dir.glob("*" + JOURNAL_SUFFIX)) if journal_dir.exists() else True
-            self.journal = Journal(journal_dir, self.settings.durability, self.settings.journal_segment_bytes)
+            self.journal = Journal(journal_dir, self.settings.durability, self.settings.journal_segment_bytes,
+                                   disk=self.disk)
             self.queue.journal = self.journal
             if begins:
                 # the journal begins now (a new data directory, or one whose journal was off or removed):
@@ -429,6 +469,10 @@ class Daemon:
             log.info("ready: %d subscriptions restored", len(self.subscriptions))
 
     def _require_ready(self) -> None:
+        held = self._witlog_held
+        if held is not None:  # the engine thread takes no command until the witness log takes its batch
+            raise DiskFull(held.part, f"{held.what}, and the engine waits until it can", held.path, held.reason,
+                           held.kind)
         if not self.ready.is_set():
             raise ServerStarting(f"the server is starting: {self.restored} of {self.restore_total} stored "
                                  "subscriptions restored so far; retry shortly")
@@ -544,7 +588,11 @@ class Daemon:
 
     def _snapshot_due(self, now: float) -> bool:
         s = self.settings
-        if self.snapshotter.running or (self._fed == self._snap_fed and self._changes == self._snap_changes):
+        if self.snapshotter.running:
+            return False
+        if self.disk.failing("snapshot") is not None and now - self._snap_at >= SNAPSHOT_RETRY_SECONDS:
+            return True  # the last one could not be written: try again even if nothing changed since
+        if self._fed == self._snap_fed and self._changes == self._snap_changes:
             return False
         return (self._fed - self._snap_fed >= s.snapshot_events
                 or (s.snapshot_seconds > 0 and now - self._snap_at >= s.snapshot_seconds))
@@ -574,7 +622,10 @@ class Daemon:
         while len(self._marks) > max(len(kept), 1):
             self._marks.popleft()
         if kept and len(self._marks) >= len(kept):
-            self.store.prune_evictions(min(self._marks))
+            try:
+                self.store.prune_evictions(min(self._marks))
+            except sqlite3.Error as exc:  # they stay: a later snapshot prunes them
+                log.warning("could not prune recorded evictions from the store: %s", exc)
 
     def _final_snapshot(self) -> None:
         """At a graceful stop, once the engine thread has ended: the state
@@ -622,8 +673,8 @@ class Daemon:
         if self._thread:
             self._thread.join(max(deadline - time.monotonic(), 0.1))
         self.snapshotter.stop(timeout=0.0)  # a periodic one being written is superseded by the final one
-        if self._thread is not None and not self._thread.is_alive():
-            self._final_snapshot()
+        if self._thread is not None and not self._thread.is_alive() and not self._unlogged:
+            self._final_snapshot()  # not when witnesses were abandoned: the journal replay makes them again
         while self.hub.pending() and time.monotonic() < deadline:
             time.sleep(0.01)
         for ch in self.hub.channels():  # tell each client we are going away (close code 1001)
@@ -725,7 +776,11 @@ class Daemon:
         keep = self.settings.max_instances_per_subscription
         seqs = [0] * len(sids)
         if self.journal is not None:
-            seqs = self.store.save_evictions([(self._fed, sid, keep) for sid in sids])
+            try:
+                with self._storing("an eviction could not be recorded; it is tried again at the next count"):
+                    seqs = self.store.save_evictions([(self._fed, sid, keep) for sid in sids])
+            except DiskFull:  # not applied unrecorded: a replay could not apply it again
+                return
         for sid, seq in zip(sids, seqs):
             self._apply_eviction(sid, keep)
             if seq:
@@ -785,7 +840,8 @@ class Daemon:
                 self._feed(batch)
                 self._epoch = eng.epoch
                 self.latency.observe((perf() - start) / len(batch))
-                self._deliver()
+                if not self._deliver():  # stopped while the witness log could not take the batch
+                    return
             now = time.monotonic()
             self._refresh_counts(now)
             if self._snapshot_due(now):
@@ -865,34 +921,61 @@ class Daemon:
             add[1](seq)
             add[2](payload)
 
-    def _deliver(self) -> None:
+    def _deliver(self) -> bool:
         """The batch's witnesses into the witness log (one write), then to the
         clients, under the hub's delivery lock (a lagging client checks it has
         caught up under it). Witnesses the log already held (re-produced after a
         restart: their seq is not above the log's) are neither logged again
-        nor offered: clients get them from the log."""
+        nor offered: clients get them from the log.
+
+        Nothing reaches a client that is not in the log: when the log cannot
+        be written (a full disk) the engine thread holds the batch's witnesses,
+        delivers none, and tries again (WITLOG_RETRY_FIRST, doubling up to
+        WITLOG_RETRY_MAX) until it can; meanwhile it takes no new batch, so the
+        queue fills and the receivers stop reading (back-pressure), and
+        changes to subscriptions are refused (:meth:`_require_ready`). A stop
+        meanwhile abandons the batch (returns False, logged): the journal still
+        holds its events, so the next start produces these witnesses again."""
         logged, outbox = self._logged, self._outbox
         if not logged[0] and not outbox:
-            return
+            return True
         self._logged, self._outbox, self._box_add = ([], [], [], []), {}, {}
         self._log_add = tuple(c.append for c in self._logged)
-        with self.hub.delivery_lock:
-            if logged[0]:
+        wait = WITLOG_RETRY_FIRST
+        while True:
+            with self.hub.delivery_lock:
                 try:
-                    dropped = self.witlog.append_columns(*logged)
-                except OSError as exc:  # disk full, ...: live clients still get them; the engine goes on
-                    dropped = []
-                    self.counters.add("witness_log_errors")
-                    self.engine_error = f"witness log: {type(exc).__name__}: {exc}"
-                    log.error("could not append %d witnesses to the witness log: %s", len(logged[0]), exc)
-                if dropped:
-                    dup = {(logged[0][i], logged[1][i]) for i in dropped}
-                    for ch, (sids, seqs, payloads) in list(outbox.items()):
-                        keep = [i for i, k in enumerate(zip(sids, seqs)) if k not in dup]
-                        outbox[ch] = ([sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep])
-            for ch, (sids, seqs, payloads) in outbox.items():
-                if payloads:
-                    ch.offer_many(sids, seqs, payloads)
+                    dropped = self.witlog.append_columns(*logged) if logged[0] else []
+                except DiskFull as exc:
+                    failure = exc
+                else:
+                    self._witlog_held = None
+                    self._offer(logged, outbox, dropped)
+                    return True
+            if self._witlog_held is None:
+                self.counters.add("witness_log_holds")
+            self._witlog_held = failure
+            self.counters.add("witness_log_errors")
+            if self._stop.wait(wait):
+                self._unlogged = len(logged[0])
+                log.error("stopping while the witness log cannot be written (%s): the last batch's %d witnesses "
+                          "were neither logged nor delivered, and %d queued events were not processed; the "
+                          "journal holds their events, so the next start produces them again (no shutdown "
+                          "snapshot is written)", failure, len(logged[0]), len(self.queue))
+                return False
+            wait = min(wait * 2, WITLOG_RETRY_MAX)
+
+    def _offer(self, logged: tuple, outbox: dict, dropped: list[int]) -> None:
+        """Hand a logged batch to the clients (under the delivery lock), but
+        the witnesses the log already held (``dropped``)."""
+        if dropped:
+            dup = {(logged[0][i], logged[1][i]) for i in dropped}
+            for ch, (sids, seqs, payloads) in list(outbox.items()):
+                keep = [i for i, k in enumerate(zip(sids, seqs)) if k not in dup]
+                outbox[ch] = ([sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep])
+        for ch, (sids, seqs, payloads) in outbox.items():
+            if payloads:
+                ch.offer_many(sids, seqs, payloads)
 
     def on_client_drop(self, ch: ClientChannel, policy: str, n: int = 1) -> None:
         """A client's buffer overflowed: it lags (``policy`` "lag": served from
@@ -919,9 +1002,10 @@ class Daemon:
                 if existing.attributes != schema.attributes:
                     raise EngineError(f"stream {schema.name} already exists as {existing}")
                 return False
-            self.submit(lambda eng: eng.declare(schema)).result(timeout=10)
+            with self._storing(f"stream {schema.name} could not be stored; it was not declared"):
+                self.store.save_stream(schema.name, [(a.name, a.type) for a in schema.attributes])
+            self.submit(lambda eng: eng.declare(schema)).result(timeout=10)  # after: nothing half declared
             self.declared.add(schema.name)
-            self.store.save_stream(schema.name, [(a.name, a.type) for a in schema.attributes])
             return True
 
     # ------------------------------------------------------------------ subscriptions
@@ -1029,7 +1113,10 @@ class Daemon:
                     self.submit(lambda eng, ids=ids: self._forget(eng, ids)).result(timeout=60)
                 raise
         subs = self._adopt(added, errors, batch, persist)
-        self.store.save_shapes(self.shapes.export())
+        try:
+            self.store.save_shapes(self.shapes.export())
+        except sqlite3.Error as exc:  # a cache: a restart compiles those shapes again
+            log.warning("could not store compiled query shapes: %s", exc)
         return subs
 
     def _adopt(self, added: list, errors: list[dict], batch: list[_Pending], persist: bool) -> list[Subscription]:
@@ -1041,24 +1128,34 @@ class Daemon:
                 errors.append(_bind_error(i, published))
                 continue
             internal = [s for s in published if s not in p.outputs]
-            sub = Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created)
-            self.subscriptions[p.id] = sub
+            subs.append(Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created))
             installed_at[p.id] = p.installed_at
-            self._index_readers(sub)
-            subs.append(sub)
-        if subs:
-            self.hub.invalidate()  # routes of witnesses to clients depend on the subscriptions' outputs
         for e in errors:  # only a restore gets here with errors
             log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
-        if not persist:  # rows stored before bindings were, or with a binding no longer valid
-            self.store.save_bindings([(p.binding or (None, None), p.id) for p in batch
-                                      if (p.binding or (None, None)) != p.stored and p.id in self.subscriptions])
-        if persist:
+        if persist:  # stored before they are known: what could not be stored is taken out of the engine again
             bindings = {p.id: p.binding for p in batch if p.binding is not None}
-            self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
-                                                              *(bindings.get(s.id) or (None, None)),
-                                                              installed_at=installed_at[s.id])
-                                           for s in subs])
+            try:
+                with self._storing(f"{len(subs)} subscription(s) could not be stored; none was registered"):
+                    self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
+                                                                      *(bindings.get(s.id) or (None, None)),
+                                                                      installed_at=installed_at[s.id])
+                                                   for s in subs])
+            except DiskFull:
+                for k in range(0, len(subs), INSTALL_CHUNK):
+                    ids = [s.id for s in subs[k:k + INSTALL_CHUNK]]
+                    self.submit(lambda eng, ids=ids: self._forget(eng, ids)).result(timeout=60)
+                raise
+        for sub in subs:
+            self.subscriptions[sub.id] = sub
+            self._index_readers(sub)
+        if subs:
+            self.hub.invalidate()  # routes of witnesses to clients depend on the subscriptions' outputs
+        if not persist:  # rows stored before bindings were, or with a binding no longer valid
+            try:
+                self.store.save_bindings([(p.binding or (None, None), p.id) for p in batch
+                                          if (p.binding or (None, None)) != p.stored and p.id in self.subscriptions])
+            except sqlite3.Error as exc:  # a cache: the next start binds them from their text again
+                log.warning("could not store the bindings of restored subscriptions: %s", exc)
         return subs
 
     def _size_errors(self, autos) -> list[str]:
@@ -1128,12 +1225,13 @@ class Daemon:
                 todo += [r for r in readers if r not in doomed]
                 doomed.update(readers)
             order = [s for s in reversed(self.subscriptions) if s in doomed]  # readers before what they read
+            with self._storing(f"the deletion of {', '.join(order)} could not be stored; nothing was deleted"):
+                self.store.delete_subscriptions(order)  # first: a restart must not bring back what is gone
             for s in order:
                 self.submit(lambda eng, s=s: self._remove_owner(eng, s)).result(timeout=30)
                 self._index_readers(self.subscriptions.pop(s), remove=True)
                 self._instances.pop(s, None)
                 self.submit(lambda eng, s=s: self._owner_witnesses.pop(s, None))  # its only writer's thread
-                self.store.delete_subscription(s)
             self.hub.invalidate()
         for s in order:
             self.hub.close_owner(s)

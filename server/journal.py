@@ -46,6 +46,19 @@ left without a good header is removed (its name is the next position).
 - ``off`` keeps no journal at all: do not open one (the daemon leaves
   ``queue.journal`` None).
 
+**A full disk.** An append that cannot be written (ENOSPC, EDQUOT, any
+OSError; a short write) is cut back to the last whole record -- the segment is
+truncated to where the record began, so no half record is ever followed by
+later ones -- and raises :class:`~server.diskfull.DiskFull`: the record's
+events are *not* accepted (the queue keeps none of them, the sender's progress
+stays where it was), those journaled before stay accepted, and the next append
+simply tries again. A new segment that cannot be started (its header cannot
+be written) is removed and the current one stays in use. A group-commit sync
+that fails leaves :meth:`durable` where it was (nothing more is acknowledged),
+refuses appends while it lasts and is retried every ``RETRY_SECONDS``; a cut
+back that itself fails refuses every append until it succeeds. Each failure
+and the end of an episode go to the ``disk`` state given (/health, metrics).
+
 **Sender table.** :attr:`senders` maps a sender id to the data lines of that
 sender journaled so far (the ``lines_done`` of its newest record), rebuilt on
 open from the oldest remaining header plus every later record.
@@ -66,6 +79,7 @@ from typing import Any, Iterator, Optional
 
 import msgspec
 
+from server.diskfull import DiskFull, DiskState
 from server.engine import Event
 
 log = logging.getLogger("cayuga.journal")
@@ -77,6 +91,8 @@ _FIELDS = attrgetter("stream", "values", "t0", "t1")
 #: Buckets of the sync latency histogram (seconds).
 SYNC_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 _ARRAY3 = 0x93  # MessagePack fixarray of 3: an event record
+#: Seconds between two tries of a journal sync that failed.
+RETRY_SECONDS = 0.5
 
 _encode = msgspec.msgpack.Encoder().encode
 _peek = msgspec.msgpack.Decoder(tuple[Optional[str], Optional[int], msgspec.Raw]).decode
@@ -94,6 +110,13 @@ _header = msgspec.msgpack.Decoder(_Header).decode
 
 def segment_name(first: int) -> str:
     return f"{first:020d}{SUFFIX}"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (a short write, as a full disk gives, goes on where it stopped)."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        done += os.write(fd, view[done:])
 
 
 def _frame(payload: bytes) -> bytes:
@@ -116,13 +139,19 @@ class Journal:
     Thread-safe: :meth:`append` may be called from any thread (the queue calls
     it under its own lock, which is what orders the records)."""
 
-    def __init__(self, directory: Path, durability: str, segment_bytes: int = 64 << 20) -> None:
+    def __init__(self, directory: Path, durability: str, segment_bytes: int = 64 << 20,
+                 disk: DiskState | None = None) -> None:
         if durability not in MODES:
             raise ValueError(f"durability {durability!r}: a journal is kept with 'fsync' or 'write' "
                              "('off' keeps none: do not open one)")
         self.directory = Path(directory)
         self.durability = durability
         self.segment_bytes = segment_bytes
+        self.disk = disk
+        self.failure: DiskFull | None = None  # the write failure that lasts (None: the last append worked)
+        self.sync_failure: DiskFull | None = None  # a sync that failed and has not succeeded since
+        self._cut_to: int | None = None  # a cut back that failed: the offset the active segment must go back to
+        self.write_failures = 0  # appends refused because the journal could not be written or synced
         self.senders: dict[str, int] = {}
         self.appended = 0
         self._synced = 0
@@ -257,27 +286,56 @@ class Journal:
     # ------------------------------------------------------------------ appending
 
     def _create(self, first: int) -> int:
-        """Start a segment whose first record will be ``first`` (under the lock, or in __init__)."""
+        """Start a segment whose first record will be ``first`` (under the lock, or in __init__);
+        one that cannot be written is removed again (:class:`DiskFull`)."""
         path = self.directory / segment_name(first)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         head = _frame(_encode({"first": first, "senders": self.senders}))
-        os.write(fd, head)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise DiskFull.from_os("journal", "a new journal segment could not be created", path, exc) from None
+        try:
+            _write_all(fd, head)
+        except OSError as exc:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise DiskFull.from_os("journal", "a new journal segment could not be written", path, exc) from None
         self._segments.append(_Segment(first, path, 0, len(head)))
         self._dir_dirty = True
         return fd
 
     def append(self, events: list[Event], sender: str | None = None, lines_done: int | None = None) -> int:
-        """Append one record (one write(2)); returns its position."""
+        """Append one record (written whole, or cut back and refused with
+        :class:`DiskFull`); returns its position."""
         payload = _encode((sender, lines_done, list(map(_FIELDS, events))))
         record = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
         with self._lock:
             if self._closed:
                 raise ValueError("the journal is closed")
-            seg = self._segments[-1]
-            if seg.size >= self.segment_bytes and seg.records:
-                self._rotate()
+            try:
+                if self.sync_failure is not None:
+                    raise self.sync_failure
+                if self._cut_to is not None:
+                    self._cut_back(self._cut_to)
                 seg = self._segments[-1]
-            os.write(self._fd, record)
+                if seg.size >= self.segment_bytes and seg.records:
+                    self._rotate()
+                    seg = self._segments[-1]
+                try:
+                    _write_all(self._fd, record)
+                except OSError as exc:
+                    self._cut_back(seg.size)
+                    raise DiskFull.from_os("journal", "the journal could not be written", seg.path, exc) from None
+            except DiskFull as exc:
+                self.write_failures += 1
+                self.failure = exc
+                if self.disk is not None:
+                    self.disk.failed(exc)
+                raise
+            if self.failure is not None:
+                self.failure = None
+                if self.disk is not None:
+                    self.disk.recovered("journal")
             seg.size += len(record)
             seg.records += 1
             self.appended += 1
@@ -288,6 +346,17 @@ class Journal:
             if self._flusher is not None:
                 self._cond.notify_all()
             return self.appended
+
+    def _cut_back(self, offset: int) -> None:
+        """Truncate the active segment to ``offset`` (the end of its last whole
+        record), after a write that may have left part of a record behind."""
+        try:
+            os.ftruncate(self._fd, offset)
+        except OSError as exc:
+            self._cut_to = offset  # every append is refused until the cut succeeds
+            raise DiskFull.from_os("journal", "a partly written journal record could not be cut off",
+                                   self._segments[-1].path, exc) from None
+        self._cut_to = None
 
     def _rotate(self) -> None:
         old = self._fd
@@ -313,8 +382,8 @@ class Journal:
         if self.durable() >= pos:
             return True
         with self._cond:
-            return self._cond.wait_for(lambda: self.durable() >= pos or self._done, timeout) and \
-                self.durable() >= pos
+            return self._cond.wait_for(lambda: self.durable() >= pos or self._done or self.sync_failure is not None,
+                                       timeout) and self.durable() >= pos
 
     def _flush_loop(self) -> None:
         while True:
@@ -325,13 +394,35 @@ class Journal:
                     return
                 target, fd, retired, dirty = self.appended, self._fd, self._retired, self._dir_dirty
                 self._retired, self._dir_dirty = [], False
-            self._sync(target, fd, retired, dirty)
+            try:
+                self._sync(target, fd, retired, dirty)
+            except OSError as exc:
+                self._sync_failed(exc, retired, dirty)
+                continue
+            if self.sync_failure is not None:
+                with self._cond:
+                    self.sync_failure = None
+                if self.disk is not None and self.failure is None:
+                    self.disk.recovered("journal")
+
+    def _sync_failed(self, exc: OSError, retired: list[int], dirty: bool) -> None:
+        """A sync round failed: nothing more is durable; appends are refused
+        and the sync is tried again after RETRY_SECONDS (or at close)."""
+        failure = DiskFull.from_os("journal", "the journal could not be synced", self.directory, exc)
+        if self.disk is not None:
+            self.disk.failed(failure)
+        with self._cond:
+            self.sync_failure = failure
+            self._retired[:0] = retired  # those not synced and closed yet
+            self._dir_dirty = self._dir_dirty or dirty
+            self._cond.notify_all()  # waiters for durability give up
+            self._cond.wait_for(lambda: self._closed, RETRY_SECONDS)
 
     def _sync(self, target: int, fd: int, retired: list[int], dirty: bool) -> None:
         start = time.perf_counter()
-        for old in retired:
-            os.fdatasync(old)
-            os.close(old)
+        while retired:  # what is left of it when one fails is tried again
+            os.fdatasync(retired[0])
+            os.close(retired.pop(0))
         os.fdatasync(fd)
         if dirty:
             self._fsync_dir()
@@ -402,7 +493,13 @@ class Journal:
             self._retired = []
         if self._flusher is not None:
             self._flusher.join()
-            self._sync(target, fd, retired, dirty)
+            try:
+                self._sync(target, fd, retired, dirty)
+            except OSError as exc:
+                log.error("journal %s: the last sync at close failed (%s): records after position %d may not "
+                          "survive a power loss (they survive a restart)", self.directory, exc, self._synced)
+                for old in retired:
+                    os.close(old)
         os.close(fd)
         with self._cond:
             self._done = True

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from server.diskfull import PARTS
+
 if TYPE_CHECKING:  # pragma: no cover
     from server.daemon import Daemon
 
@@ -109,6 +111,22 @@ class _Collector:
         for reason in ("header_timeout", "body_timeout", "evicted", "max_connections"):
             conns.add_metric([reason], c.get(f"http_conn_{reason}", 0))
         yield conns
+        full = CounterMetricFamily("cayuga_disk_full_refusals", "Requests refused because the data directory "
+                                   "could not be written (a full disk): tcp (connections told 'error: disk full' "
+                                   "and closed), http (507 answers)", labels=["source"])
+        for source in ("tcp", "http"):
+            full.add_metric([source], c.get(f"disk_full_refusals_{source}", 0))
+        yield full
+        failing = d.disk.current()
+        gauge = GaugeMetricFamily("cayuga_disk_full", "1 while that part of the data directory cannot be "
+                                  "written (journal, witness_log, store, snapshot), else 0", labels=["part"])
+        for part in PARTS:
+            gauge.add_metric([part], 1 if part in failing else 0)
+        yield gauge
+        yield CounterMetricFamily("cayuga_witness_log_append_failures", "Witness-log appends that failed (the "
+                                  "engine held the batch and tried again)", value=c.get("witness_log_errors", 0))
+        yield CounterMetricFamily("cayuga_witness_log_holds", "Times the engine thread began holding a batch "
+                                  "because the witness log could not be written", value=c.get("witness_log_holds", 0))
         yield CounterMetricFamily("cayuga_tcp_error_lines_muted", "TCP connections that stopped getting their "
                                   "error lines because they did not read them",
                                   value=c.get("tcp_error_lines_muted", 0))
@@ -152,6 +170,9 @@ class _Collector:
             sync = HistogramMetricFamily("cayuga_journal_sync_seconds", "Time of one journal sync round")
             sync.add_metric([], buckets, sum_value=j.sync_seconds)
             yield sync
+            yield CounterMetricFamily("cayuga_journal_write_failures", "Journal appends refused because the "
+                                      "journal could not be written or synced (cut back to the last whole record)",
+                                      value=j.write_failures)
             yield CounterMetricFamily("cayuga_journal_torn_tails", "Torn or corrupt journal tails cut off when "
                                       "the journal was opened", value=j.torn)
             yield GaugeMetricFamily("cayuga_journal_position", "Position of the last journal record appended",

@@ -45,6 +45,7 @@ from collections import deque
 from operator import attrgetter, itemgetter, le
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from server.diskfull import DiskFull
 from server.engine import Event
 from server.engine.network import untrack_events
 
@@ -129,7 +130,9 @@ class DelayQueue:
         part of the block is accepted. Raises TimeoutError when the queue stayed
         full for ``timeout`` seconds (the part before stays queued) and
         QueueClosed when the server is shutting down or ``cancel`` is set while
-        waiting for room.
+        waiting for room; :class:`~server.diskfull.DiskFull` when the journal
+        cannot be written: its ``first_refused`` is the index of the first
+        event not accepted (the parts before it stay accepted).
 
         Each part inserted, ending at input index ``end`` (exclusive), is one
         journal record (under the lock); ``meta(end)`` gives its ``(sender,
@@ -152,7 +155,11 @@ class DelayQueue:
                 room = self.capacity - self._size
                 part = events[done:done + room] if done or room < n else events
                 done += len(part)
-                accepted = self._insert(part, done - len(part), late, meta(done) if meta is not None else None)
+                try:
+                    accepted = self._insert(part, done - len(part), late, meta(done) if meta is not None else None)
+                except DiskFull as exc:  # the part is not in (nor any late mark of it)
+                    del late[bisect_left(late, done - len(part)):]
+                    raise exc.refusing_from(done - len(part)) from None
                 if accepted:
                     self._not_empty.notify()
             if on_accepted is not None and accepted:

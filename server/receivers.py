@@ -51,6 +51,18 @@ value longer than ``max_value_bytes``, gets an error line like any bad line.
   only the newest one once its socket has room again, and never holds up
   anything.
 
+**A full disk.** When the journal cannot be written (a full disk, any
+OSError: see journal.py), the block's events from the first one that did not
+make it are not accepted, the client gets one line::
+
+    error: disk full: the journal could not be written (No space left on device); nothing from line N on was accepted; retry later
+
+and the connection is closed (after the client's remaining input is read for
+at most DISK_FULL_DRAIN_SECONDS, so that the line is not lost to a reset);
+counted in ``cayuga_disk_full_refusals_total{source="tcp"}``, logged once per
+episode (server/diskfull.py). N is the sender's line the server continues
+from: a ``#sender`` client reconnects and gets ``#resume N-1``.
+
 With ``#sender`` or ``#ack``, the line numbers of ``error line N:`` count the
 sender's data lines (header lines excluded, from N+1 after ``#resume N``, or
 K+1 after ``#from K``): the numbers of a file's lines when a client sends a
@@ -75,6 +87,7 @@ from typing import Callable, Iterable
 
 from collections import deque
 
+from server.diskfull import DiskFull
 from server.formats import FORMATS, CsvDecoder, make_decoder
 from server.limits import AddressSlots, refusals, without
 from server.metrics import Counters
@@ -96,6 +109,8 @@ SENDER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 HEADERS = (b"#format", b"#sender", b"#ack", b"#from")
 #: Seconds the last acknowledgement waits for durability once a client has sent everything.
 FINAL_ACK_SECONDS = 10.0
+#: Seconds a connection refused for a full disk is still read (and discarded) before it is closed.
+DISK_FULL_DRAIN_SECONDS = 2.0
 
 
 class _Session:
@@ -375,7 +390,8 @@ class TcpReceiver:
                 continue
             if block is None:
                 self._reject(conn, first, f"line longer than {self.max_line_bytes} bytes")
-                self._handled(conn, st, first)
+                if not self._handled_or_refused(conn, st, first, first):
+                    return
                 continue
             lines = block.count(b"\n") + (not block.endswith(b"\n"))
             last = first + lines - 1
@@ -388,7 +404,8 @@ class TcpReceiver:
                 self._reject(conn, line, reason)
             events = batch.events
             if not events:
-                self._handled(conn, st, last)
+                if not self._handled_or_refused(conn, st, last, first):
+                    return
                 continue
             index = None  # position in batch.events of each event queued, when some were refused
             refused = refusals(events, len(block), horizon=self.horizon(), max_value=self.max_value_bytes)
@@ -397,7 +414,8 @@ class TcpReceiver:
                     self._reject(conn, batch.line_of(i), reason)
                 events, index = without(events, refused)
                 if not events:
-                    self._handled(conn, st, last)
+                    if not self._handled_or_refused(conn, st, last, first):
+                        return
                     continue
             meta = None
             if st.sender is not None:
@@ -405,7 +423,12 @@ class TcpReceiver:
                     if end >= len(events):
                         return sender, last
                     return sender, batch.line_of(end if index is None else index[end]) - 1
-            late = self._enqueue(events, meta)
+            try:
+                late = self._enqueue(events, meta)
+            except DiskFull as exc:
+                j = exc.first_refused if index is None else index[exc.first_refused]
+                self._disk_full(conn, st, exc, batch.line_of(j))
+                return
             for i in late:
                 j = i if index is None else index[i]
                 self._reject(conn, batch.line_of(j), f"late: t1={events[i].t1} is older than events already "
@@ -499,6 +522,42 @@ class TcpReceiver:
                 raise OSError("server stopping") from None
         if st.ack:
             self._queued(conn, st, last)
+
+    def _handled_or_refused(self, conn: socket.socket, st: _Session, last: int, first: int) -> bool:
+        """:meth:`_handled`; False when the journal could not take the
+        sender's progress (the client was told, the connection is to close)."""
+        try:
+            self._handled(conn, st, last)
+        except DiskFull as exc:
+            self._disk_full(conn, st, exc, first)
+            return False
+        return True
+
+    def _disk_full(self, conn: socket.socket, st: _Session, exc: DiskFull, line: int) -> None:
+        """Tell the client that nothing from ``line`` on was accepted (the
+        disk is full), let it see the line, and end the connection. A sender's
+        line is where its #resume will continue (its journaled progress + 1)."""
+        if st.sender is not None:
+            line = self.queue.progress(st.sender) + 1
+        self.counters.add("disk_full_refusals_tcp")
+        log.debug("TCP connection refused from line %d: %s", line, exc)  # the episode is logged by DiskState
+        if st.ack:
+            self._acknowledge(conn, st, wait=0.0)
+        rest, st.unsent = st.unsent, b""
+        try:
+            conn.settimeout(1.0)
+            conn.sendall(rest + f"error: {exc}; nothing from line {line} on was accepted; retry later\n".encode())
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(POLL)
+            deadline = time.monotonic() + DISK_FULL_DRAIN_SECONDS
+            while time.monotonic() < deadline and not self._stop.is_set():
+                try:
+                    if not conn.recv(RECV_BYTES):
+                        break
+                except socket.timeout:
+                    continue
+        except OSError:
+            pass
 
     def _queued(self, conn: socket.socket, st: _Session, last: int) -> None:
         """Lines up to ``last`` are in the journal (or queued): acknowledge

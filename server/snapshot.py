@@ -28,6 +28,13 @@ File format: ``MAGIC``, payload length (8 bytes, big-endian), CRC-32 of the
 payload (4 bytes), payload (a pickle of plain data: tuples, lists, dicts,
 numbers, strings). A file that is short, has another magic or fails its CRC
 is reported and skipped, never loaded.
+
+A snapshot that cannot be written (a full disk: the child exits with
+``EXIT_NO_SPACE``, any other failure with 1) leaves no file behind -- its
+``.tmp`` is removed, and a ``.tmp`` is never loaded anyway -- is counted
+(``failed``, ``cayuga_snapshot_failures_total``), reported to the ``disk``
+state while it lasts, and changes nothing else: the journal still covers
+everything, and the next snapshot tries again.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from server.diskfull import NO_SPACE, DiskFull, DiskState
+
 log = logging.getLogger("cayuga.snapshot")
 
 MAGIC = b"CAYUGASNAP1\n"
@@ -59,6 +68,8 @@ try:
 except (OSError, AttributeError):  # not Linux: the child cannot ask to die with its parent
     _prctl = None
 PR_SET_PDEATHSIG = 1
+#: The snapshot child's exit status when the disk was full (ENOSPC, EDQUOT).
+EXIT_NO_SPACE = 3
 
 
 class SnapshotError(ValueError):
@@ -152,7 +163,11 @@ class SnapshotStore:
         """Write and publish a snapshot in this process (at shutdown, when
         nothing runs any more)."""
         tmp, final = self.next_path(journal)
-        _write_file(tmp, encode(state))
+        try:
+            _write_file(tmp, encode(state))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return self.publish(tmp, final)
 
     def load_latest(self) -> tuple[dict, SnapshotFile] | None:
@@ -174,8 +189,10 @@ class Snapshotter:
     """Takes snapshots in a forked child (see the module docstring)."""
 
     def __init__(self, store: SnapshotStore, before_publish: Callable[[], None] | None = None,
-                 after_publish: Callable[[list[SnapshotFile]], None] | None = None) -> None:
+                 after_publish: Callable[[list[SnapshotFile]], None] | None = None,
+                 disk: DiskState | None = None) -> None:
         self.store = store
+        self.disk = disk
         self.before_publish = before_publish
         self.after_publish = after_publish
         self._child: int | None = None
@@ -232,6 +249,8 @@ class Snapshotter:
         tmp, final = self._paths
         self.last_seconds = time.monotonic() - self._started
         try:
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_NO_SPACE:
+                raise DiskFull("snapshot", "a snapshot could not be written", tmp, os.strerror(NO_SPACE[0]))
             if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
                 raise RuntimeError(f"the snapshot child ended with status {status:#x}")
             self.last_bytes = tmp.stat().st_size
@@ -239,13 +258,20 @@ class Snapshotter:
                 self.before_publish()
             kept = self.store.publish(tmp, final)
             self.taken += 1
+            if self.disk is not None:
+                self.disk.recovered("snapshot")
             if self.after_publish is not None:
                 self.after_publish(kept)
         except Exception as exc:  # noqa: BLE001 - reported; the next snapshot tries again
             self.failed += 1
             self.last_error = str(exc)
-            log.error("snapshot %s failed: %s", final.name, exc)
             tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+                exc = DiskFull.from_os("snapshot", "a snapshot could not be published", final, exc)
+            if isinstance(exc, DiskFull) and self.disk is not None:
+                self.disk.failed(exc)  # logged once per episode
+            else:
+                log.error("snapshot %s failed: %s", final.name, exc)
         finally:
             self._child = None
 
@@ -283,6 +309,8 @@ def _child_main(tmp: Path, collect: Callable[[], dict]) -> None:
         _close_inherited()
         _write_file(tmp, encode(collect()))
         code = 0
+    except OSError as exc:  # the parent reports the status and removes the file
+        code = EXIT_NO_SPACE if exc.errno in NO_SPACE else 1
     except BaseException:  # noqa: BLE001 - the parent reports the status
         code = 1
     finally:

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,13 +99,44 @@ class Store:
         with self._lock:
             self._db.close()
 
+    @contextmanager
+    def _tx(self):
+        """One write transaction under the lock; rolled back when anything in
+        it fails, the COMMIT included (SQLite may leave a transaction open
+        after "database or disk is full")."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise
+
+    def probe(self) -> bool:
+        """Whether a small write to the store works now (False: it failed,
+        or the store was busy for a moment)."""
+        if not self._lock.acquire(timeout=0.2):
+            return False
+        try:
+            self._db.execute("INSERT INTO counters VALUES ('write_probe', 1) "
+                             "ON CONFLICT(key) DO UPDATE SET value = value + 1")
+            return True
+        except sqlite3.Error:
+            return False
+        finally:
+            self._lock.release()
+
     # -- witness numbering
     def set_witness_base(self, seqs: dict[str, int]) -> None:
         """Record each subscription's last witness seq as the journal begins
         (replacing what was recorded): a replay from the journal's first record
         numbers the witnesses it gives from there."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
+        with self._tx():
             self._db.execute("DELETE FROM witness_base")
             self._db.executemany("INSERT INTO witness_base VALUES (?, ?)", list(seqs.items()))
 
@@ -146,8 +178,7 @@ class Store:
     def save_subscriptions(self, subs: list[StoredSubscription]) -> None:
         """Store ``subs`` in one transaction, and take their ids (``sN``) for good."""
         taken = max((int(s.id[1:]) for s in subs if s.id[:1] == "s" and s.id[1:].isdigit()), default=0)
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
+        with self._tx():
             self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created, shape, constants, "
                                  "installed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                  [(s.id, s.kind, s.text, s.name, s.created, s.shape, s.constants, s.installed_at)
@@ -160,14 +191,18 @@ class Store:
         """Store ``((shape, constants), id)`` of subscriptions restored from their text."""
         if not rows:
             return
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
+        with self._tx():
             self._db.executemany("UPDATE subscriptions SET shape = ?, constants = ? WHERE id = ?",
                                  [(sh, c, sid) for (sh, c), sid in rows])
 
     def delete_subscription(self, sid: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+
+    def delete_subscriptions(self, sids: list[str]) -> None:
+        """Delete the rows of ``sids`` in one transaction (all or none)."""
+        with self._tx():
+            self._db.executemany("DELETE FROM subscriptions WHERE id = ?", [(sid,) for sid in sids])
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
@@ -182,8 +217,7 @@ class Store:
         before they are applied); returns their sequence numbers, in order."""
         now = time.time()
         seqs = []
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
+        with self._tx():
             for fed, sid, keep in rows:
                 cur = self._db.execute("INSERT INTO evictions (fed, sid, keep, created) VALUES (?, ?, ?, ?)",
                                        (fed, sid, keep, now))
@@ -212,8 +246,7 @@ class Store:
         if not rows:
             return
         now = time.time()
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
+        with self._tx():
             self._db.executemany("INSERT OR REPLACE INTO shapes VALUES (?, ?, ?)", [(k, f, now) for k, f in rows])
 
     def shapes(self) -> list[tuple[str, str]]:
@@ -228,6 +261,5 @@ class Store:
             stored = [k for (k,) in self._db.execute("SELECT key FROM shapes").fetchall()]
         gone = [(k,) for k in stored if k not in keys]
         if gone:
-            with self._lock, self._db:
-                self._db.execute("BEGIN")
+            with self._tx():
                 self._db.executemany("DELETE FROM shapes WHERE key = ?", gone)

@@ -31,6 +31,14 @@ middle of a write, a flipped byte: length, CRC or body that do not agree) is
 found by that scan and the file truncated there: a record is read only when
 its CRC matches.
 
+**A full disk.** An append that cannot be written (ENOSPC, any OSError, a
+short write) is cut back to the last whole record and raises
+:class:`~server.diskfull.DiskFull`; nothing of the batch is in the log (nor in
+its index), and the writer tries the same batch again later (the daemon
+holds it and delivers it to no one meanwhile). A new segment that cannot be
+started is removed again (the next append tries once more); a segment index
+that cannot be written is skipped (the segment is scanned when opened).
+
 **Retention** is over the one shared log, by whole segments, oldest first:
 when the log holds more than ``max_bytes``, or a sealed segment's newest
 record is older than ``max_seconds`` (the file's modification time after a
@@ -59,6 +67,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import msgspec
+
+from server.diskfull import DiskFull, DiskState
 
 log = logging.getLogger("cayuga.witlog")
 
@@ -134,6 +144,13 @@ def _parse(buf: bytes | memoryview, pos: int, end: int):
     return kind, seq, sid, stream, body[o + ls + lt:], start + n
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (after a short write, the rest)."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        done += os.write(fd, view[done:])
+
+
 def _encode(kind: int, seq: int, sid: bytes, stream: bytes, payload: bytes) -> bytes:
     body = _BODY.pack(kind, seq, len(sid), len(stream)) + sid + stream + payload
     n = len(body)
@@ -149,13 +166,18 @@ class WitnessLog:
     4 KiB and 64 MiB); ``clock`` gives the time (seconds) for age retention."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int = 1 << 30, max_seconds: float = 86_400.0,
-                 segment_bytes: int | None = None, clock: Callable[[], float] = time.time) -> None:
+                 segment_bytes: int | None = None, clock: Callable[[], float] = time.time,
+                 disk: DiskState | None = None) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
         self.segment_bytes = segment_bytes or max(4096, min(max_bytes // 8, 64 << 20))
         self.clock = clock
+        self.disk = disk
+        self.failure: DiskFull | None = None  # the write failure that lasts (None: the last append worked)
+        self.write_failures = 0
+        self._cut_to: int | None = None  # a cut back that failed: the offset the active segment must go back to
         self._lock = threading.Lock()  # guards the index (segments, their sizes and maps, _last)
         self._segments: list[_Segment] = []
         self._last: dict[str, int] = {}  # per subscription: the last seq appended
@@ -277,7 +299,12 @@ class WitnessLog:
         seg = _Segment(number, self.dir / _name(number), newest=self.clock())
         checkpoint = _encode(_CHECKPOINT, 0, b"", b"", json.dumps(self._last, separators=(",", ":")).encode())
         fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
-        os.write(fd, checkpoint)
+        try:
+            _write_all(fd, checkpoint)
+        except OSError:  # none is left behind: the next append starts it again
+            os.close(fd)
+            seg.path.unlink(missing_ok=True)
+            raise
         self._dir_dirty = True
         seg.size = len(checkpoint)
         with self._lock:
@@ -307,9 +334,14 @@ class WitnessLog:
                 "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
                 "streams": {s: sorted(v) for s, v in seg.streams.items()}}
         tmp = seg.index_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, separators=(",", ":")))
-        os.replace(tmp, seg.index_path)
         seg.sealed = True
+        try:
+            tmp.write_text(json.dumps(data, separators=(",", ":")))
+            os.replace(tmp, seg.index_path)
+        except OSError as exc:  # an index only saves a scan when the log is opened
+            tmp.unlink(missing_ok=True)
+            log.warning("witness log %s: its index could not be written (%s); it will be scanned when opened",
+                        seg.path.name, exc)
 
     # ------------------------------------------------------------------ writing (one thread)
 
@@ -349,15 +381,33 @@ class WitnessLog:
                 return dropped
             lasts = dict(zip(sids, seqs))
             firsts = dict(zip(reversed(sids), reversed(seqs)))
-        seg = self._segments[-1]
-        if seg.records and seg.size >= self.segment_bytes:
-            self._roll()
-            seg = self._segments[-1]
-        off = seg.size
         rec = _encode(_BATCH, len(sids), b"", b"", _pack((sids, seqs, streams, payloads)))
-        view, done = memoryview(rec), 0
-        while done < len(rec):
-            done += os.write(self._fd, view[done:])
+        seg = self._segments[-1]
+        try:
+            if self._cut_to is not None:
+                self._cut_back(self._cut_to)
+            if seg.sealed or self._fd is None:  # a new segment that could not be started before
+                self._new_segment()
+            elif seg.records and seg.size >= self.segment_bytes:
+                self._roll()
+            seg = self._segments[-1]
+            off = seg.size
+            try:
+                _write_all(self._fd, rec)
+            except OSError:
+                self._cut_back(off)
+                raise
+        except OSError as exc:
+            failure = self.failure = DiskFull.from_os("witness_log", "the witness log could not be written",
+                                                      seg.path, exc)
+            self.write_failures += 1
+            if self.disk is not None:
+                self.disk.failed(failure)
+            raise failure from None
+        if self.failure is not None:
+            self.failure = None
+            if self.disk is not None:
+                self.disk.recovered("witness_log")
         pairs = set(zip(sids, streams))
         n_kept = len(sids)
         now = self.clock()
@@ -382,8 +432,20 @@ class WitnessLog:
             seg.newest = now
         self.appended += n_kept
         if seg.size >= self.segment_bytes or now >= self._retain_at:
-            self.retain(now)
+            try:
+                self.retain(now)
+            except OSError as exc:  # the batch is in: the next append starts the segment (or fails itself)
+                log.debug("witness log retention: %s", exc)
         return dropped
+
+    def _cut_back(self, offset: int) -> None:
+        """Truncate the active segment to ``offset`` (its last whole record)."""
+        try:
+            os.ftruncate(self._fd, offset)
+        except OSError:
+            self._cut_to = offset  # appends are refused until the cut succeeds
+            raise
+        self._cut_to = None
 
     def _roll(self) -> None:
         self._seal()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from server.api.deps import DaemonDep, require_token
 from server.api.schemas import EventsOut
+from server.diskfull import DiskFull
 from server.formats import JsonDecoder, LineError
 from server.limits import refusals, without
 from server.queue import QueueClosed
@@ -29,12 +31,18 @@ _BODY = {"required": True, "content": {"application/json": {
 @router.post("", status_code=202, response_model=EventsOut, openapi_extra={"requestBody": _BODY},
              responses={400: {"description": "The body is not JSON"},
                         413: {"description": "The body is larger than max_body_bytes, or has too many events"},
-                        415: {"description": "The body is not application/json"}})
+                        415: {"description": "The body is not application/json"},
+                        507: {"description": "The journal cannot be written (a full disk): the body says which "
+                                            "events, if any, were accepted"}})
 async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     """One event object, a list of them, or ``{"events": [...]}``. Each bad event
     is reported with its index and reason; the others are accepted. The answer
     comes once the accepted events are durable in the journal (per the
-    ``durability`` setting)."""
+    ``durability`` setting). When the journal cannot be written (a full
+    disk) the answer is 507 and none of the events is accepted -- unless the
+    disk filled in the middle of a large request: the body then says which
+    items were accepted (``accepted``) and from which one to resend
+    (``not_accepted_from``)."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype != "application/json" and not ctype.endswith("+json"):
         d.counters.add("http_not_json")
@@ -63,9 +71,14 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
             raise TimeoutError("the server is still recovering (putting back its queued and journaled events)")
         late = 0
         for i in range(0, len(events), QUEUE_PART):
-            late += len(d.queue.put_batch(events[i:i + QUEUE_PART], timeout=30))
+            try:
+                late += len(d.queue.put_batch(events[i:i + QUEUE_PART], timeout=30))
+            except DiskFull as exc:
+                raise exc.refusing_from(i + exc.first_refused) from None
         journal = d.queue.journal
         if journal is not None and events and not journal.wait_durable(journal.appended, DURABLE_SECONDS):
+            if journal.sync_failure is not None:
+                raise _NotSynced(str(journal.sync_failure))
             raise TimeoutError(f"the journal did not make the events durable within {DURABLE_SECONDS:g} s "
                                "(they are queued)")
         return late
@@ -74,8 +87,38 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
         late = await run_in_threadpool(enqueue)
     except (QueueClosed, TimeoutError) as exc:
         raise HTTPException(503, detail=f"events not accepted: {exc}") from None
+    except DiskFull as exc:
+        return _refused(d, exc, len(events), errors)
+    except _NotSynced as exc:
+        d.counters.add("disk_full_refusals_http")
+        return JSONResponse(status_code=507, content={
+            "detail": f"{exc}: the {len(events)} events are in the journal and queued (they will be processed: "
+                      "do not send them again) but could not be made durable; free space on the file system of "
+                      "the data directory", "accepted": len(events)})
     d.counters.add("received_http", len(events) - late)
     return EventsOut(accepted=len(events) - late, rejected=rejected, late=late)
+
+
+class _NotSynced(Exception):
+    """The events were journaled and queued, but the journal could not be synced."""
+
+
+def _refused(d, exc: DiskFull, n_events: int, errors: list[tuple[int, str]]) -> JSONResponse:
+    """507: the journal could not take the events from ``exc.first_refused`` on."""
+    d.counters.add("disk_full_refusals_http")
+    k = exc.first_refused
+    if k:
+        d.counters.add("received_http", k)
+        item = _item_indexes(n_events, errors)[k]
+        what = (f"the first {k} of the {n_events} events were accepted (the body's items before index {item}); "
+                f"those from item {item} on were not: send only those again")
+    else:
+        item = None
+        what = f"none of the {n_events} events was accepted: send them again"
+    return JSONResponse(status_code=507, headers={"Retry-After": "5"}, content={
+        "detail": f"{exc}; {what} once space is freed ({exc.hint})",
+        "accepted": k, "not_accepted_from": item,
+        "disk_full": {"part": exc.part, "path": exc.path, "reason": exc.reason}})
 
 
 def _item_indexes(n_events: int, errors: list[tuple[int, str]]) -> list[int]:

@@ -1,7 +1,9 @@
 """/health and /metrics.
 
 /health is open (for probes) and says "degraded" with a reason when the engine
-thread failed or the event queue is stalled; from SIGTERM until the server
+thread failed, the event queue is stalled or part of the data directory
+cannot be written (``disk_full``: per part, what failed, where, since when;
+``reason`` says it in one line), until it can be written again; from SIGTERM until the server
 exits it answers 503 with status "draining" (take it out of rotation). /metrics needs a token when
 ``auth_tokens`` is set, like every other data route (Prometheus sends one with
 ``authorization: {credentials: ...}``). It is answered on the event loop from
@@ -34,10 +36,16 @@ async def health(request: Request, d: DaemonDep) -> JSONResponse:
     else:
         status = "ok" if alive and d.engine_error is None else "degraded"
     stalled = d.queue_stalled()
-    if stalled and status == "ok":
+    disk = d.disk_status()
+    if (stalled or disk) and status == "ok":
         status = "degraded"
+    reasons = [f"{v['error']} at {v['path']}" for v in disk.values()] + ([stalled] if stalled else [])
+    if d.engine_error:
+        reasons.append(f"engine error: {d.engine_error}")
     return JSONResponse(status_code=503 if draining else 200, content={
         "status": status,
+        "reason": "; ".join(reasons) or None,
+        "disk_full": disk,
         "queue_stalled": stalled,
         "restored": {"done": d.restored, "total": d.restore_total},
         # what this start recovered: the snapshot loaded, its instances and queued events, the journal replayed

@@ -1,0 +1,126 @@
+"""What cannot be written to the data directory now (a full disk, mostly).
+
+A write to the journal, the witness log, the SQLite store or a snapshot that
+fails with an ``OSError`` (ENOSPC, EDQUOT, EIO, ...) or SQLite's "database or
+disk is full" becomes a :class:`DiskFull`: the write is cut back to its last
+whole record, what it carried is refused (never half accepted), and the
+callers turn it into a refusal the client can act on -- ``error: disk full:
+...`` on TCP, HTTP 507 on the API. :class:`DiskState` remembers, per part of
+the data directory, the failure that lasts, for ``/health`` and ``/metrics``,
+and logs once when an episode starts and once when it ends, not for every
+refused line. No sockets, no FastAPI.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("cayuga.disk")
+
+#: errno values that mean "no room" (anything else is reported as a disk error).
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+#: SQLite's primary result codes for a full disk and an I/O error.
+SQLITE_FULL, SQLITE_IOERR = 13, 10
+#: What each part of the data directory is called in messages.
+PARTS = {"journal": "the journal", "witness_log": "the witness log", "store": "the SQLite store",
+         "snapshot": "a snapshot"}
+
+
+class DiskFull(Exception):
+    """``what`` could not be written to ``path`` (``reason``: the OS's words).
+    ``kind`` is "disk full" for ENOSPC/EDQUOT/SQLITE_FULL, "disk error" otherwise."""
+
+    def __init__(self, part: str, what: str, path: str | Path, reason: str, kind: str = "disk full",
+                 first_refused: int = 0) -> None:
+        self.part, self.what, self.path, self.reason, self.kind = part, what, str(path), reason, kind
+        #: set by DelayQueue.put_batch: the index of the first event of the call not accepted
+        self.first_refused = first_refused
+        super().__init__(f"{kind}: {what} ({reason})")
+
+    def refusing_from(self, index: int) -> "DiskFull":
+        """A copy that says the events from ``index`` on were not accepted."""
+        return DiskFull(self.part, self.what, self.path, self.reason, self.kind, index)
+
+    @classmethod
+    def from_os(cls, part: str, what: str, path: str | Path, exc: OSError) -> "DiskFull":
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return cls(part, what, path, reason, "disk full" if exc.errno in NO_SPACE else "disk error")
+
+    @property
+    def hint(self) -> str:
+        """What to do about it."""
+        if self.kind == "disk full":
+            return f"free space on the file system of {self.path}; the server resumes by itself once it can write"
+        return f"check the file system of {self.path} (the server retries the write)"
+
+
+def store_error(exc: sqlite3.Error, path: str | Path, what: str) -> DiskFull | None:
+    """The :class:`DiskFull` a SQLite error stands for (None: another kind of error)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(exc)
+    if primary == SQLITE_FULL or "disk is full" in text:
+        return DiskFull("store", what, path, text, "disk full")
+    if primary == SQLITE_IOERR or "disk I/O error" in text:
+        return DiskFull("store", what, path, text, "disk error")
+    return None
+
+
+@dataclass
+class _Episode:
+    error: DiskFull
+    since: float  # time.time()
+    count: int = 1
+
+
+class DiskState:
+    """Per part of the data directory, the write failure that lasts (thread-safe).
+
+    :meth:`failed` notes one (logged at ERROR when the episode starts),
+    :meth:`recovered` ends it (logged at WARNING); :meth:`current` is what
+    /health reports."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._episodes: dict[str, _Episode] = {}
+        self.episodes = 0  # episodes started since start-up (all parts)
+
+    def failed(self, exc: DiskFull) -> None:
+        with self._lock:
+            ep = self._episodes.get(exc.part)
+            if ep is not None:
+                ep.error, ep.count = exc, ep.count + 1
+                return
+            self._episodes[exc.part] = _Episode(exc, time.time())
+            self.episodes += 1
+        log.error("%s: %s -- %s; refusing what needs it until it can be written (logged once per episode)",
+                  exc.path, exc, exc.hint)
+
+    def recovered(self, part: str) -> None:
+        if part not in self._episodes:  # the common case, without the lock
+            return
+        with self._lock:
+            ep = self._episodes.pop(part, None)
+        if ep is not None:
+            log.warning("%s can be written again (%s failed %d times over %.1f s)", PARTS.get(part, part),
+                        ep.error.path, ep.count, time.time() - ep.since)
+
+    def failing(self, part: str) -> DiskFull | None:
+        ep = self._episodes.get(part)
+        return ep.error if ep is not None else None
+
+    def current(self) -> dict[str, dict]:
+        """Per failing part: what failed, where, why, since when, how often."""
+        with self._lock:
+            return {part: {"error": str(ep.error), "path": ep.error.path, "since": ep.since, "failures": ep.count,
+                           "hint": ep.error.hint}
+                    for part, ep in self._episodes.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self._episodes)

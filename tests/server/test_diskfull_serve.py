@@ -1,0 +1,261 @@
+"""Issue 19, the full-disk row: a real ``cayuga serve`` whose data directory
+is a 20 MB tmpfs that fills up while ``cayuga send`` streams a tick file and
+``cayuga watch`` processes follow two queries.
+
+While the disk is full: /health answers "degraded" with the reason and the
+path, POST /events and POST /subscriptions answer 507 with a body saying
+"disk full" (never a 500), the TCP sender is refused with an ``error: disk
+full:`` line and keeps retrying, the metrics count it. Then space is freed
+(the filler files are deleted): ingestion resumes without a restart, the
+sender finishes, each watcher's witnesses equal ``cayuga run`` on the same
+file as a multiset, and the witness log (``?from=1``) holds each of them
+exactly once -- nothing was delivered that is not logged. After kill -9 and
+a restart it still holds each exactly once.
+
+``CAYUGA_DISKFULL_EVENTS`` makes the run longer (default 60,000 ticks; give
+a bigger ``CAYUGA_DISKFULL_TMPFS`` too, e.g. ``64m`` for 200,000: the run's
+journal, witness log and snapshots must fit once space is freed), and
+``CAYUGA_DISKFULL_LEAVE`` sets the bytes left free when the stream starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from bench.server_e2e import QUERIES, _cayuga, _env, _free_port, write_ticks
+from clients.client import CayugaClient
+from tests.server.tmpfs import fill, free_space, tmpfs
+
+EVENTS = int(os.environ.get("CAYUGA_DISKFULL_EVENTS", "60000"))
+#: Bytes left free when the stream starts: the journal and the witness log fill them.
+LEAVE = int(os.environ.get("CAYUGA_DISKFULL_LEAVE", str(1 << 20)))
+#: The tmpfs: big enough for the whole run once the filler files are deleted.
+SIZE = os.environ.get("CAYUGA_DISKFULL_TMPFS", "20m")
+WAIT = 120.0  # seconds any one condition may take
+
+HALF = "SELECT Name, Price, Volume FROM FILTER{Volume >= 5000}(Stock) PUBLISH Half\n"
+WATCHED = {"rising.cel": "Rising", "half.cel": "Half"}
+
+
+class Server:
+    """``cayuga serve`` as a process on fixed ports, on a data directory; killed and started again."""
+
+    def __init__(self, data_dir: Path, log: Path) -> None:
+        self.data_dir, self.log = data_dir, log
+        self.http, self.tcp = _free_port(), _free_port()
+        self.url = f"http://127.0.0.1:{self.http}"
+        self.proc: subprocess.Popen | None = None
+        self.env = {**_env(), "CAYUGA_LOG_LEVEL": "info", "CAYUGA_SNAPSHOT_SECONDS": "1"}
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                _cayuga("serve", "--http-port", str(self.http), "--tcp-port", str(self.tcp), "--data-dir",
+                        str(self.data_dir)), env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_up(self, timeout: float = 60) -> None:
+        def up() -> bool:
+            try:
+                with CayugaClient(self.url, timeout=5) as c:
+                    return c.health().get("status") == "ok"
+            except Exception:  # noqa: BLE001 - not up yet
+                return False
+
+        _wait("the server to come up", up, timeout, procs=[self.proc])
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _expected(ticks: Path, queries: list[Path]) -> dict[str, Counter]:
+    """``cayuga run``'s witnesses per output stream, canonical JSON, as multisets."""
+    out = subprocess.run(_cayuga("run", *[a for q in queries for a in ("--query", str(q))], "--events", str(ticks)),
+                         env=_env(), capture_output=True, text=True, timeout=600, check=True).stdout
+    per: dict[str, Counter] = {}
+    for line in out.splitlines():
+        w = json.loads(line)
+        per.setdefault(w["stream"], Counter())[json.dumps(w, sort_keys=True)] += 1
+    return per
+
+
+def _wait(what: str, check, timeout: float = WAIT, procs=()):
+    """Poll ``check()`` until it returns something truthy (returned)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        for p in procs:
+            assert p.poll() is None, f"{p.args} ended while waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _metric(text: str, name: str, labels: str = "") -> float:
+    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def _logged(url: str, sid: str, n: int) -> list[tuple[int, str]]:
+    """(seq, witness) of ``sid`` from the witness log, from seq 1, the first ``n``."""
+    out: list[tuple[int, str]] = []
+    with CayugaClient(url, timeout=30) as c, c.frames(sid, from_=1, batch=1000, timeout=30) as frames:
+        for msg in frames:
+            for line in msg.split("\n"):
+                seq, _, w = line.partition(" ")
+                out.append((int(seq), json.dumps(json.loads(w), sort_keys=True)))
+            if len(out) >= n:
+                return out
+    return out
+
+
+def _canon(path: Path) -> Counter:
+    return Counter(json.dumps(json.loads(line), sort_keys=True) for line in path.read_text().splitlines())
+
+
+def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_witness(tmp_path):
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, EVENTS, 40, seed=19)
+    qdir = tmp_path / "queries"
+    qdir.mkdir()
+    (qdir / "rising.cel").write_text((QUERIES / "rising.cel").read_text())
+    (qdir / "half.cel").write_text(HALF)
+    order = [qdir / "rising.cel", qdir / "half.cel"]
+    expected = _expected(ticks, order)
+    assert all(expected.get(s) for s in WATCHED.values())
+
+    with tmpfs(tmp_path, SIZE) as mnt:
+        srv = Server(mnt / "data", tmp_path / "server.log")
+        procs: list[subprocess.Popen] = []
+        http = httpx.Client(base_url=srv.url, timeout=30)
+        statuses: Counter = Counter()
+
+        def health() -> dict:
+            r = http.get("/health")
+            statuses[r.status_code] += 1
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        try:
+            srv.start()
+            srv.wait_up()
+            with CayugaClient(srv.url, timeout=60) as c:
+                ids = {q.name: c.subscribe(cel=q.read_text())["id"] for q in order}
+            watchers = {}
+            for qname, stream in WATCHED.items():
+                out = open(tmp_path / f"watch-{stream}.jsonl", "wb")
+                err = open(tmp_path / f"watch-{stream}.err", "wb")
+                p = subprocess.Popen(_cayuga("watch", ids[qname], "--url", srv.url, "--count",
+                                             str(sum(expected[stream].values())), "--retry-for", "300"),
+                                     env=_env(), stdout=out, stderr=err)
+                watchers[stream] = p
+                procs.append(p)
+            # they follow from the newest witness on: connected before the first event, or they miss some
+            _wait("the watchers to connect", lambda: health()["clients"] >= len(WATCHED), procs=procs)
+            fillers = [fill(mnt, leave=LEAVE, name="filler-1")]
+            sender = subprocess.Popen(_cayuga("send", str(ticks), "--url", srv.url, "--port", str(srv.tcp),
+                                              "--sender-id", "ticks", "--retry-for", "300"),
+                                      env=_env(), stdout=subprocess.DEVNULL,
+                                      stderr=open(tmp_path / "send.err", "wb"))
+            procs.append(sender)
+
+            # the stream fills the disk ...
+            _wait("the stream to fill the disk", lambda: free_space(mnt) < 256 << 10, procs=[sender, srv.proc])
+            fillers.append(fill(mnt, leave=0, name="filler-2"))  # ... and it stays full: not a byte left ...
+            snapshots = mnt / "data" / "snapshots"
+            while list(snapshots.glob("*.tmp")):  # ... once a snapshot child being written gave its space back
+                _wait("the snapshot child to end", lambda: not list(snapshots.glob("*.tmp")), procs=[srv.proc])
+                fill(mnt, leave=0, name="filler-2")
+
+            # refusals that say so, never a 500
+            t = EVENTS  # the last tick's time: not late (no witness of either query, were it accepted)
+            events = [{"stream": "Stock", "t0": t, "t1": t, "Name": "Z" * 40, "Price": 1.0, "Volume": 1}
+                      for _ in range(500)]
+            r = http.post("/events", json=events)
+            assert r.status_code == 507, r.text
+            body = r.json()
+            assert body["detail"].startswith("disk full: ") and "none of the 500 events was accepted" in \
+                body["detail"] and body["accepted"] == 0, body
+            state = _wait("/health to report the full disk", lambda: (h := health()).get("disk_full") and h,
+                          procs=[sender, srv.proc])
+            assert state["status"] == "degraded"
+            assert "disk full" in state["reason"] and str(mnt) in state["reason"], state
+            r = http.post("/subscriptions", json={"cel": HALF.replace("Half", "Other")})
+            assert r.status_code == 507, r.text
+            assert "disk full" in r.json()["detail"], r.text
+            assert [s["id"] for s in http.get("/subscriptions").json()] == list(ids.values())
+            refused = _metric(http.get("/metrics").text, "cayuga_disk_full_refusals_total", '{source="tcp"}')
+            metrics = _wait("the sender to be refused again", lambda: (m := http.get("/metrics").text) and
+                            _metric(m, "cayuga_disk_full_refusals_total", '{source="tcp"}') > refused + 2 and m,
+                            procs=[sender, srv.proc])
+            assert _metric(metrics, "cayuga_disk_full_refusals_total", '{source="http"}') >= 2
+            assert _metric(metrics, "cayuga_witness_log_append_failures_total") >= 1  # witnesses were held
+            assert sum(_metric(metrics, "cayuga_disk_full", f'{{part="{p}"}}')
+                       for p in ("journal", "witness_log", "store", "snapshot")) >= 1
+            assert health()["status"] == "degraded"
+            assert sender.poll() is None  # still retrying: nothing is lost, it waits
+            full = {k + lab: _metric(metrics, k, lab) for k, lab in (
+                ("cayuga_disk_full_refusals_total", '{source="tcp"}'),
+                ("cayuga_disk_full_refusals_total", '{source="http"}'),
+                ("cayuga_journal_write_failures_total", ""), ("cayuga_witness_log_append_failures_total", ""),
+                ("cayuga_snapshot_failures_total", ""), ("cayuga_events_received_total", '{source="tcp"}'))}
+            print("while full:", full, "parts:", sorted(health()["disk_full"]))
+
+            # space returns: everything resumes by itself, without a restart
+            for f in fillers:
+                f.unlink()
+            assert free_space(mnt) > 10 << 20
+            assert sender.wait(WAIT) == 0, (tmp_path / "send.err").read_text()
+            _wait("/health to be ok again", lambda: health()["status"] == "ok", procs=[srv.proc])
+            for stream, p in watchers.items():
+                assert p.wait(WAIT) == 0, (tmp_path / f"watch-{stream}.err").read_text()
+            for qname, stream in WATCHED.items():
+                got = _canon(tmp_path / f"watch-{stream}.jsonl")
+                assert got == expected[stream], (stream, sum(got.values()), sum(expected[stream].values()))
+
+            def exactly_once_in_the_log() -> None:
+                for qname, stream in WATCHED.items():
+                    n = sum(expected[stream].values())
+                    logged = _logged(srv.url, ids[qname], n)
+                    assert [seq for seq, _ in logged] == list(range(1, n + 1)), stream
+                    assert Counter(w for _, w in logged) == expected[stream], stream
+                    assert http.get(f"/subscriptions/{ids[qname]}").json()["last_seq"] == n, stream
+
+            exactly_once_in_the_log()  # every witness printed is in the log, once
+            print("witnesses compared:", {s: sum(expected[s].values()) for s in WATCHED.values()})
+
+            srv.kill()
+            srv.start()
+            srv.wait_up()
+            _wait("the restart's replay", lambda: health()["queue_depth"] == 0, procs=[srv.proc])
+            exactly_once_in_the_log()
+            assert statuses.keys() == {200}
+            for f in ["send.err"] + [f"watch-{s}.err" for s in WATCHED.values()]:
+                assert "Traceback" not in (tmp_path / f).read_text(), f
+            log = (tmp_path / "server.log").read_text()
+            assert "Traceback" not in log, log[-5000:]
+        finally:
+            http.close()
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(10)
+            srv.stop()
