@@ -56,6 +56,12 @@ def hypothesis_profile_name() -> str:
     return name
 
 
+# loaded on import, not in pytest_configure: pytest imports the conftest.py of the
+# directories named on its command line (tests/fuzz/) before it configures, and
+# their module-level settings must see this profile
+settings.load_profile(hypothesis_profile_name())
+
+
 def _hypothesis_seed(config) -> str:
     return str(config.getoption("hypothesis_seed"))
 
@@ -76,8 +82,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     # before Hypothesis' own pytest plugin configures: it then forces this seed on
-    # every test (and --hypothesis-profile, if given, still wins over the variable)
-    settings.load_profile(hypothesis_profile_name())
+    # every test (and loads --hypothesis-profile, if given, over the variable's)
     if config.getoption("hypothesis_seed") is None:
         config.option.hypothesis_seed = str(secrets.randbits(32))
     # tests/engine/test_compiled_build.py runs suites with this set, so that a

@@ -23,11 +23,18 @@ from clients.client import CayugaClient
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
 
-#: The long campaign (CAYUGA_HYPOTHESIS_PROFILE=long).
+#: The long campaign (CAYUGA_HYPOTHESIS_PROFILE=long; tests/conftest.py loads it first).
 LONG = settings.get_current_profile_name() == "long"
-#: The settings every fuzzer runs under: the loaded profile, as it is.
-FUZZ = settings()
-#: Fewer examples for fuzzers that go through a real socket (a third, at most 500).
+
+
+def FUZZ(test):
+    """What most fuzzers run under: the loaded profile as it is, when they run
+    (a settings object here would freeze the profile of import time)."""
+    return test
+
+
+#: Fewer examples for fuzzers that go through a real socket (a third of the
+#: profile's, at most 500).
 FUZZ_NET = settings(max_examples=max(10, min(settings.default.max_examples // 3, 500)))
 #: Seconds of overload.
 OVERLOAD_SECONDS = 60.0 if LONG else 4.0

@@ -9,7 +9,7 @@ import pytest
 import schemathesis
 from hypothesis import given, settings
 
-from tests.fuzz.conftest import FUZZ, LONG, healthy
+from tests.fuzz.conftest import LONG, healthy
 
 TOKEN = "fuzz-token"
 
@@ -42,7 +42,7 @@ def test_no_request_breaks_the_server(open_server):
 
     for op in ops:
         @given(case=op.as_strategy())
-        @settings(FUZZ, max_examples=300 if LONG else 25)
+        @settings(max_examples=300 if LONG else 25)
         def run(case):
             _no_server_error(case, open_server.base_url)
 
@@ -53,7 +53,7 @@ def test_no_request_breaks_the_server(open_server):
 def test_with_auth_no_token_is_401_and_the_token_opens(auth_server):
     for op in _operations(auth_server.base_url):
         @given(case=op.as_strategy())
-        @settings(FUZZ, max_examples=100 if LONG else 10)
+        @settings(max_examples=100 if LONG else 10)
         def run(case):
             r = _no_server_error(case, auth_server.base_url)
             if case.path != "/health":
