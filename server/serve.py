@@ -7,6 +7,7 @@ lets uvicorn close the HTTP side. A second signal stops at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -40,11 +41,17 @@ GIL_SWITCH_INTERVAL = 0.02
 
 
 class CayugaServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, daemon: Daemon) -> None:
+    def __init__(self, config: uvicorn.Config, daemon: Daemon, port_file: str | None = None) -> None:
         super().__init__(config)
         self.daemon = daemon
+        self.port_file = port_file
         self._draining = False
         self._drained = threading.Event()
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)  # the lifespan started the daemon: its TCP receiver is bound
+        if self.port_file and not self.should_exit and sockets:
+            _write_port_file(self.port_file, sockets[0].getsockname()[1], self.daemon.receiver.port)
 
     # uvicorn records handled signals and raises them again after shutting down
     # (so the process dies "by the signal"); a drained Cayuga exits with 0, so
@@ -68,6 +75,14 @@ class CayugaServer(uvicorn.Server):
 
     def request_shutdown(self) -> None:
         self.handle_exit(signal.SIGTERM, None)
+
+
+def _write_port_file(path: str, http_port: int, tcp_port: int) -> None:
+    """The bound ports as JSON, written whole (a reader never sees half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"http_port": http_port, "tcp_port": tcp_port}, f)
+    os.replace(tmp, path)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -145,8 +160,10 @@ class RunningServer:
         self.stop()
 
 
-def serve(settings: Settings) -> None:
-    """Run in the foreground until SIGTERM/SIGINT; returns after a clean stop."""
+def serve(settings: Settings, port_file: str | None = None) -> None:
+    """Run in the foreground until SIGTERM/SIGINT; returns after a clean stop.
+    With ``port_file``, the bound ports are written there once connections are
+    accepted (``cayuga serve --port-file``)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     daemon = Daemon(settings)
@@ -154,7 +171,7 @@ def serve(settings: Settings) -> None:
     sock = _bind(settings.host, settings.http_port)
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
                             ws_per_message_deflate=WS_DEFLATE)
-    server = CayugaServer(config, daemon)
+    server = CayugaServer(config, daemon, port_file)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
     if ENGINE_BUILD == "python" and os.environ.get("CAYUGA_ENGINE", "").lower() != "python":
