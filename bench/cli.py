@@ -160,3 +160,12 @@ def latency(rates, seconds, delay):
     from bench.server_e2e import latency as run_latency
     runs = [run_latency(float(r), seconds, delay) for r in rates.split(",")]
     _emit({"benchmark": "latency_tcp_to_websocket", "runs": runs})
+
+
+@bench.command()
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="How long the sender pushes.")
+def overload(seconds):
+    """One unthrottled TCP sender against 20 slow subscriptions: queue, memory,
+    /health and /metrics answer times, nothing lost (RELIABILITY.md)."""
+    from bench.overload import overload as run_overload
+    _emit(run_overload(seconds))
