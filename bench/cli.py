@@ -169,3 +169,14 @@ def overload(seconds):
     /health and /metrics answer times, nothing lost (RELIABILITY.md)."""
     from bench.overload import overload as run_overload
     _emit(run_overload(seconds))
+
+
+@bench.command()
+@click.option("--small", type=int, default=200, show_default=True, help="Subscriptions in the small network.")
+@click.option("--large", type=int, default=8000, show_default=True, help="Subscriptions in the large network.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Report the best of this many.")
+def scaling(small, large, rounds):
+    """Remove + add of one subscription: the cost in a large network against a
+    small one (a ratio near 1: it does not grow with the network)."""
+    from bench.scaling import scaling as run_scaling
+    _emit(run_scaling(small, large, rounds))
