@@ -41,10 +41,12 @@ GIL_SWITCH_INTERVAL = 0.02
 
 
 class CayugaServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, daemon: Daemon, port_file: str | None = None) -> None:
+    #: Where to write the bound ports once connections are accepted (``cayuga serve --port-file``).
+    port_file: str | None = None
+
+    def __init__(self, config: uvicorn.Config, daemon: Daemon) -> None:
         super().__init__(config)
         self.daemon = daemon
-        self.port_file = port_file
         self._draining = False
         self._drained = threading.Event()
 
@@ -171,12 +173,13 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     sock = _bind(settings.host, settings.http_port)
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
                             ws_per_message_deflate=WS_DEFLATE)
-    server = CayugaServer(config, daemon, port_file)
+    server = CayugaServer(config, daemon)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
     if ENGINE_BUILD == "python" and os.environ.get("CAYUGA_ENGINE", "").lower() != "python":
         log.warning("the compiled engine is not built (installed without a C compiler?): the pure-Python engine "
                     "runs, 1.2-3x slower; install gcc and the Python headers, then run `cayuga build-engine`")
+    server.port_file = port_file
     try:
         server.run(sockets=[sock])
     finally:
