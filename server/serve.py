@@ -7,7 +7,6 @@ lets uvicorn close the HTTP side. A second signal stops at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -41,14 +40,14 @@ GIL_SWITCH_INTERVAL = 0.02
 
 
 class CayugaServer(uvicorn.Server):
-    #: Where to write the bound ports once connections are accepted (``cayuga serve --port-file``).
-    port_file: str | None = None
-
     def __init__(self, config: uvicorn.Config, daemon: Daemon) -> None:
         super().__init__(config)
         self.daemon = daemon
         self._draining = False
         self._drained = threading.Event()
+
+    #: Where to write the bound ports once connections are accepted (``cayuga serve --port-file``).
+    port_file: str | None = None
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)  # the lifespan started the daemon: its TCP receiver is bound
@@ -81,6 +80,8 @@ class CayugaServer(uvicorn.Server):
 
 def _write_port_file(path: str, http_port: int, tcp_port: int) -> None:
     """The bound ports as JSON, written whole (a reader never sees half a file)."""
+    import json
+
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump({"http_port": http_port, "tcp_port": tcp_port}, f)
