@@ -10,8 +10,10 @@ Hypothesis profiles (``CAYUGA_HYPOTHESIS_PROFILE``; default ``ci`` when
 
 No profile is derandomized and none has a deadline (a wall-clock limit is
 flaky on a busy machine). Each run draws a fresh seed unless
-``--hypothesis-seed=N`` is given; the seed is printed in the report header and
-again after a failing run, and ``--hypothesis-seed=N`` replays that run.
+``--hypothesis-seed=N`` is given; the profile and seed are printed in the
+report header and again after a failing run, and ``--hypothesis-profile=P
+--hypothesis-seed=N`` replays that run (the database is not used when a seed
+is given: the seed alone decides the examples).
 """
 
 from __future__ import annotations
@@ -62,21 +64,20 @@ def hypothesis_profile_name() -> str:
 settings.load_profile(hypothesis_profile_name())
 
 
-def _hypothesis_seed(config) -> str:
-    return str(config.getoption("hypothesis_seed"))
+def _hypothesis_run(config) -> str:
+    """The profile and seed of this run, and the options that replay it."""
+    profile, seed = settings.get_current_profile_name(), config.getoption("hypothesis_seed")
+    return (f"hypothesis: profile {profile!r}, seed {seed} (replay this run with "
+            f"--hypothesis-profile={profile} --hypothesis-seed={seed})")
 
 
 def pytest_report_header(config):
-    return [f"cayuga engine build: {BUILD}",
-            f"hypothesis: profile {settings.get_current_profile_name()!r}, seed {_hypothesis_seed(config)} "
-            f"(replay this run with --hypothesis-seed={_hypothesis_seed(config)})"]
+    return [f"cayuga engine build: {BUILD}", _hypothesis_run(config)]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if exitstatus not in (0, 5):  # 5: nothing collected
-        terminalreporter.write_line(f"hypothesis: profile {settings.get_current_profile_name()!r}, seed "
-                                    f"{_hypothesis_seed(config)}: replay with "
-                                    f"--hypothesis-seed={_hypothesis_seed(config)}")
+        terminalreporter.write_line(_hypothesis_run(config))
 
 
 @pytest.hookimpl(tryfirst=True)
