@@ -387,8 +387,9 @@ def _write_map(lines: list[str], entries: Iterable) -> None:
 
 
 def _x(s: str) -> str:
+    # tab, newline and CR as references: a parser turns them into spaces in an attribute value
     return (str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
+            .replace('"', "&quot;").replace("\t", "&#9;").replace("\n", "&#10;").replace("\r", "&#13;"))
 
 
 def dump_air(auto: Automaton) -> str:

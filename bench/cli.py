@@ -160,3 +160,23 @@ def latency(rates, seconds, delay):
     from bench.server_e2e import latency as run_latency
     runs = [run_latency(float(r), seconds, delay) for r in rates.split(",")]
     _emit({"benchmark": "latency_tcp_to_websocket", "runs": runs})
+
+
+@bench.command()
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="How long the sender pushes.")
+def overload(seconds):
+    """One unthrottled TCP sender against 20 slow subscriptions: queue, memory,
+    /health and /metrics answer times, nothing lost (RELIABILITY.md)."""
+    from bench.overload import overload as run_overload
+    _emit(run_overload(seconds))
+
+
+@bench.command()
+@click.option("--small", type=int, default=200, show_default=True, help="Subscriptions in the small network.")
+@click.option("--large", type=int, default=8000, show_default=True, help="Subscriptions in the large network.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Report the best of this many.")
+def scaling(small, large, rounds):
+    """Remove + add of one subscription: the cost in a large network against a
+    small one (a ratio near 1: it does not grow with the network)."""
+    from bench.scaling import scaling as run_scaling
+    _emit(run_scaling(small, large, rounds))

@@ -148,7 +148,10 @@ def compile_(query, streams, schema_files, output) -> None:
 @click.option("--tcp-port", type=int, default=None, help="TCP event port (0 picks a free one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Where streams and subscriptions are stored.")
-def serve(config_path, host, http_port, tcp_port, data_dir) -> None:
+@click.option("--port-file", type=click.Path(dir_okay=False), default=None,
+              help='Once the server accepts connections, write {"http_port": N, "tcp_port": N} (JSON) here: '
+                   "the ports it bound, e.g. with --http-port 0 --tcp-port 0.")
+def serve(config_path, host, http_port, tcp_port, data_dir, port_file) -> None:
     """Run the Cayuga server until SIGTERM or SIGINT (then drain and exit 0)."""
     from server.config import ConfigError, load_settings
 
@@ -160,7 +163,7 @@ def serve(config_path, host, http_port, tcp_port, data_dir) -> None:
     from server.serve import serve as run_server
 
     try:
-        run_server(settings)
+        run_server(settings, port_file=port_file)
     except OSError as exc:
         _fail(f"cannot start: {exc}")
 

@@ -108,6 +108,14 @@ class CayugaServer(uvicorn.Server):
         self._draining = False
         self._drained = threading.Event()
 
+    #: Where to write the bound ports once connections are accepted (``cayuga serve --port-file``).
+    port_file: str | None = None
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)  # the lifespan started the daemon: its TCP receiver is bound
+        if self.port_file and not self.should_exit and sockets:
+            _write_port_file(self.port_file, sockets[0].getsockname()[1], self.daemon.receiver.port)
+
     # uvicorn records handled signals and raises them again after shutting down
     # (so the process dies "by the signal"); a drained Cayuga exits with 0, so
     # the flags are set directly instead of through Server.handle_exit.
@@ -131,6 +139,16 @@ class CayugaServer(uvicorn.Server):
 
     def request_shutdown(self) -> None:
         self.handle_exit(signal.SIGTERM, None)
+
+
+def _write_port_file(path: str, http_port: int, tcp_port: int) -> None:
+    """The bound ports as JSON, written whole (a reader never sees half a file)."""
+    import json
+
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"http_port": http_port, "tcp_port": tcp_port}, f)
+    os.replace(tmp, path)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -208,8 +226,10 @@ class RunningServer:
         self.stop()
 
 
-def serve(settings: Settings) -> None:
-    """Run in the foreground until SIGTERM/SIGINT; returns after a clean stop."""
+def serve(settings: Settings, port_file: str | None = None) -> None:
+    """Run in the foreground until SIGTERM/SIGINT; returns after a clean stop.
+    With ``port_file``, the bound ports are written there once connections are
+    accepted (``cayuga serve --port-file``)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     ensure_descriptors(settings)
@@ -222,6 +242,7 @@ def serve(settings: Settings) -> None:
     if ENGINE_BUILD == "python" and os.environ.get("CAYUGA_ENGINE", "").lower() != "python":
         log.warning("the compiled engine is not built (installed without a C compiler?): the pure-Python engine "
                     "runs, 1.2-3x slower; install gcc and the Python headers, then run `cayuga build-engine`")
+    server.port_file = port_file
     try:
         server.run(sockets=[sock])
     finally:

@@ -1,12 +1,30 @@
-"""Shared fixtures: the conformance corpus, the Stock schema, stream generators."""
+"""Shared fixtures: the conformance corpus, the Stock schema, stream generators;
+the Hypothesis profiles every property test and fuzzer runs under.
+
+Hypothesis profiles (``CAYUGA_HYPOTHESIS_PROFILE``; default ``ci`` when
+``CI=true``, else ``dev``; ``--hypothesis-profile`` overrides both):
+
+- ``ci``: a bounded number of examples for a 2-core machine;
+- ``dev``: Hypothesis' usual 100 examples;
+- ``long``: the long fuzzing campaign (RELIABILITY.md), thousands of examples.
+
+No profile is derandomized and none has a deadline (a wall-clock limit is
+flaky on a busy machine). Each run draws a fresh seed unless
+``--hypothesis-seed=N`` is given; the profile and seed are printed in the
+report header and again after a failing run, and ``--hypothesis-profile=P
+--hypothesis-seed=N`` replays that run (the database is not used when a seed
+is given: the seed alone decides the examples).
+"""
 
 from __future__ import annotations
 
 import os
 import random
+import secrets
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from air.airxml import load_air
 from air.model import parse_stream_decl
@@ -20,11 +38,54 @@ CEL_DIR = CONFORMANCE / "cel"
 GOLDEN = TESTS / "golden"
 
 
+#: too_slow is a wall-clock check (flaky on 2 busy cores); function_scoped_fixture:
+#: the fuzzers' servers are module fixtures, shared across examples on purpose.
+_QUIET = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+settings.register_profile("ci", max_examples=50, deadline=None, derandomize=False, print_blob=True,
+                          suppress_health_check=_QUIET)
+settings.register_profile("dev", max_examples=100, deadline=None, derandomize=False, print_blob=True,
+                          suppress_health_check=_QUIET)
+settings.register_profile("long", max_examples=3000, deadline=None, derandomize=False, print_blob=True,
+                          suppress_health_check=_QUIET)
+PROFILES = ("ci", "dev", "long")
+
+
+def hypothesis_profile_name() -> str:
+    """The profile chosen by the environment (see the module docstring)."""
+    name = os.environ.get("CAYUGA_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
+    if name not in PROFILES:
+        raise pytest.UsageError(f"CAYUGA_HYPOTHESIS_PROFILE={name!r}: use one of {', '.join(PROFILES)}")
+    return name
+
+
+# loaded on import, not in pytest_configure: pytest imports the conftest.py of the
+# directories named on its command line (tests/fuzz/) before it configures, and
+# their module-level settings must see this profile
+settings.load_profile(hypothesis_profile_name())
+
+
+def _hypothesis_run(config) -> str:
+    """The profile and seed of this run, and the options that replay it."""
+    profile, seed = settings.get_current_profile_name(), config.getoption("hypothesis_seed")
+    return (f"hypothesis: profile {profile!r}, seed {seed} (replay this run with "
+            f"--hypothesis-profile={profile} --hypothesis-seed={seed})")
+
+
 def pytest_report_header(config):
-    return f"cayuga engine build: {BUILD}"
+    return [f"cayuga engine build: {BUILD}", _hypothesis_run(config)]
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if exitstatus not in (0, 5):  # 5: nothing collected
+        terminalreporter.write_line(_hypothesis_run(config))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    # before Hypothesis' own pytest plugin configures: it then forces this seed on
+    # every test (and loads --hypothesis-profile, if given, over the variable's)
+    if config.getoption("hypothesis_seed") is None:
+        config.option.hypothesis_seed = str(secrets.randbits(32))
     # tests/engine/test_compiled_build.py runs suites with this set, so that a
     # build that silently fell back to plain Python cannot pass for the compiled one
     want = os.environ.get("CAYUGA_EXPECT_ENGINE")

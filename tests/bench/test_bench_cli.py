@@ -131,3 +131,12 @@ def test_latency_reports_percentiles_of_every_event():
     (run,) = json.loads(result.output)["runs"]
     assert run["received"] == run["events"] == 200
     assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+
+
+def test_bench_scaling_prints_its_ratio():
+    """The figure moved out of tests/engine/test_scaling.py: printed, never judged."""
+    result = CliRunner().invoke(main, ["bench", "scaling", "--small", "20", "--large", "200", "--rounds", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["benchmark"] == "remove_and_add_scaling" and (summary["small"], summary["large"]) == (20, 200)
+    assert summary["ratio"] > 0 and len(summary["ratios"]) == 1

@@ -53,9 +53,17 @@ def check_consistent(eng: Engine) -> None:
 
 
 def model(eng: Engine, owner: str, keep: int, shared: bool) -> tuple[dict, dict]:
-    """What evict_oldest must leave, computed from Engine.instances(owner,
-    pending=True): per state key the positions (in that list) to remove, and
-    per other owner the positions of what it sees that go with them."""
+    """What evict_oldest must leave, computed from the nodes' own instance
+    lists (checked against Engine.instances(owner, pending=True)): the
+    instances to remove, and how many the owner keeps.
+
+    This model is white-box on purpose: for random automata with merged
+    nodes, AI and sorted indexes, which instances exist at a cut is the
+    engine's whole semantics, and an independent account of it is a second
+    engine (tests/cel/reference.py's job, not this test's). What it checks
+    independently is the eviction rule applied to them. The engine-independent
+    model is test_evict_oldest_matches_an_independent_model_of_the_query below,
+    for a query whose instances can be worked out by hand."""
     h = eng._loaded[owner]
     listed = eng.instances(owner, pending=True)
     gens = {o: eng._loaded[o].gen for o in eng.owners}
@@ -210,3 +218,57 @@ def test_shared_instances_stay_unless_asked_and_then_other_owners_lose_them():
     assert eng.instance_count("old") == 1 and eng.instance_count("new") == 1
     assert eng.stats.evicted_shared == 1
     check_consistent(eng)
+
+
+# --------------------------------------------------------------------------- an independent model
+
+def _pairs_model(steps: list) -> tuple[list, list]:
+    """What PAIRS must emit and evict, from the query's meaning alone (not from
+    the engine): each event opens an instance (its name, t0, t1); the next event
+    of the same name completes every open instance of that name, emitting
+    (name, instance t0, event t1). ``("evict", keep)`` drops the oldest open
+    instances, by (t0, t1) then age, until ``keep`` are left. Returns the
+    witnesses and, per eviction, how many went."""
+    open_: list[tuple[str, int, int]] = []  # in the order they opened: oldest first at equal times
+    witnesses, evicted = [], []
+    for step in steps:
+        if step[0] == "evict":
+            keep = step[1]
+            gone = sorted(range(len(open_)), key=lambda k: (open_[k][1], open_[k][2], k))[:max(len(open_) - keep, 0)]
+            evicted.append(len(gone))
+            open_ = [inst for k, inst in enumerate(open_) if k not in set(gone)]
+            continue
+        _, name, t = step
+        witnesses += [(name, t0, t) for n, t0, _ in open_ if n == name]
+        open_ = [inst for inst in open_ if inst[0] != name] + [(name, t, t)]
+    return witnesses, evicted
+
+
+STEPS = st.lists(st.one_of(st.tuples(st.just("event"), st.sampled_from("ABCDE")),
+                           st.tuples(st.just("evict"), st.integers(0, 6))), max_size=40)
+
+
+@settings(max_examples=200)
+@given(raw=STEPS)
+def test_evict_oldest_matches_an_independent_model_of_the_query(raw):
+    """Against the model above, which knows the engine only through what it is
+    given and what it emits: the same witnesses (name, t0, t1) in the same
+    order, and each evict_oldest removes as many instances as the model's
+    oldest-first rule does. Point events at rising times (no overlaps)."""
+    steps = [("event", s[1], t) if s[0] == "event" else s for t, s in enumerate(raw, 1)]
+    want_witnesses, want_evicted = _pairs_model(steps)
+    eng = Engine()
+    eng.declare(STOCK)
+    eng.add(_pairs(), owner="x")
+    got_witnesses, got_evicted = [], []
+    for step in steps:
+        if step[0] == "evict":
+            got_evicted.append(eng.evict_oldest("x", step[1]))
+            continue
+        _, name, t = step
+        for em in eng.run([Event("Stock", (name, 1.0, 1), t, t)]):
+            got_witnesses.append((em.event.values[0], em.event.t0, em.event.t1))
+    for em in eng.run([Event("Stock", ("flush", 1.0, 1), len(steps) + 1, len(steps) + 1)]):
+        got_witnesses.append((em.event.values[0], em.event.t0, em.event.t1))
+    assert got_evicted == want_evicted
+    assert got_witnesses == want_witnesses

@@ -1,7 +1,8 @@
 """Every operation of /openapi.json under schemathesis-generated requests,
-on a real server, with and without auth: no answer is a 5xx, every one comes
-in time, and the server stays healthy. With auth and no token every data
-route answers 401."""
+on a real server, with and without auth. What it proves: no answer is a 5xx
+(each request has a timeout: a hang fails too), and the server stays healthy
+after each operation's examples. With auth, without the token every route
+but /health answers 401, and with the token none does (the token opens)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import schemathesis
 from hypothesis import given, settings
 
-from tests.fuzz.conftest import FUZZ, LONG, healthy
+from tests.fuzz.conftest import LONG, healthy
 
 TOKEN = "fuzz-token"
 
@@ -42,7 +43,7 @@ def test_no_request_breaks_the_server(open_server):
 
     for op in ops:
         @given(case=op.as_strategy())
-        @settings(FUZZ, max_examples=300 if LONG else 25)
+        @settings(max_examples=300 if LONG else 25)
         def run(case):
             _no_server_error(case, open_server.base_url)
 
@@ -53,12 +54,13 @@ def test_no_request_breaks_the_server(open_server):
 def test_with_auth_no_token_is_401_and_the_token_opens(auth_server):
     for op in _operations(auth_server.base_url):
         @given(case=op.as_strategy())
-        @settings(FUZZ, max_examples=100 if LONG else 10)
+        @settings(max_examples=100 if LONG else 10)
         def run(case):
             r = _no_server_error(case, auth_server.base_url)
             if case.path != "/health":
                 assert r.status_code == 401, (case.method, case.path, r.status_code)
-            _no_server_error(case, auth_server.base_url, {"Authorization": f"Bearer {TOKEN}"})
+            r = _no_server_error(case, auth_server.base_url, {"Authorization": f"Bearer {TOKEN}"})
+            assert r.status_code != 401, (case.method, case.path, r.text[:300])
 
         run()
         healthy(auth_server.base_url, TOKEN)

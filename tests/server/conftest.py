@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from clients.client import CayugaClient
 from server.config import load_settings
 from server.serve import RunningServer
+from tests.waiting import WaitTimeout, wait_until
 
 
 def cayuga_threads() -> list[str]:
@@ -18,10 +18,10 @@ def cayuga_threads() -> list[str]:
 
 def assert_no_cayuga_threads(timeout: float = 10.0) -> None:
     """Wait (at most ``timeout`` s) for every cayuga thread to end, then check none is left."""
-    deadline = time.monotonic() + timeout
-    while cayuga_threads() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert cayuga_threads() == [], "threads left behind"
+    try:
+        wait_until(lambda: not cayuga_threads(), timeout, what="every cayuga thread to end")
+    except WaitTimeout:
+        raise AssertionError(f"threads left behind: {cayuga_threads()}") from None
 
 
 def make_settings(tmp_path, **kw):

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from server.engine import Event
 from server.journal import Journal
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +47,7 @@ class Raw:
                 return out
 
     def close(self) -> None:
+        self.file.close()  # the file holds the socket open too: both, or the server never sees the end
         self.sock.close()
 
 
@@ -82,17 +83,11 @@ def test_sender_resume_acks_and_duplicates(start_server, durability):
     assert acks == sorted(acks) and acks[-1] == 100
     c.close()
 
-    c = Raw(tcp_port(srv))  # the same sender again: it resumes after line 100
-    deadline = time.monotonic() + 10
+    # the same sender again, once the old connection's thread has ended: it resumes after line 100
+    wait_until(lambda: srv.daemon.receiver.connections == 0, what="the first connection to end")
+    c = Raw(tcp_port(srv))
     c.send("#sender feed-1\n#ack\n")
-    answer = c.line()
-    while answer.startswith("error: sender feed-1 is already connected") and time.monotonic() < deadline:
-        c.close()  # the old connection's thread had not ended yet
-        time.sleep(0.05)
-        c = Raw(tcp_port(srv))
-        c.send("#sender feed-1\n#ack\n")
-        answer = c.line()
-    assert answer == "#resume 100"
+    assert c.line() == "#resume 100"
     c.send("#from 90\n" + lines(91, 120, bad=(115,)))  # 91..100 again: dropped
     got = c.until_ack(120)
     assert [x for x in got if x.startswith("error")] == [
@@ -143,9 +138,7 @@ def test_without_sender_lines_are_journaled_and_numbered_as_before(server):
     assert c.line() == ""
     c.close()
     j = server.daemon.journal
-    deadline = time.monotonic() + 10
-    while j.appended < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: j.appended >= 1, what="the batch to be journaled")
     assert [(s, n, len(e)) for _, e, s, n in j.replay(0)] == [(None, None, 2)]
 
 
@@ -159,9 +152,7 @@ def test_acks_never_wait_for_a_client_that_does_not_read_them(start_server):
     n = 20_000
     for k in range(0, n, 200):  # many small blocks: many acks
         s.sendall(lines(k + 1, k + 200).encode())
-    deadline = time.monotonic() + 30
-    while srv.daemon.queue.progress("mute") < n and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: srv.daemon.queue.progress("mute") >= n, timeout=60, what=f"{n} lines of sender mute")
     assert srv.daemon.queue.progress("mute") == n
     s.close()
 
@@ -178,12 +169,6 @@ def test_post_events_answers_once_durable(start_server):
 # --------------------------------------------------------------------------- cayuga send across a restart
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_cayuga_send_delivers_every_line_once_across_a_server_restart(tmp_path):
     n = 200_000
     path = tmp_path / "events.jsonl"
@@ -193,12 +178,14 @@ def test_cayuga_send_delivers_every_line_once_across_a_server_restart(tmp_path):
             t = i // 10
             fh.write(json.dumps(stock(f"S{i % 97}", i / 4, i, t)) + "\n")
             expected.append(Event("Stock", (f"S{i % 97}", i / 4, i), t, t))
-    http, tcp = free_port(), free_port()
+    ports = {"http_port": 0, "tcp_port": 0}  # free ports at first; the restart takes the same ones again
 
     def start():
-        return RunningServer(make_settings(tmp_path, http_port=http, tcp_port=tcp, durability="write")).start()
+        return RunningServer(make_settings(tmp_path, durability="write", **ports)).start()
 
     srv = start()
+    ports = {"http_port": srv.http_port, "tcp_port": srv.tcp_port}
+    tcp = srv.tcp_port
     proc = None
     try:
         # --rate keeps the file going long enough to stop the server in the middle of it
@@ -206,14 +193,15 @@ def test_cayuga_send_delivers_every_line_once_across_a_server_restart(tmp_path):
                                  "--port", str(tcp), "--rate", "100000", "--retry-for", "60"],
                                 cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        deadline = time.monotonic() + 60
-        while srv.daemon.queue.accepted < n // 5 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.01)
+        def a_fifth_in():
+            assert proc.poll() is None, f"cayuga send ended early: {proc.communicate()[1]}"
+            return srv.daemon.queue.accepted >= n // 5
+
+        wait_until(a_fifth_in, timeout=60, what=f"{n // 5} lines accepted")
         srv.stop()
         first_life = srv.daemon.queue.accepted
         assert 0 < first_life < n, "the server must stop in the middle of the file"
-        time.sleep(0.5)  # cayuga send sees the connection go and retries
-        srv = start()
+        srv = start()  # cayuga send sees its connection go and retries until this one answers
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert "Traceback" not in err
@@ -237,10 +225,12 @@ def test_cayuga_send_delivers_every_line_once_across_a_server_restart(tmp_path):
 def test_cayuga_send_gives_up_with_one_line_when_no_server_comes(tmp_path):
     path = tmp_path / "e.jsonl"
     path.write_text(lines(1, 3))
-    port = free_port()
-    r = subprocess.run([sys.executable, "-m", "clients.cli", "send", str(path), "--url", f"http://127.0.0.1:{port}",
-                        "--port", str(port), "--retry-for", "1"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+    with socket.socket() as closed:  # bound, never listening: a port that refuses connections and stays ours
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "clients.cli", "send", str(path), "--url",
+                            f"http://127.0.0.1:{port}", "--port", str(port), "--retry-for", "1"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("cayuga: gave up after 1 s of retries: cannot reach")

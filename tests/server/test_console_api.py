@@ -3,7 +3,6 @@ instances per state, /stats; and the pages (console, offline /docs)."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -14,18 +13,14 @@ from server.console import vendor
 from server.engine import Engine, Event
 from tests.conftest import STOCK
 from tests.server.conftest import stock
+from tests.waiting import wait_until
 
 RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
           "NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
 
 
 def wait_for(fn, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
+    return wait_until(fn, timeout, what=getattr(fn, "__name__", "the condition"))
 
 
 def test_the_automaton_graph_of_the_readme_query(client):

@@ -181,17 +181,12 @@ def test_auth_tokens(start_server):
 def test_instance_counts_reach_the_api_and_metrics(client):
     """The engine thread recounts instances per subscription in the background
     (a bounded slice per loop); the API and /metrics show the counts."""
-    import time
-
     subs = [client.subscribe(cel=PAIRS.replace("Pairs", f"Pairs{i}")) for i in range(5)]
     client.post_events([stock("IBM", 10.0, 1, 1), stock("MSFT", 5.0, 1, 2)])  # one run waits per symbol
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        counts = [client.subscription(s["id"])["instances"] for s in subs]
-        if counts == [2] * 5:
-            break
-        time.sleep(0.1)
-    assert counts == [2] * 5
+    from tests.waiting import wait_until
+
+    wait_until(lambda: [client.subscription(s["id"])["instances"] for s in subs] == [2] * 5,
+               what="2 instances counted for each subscription")
     metrics = client.http.get("/metrics").text
     assert f'cayuga_instances{{subscription="{subs[0]["id"]}"}} 2.0' in metrics
     client.unsubscribe(subs[0]["id"])

@@ -15,6 +15,7 @@ import pytest
 from clients.client import CayugaClient
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
+from tests.waiting import wait_until
 
 PAIRS = "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
 
@@ -36,10 +37,7 @@ def _capture(srv: RunningServer, out: list) -> None:
 
 
 def _wait(cond, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
+    wait_until(cond, timeout, what)
 
 
 def _evicted(d, n: int) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import heapq
 import socket
 import threading
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from server.engine import Event
 from server.queue import DelayQueue, QueueClosed
+from tests.waiting import wait_until
 
 
 def ev(t1, t0=None):
@@ -61,8 +61,8 @@ def test_a_full_queue_blocks_producers_until_there_is_room():
     done = threading.Event()
     t = threading.Thread(target=lambda: (q.put(ev(3), timeout=5), done.set()))
     t.start()
-    time.sleep(0.05)
-    assert not done.is_set()
+    # the subject is a negative (the put stays blocked while the queue is full): it needs a window
+    assert not done.wait(0.05)
     assert [e.t1 for e in q.get_batch(1, timeout=0.01)] == [1]
     t.join(5)
     assert done.is_set() and len(q) == 2
@@ -83,9 +83,7 @@ def test_a_stalled_engine_blocks_the_receivers_and_the_queue_stays_bounded(start
     d = srv.daemon
     release = threading.Event()
     stalled = d.submit(lambda eng: release.wait(30))  # the engine thread waits here
-    deadline = time.monotonic() + 5
-    while not stalled.running() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(stalled.running, what="the engine thread to take the stalling task")
     try:
         line = '{"stream": "Stock", "t1": %d, "Name": "IBM", "Price": 1.0, "Volume": 1}\n'
         payload = "".join(line % i for i in range(20_000)).encode()
@@ -93,12 +91,9 @@ def test_a_stalled_engine_blocks_the_receivers_and_the_queue_stays_bounded(start
         sender = threading.Thread(target=sock.sendall, args=(payload,))
         sender.start()
         # the receiver fills the bounded queue, then blocks: it stops reading the socket
-        deadline = time.monotonic() + 10
-        while len(d.queue) < 50 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)
+        wait_until(lambda: len(d.queue) >= 50 and d.counters.get("received_tcp") >= 50, what="a full queue")
         assert len(d.queue) == 50
-        assert d.counters.get("received_tcp") == 50
+        assert d.counters.get("received_tcp") == 50  # the receiver stopped there: it waits for room
     finally:
         release.set()  # never leave the engine thread waiting
     sender.join(30)
@@ -106,9 +101,7 @@ def test_a_stalled_engine_blocks_the_receivers_and_the_queue_stays_bounded(start
     sock.settimeout(30)
     assert sock.recv(100) == b""  # the server read everything and closed without errors
     sock.close()
-    deadline = time.monotonic() + 30
-    while d.engine.stats.events < 20_000 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: d.engine.stats.events >= 20_000, timeout=60, what="20,000 events processed")
     assert d.engine.stats.events == 20_000
 
 

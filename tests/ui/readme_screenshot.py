@@ -54,7 +54,7 @@ def main(out: str = "docs/console.png", seconds: float = 30.0) -> None:
                     n = rnd.randint(100, 400)
                     c.post_events(traffic(rnd, t, n))
                     t += n
-                    time.sleep(0.5)
+                    time.sleep(0.5)  # the subject: traffic paced over `seconds`, so the console charts fill
                 page.screenshot(path=out)
                 browser.close()
         finally:

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from clients.client import CayugaClient
 from tests.conftest import ROOT
 from tests.server.conftest import stock
+from tests import waiting
 from tests.ui.conftest import expect
 
 # The README's query, over three lines, with a typo on the second line.
@@ -19,10 +19,7 @@ TYPO = QUERY.replace("$2.Price >=", "$2.Prise >=")
 
 
 def wait_until(fn, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not fn():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+    waiting.wait_until(fn, timeout, what=getattr(fn, "__name__", "the condition"))
 
 
 def test_a_new_user_writes_registers_sees_the_automaton_and_its_matches(server, page, shots):
