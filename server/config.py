@@ -15,6 +15,7 @@ import os
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
+from air.names import name_problem
 
 #: The configuration shipped with the project, used when none is given.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
@@ -111,7 +112,13 @@ class Settings(BaseModel):
     @classmethod
     def _types(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
         for stream, attrs in v.items():
+            problem = name_problem(str(stream), what="stream name", identifier=True)
+            if problem is not None:
+                raise ValueError(problem)
             for name, typ in attrs.items():
+                problem = name_problem(str(name), what=f"attribute name in stream {stream}", identifier=True)
+                if problem is not None:
+                    raise ValueError(problem)
                 try:
                     normalize_type(str(typ))
                 except ModelError as exc:
