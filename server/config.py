@@ -82,8 +82,10 @@ class Settings(BaseModel):
     max_predicate_atoms: int = Field(4096, ge=1)
     #: Live instances of one subscription. Checked by the engine thread's background count:
     #: one found above it loses its oldest instances down to the limit (counted, logged,
-    #: recorded so that a journal replay evicts at the same point).
-    max_instances_per_subscription: int = Field(1_000_000, ge=1)
+    #: recorded so that a journal replay evicts at the same point); one above half of it is
+    #: recounted after every batch. 1,000 keeps a runaway FOLD from slowing the server to a
+    #: crawl (config.yaml has the measurement).
+    max_instances_per_subscription: int = Field(1_000, ge=1)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)

@@ -1,7 +1,8 @@
 """/health and /metrics.
 
 /health is open (for probes) and says "degraded" with a reason when the engine
-thread failed or the event queue is stalled. /metrics needs a token when
+thread failed or the event queue is stalled, and "warning" when one
+subscription holds the engine back (``holding_back``: see :func:`holding_back`). /metrics needs a token when
 ``auth_tokens`` is set, like every other data route (Prometheus sends one with
 ``authorization: {credentials: ...}``). It is answered on the event loop from
 counters and copies, never waiting for the engine thread or a worker thread,
@@ -16,9 +17,42 @@ from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from server.api.deps import DaemonDep, require_token
+from server.daemon import WATCH_SHARE
 from server.engine import BUILD
 
 router = APIRouter(tags=["system"])
+
+#: /health names the subscription with the most live instances when events have waited
+#: this long in the queue (time: clock) ...
+LAG_SECONDS = 5.0
+
+
+def holding_back(d) -> dict | None:
+    """The subscription that holds the engine back, or None: the one with the
+    most live instances (the engine thread's background count) when it holds
+    more than half of max_instances_per_subscription — its every input event
+    may visit each of them, e.g. a FOLD whose rebind is always true makes one
+    per event — or when the engine is LAG_SECONDS behind the clock with
+    events waiting."""
+    heaviest = d.heaviest
+    if heaviest is None or heaviest[0] not in d.subscriptions:
+        return None
+    sid, n = heaviest
+    s = d.settings
+    limit = s.max_instances_per_subscription
+    lag = d.epoch_lag() * s.time_unit_ms / 1000.0 if s.time == "clock" and len(d.queue) else 0.0
+    if n > limit * WATCH_SHARE:
+        reason = (f"it holds {n} live instances, more than half of max_instances_per_subscription ({limit}); "
+                  "each event of its input streams may visit every one of them, which slows all subscriptions. "
+                  "Its oldest are evicted beyond the limit (cayuga_instances_evicted_total). Check its query "
+                  "(e.g. a FOLD whose rebind is always true, a NEXT without a DUR bound), or delete it")
+    elif lag > LAG_SECONDS:
+        reason = (f"the engine is {lag:.0f} s behind the clock with {len(d.queue)} events waiting, and this "
+                  f"subscription holds the most live instances ({n})")
+    else:
+        return None
+    return {"subscription": sid, "name": d.subscriptions[sid].name, "instances": n, "limit": limit,
+            "reason": reason}
 
 
 @router.get("/health")
@@ -31,9 +65,13 @@ async def health(d: DaemonDep) -> dict:
     stalled = d.queue_stalled()
     if stalled and status == "ok":
         status = "degraded"
+    heavy = holding_back(d)
+    if heavy and status == "ok":
+        status = "warning"
     return {
         "status": status,
         "queue_stalled": stalled,
+        "holding_back": heavy,
         "restored": {"done": d.restored, "total": d.restore_total},
         # what this start recovered: the snapshot loaded, its instances and queued events, the journal replayed
         "recovered": d.recovered,
