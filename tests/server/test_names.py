@@ -123,3 +123,17 @@ def test_the_original_compilers_numeric_stream_names_still_load(client):
     sid = client.subscribe(air=air(output="94"))["id"]
     assert client.subscription(sid)["outputs"] == ["94"]
     client.subscribe(air=air(output="Again", input="94"))
+
+
+def test_a_websocket_for_an_unknown_long_name_is_closed_with_a_reason_that_fits(server):
+    """A close reason over 123 bytes (it quoted the whole name) broke the connection
+    without a close frame; now the name is cut short in it."""
+    from websockets.exceptions import ConnectionClosedError
+    from websockets.sync.client import connect
+
+    for kind in ("streams", "subscriptions"):
+        with connect(f"ws://127.0.0.1:{server.http_port}/ws/{kind}/{'x' * 200}", open_timeout=20) as ws:
+            with pytest.raises(ConnectionClosedError) as info:
+                ws.recv(timeout=20)
+        assert info.value.rcvd is not None and info.value.rcvd.code == 4404
+        assert "(200 characters)" in info.value.rcvd.reason
