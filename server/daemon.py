@@ -796,7 +796,8 @@ class Daemon:
                         "evicted its %d oldest%s%s%s", sid, before, keep, removed,
                         f" ({shared} of them seen by other subscriptions too, which lost them)" if shared else "",
                         " (again, replaying the journal)" if replayed else "",
-                        f"; {quiet} more evictions of it in the last {now - logged:.0f} s not logged" if quiet else "")
+                        f"; {quiet} more evictions of it since the last such line ({now - logged:.0f} s ago) not logged"
+                        if quiet else "")
         return removed
 
     def _engine_loop(self) -> None:
@@ -813,7 +814,8 @@ class Daemon:
             idle = 0.0 if self._count_queue else min(max(self._count_next_pass - now, 0.001), COUNT_PASS_SECONDS)
             limit = size
             if self._watched:  # smaller batches: a runaway is recounted (and evicted) every tenth of the limit
-                limit = min(size, max(MIN_WATCHED_BATCH, int(self.settings.max_instances_per_subscription * WATCH_SLACK)))
+                tenth = int(self.settings.max_instances_per_subscription * WATCH_SLACK)
+                limit = min(size, max(MIN_WATCHED_BATCH, tenth))
             if self._due:  # a replay: install the later subscriptions exactly where they were installed
                 self._install_due()
                 if self._due:
@@ -1174,6 +1176,8 @@ class Daemon:
 
     def _remove_owner(self, eng: Engine, sid: str) -> None:
         eng.remove(sid)
+        self._watched.discard(sid)
+        self._eviction_log.pop(sid, None)
         self._changes += 1
 
     def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:

@@ -22,9 +22,9 @@ from server.engine import BUILD
 
 router = APIRouter(tags=["system"])
 
-#: /health names the subscription with the most live instances when events have waited
-#: this long in the queue (time: clock) ...
-LAG_SECONDS = 5.0
+#: /health names the subscription with the most live instances when the event queue is
+#: fuller than this share of its capacity (the engine is falling behind) ...
+QUEUE_SHARE = 0.5
 
 
 def holding_back(d) -> dict | None:
@@ -32,22 +32,20 @@ def holding_back(d) -> dict | None:
     most live instances (the engine thread's background count) when it holds
     more than half of max_instances_per_subscription — its every input event
     may visit each of them, e.g. a FOLD whose rebind is always true makes one
-    per event — or when the engine is LAG_SECONDS behind the clock with
-    events waiting."""
+    per event — or when the event queue is more than half full."""
     heaviest = d.heaviest
     if heaviest is None or heaviest[0] not in d.subscriptions:
         return None
     sid, n = heaviest
-    s = d.settings
-    limit = s.max_instances_per_subscription
-    lag = d.epoch_lag() * s.time_unit_ms / 1000.0 if s.time == "clock" and len(d.queue) else 0.0
+    limit = d.settings.max_instances_per_subscription
+    depth, capacity = len(d.queue), d.queue.capacity
     if n > limit * WATCH_SHARE:
         reason = (f"it holds {n} live instances, more than half of max_instances_per_subscription ({limit}); "
                   "each event of its input streams may visit every one of them, which slows all subscriptions. "
                   "Its oldest are evicted beyond the limit (cayuga_instances_evicted_total). Check its query "
                   "(e.g. a FOLD whose rebind is always true, a NEXT without a DUR bound), or delete it")
-    elif lag > LAG_SECONDS:
-        reason = (f"the engine is {lag:.0f} s behind the clock with {len(d.queue)} events waiting, and this "
+    elif depth > capacity * QUEUE_SHARE:
+        reason = (f"the engine is falling behind ({depth} of {capacity} queued events wait for it), and this "
                   f"subscription holds the most live instances ({n})")
     else:
         return None

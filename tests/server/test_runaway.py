@@ -92,3 +92,21 @@ def test_a_subscription_near_the_limit_never_outgrows_it_by_much(start_server):
     slack = int(limit * WATCH_SLACK)
     assert max(seen[first:]) <= limit + slack + max(slack, MIN_WATCHED_BATCH)  # + one batch's events
     assert d.counters.get("instance_evictions") > 10
+
+
+def test_health_names_the_heaviest_subscription_when_the_queue_fills(start_server):
+    """Below half the limit, but the engine falls behind (the queue more than half full):
+    /health names the subscription with the most live instances."""
+    srv = start_server(queue_capacity=10)
+    d = srv.daemon
+    with CayugaClient(srv.base_url) as c:
+        light = c.subscribe(cel="SELECT * FROM FILTER{Price < 0}(Stock)")["id"]
+        pairs = c.subscribe(cel="SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock")["id"]
+        now = int(time.time() * 1000)
+        c.post_events([stock(f"S{i}", 1.0, 1, now) for i in range(5)])  # 5 instances wait for their pair
+        _wait(lambda: d.heaviest == (pairs, 5), "a count pass")
+        assert c.health()["holding_back"] is None  # the queue is empty: nothing held back
+        c.post_events([stock("IBM", 1.0, 1, now + 600_000)] * 8)  # due in ten minutes: they wait
+        h = c.health()
+        assert h["status"] == "warning" and h["holding_back"]["subscription"] == pairs != light
+        assert "8 of 10 queued events" in h["holding_back"]["reason"]
