@@ -30,7 +30,8 @@ MAX_NAME_LENGTH = 200
 NAME_RULE = f"a name is 1 to {MAX_NAME_LENGTH} letters, digits and underscores (A-Z, a-z, 0-9, _)"
 IDENTIFIER_RULE = NAME_RULE + " and does not start with a digit"
 
-#: Regular expressions of the two forms (for pydantic ``pattern=`` and the like).
+#: The two forms as JSON Schema (ECMA) patterns, for API documents; in Python use
+#: :func:`name_problem` (a Python ``$`` also matches before a final newline).
 NAME_PATTERN = rf"^[A-Za-z0-9_]{{1,{MAX_NAME_LENGTH}}}$"
 IDENTIFIER_PATTERN = rf"^[A-Za-z_][A-Za-z0-9_]{{0,{MAX_NAME_LENGTH - 1}}}$"
 

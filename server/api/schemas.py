@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from air.names import IDENTIFIER_RULE, MAX_NAME_LENGTH, name_problem
+from air.names import IDENTIFIER_PATTERN, IDENTIFIER_RULE, MAX_NAME_LENGTH, name_problem
 
 
 class StreamIn(BaseModel):
@@ -14,7 +14,7 @@ class StreamIn(BaseModel):
         "example": {"name": "Stock", "schema": {"Name": "string", "Price": "float", "Volume": "int"}}})
 
     name: str = Field(description=f"Stream name: {IDENTIFIER_RULE.removeprefix('a name is ')}",
-                      json_schema_extra={"maxLength": MAX_NAME_LENGTH})
+                      json_schema_extra={"maxLength": MAX_NAME_LENGTH, "pattern": IDENTIFIER_PATTERN})
     schema_: dict[str, str] = Field(alias="schema", description="Attribute name -> type, in schema order; "
                                                                 "attribute names follow the same rule")
 
