@@ -17,6 +17,7 @@ from lxml import etree
 
 from air.errors import ExprSyntaxError, SourceError
 from air.expr import Compare, Dur, Ref, parse_air_expr, to_air, walk
+from air.names import name_problem
 from air.model import (
     Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom, DynamicAtom, Edge,
     IndexHint, ModelError, OutputStream, Predicate, Rename, State, StaticAtom, StreamSchema,
@@ -68,8 +69,38 @@ def _parse_xml(data: str | bytes, what: str) -> etree._Element:
 
 
 def _el(e: etree._Element) -> str:
-    attrs = " ".join(f'{k}="{v}"' for k, v in e.attrib.items())
+    attrs = " ".join(f'{k}="{v if len(v) <= 40 else v[:40] + "..."}"' for k, v in e.attrib.items())
     return f"<{e.tag}{' ' + attrs if attrs else ''}>"
+
+
+#: Attributes of AIR elements that hold a name (air/names.py: letters, digits and
+#: underscores, at most MAX_NAME_LENGTH): tag -> ((attribute, what it names), ...).
+#: They end up in URLs, file paths, metric labels and log lines.
+NAME_ATTRIBUTES: dict[str, tuple[tuple[str, str], ...]] = {
+    "NFA": (("Name", "automaton name"),),
+    "Node": (("NodeID", "node id"), ("InputStreamName", "input stream name")),
+    "AttrName": (("Name", "attribute name"),),
+    "StaticPred": (("EventAttr", "attribute name"),),
+    "DynamicPred": (("EventAttr", "attribute name"), ("NodeAttr", "attribute name")),
+    "OldNewAttrPair": (("OldAttr", "attribute name"), ("NewAttr", "attribute name")),
+    "UDF": (("Attr", "attribute name"),),
+    "ForwardEdge": (("Destination", "node id"),),
+    "OutputStreamName": (("Name", "output stream name"),),
+    "IndexAttr": (("EvAttrName", "attribute name"), ("NodeAttrName", "attribute name")),
+}
+
+
+def _check_names(root: etree._Element) -> None:
+    """Refuse the first name that breaks the rule of air/names.py, naming the
+    element, its line and the rule (before the XSD, whose messages cannot)."""
+    for e in root.iter():
+        for attr, what in NAME_ATTRIBUTES.get(e.tag, ()):
+            value = e.get(attr)
+            if value is None:
+                continue
+            problem = name_problem(value, what=what)
+            if problem is not None:
+                raise AirError(f"{_el(e)}: {problem}", e.sourceline or 0)
 
 
 # --------------------------------------------------------------------------- reading
@@ -100,6 +131,7 @@ def _load_many(data: str | bytes, name: str) -> list[Automaton]:
     root = _parse_xml(data, "AIR document")
     if root.tag not in ("NFA", "NFAs"):
         raise AirError(f"root element must be <NFA> (or <NFAs>), not <{root.tag}>", root.sourceline or 0)
+    _check_names(root)
     schema = _schema()
     if not schema.validate(root):
         err = schema.error_log.last_error
@@ -337,11 +369,17 @@ def load_stream_types(data: str | bytes) -> list[StreamSchema]:
         name = st.get("Name")
         if not name:
             raise AirError(f"{_el(st)}: a StreamType needs a Name", st.sourceline or 0)
+        problem = name_problem(name, what="stream name", identifier=True)
+        if problem is not None:
+            raise AirError(f"{_el(st)}: {problem}", st.sourceline or 0)
         attrs = []
         for a in st:
             if local(a) != "AttrNameType" or not a.get("Name") or not a.get("Type"):
                 raise AirError(f"<{local(a)}> in StreamType {name}: expected <AttrNameType Name=.. Type=..>",
                                a.sourceline or 0)
+            problem = name_problem(a.get("Name"), what="attribute name", identifier=True)
+            if problem is not None:
+                raise AirError(f"{_el(a)}: {problem}", a.sourceline or 0)
             try:
                 attrs.append(Attribute(a.get("Name"), normalize_type(a.get("Type"))))
             except ModelError as exc:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Union
 
 from air.errors import ExprSyntaxError
+from air.names import IDENTIFIER_RULE, MAX_NAME_LENGTH, shown
 
 # --------------------------------------------------------------------------- tokens
 
@@ -86,6 +87,8 @@ def tokenize(text: str, error: type[ExprSyntaxError] = ExprSyntaxError) -> list[
         elif kind == "dollar":
             tokens.append(Token("DOLLAR", raw, raw[1:], line, col, pos))
         elif kind == "ident":
+            if len(raw) > MAX_NAME_LENGTH:
+                raise error(f"the name {shown(raw)} is too long; {IDENTIFIER_RULE}", line, col, text)
             tokens.append(Token("IDENT", raw, raw.upper(), line, col, pos))
         elif kind == "op":
             op = {"<>": "!=", "==": "="}.get(raw, raw)

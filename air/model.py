@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 from air.expr import Expr
+from air.names import name_problem
 
 AttrType = Literal["int", "float", "string", "bool"]
 ATTR_TYPES: tuple[str, ...] = ("int", "float", "string", "bool")
@@ -95,6 +96,9 @@ def parse_stream_decl(text: str) -> StreamSchema:
             f"bad stream declaration {text!r}; expected e.g. 'Stock(Name string, Price float)'"
         )
     name, body = m.group(1), m.group(2).strip()
+    problem = name_problem(name, what="stream name", identifier=True)
+    if problem is not None:
+        raise ModelError(problem)
     attrs = []
     if body:
         for part in body.split(","):
@@ -103,6 +107,9 @@ def parse_stream_decl(text: str) -> StreamSchema:
                 raise ModelError(
                     f"bad attribute {part.strip()!r} in stream {name}; expected 'Name type'"
                 )
+            problem = name_problem(bits[0], what=f"attribute name in stream {name}", identifier=True)
+            if problem is not None:
+                raise ModelError(problem)
             attrs.append(Attribute(bits[0], normalize_type(bits[1])))
     return StreamSchema(name, tuple(attrs))
 

@@ -78,7 +78,7 @@ def server_process(data_dir: Path, **settings):
         deadline = time.monotonic() + 60
         while True:
             try:
-                if client.health().get("status") == "ok":
+                if client.health().get("status") in ("ok", "warning"):  # up (a warning is about load)
                     break
             except Exception:  # noqa: BLE001 - not up yet
                 pass
@@ -124,6 +124,8 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
         for line in open(tmp / "offline.jsonl", encoding="utf-8"):
             expected.setdefault(json.loads(line)["stream"], []).append(line)
 
+        # the shipped defaults (Rising holds ~22,500 instances at the end of 1M ticks over 1,000 symbols,
+        # below max_instances_per_subscription: the server evicts nothing, as `cayuga run`)
         with server_process(tmp / "data") as client:
             subs = [client.subscribe(cel=q.read_text()) for q in qfiles]
             watch_procs = []

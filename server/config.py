@@ -15,6 +15,7 @@ import os
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
+from air.names import name_problem
 
 #: The configuration shipped with the project, used when none is given.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
@@ -89,8 +90,10 @@ class Settings(BaseModel):
     max_predicate_atoms: int = Field(4096, ge=1)
     #: Live instances of one subscription. Checked by the engine thread's background count:
     #: one found above it loses its oldest instances down to the limit (counted, logged,
-    #: recorded so that a journal replay evicts at the same point).
-    max_instances_per_subscription: int = Field(1_000_000, ge=1)
+    #: recorded so that a journal replay evicts at the same point); one above half of it is
+    #: recounted after every batch. 1,000 keeps a runaway FOLD from slowing the server to a
+    #: crawl (config.yaml has the measurement).
+    max_instances_per_subscription: int = Field(100_000, ge=1)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)
@@ -119,7 +122,13 @@ class Settings(BaseModel):
     @classmethod
     def _types(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
         for stream, attrs in v.items():
+            problem = name_problem(str(stream), what="stream name", identifier=True)
+            if problem is not None:
+                raise ValueError(problem)
             for name, typ in attrs.items():
+                problem = name_problem(str(name), what=f"attribute name in stream {stream}", identifier=True)
+                if problem is not None:
+                    raise ValueError(problem)
                 try:
                     normalize_type(str(typ))
                 except ModelError as exc:

@@ -64,6 +64,22 @@ COUNT_BUDGET_SECONDS = 0.002
 COUNT_SHARE = 0.05
 
 
+#: A subscription the count pass finds above this share of max_instances_per_subscription
+#: is watched: recounted after every batch, not only once a pass (a FOLD whose rebind is
+#: always true grows by an instance per event, and slows every event in proportion) ...
+WATCH_SHARE = 0.5
+#: ... and brought back to the limit as soon as it holds this share more than the limit
+#: (so a runaway is evicted once per tenth of the limit in events, not once per batch).
+WATCH_SLACK = 0.1
+#: While one is watched, the engine takes batches of at most a tenth of the limit (not
+#: less than this), so that a watched subscription never outgrows the limit by much more.
+MIN_WATCHED_BATCH = 64
+
+
+#: Evictions of one subscription are logged at most once per this many seconds.
+EVICTION_LOG_SECONDS = 10.0
+
+
 #: /health calls a full queue that released nothing for this long stalled.
 STALL_SECONDS = 5.0
 #: The engine thread tries a witness-log append that failed again after this
@@ -223,6 +239,10 @@ class Daemon:
         self._count_next_pass = 0.0  # monotonic time
         self._count_pass_cost = 0.0  # engine-thread seconds spent on the current pass
         self.counted_at = time.monotonic()  # when the last full pass of instance counts ended
+        self._watched: set[str] = set()  # near max_instances_per_subscription: recounted every batch
+        self._pass_heaviest: tuple[str, int] = ("", 0)  # the most instances the current pass found
+        self.heaviest: tuple[str, int] | None = None  # ... and the last full pass (or a watched recount)
+        self._eviction_log: dict[str, tuple[float, int]] = {}  # sid -> (last logged, evictions not logged since)
         self._epoch = None
         self.started = False
         self.ready = threading.Event()  # stored subscriptions restored, engine thread running
@@ -734,28 +754,36 @@ class Daemon:
         so that counting 100K subscriptions never stalls the events (nor spins
         while the server is idle)."""
         eng = self.engine
+        limit = self.settings.max_instances_per_subscription
+        # a replay applies the evictions recorded then (_due), and decides none of its own before it has
+        # given back every event the journal had: a count at another moment would evict elsewhere
+        evicting = not self._due and self._fed >= self._replay_until
+        if self._watched:
+            self._recount_watched(limit, evicting)
         todo = self._count_queue
         if not todo:
             if now < self._count_next_pass:
                 return
             self._count_next_pass = now + COUNT_PASS_SECONDS
             self._count_pass_cost = 0.0
+            self._pass_heaviest = ("", 0)
             todo.extend(reversed(list(self.subscriptions)))
         perf = time.perf_counter
         start = perf()
         deadline = start + COUNT_BUDGET_SECONDS
         counts = self._instances
-        limit = self.settings.max_instances_per_subscription
-        # a replay applies the evictions recorded then (_due), and decides none of its own before it has
-        # given back every event the journal had: a count at another moment would evict elsewhere
-        evicting = not self._due and self._fed >= self._replay_until
+        watch = limit * WATCH_SHARE
         over = []
         while todo:
             sid = todo.pop()
             if eng.has_owner(sid):
                 counts[sid] = n = eng.instance_count(sid)
-                if n > limit and evicting:
-                    over.append(sid)
+                if n > watch:
+                    self._watched.add(sid)
+                    if n > limit and evicting:
+                        over.append(sid)
+                if n > self._pass_heaviest[1]:
+                    self._pass_heaviest = (sid, n)
             if perf() > deadline:
                 break
         if over:
@@ -763,8 +791,30 @@ class Daemon:
         self._count_pass_cost += perf() - start
         if not todo:  # pass done: keep the counting's share of the engine thread small
             self.counted_at = time.monotonic()
+            self.heaviest = self._pass_heaviest if self._pass_heaviest[1] else None
             self._count_next_pass = max(self._count_next_pass,
                                         now + self._count_pass_cost * (1 - COUNT_SHARE) / COUNT_SHARE)
+
+    def _recount_watched(self, limit: int, evicting: bool) -> None:
+        """Recount the subscriptions near the limit (after every batch): one
+        above it by WATCH_SLACK is evicted now, not at the next pass — in a
+        second a runaway could grow by as many instances as events came, and
+        slow every event by as much. One back under WATCH_SHARE is let go."""
+        eng, counts, over = self.engine, self._instances, []
+        high = limit + max(1, int(limit * WATCH_SLACK))
+        for sid in list(self._watched):
+            if not eng.has_owner(sid):
+                self._watched.discard(sid)
+                continue
+            counts[sid] = n = eng.instance_count(sid)
+            if n > high and evicting:
+                over.append(sid)
+            elif n <= limit * WATCH_SHARE:
+                self._watched.discard(sid)
+            if self.heaviest is None or n > self.heaviest[1] or sid == self.heaviest[0]:
+                self.heaviest = (sid, n)
+        if over:
+            self._evict(over)
 
     def _evict(self, sids: list[str]) -> None:
         """Bring subscriptions found above max_instances_per_subscription
@@ -806,10 +856,19 @@ class Daemon:
             self.counters.add("instance_evictions")
             if shared:
                 self.counters.add("instances_evicted_shared", shared)
+            # a runaway is evicted every tenth of the limit in events (_recount_watched): one line per
+            # subscription per EVICTION_LOG_SECONDS, saying how many evictions it stands for
+            now, (logged, quiet) = time.monotonic(), self._eviction_log.get(sid, (-EVICTION_LOG_SECONDS, 0))
+            if now - logged < EVICTION_LOG_SECONDS:
+                self._eviction_log[sid] = (logged, quiet + 1)
+                return removed
+            self._eviction_log[sid] = (now, 0)
             log.warning("subscription %s had %d instances, more than max_instances_per_subscription (%d): "
-                        "evicted its %d oldest%s%s", sid, before, keep, removed,
+                        "evicted its %d oldest%s%s%s", sid, before, keep, removed,
                         f" ({shared} of them seen by other subscriptions too, which lost them)" if shared else "",
-                        " (again, replaying the journal)" if replayed else "")
+                        " (again, replaying the journal)" if replayed else "",
+                        f"; {quiet} more evictions of it since the last such line ({now - logged:.0f} s ago) not logged"
+                        if quiet else "")
         return removed
 
     def _engine_loop(self) -> None:
@@ -825,10 +884,13 @@ class Daemon:
             now = time.monotonic()
             idle = 0.0 if self._count_queue else min(max(self._count_next_pass - now, 0.001), COUNT_PASS_SECONDS)
             limit = size
+            if self._watched:  # smaller batches: a runaway is recounted (and evicted) every tenth of the limit
+                tenth = int(self.settings.max_instances_per_subscription * WATCH_SLACK)
+                limit = min(size, max(MIN_WATCHED_BATCH, tenth))
             if self._due:  # a replay: install the later subscriptions exactly where they were installed
                 self._install_due()
                 if self._due:
-                    limit = min(size, self._due[0][0] - self._fed)
+                    limit = min(limit, self._due[0][0] - self._fed)
             if self._replaying and not self._due and self._fed >= self._replay_until:
                 self._replaying = False
                 log.info("recovery done: %d journaled events replayed", self.recovered.get("replayed_events", 0))
@@ -1242,6 +1304,8 @@ class Daemon:
 
     def _remove_owner(self, eng: Engine, sid: str) -> None:
         eng.remove(sid)
+        self._watched.discard(sid)
+        self._eviction_log.pop(sid, None)
         self._changes += 1
 
     def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:

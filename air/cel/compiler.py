@@ -37,6 +37,7 @@ from air.expr import FLIPPED, And, Compare, Expr, Literal, Or, Ref, transform
 from air.model import (TRUE, Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom,
                        DynamicAtom, Edge, OutputStream, Predicate, Rename, State, StaticAtom,
                        StreamSchema)
+from air.names import name_problem
 
 #: Converting a predicate to DNF may multiply clauses; beyond this it is refused.
 MAX_CLAUSES = 256
@@ -332,6 +333,18 @@ def _schemas(streams) -> Mapping[str, StreamSchema]:
     return {s.name: s for s in streams}
 
 
+def _check_made_names(automata) -> None:
+    """Attribute names the compiler makes (``Price_1``, ``cnt_n``) follow the
+    name rule too (air/names.py): a name near the length limit can outgrow it."""
+    for a in automata:
+        for s in a.states:
+            for attr in s.schema:
+                problem = name_problem(attr.name, what="attribute name")
+                if problem is not None:
+                    raise CelSchemaError(f"{problem} (the compiler makes it from a shorter name of the query by "
+                                         "adding _1 or _n: shorten that name or rename it with AS)")
+
+
 def compile_cel(text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSchema], *,
                 functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
                 name_prefix: str | None = None) -> CompiledQuery:
@@ -358,6 +371,7 @@ def compile_cel(text: str, streams: Mapping[str, StreamSchema] | Iterable[Stream
         c.emit(analysis.plan, out, "OUT")
     except RecursionError:  # e.g. 1 + 1 + ... ten thousand times: a tree too deep to walk
         raise too_deep(text) from None
+    _check_made_names(c.automata)
     return CompiledQuery(tuple(c.automata), tuple(c.published), c.schemas)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from air.model import StreamSchema
+from air.names import name_problem, shown
 from clients.spark import executors as X
 from clients.spark.io import ColumnMapping, read_events
 from clients.spark.partitioning import Owned, Plan, plan_stages
@@ -234,11 +235,29 @@ def witness_frames(spark, result: DistributedResult) -> dict:
     return frames
 
 
+def dataset_path(root: str | Path, stream: str) -> Path:
+    """``root/<stream>``, the Parquet dataset of an output stream, refused
+    unless ``stream`` is a valid name (air/names.py) and the path, resolved,
+    lies inside ``root``: a stream name never writes (or, with mode
+    "overwrite", deletes) anything outside the output directory."""
+    problem = name_problem(stream, what="output stream name")
+    if problem is not None:
+        raise ValueError(f"cannot write the Parquet dataset of this stream: {problem}")
+    base = Path(root).resolve()
+    target = (base / stream).resolve()
+    if target.parent != base:
+        raise ValueError(f"the Parquet dataset of stream {shown(stream)} would be {target}, outside the output "
+                         f"directory {base}; nothing was written")
+    return target
+
+
 def write_parquet(spark, result: DistributedResult, path: str | Path, mode: str = "overwrite") -> list[str]:
     """Write each output stream's witnesses as a Parquet dataset ``PATH/<stream>``."""
+    frames = witness_frames(spark, result)
+    targets = {name: str(dataset_path(path, name)) for name in frames}  # every one checked before any is written
     written = []
-    for name, df in witness_frames(spark, result).items():
-        target = str(Path(path) / name)
+    for name, df in frames.items():
+        target = targets[name]
         df.write.mode(mode).parquet(target)
         written.append(target)
     return written

@@ -4,16 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from air.names import IDENTIFIER_PATTERN, IDENTIFIER_RULE, MAX_NAME_LENGTH, name_problem
 
 
 class StreamIn(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "example": {"name": "Stock", "schema": {"Name": "string", "Price": "float", "Volume": "int"}}})
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200,
-                      description="Stream name: letters, digits and underscores, not starting with a digit")
-    schema_: dict[str, str] = Field(alias="schema", description="Attribute name -> type, in schema order")
+    name: str = Field(description=f"Stream name: {IDENTIFIER_RULE.removeprefix('a name is ')}",
+                      json_schema_extra={"maxLength": MAX_NAME_LENGTH, "pattern": IDENTIFIER_PATTERN})
+    schema_: dict[str, str] = Field(alias="schema", description="Attribute name -> type, in schema order; "
+                                                                "attribute names follow the same rule")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        problem = name_problem(v, what="stream name", identifier=True)
+        if problem is not None:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("schema_")
+    @classmethod
+    def _attribute_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for attr in v:
+            problem = name_problem(attr, what="attribute name", identifier=True)
+            if problem is not None:
+                raise ValueError(problem)
+        return v
 
 
 class StreamOut(BaseModel):

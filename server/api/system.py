@@ -4,7 +4,8 @@
 thread failed, the event queue is stalled or part of the data directory
 cannot be written (``disk_full``: per part, what failed, where, since when;
 ``reason`` says it in one line), until it can be written again; from SIGTERM until the server
-exits it answers 503 with status "draining" (take it out of rotation). /metrics needs a token when
+exits it answers 503 with status "draining" (take it out of rotation); "warning" when one
+subscription holds the engine back (``holding_back``: see :func:`holding_back`). /metrics needs a token when
 ``auth_tokens`` is set, like every other data route (Prometheus sends one with
 ``authorization: {credentials: ...}``). It is answered on the event loop from
 counters and copies, never waiting for the engine thread or a worker thread,
@@ -20,9 +21,40 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from server.api.deps import DaemonDep, require_token
+from server.daemon import WATCH_SHARE
 from server.engine import BUILD
 
 router = APIRouter(tags=["system"])
+
+#: /health names the subscription with the most live instances when the event queue is
+#: fuller than this share of its capacity (the engine is falling behind) ...
+QUEUE_SHARE = 0.5
+
+
+def holding_back(d) -> dict | None:
+    """The subscription that holds the engine back, or None: the one with the
+    most live instances (the engine thread's background count) when it holds
+    more than half of max_instances_per_subscription — its every input event
+    may visit each of them, e.g. a FOLD whose rebind is always true makes one
+    per event — or when the event queue is more than half full."""
+    heaviest = d.heaviest
+    if heaviest is None or heaviest[0] not in d.subscriptions:
+        return None
+    sid, n = heaviest
+    limit = d.settings.max_instances_per_subscription
+    depth, capacity = len(d.queue), d.queue.capacity
+    if n > limit * WATCH_SHARE:
+        reason = (f"it holds {n} live instances, more than half of max_instances_per_subscription ({limit}); "
+                  "each event of its input streams may visit every one of them, which slows all subscriptions. "
+                  "Its oldest are evicted beyond the limit (cayuga_instances_evicted_total). Check its query "
+                  "(e.g. a FOLD whose rebind is always true, a NEXT without a DUR bound), or delete it")
+    elif depth > capacity * QUEUE_SHARE:
+        reason = (f"the engine is falling behind ({depth} of {capacity} queued events wait for it), and this "
+                  f"subscription holds the most live instances ({n})")
+    else:
+        return None
+    return {"subscription": sid, "name": d.subscriptions[sid].name, "instances": n, "limit": limit,
+            "reason": reason}
 
 
 @router.get("/health", responses={503: {"description": "Draining: the server is stopping (SIGTERM)"}})
@@ -39,14 +71,20 @@ async def health(request: Request, d: DaemonDep) -> JSONResponse:
     disk = d.disk_status()
     if (stalled or disk) and status == "ok":
         status = "degraded"
+    heavy = holding_back(d)
+    if heavy and status == "ok":
+        status = "warning"
     reasons = [f"{v['error']} at {v['path']}" for v in disk.values()] + ([stalled] if stalled else [])
     if d.engine_error:
         reasons.append(f"engine error: {d.engine_error}")
+    if heavy:
+        reasons.append(f"subscription {heavy['subscription']} holds the engine back: {heavy['reason']}")
     return JSONResponse(status_code=503 if draining else 200, content={
         "status": status,
         "reason": "; ".join(reasons) or None,
         "disk_full": disk,
         "queue_stalled": stalled,
+        "holding_back": heavy,
         "restored": {"done": d.restored, "total": d.restore_total},
         # what this start recovered: the snapshot loaded, its instances and queued events, the journal replayed
         "recovered": d.recovered,

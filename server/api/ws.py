@@ -50,6 +50,7 @@ import contextlib
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
+from air.names import shown
 from server.api.deps import ws_token_ok
 from server.notifiers import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
 from server.witlog import Gone
@@ -103,6 +104,12 @@ def _params(ws: WebSocket, kind: str) -> tuple[int, bool, dict[str, int] | None]
     return batch, True, after
 
 
+def _fit(reason: str) -> str:
+    """A close reason cut to the 123 bytes a close frame can carry (a longer one
+    broke the connection without a close frame)."""
+    return reason.encode()[:123].decode(errors="ignore")
+
+
 async def _serve(ws: WebSocket, kind: str, key: str) -> None:
     d = ws.app.state.daemon
     await ws.accept()
@@ -114,17 +121,17 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
         return
     known = key in d.subscriptions if kind == "subscription" else d.engine.schema(key) is not None
     if not known:
-        await ws.close(code=4404, reason=f"no {kind} named {key!r}")
+        await ws.close(code=4404, reason=_fit(f"no {kind} named {shown(key)}"))
         return
     try:
         batch, seq, after = _params(ws, kind)
     except _BadParam as exc:
-        await ws.close(code=4400, reason=str(exc))
+        await ws.close(code=4400, reason=_fit(str(exc)))
         return
     resumable = kind == "subscription" or not any(key in s.internal for s in list(d.subscriptions.values()))
     if seq and not resumable:
-        await ws.close(code=4400, reason=f"stream {key} links a subscription's automata and is not logged: "
-                                         "watch it without seq or from")
+        await ws.close(code=4400, reason=_fit(f"stream {key} links a subscription's automata and is not "
+                                              "logged: watch it without seq or from"))
         return
     wlog = d.witlog
     positions = (lambda: wlog.stream_last(key)) if kind == "stream" else None

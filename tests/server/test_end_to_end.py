@@ -115,7 +115,7 @@ def test_streams_api(client):
     ("/subscriptions", {"air": "<NFA><Node/></NFA>"}, 400, "element <Node>: The attribute 'NodeType' is required"),
     ("/subscriptions", {}, 422, "give exactly one of 'cel'"),
     ("/streams", {"name": "S", "schema": {"a": "integr"}}, 422, "unknown attribute type 'integr'"),
-    ("/streams", {"name": "9S", "schema": {"a": "int"}}, 422, "name: String should match pattern"),
+    ("/streams", {"name": "9S", "schema": {"a": "int"}}, 422, "name: Value error, the stream name '9S' starts with a digit"),
     ("/streams", {"name": "S"}, 422, "schema: Field required"),
 ])
 def test_bad_bodies_are_4xx_with_what_to_fix(client, path, body, status, fragment):

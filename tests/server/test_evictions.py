@@ -79,7 +79,11 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
             fed += 6
             _wait(lambda: d._fed == fed, "fed")
             _wait(lambda: not d._outbox, "delivered")
+            # a subscription near the limit is evicted after a batch once a tenth above it (here 6), and
+            # at the next count down to it: wait for that, so that the recovery has nothing left to decide
+            _wait(lambda: d.instance_count(sid) <= 5, "back at the limit")
         evicted = d.counters.get("instances_evicted")
+        decided = d.counters.get("instance_evictions")
     finally:
         _crash(srv)
     assert evicted >= 7
@@ -93,7 +97,8 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
         _wait(lambda: d.caught_up and d._fed == fed, "replay")
         _wait(lambda: len(second) >= len(first) - cut, "witnesses", timeout=10)
         assert d.recovered.get("replayed_events") == (fed - 8 if snapshot else fed)
-        assert d.counters.get("instance_evictions") == (1 if snapshot else 2)  # applied again, not decided
+        assert decided >= 2
+        assert d.counters.get("instance_evictions") == decided - (1 if snapshot else 0)  # applied again, not decided
         recorded = d.store.evictions()
         assert [(f, s, k) for _q, f, s, k in recorded][-1][1:] == (sid, 5)
         for n in (1, 2):  # once every kept snapshot includes them, the records go

@@ -281,7 +281,9 @@ async function sendEvents() {
 async function health() {
   try {
     const h = await fetch("/health").then((r) => r.json());
-    $("#health").textContent = `${h.status} · ${h.engine_build} engine · ${h.clients} clients`;
+    const held = h.holding_back ? ` · ${h.holding_back.subscription} holds ${h.holding_back.instances} instances` : "";
+    $("#health").textContent = `${h.status}${held} · ${h.engine_build} engine · ${h.clients} clients`;
+    $("#health").title = h.holding_back ? h.holding_back.reason : "";
     $("#health").className = `pill ${h.status}`;
   } catch {
     $("#health").textContent = "server unreachable";
