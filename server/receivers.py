@@ -113,6 +113,15 @@ FINAL_ACK_SECONDS = 10.0
 DISK_FULL_DRAIN_SECONDS = 2.0
 
 
+
+def _ready(conn: socket.socket, events: int) -> bool:
+    """Whether ``conn`` is readable (POLLIN) or writable (POLLOUT) now, without
+    waiting. poll, not select: select cannot watch a descriptor numbered 1024
+    or more, which a server whose descriptor limit was raised hands out."""
+    p = select.poll()
+    p.register(conn, events)
+    return bool(p.poll(0))
+
 class _Session:
     """One connection's protocol state (touched by its own thread only)."""
 
@@ -344,7 +353,7 @@ class TcpReceiver:
         header_lines = 0  # lines before the first data line
 
         def idle_work() -> None:
-            if (st.pending or st.due is not None or st.unsent) and not select.select([conn], [], [], 0)[0]:
+            if (st.pending or st.due is not None or st.unsent) and not _ready(conn, select.POLLIN):
                 self._acknowledge(conn, st, wait=POLL)
 
         for number, block in self._blocks(conn, idle_work):
@@ -587,7 +596,7 @@ class TcpReceiver:
             st.due = None
         if st.unsent:
             try:
-                if select.select([], [conn], [], 0)[1]:
+                if _ready(conn, select.POLLOUT):
                     n = conn.send(st.unsent)
                     st.unsent = st.unsent[n:]
             except (BlockingIOError, socket.timeout):
