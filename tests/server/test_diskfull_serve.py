@@ -9,7 +9,9 @@ full:`` line and keeps retrying, the metrics count it. Then space is freed
 (the filler files are deleted): ingestion resumes without a restart, the
 sender finishes, each watcher's witnesses equal ``cayuga run`` on the same
 file as a multiset, and the witness log (``?from=1``) holds each of them
-exactly once -- nothing was delivered that is not logged. After kill -9 and
+exactly once -- nothing was delivered that is not logged. (Whether the
+engine also meets the full witness log here depends on timing, so it is
+only printed; test_diskfull.py holds witnesses deterministically.) After kill -9 and
 a restart it still holds each exactly once.
 
 ``CAYUGA_DISKFULL_EVENTS`` makes the run longer (default 60,000 ticks; give
@@ -207,7 +209,6 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
                             _metric(m, "cayuga_disk_full_refusals_total", '{source="tcp"}') > refused + 2 and m,
                             procs=[sender, srv.proc])
             assert _metric(metrics, "cayuga_disk_full_refusals_total", '{source="http"}') >= 2
-            assert _metric(metrics, "cayuga_witness_log_append_failures_total") >= 1  # witnesses were held
             assert sum(_metric(metrics, "cayuga_disk_full", f'{{part="{p}"}}')
                        for p in ("journal", "witness_log", "store", "snapshot")) >= 1
             assert health()["status"] == "degraded"
@@ -245,7 +246,8 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
             srv.kill()
             srv.start()
             srv.wait_up()
-            _wait("the restart's replay", lambda: health()["queue_depth"] == 0, procs=[srv.proc])
+            _wait("the restart's replay", lambda: (h := health())["queue_depth"] == 0 and not h.get("replay_remaining"),
+                  procs=[srv.proc])
             exactly_once_in_the_log()
             assert statuses.keys() == {200}
             for f in ["send.err"] + [f"watch-{s}.err" for s in WATCHED.values()]:
