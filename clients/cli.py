@@ -634,6 +634,8 @@ def watch(subscription, stream, url, token, count, retry_for) -> None:
     (not printed), and after a disconnect it reconnects by itself and resumes
     where it was (the server's witness log holds what was missed). A final
     failure is one line on standard error and exit status 1."""
+    import httpx
+
     from clients.client import CayugaAPIError, CayugaClient
 
     if not subscription and not stream:
@@ -661,8 +663,8 @@ def watch(subscription, stream, url, token, count, retry_for) -> None:
         _fail(f"the server closed the connection: {exc}", 1)
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
-        _fail(f"cannot reach the server at {url}: {exc}", 1)
+    except (OSError, httpx.TransportError) as exc:  # the WebSocket, or the REST call for last_seq
+        _fail(f"gave up after {retry_for:g} s of retries: cannot reach the server at {url}: {exc}", 1)
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         _fail(f"{type(exc).__name__}: {exc}", 1)
     finally:

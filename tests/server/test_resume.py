@@ -200,4 +200,5 @@ def test_cayuga_watch_gives_up_with_one_line(tmp_path):
     # a notice per retry, then the one line that says why it gave up (no traceback)
     assert retries and all(re.fullmatch(r"cayuga: cannot connect: \[Errno 111\] Connection refused; "
                                         r"reconnecting in [0-9.]+ s", x) for x in retries), retries
-    assert last == "cayuga: ConnectError: [Errno 111] Connection refused", last
+    assert last == (f"cayuga: gave up after 0.5 s of retries: cannot reach the server at {url}: "
+                    "[Errno 111] Connection refused"), last
