@@ -1,0 +1,51 @@
+"""Run in a child process by tests/oracle/test_differential.py: the engine
+build this process runs (``CAYUGA_ENGINE=python`` selects the pure-Python one)
+on cases read as JSON from standard input; prints the build and, per case,
+the witnesses (or the load error) as JSON.
+
+    python -m tests.engine.oracle_probe < cases.json
+
+A case: ``{"automata": [AIR text, ...], "streams": {name: [[attr, type], ...]},
+"base": [names of the streams to declare], "events": [[stream, [values], t0, t1], ...]}``; automaton ``i`` is loaded as
+owner ``a<i>``, in order (publishers first).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from air.airxml import load_air_many
+from air.model import parse_stream_decl
+from server.engine import BUILD, Engine, Event
+
+
+def run_case(case: dict) -> dict:
+    eng = Engine()
+    autos = []
+    try:
+        for text in case["automata"]:
+            autos.append(load_air_many(text))
+    except Exception as exc:  # a load error is a finding of its own: report it
+        return {"error": f"load: {type(exc).__name__}: {exc}"}
+    for name in case["base"]:
+        attrs = case["streams"][name]
+        eng.declare(parse_stream_decl(f"{name}({', '.join(f'{a} {t}' for a, t in attrs)})"))
+    try:
+        for i, a in enumerate(autos):
+            eng.add(a, owner=f"a{i}")
+        ems = eng.run([Event(s, tuple(v), t0, t1) for s, v, t0, t1 in case["events"]])
+    except Exception as exc:
+        return {"error": f"run: {type(exc).__name__}: {exc}"}
+    return {"witnesses": [[em.owner, em.stream, em.kind, list(em.event.values), em.event.t0, em.event.t1]
+                          for em in ems],
+            "eval_errors": eng.stats.eval_errors, "last_eval_error": eng.stats.last_eval_error}
+
+
+def main() -> None:
+    cases = json.load(sys.stdin)
+    json.dump({"build": BUILD, "results": [run_case(c) for c in cases]}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Random VALID AIR automata and random streams, for differential fuzzing of
+the engine against the oracle (tests/oracle/test_differential.py).
+
+A case is a few automata over two base streams, ``Stock`` and ``Quote``; a
+later automaton may read an earlier one's output streams (resubscription). Each
+automaton is a chain START -> S1 -> ... -> END whose forward edges may skip
+ahead, and it covers: filter predicates (absent, empty, DNF with OR clauses),
+rebind edges (FOLD) with aggregates in UDFs, several forward edges,
+``Type="DEL"`` forward and rebind edges, StaticPred / DynamicPred /
+DurationPred (EVENT, COMPOSITE) / ComplexPred atoms with arithmetic, CONTAINS,
+SIMILARITY and bare attribute names, OUT and RESUB outputs, and outputs on
+intermediate states (partial outputs). Streams mix point and interval events
+with many simultaneous ones. Values come from small domains so that
+predicates often hold. Divisors are non-zero constants, so no expression fails.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from xml.sax.saxutils import quoteattr
+
+from tests.oracle.machine import Event
+
+BASE = {
+    "Stock": (("Name", "string"), ("Price", "float"), ("Volume", "int")),
+    "Quote": (("Name", "string"), ("Bid", "int")),
+}
+NAMES = ["A", "B", "C", "AB", "Alpha Beta Gamma Delta", "Alpha Beta Gamma Delts"]
+OPS = ["=", "!=", "<", "<=", ">", ">="]
+XML_OPS = {"<": "&lt;", "<=": "&lt;=", ">": "&gt;", ">=": "&gt;=", "=": "=", "!=": "!="}
+
+
+@dataclass
+class Case:
+    seed: int
+    automata: list[str]              # AIR texts, in load order (publishers first)
+    streams: dict                    # every stream name -> ((attr, type), ...)
+    events: list[Event]              # in t1 order
+
+
+def _num(rng: random.Random, typ: str):
+    if typ == "int":
+        return rng.choice([0, 1, 2, 3, 4, 5])
+    return rng.choice([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
+
+
+def _value(rng: random.Random, typ: str):
+    return rng.choice(NAMES) if typ == "string" else _num(rng, typ)
+
+
+def _lit(v) -> str:
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    return repr(v)
+
+
+class _Gen:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    # ------------------------------------------------------------- expressions
+
+    def num_expr(self, ev: tuple, node: tuple, typ: str, depth: int = 0) -> str:
+        """A parenthesised expression of type ``typ`` ('int' or 'float'); a
+        float expression may mix ints in."""
+        rng = self.rng
+        ok = ("int",) if typ == "int" else ("int", "float")
+        leaves = [f"EV.{a}" for a, t in ev if t in ok] + [f"NODE.{a}" for a, t in node if t in ok]
+        if node and rng.random() < 0.2:  # a bare name: the event's if it has it, else the instance's
+            bare = [a for a, t in ev + node if t in ok and not (a in dict(ev) and dict(ev)[a] not in ok)]
+            leaves += bare
+        if depth >= 2 or rng.random() < 0.4:
+            if leaves and rng.random() < 0.7:
+                return rng.choice(leaves)
+            return _lit(_num(rng, rng.choice(ok)))
+        op = rng.choice(["+", "-", "*", "/", "%", "^", "neg"])
+        if op == "neg":
+            return f"-({self.num_expr(ev, node, typ, depth + 1)})"
+        if op in ("/", "%"):
+            left = self.num_expr(ev, node, "int" if op == "%" else typ, depth + 1)
+            return f"({left}){op}({rng.choice([1, 2, 3])})"
+        if op == "^":
+            return f"({self.num_expr(ev, node, typ, depth + 1)})^({rng.choice([0, 1, 2])})"
+        return f"({self.num_expr(ev, node, typ, depth + 1)}){op}({self.num_expr(ev, node, typ, depth + 1)})"
+
+    def complex_atom(self, ev: tuple, node: tuple) -> str:
+        rng = self.rng
+        strs_ev = [a for a, t in ev if t == "string"]
+        strs_node = [a for a, t in node if t == "string"]
+        k = rng.random()
+        if k < 0.15 and strs_ev:
+            return f"CONTAINS(EV.{rng.choice(strs_ev)}, {_lit(rng.choice(['A', 'B', 'Gamma', 'x']))})={rng.choice([0, 1])}"
+        if k < 0.25 and strs_ev and (strs_node or rng.random() < 0.5):
+            other = f"NODE.{rng.choice(strs_node)}" if strs_node else _lit(rng.choice(NAMES))
+            return f"SIMILARITY({other}, EV.{rng.choice(strs_ev)}){rng.choice(['>', '>=', '<'])}{rng.choice([0, 0.5, 0.7, 1])}"
+        if k < 0.32 and strs_ev and strs_node:
+            return f"EV.{rng.choice(strs_ev)}{rng.choice(['=', '!='])}NODE.{rng.choice(strs_node)}"
+        typ = rng.choice(["int", "float"])
+        return f"{self.num_expr(ev, node, typ)}{rng.choice(OPS)}{self.num_expr(ev, node, typ)}"
+
+    # ------------------------------------------------------------- predicates
+
+    def atom(self, ev: tuple, node: tuple, start: bool) -> str:
+        rng = self.rng
+        kinds = ["static", "static", "complex"] + ([] if start else ["dynamic", "dynamic", "composite"]) + ["event"]
+        kind = rng.choice(kinds)
+        if kind == "dynamic":
+            pairs = [(a, b) for a, t in ev for b, u in node if (t == "string") == (u == "string")]
+            if pairs:
+                a, b = rng.choice(pairs)
+                op = rng.choice(["=", "=", "!="] if dict(ev)[a] == "string" else OPS)
+                return f'<DynamicPred EventAttr="{a}" OP="{XML_OPS[op]}" NodeAttr="{b}"/>'
+            kind = "static"
+        if kind == "static":
+            a, t = rng.choice(ev) if ev else ("", "")
+            if not a:
+                kind = "event"
+            else:
+                op = rng.choice(["=", "!="] if t == "string" else OPS)
+                return f'<StaticPred EventAttr="{a}" OP="{XML_OPS[op]}" Const={quoteattr(str(_value(rng, t)))}/>'
+        if kind in ("event", "composite"):
+            typ = "EVENT" if kind == "event" else "COMPOSITE"
+            return (f'<DurationPred Type="{typ}" OP="{XML_OPS[rng.choice(OPS)]}" '
+                    f'Const="{rng.choice([0, 1, 2, 3, 5])}"/>')
+        return f"<ComplexPred Expr={quoteattr(self.complex_atom(ev, node))}/>"
+
+    def eval_func(self, ev: tuple, node: tuple, start: bool, true_often: bool = False) -> str:
+        rng = self.rng
+        r = rng.random()
+        if r < (0.35 if true_often else 0.15):
+            return ""  # no EvalFunc: TRUE
+        if r < (0.45 if true_often else 0.2):
+            return "<EvalFunc>\n</EvalFunc>\n"  # empty: TRUE
+        clauses = []
+        for _ in range(rng.choice([1, 1, 1, 2, 2, 3])):
+            atoms = [self.atom(ev, node, start) for _ in range(rng.choice([1, 1, 2, 3]))]
+            clauses.append("<PredClause>\n" + "\n".join(atoms) + "\n</PredClause>\n")
+        return "<EvalFunc>\n" + "".join(clauses) + "</EvalFunc>\n"
+
+    # ------------------------------------------------------------- schema maps
+
+    def schema_map(self, ev: tuple, node: tuple, dest: tuple) -> str:
+        rng = self.rng
+        lines = []
+        for a, t in dest:
+            src_ev = [x for x, u in ev if u == t]
+            src_node = [x for x, u in node if u == t]
+            r = rng.random()
+            if r < 0.4 and src_ev:
+                lines.append(f'<OldNewAttrPair OldAttrSource="EV" OldAttr="{rng.choice(src_ev)}" NewAttr="{a}"/>')
+            elif r < 0.75 and src_node:
+                lines.append(f'<OldNewAttrPair OldAttrSource="NODE" OldAttr="{rng.choice(src_node)}" NewAttr="{a}"/>')
+            elif t == "string":
+                if src_ev and rng.random() < 0.5:
+                    lines.append(f'<OldNewAttrPair OldAttrSource="EV" OldAttr="{rng.choice(src_ev)}" NewAttr="{a}"/>')
+                else:
+                    lines.append(f"<UDF Expr={quoteattr(_lit(rng.choice(NAMES)))} Attr=\"{a}\"/>")
+            else:
+                lines.append(f"<UDF Expr={quoteattr(self.num_expr(ev, node, t))} Attr=\"{a}\"/>")
+        return "<SchemaMap>\n" + "\n".join(lines) + ("\n" if lines else "") + "</SchemaMap>\n"
+
+    # ------------------------------------------------------------- automata
+
+    def schema(self, ev: tuple) -> tuple:
+        rng = self.rng
+        n = rng.randint(1, 4)
+        out, used = [], set()
+        for i in range(n):
+            if rng.random() < 0.4 and ev:  # reuse an event attribute's name (bare names, renaming)
+                a, t = rng.choice(ev)
+            else:
+                a, t = f"x{i}", rng.choice(["int", "float", "string"])
+            if a in used:
+                a = f"{a}_{i}"
+            used.add(a)
+            out.append((a, t))
+        return tuple(out)
+
+    def automaton(self, idx: int, streams: dict) -> tuple[str, dict]:
+        """AIR text of one automaton and the output streams it publishes."""
+        rng = self.rng
+        readable = list(streams)
+        n_mid = rng.choice([1, 1, 2, 2, 3])
+        inputs = [rng.choice(readable) for _ in range(n_mid + 1)]   # START, S1..Sn
+        schemas = [()] + [self.schema(streams[inputs[i - 1]]) for i in range(1, n_mid + 1)]
+        schemas.append(self.schema(streams[inputs[n_mid]]))       # END
+        published = {}
+        outputs = {}
+        for i in range(1, n_mid + 1):
+            if rng.random() < 0.2:
+                name = f"P{idx}_{i}"
+                outputs[i] = (name, rng.choice(["OUT", "RESUB"]))
+                published[name] = schemas[i]
+        end = n_mid + 1
+        outputs[end] = (f"O{idx}", rng.choice(["OUT", "OUT", "RESUB"]))
+        published[f"O{idx}"] = schemas[end]
+        parts = ["<NFA>\n"]
+        for i in range(end + 1):
+            kind = "START" if i == 0 else "INTERMEDIATE_OR_END"
+            stream = f' InputStreamName="{inputs[i]}"' if i < end else ""
+            parts.append(f'<Node NodeID="{i * 10 + 1}" NodeType="{kind}"{stream}>\n')
+            if i > 0:
+                parts.append("<Schema>\n" + "".join(f'<AttrName Name="{a}" Type="{t}"/>\n' for a, t in schemas[i])
+                             + "</Schema>\n")
+            if i in outputs:
+                parts.append(f'<OutputStreamName Name="{outputs[i][0]}" Type="{outputs[i][1]}"/>\n')
+            if i == end:
+                parts.append("</Node>\n")
+                continue
+            ev, node, start = streams[inputs[i]], schemas[i], i == 0
+            if not start:
+                r = rng.random()
+                if r < 0.7:
+                    parts.append("<FilterEdge>\n" + self.eval_func(ev, node, False) + "</FilterEdge>\n")
+                # else: no FilterEdge at all, the filter predicate is TRUE
+                if rng.random() < 0.4:
+                    typ = ' Type="DEL"' if rng.random() < 0.2 else ""
+                    parts.append(f"<RebindEdge{typ}>\n" + self.eval_func(ev, node, False, true_often=True)
+                                 + self.schema_map(ev, node, node) + "</RebindEdge>\n")
+            dests = [i + 1] + [j for j in range(i + 2, end + 1) if rng.random() < 0.25]
+            for j in dests:
+                typ = ' Type="DEL"' if rng.random() < 0.15 else ""
+                parts.append(f'<ForwardEdge Destination="{j * 10 + 1}"{typ}>\n'
+                             + self.eval_func(ev, node, start, true_often=True)
+                             + self.schema_map(ev, () if start else node, schemas[j]) + "</ForwardEdge>\n")
+            parts.append("</Node>\n")
+        parts.append("</NFA>\n")
+        return "".join(parts), published
+
+
+def stream(rng: random.Random, streams: dict, n: int, max_gap: int = 2, max_dur: int = 4) -> list[Event]:
+    """``n`` events of the base streams: a gap of 0 (simultaneous) is common,
+    and some events are intervals."""
+    t, out = 0, []
+    for _ in range(n):
+        t += rng.choice([0, 0, 0] + list(range(1, max_gap + 1)))
+        name = rng.choice(list(BASE))
+        values = tuple(_value(rng, typ) for _, typ in streams[name])
+        dur = rng.choice([0, 0, rng.randint(0, max_dur)])
+        out.append(Event(name, values, t - dur, t))
+    return out
+
+
+def case(seed: int, max_automata: int = 3, max_events: int = 18) -> Case:
+    rng = random.Random(seed)
+    g = _Gen(rng)
+    streams = dict(BASE)
+    texts = []
+    for idx in range(rng.randint(1, max_automata)):
+        text, published = g.automaton(idx, streams)
+        texts.append(text)
+        streams.update(published)
+    return Case(seed, texts, streams, stream(rng, streams, rng.randint(3, max_events)))
