@@ -90,6 +90,9 @@ def _schema(node: ET.Element) -> tuple:
             if typ.lower() not in TYPES:
                 raise OracleAirError(f"unknown attribute type {typ!r}")
             out.append((a.get("Name"), TYPES[typ.lower()]))
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise OracleAirError(f"node {node.get('NodeID')}: duplicate attribute in the schema: {names}")
     return tuple(out)
 
 

@@ -171,7 +171,7 @@ class _Gen:
                 a, t = rng.choice(ev)
             else:
                 a, t = f"x{i}", rng.choice(["int", "float", "string"])
-            if a in used:
+            while a in used:
                 a = f"{a}_{i}"
             used.add(a)
             out.append((a, t))
