@@ -78,7 +78,8 @@ class Oracle:
     """Streams declared, automata added (publishers before their readers), then
     :meth:`run` over a whole list of events in non-decreasing ``t1``."""
 
-    def __init__(self, functions: dict | None = None) -> None:
+    def __init__(self, functions: dict | None = None, max_instances: int | None = None) -> None:
+        self.max_instances = max_instances   # stop (OracleRunError) when a run holds more
         self.functions = {**expr.BUILTINS, **{k.upper(): v for k, v in (functions or {}).items()}}
         self.streams: dict[str, tuple] = {"DUAL": ()}     # name -> ((attr, type), ...)
         self.automata: list[tuple[str, Automaton]] = []
@@ -97,7 +98,7 @@ class Oracle:
                     raise OracleAirError(f"{auto.name}: node {s.id} reads undeclared stream {s.stream!r}")
                 self._check_static(auto, s)
                 for out, _kind in s.outputs:
-                    if out in self.streams and self.streams[out] != s.schema and out != "DUAL":
+                    if out in self.streams and self.streams[out] != s.schema:
                         raise OracleAirError(f"{auto.name}: output stream {out!r} exists with another schema")
                     self.streams[out] = s.schema
             self.automata.append((owner, auto))
@@ -214,6 +215,8 @@ class Oracle:
             keep = [i for i in installed.get(key, ()) if id(i) not in affected] + pending.get(key, [])
             if keep:
                 out[key] = keep
+        if self.max_instances is not None and sum(map(len, out.values())) > self.max_instances:
+            raise OracleRunError(f"more than {self.max_instances} instances: the case is too large to run")
         return out
 
     def _create(self, ai, owner, auto, edge, ev, e, inst, pending, queue, witnesses) -> None:
