@@ -41,7 +41,7 @@ class Case:
 
 def _num(rng: random.Random, typ: str):
     if typ == "int":
-        return rng.choice([0, 1, 2, 3, 4, 5])
+        return rng.choice([-3, -1, 0, 1, 2, 3, 4, 5])
     return rng.choice([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
 
 
