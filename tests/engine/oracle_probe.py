@@ -1,7 +1,9 @@
 """Run in a child process by tests/oracle/test_differential.py: the engine
 build this process runs (``CAYUGA_ENGINE=python`` selects the pure-Python one)
-on cases read as JSON from standard input; prints the build and, per case,
-the witnesses (or the load error) as JSON.
+on cases read as JSON from standard input, under every engine switch
+combination (index, merge, ...: tests/engine/test_indexes_support.CONFIGS);
+prints the build and, per case and switch combination, the witnesses (or the
+load or run error) as JSON.
 
     python -m tests.engine.oracle_probe < cases.json
 
@@ -18,10 +20,11 @@ import sys
 from air.airxml import load_air_many
 from air.model import parse_stream_decl
 from server.engine import BUILD, Engine, Event
+from tests.engine.test_indexes_support import CONFIGS
 
 
-def run_case(case: dict) -> dict:
-    eng = Engine()
+def run_case(case: dict, opts: dict | None = None) -> dict:
+    eng = Engine(**(opts or {}))
     autos = []
     try:
         for text in case["automata"]:
@@ -44,7 +47,8 @@ def run_case(case: dict) -> dict:
 
 def main() -> None:
     cases = json.load(sys.stdin)
-    json.dump({"build": BUILD, "results": [run_case(c) for c in cases]}, sys.stdout)
+    json.dump({"build": BUILD, "results": [{name: run_case(c, opts) for name, opts in CONFIGS.items()}
+                                           for c in cases]}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ ahead, and it covers: filter predicates (absent, empty, DNF with OR clauses),
 rebind edges (FOLD) with aggregates in UDFs, several forward edges,
 ``Type="DEL"`` forward and rebind edges, StaticPred / DynamicPred /
 DurationPred (EVENT, COMPOSITE) / ComplexPred atoms with arithmetic, CONTAINS,
-SIMILARITY and bare attribute names, OUT and RESUB outputs, and outputs on
-intermediate states (partial outputs). Streams mix point and interval events
+SIMILARITY and bare attribute names, OUT and RESUB outputs, outputs on
+intermediate states (partial outputs), two output streams on one state,
+repeated forward edges, nodes in any document order with any ids, ``<>``,
+constants of another numeric type than their attribute, and the same automaton
+loaded twice (its states merged by the engine). Streams mix point and interval events
 with many simultaneous ones. Values come from small domains so that
 predicates often hold. Divisors are non-zero constants, so no expression fails.
 """
@@ -17,6 +20,7 @@ predicates often hold. Divisors are non-zero constants, so no expression fails.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from xml.sax.saxutils import quoteattr
 
@@ -26,7 +30,7 @@ BASE = {
     "Stock": (("Name", "string"), ("Price", "float"), ("Volume", "int")),
     "Quote": (("Name", "string"), ("Bid", "int")),
 }
-NAMES = ["A", "B", "C", "AB", "Alpha Beta Gamma Delta", "Alpha Beta Gamma Delts"]
+NAMES = ["A", "B", "C", "AB", "A&B<é", "Alpha Beta Gamma Delta", "Alpha Beta Gamma Delts"]
 OPS = ["=", "!=", "<", "<=", ">", ">="]
 XML_OPS = {"<": "&lt;", "<=": "&lt;=", ">": "&gt;", ">=": "&gt;=", "=": "=", "!=": "!="}
 
@@ -118,11 +122,15 @@ class _Gen:
                 kind = "event"
             else:
                 op = rng.choice(["=", "!="] if t == "string" else OPS)
-                return f'<StaticPred EventAttr="{a}" OP="{XML_OPS[op]}" Const={quoteattr(str(_value(rng, t)))}/>'
+                const = _value(rng, t)
+                if t != "string" and rng.random() < 0.2:  # 2.5 against an int, 3 against a float
+                    const = rng.choice([2.5, -0.5, 3, 1])
+                xop = "&lt;&gt;" if op == "!=" and rng.random() < 0.3 else XML_OPS[op]
+                return f'<StaticPred EventAttr="{a}" OP="{xop}" Const={quoteattr(str(const))}/>'
         if kind in ("event", "composite"):
             typ = "EVENT" if kind == "event" else "COMPOSITE"
             return (f'<DurationPred Type="{typ}" OP="{XML_OPS[rng.choice(OPS)]}" '
-                    f'Const="{rng.choice([0, 1, 2, 3, 5])}"/>')
+                    f'Const="{rng.choice([0, 1, 2, 2.5, 3, 5])}"/>')
         return f"<ComplexPred Expr={quoteattr(self.complex_atom(ev, node))}/>"
 
     def eval_func(self, ev: tuple, node: tuple, start: bool, true_often: bool = False) -> str:
@@ -135,6 +143,8 @@ class _Gen:
         clauses = []
         for _ in range(rng.choice([1, 1, 1, 2, 2, 3])):
             atoms = [self.atom(ev, node, start) for _ in range(rng.choice([1, 1, 2, 3]))]
+            if rng.random() < 0.05:
+                atoms = []  # an empty clause: AND of nothing, TRUE
             clauses.append("<PredClause>\n" + "\n".join(atoms) + "\n</PredClause>\n")
         return "<EvalFunc>\n" + "".join(clauses) + "</EvalFunc>\n"
 
@@ -190,23 +200,30 @@ class _Gen:
         for i in range(1, n_mid + 1):
             if rng.random() < 0.2:
                 name = f"P{idx}_{i}"
-                outputs[i] = (name, rng.choice(["OUT", "RESUB"]))
+                outputs[i] = [(name, rng.choice(["OUT", "RESUB"]))]
                 published[name] = schemas[i]
         end = n_mid + 1
-        outputs[end] = (f"O{idx}", rng.choice(["OUT", "OUT", "RESUB"]))
+        outputs[end] = [(f"O{idx}", rng.choice(["OUT", "OUT", "RESUB"]))]
         published[f"O{idx}"] = schemas[end]
-        parts = ["<NFA>\n"]
+        if rng.random() < 0.15:  # a second output stream on the same state: one witness on each
+            outputs[end].append((f"Q{idx}", "OUT"))
+            published[f"Q{idx}"] = schemas[end]
+        letters = rng.random() < 0.3
+        nid = [(f"n{'SABCDEFGH'[i]}" if letters else str(i * 10 + 1)) for i in range(end + 1)]
+        nodes = []
         for i in range(end + 1):
+            parts = []
             kind = "START" if i == 0 else "INTERMEDIATE_OR_END"
             stream = f' InputStreamName="{inputs[i]}"' if i < end else ""
-            parts.append(f'<Node NodeID="{i * 10 + 1}" NodeType="{kind}"{stream}>\n')
+            parts.append(f'<Node NodeID="{nid[i]}" NodeType="{kind}"{stream}>\n')
             if i > 0:
                 parts.append("<Schema>\n" + "".join(f'<AttrName Name="{a}" Type="{t}"/>\n' for a, t in schemas[i])
                              + "</Schema>\n")
-            if i in outputs:
-                parts.append(f'<OutputStreamName Name="{outputs[i][0]}" Type="{outputs[i][1]}"/>\n')
+            for name, kind in outputs.get(i, ()):
+                parts.append(f'<OutputStreamName Name="{name}" Type="{kind}"/>\n')
             if i == end:
                 parts.append("</Node>\n")
+                nodes.append("".join(parts))
                 continue
             ev, node, start = streams[inputs[i]], schemas[i], i == 0
             if not start:
@@ -218,15 +235,17 @@ class _Gen:
                     typ = ' Type="DEL"' if rng.random() < 0.2 else ""
                     parts.append(f"<RebindEdge{typ}>\n" + self.eval_func(ev, node, False, true_often=True)
                                  + self.schema_map(ev, node, node) + "</RebindEdge>\n")
-            dests = [i + 1] + [j for j in range(i + 2, end + 1) if rng.random() < 0.25]
+            dests = [i + 1] + [j for j in range(i + 1, end + 1) if rng.random() < 0.2]  # may repeat i + 1
             for j in dests:
                 typ = ' Type="DEL"' if rng.random() < 0.15 else ""
-                parts.append(f'<ForwardEdge Destination="{j * 10 + 1}"{typ}>\n'
+                parts.append(f'<ForwardEdge Destination="{nid[j]}"{typ}>\n'
                              + self.eval_func(ev, node, start, true_often=True)
                              + self.schema_map(ev, () if start else node, schemas[j]) + "</ForwardEdge>\n")
             parts.append("</Node>\n")
-        parts.append("</NFA>\n")
-        return "".join(parts), published
+            nodes.append("".join(parts))
+        if rng.random() < 0.3:
+            rng.shuffle(nodes)  # document order is not automaton order
+        return "<NFA>\n" + "".join(nodes) + "</NFA>\n", published
 
 
 def stream(rng: random.Random, streams: dict, n: int, max_gap: int = 2, max_dur: int = 4) -> list[Event]:
@@ -251,4 +270,11 @@ def case(seed: int, max_automata: int = 3, max_events: int = 18) -> Case:
         text, published = g.automaton(idx, streams)
         texts.append(text)
         streams.update(published)
+        if rng.random() < 0.3:
+            # the same automaton again for another owner, publishing under other names: the engine
+            # merges its states with the first one's (SPEC §5), which must change nobody's witnesses
+            copy_idx = f"{idx}c"
+            copy = re.sub(r'<OutputStreamName Name="([A-Z])[0-9]+', rf'<OutputStreamName Name="\g<1>{copy_idx}', text)
+            texts.append(copy)
+            streams.update({re.sub(r"^([A-Z])[0-9]+", rf"\g<1>{copy_idx}", k): v for k, v in published.items()})
     return Case(seed, texts, streams, stream(rng, streams, rng.randint(3, max_events)))
