@@ -8,8 +8,11 @@ load or run error) as JSON.
     python -m tests.engine.oracle_probe < cases.json
 
 A case: ``{"automata": [AIR text, ...], "streams": {name: [[attr, type], ...]},
-"base": [names of the streams to declare], "events": [[stream, [values], t0, t1], ...]}``; automaton ``i`` is loaded as
-owner ``a<i>``, in order (publishers first).
+"base": [names of the streams to declare], "events": [[stream, [values], t0, t1], ...],
+"schedule": [[add at t1 or null, remove at t1 or null], ...], "close": bool}``;
+automaton ``i`` is loaded as owner ``a<i>``, in order (publishers first), before
+the events or, per the schedule, just before the first event of epoch ``t1``
+(after closing the epoch before explicitly when ``close``).
 """
 
 from __future__ import annotations
@@ -34,10 +37,25 @@ def run_case(case: dict, opts: dict | None = None) -> dict:
     for name in case["base"]:
         attrs = case["streams"][name]
         eng.declare(parse_stream_decl(f"{name}({', '.join(f'{a} {t}' for a, t in attrs)})"))
+    schedule = case.get("schedule") or [(None, None)] * len(autos)
+    ems = []
+    eng.on_emit = ems.append
     try:
         for i, a in enumerate(autos):
-            eng.add(a, owner=f"a{i}")
-        ems = eng.run([Event(s, tuple(v), t0, t1) for s, v, t0, t1 in case["events"]])
+            if schedule[i][0] is None:
+                eng.add(a, owner=f"a{i}")
+        for s, v, t0, t1 in case["events"]:
+            for i, (add, remove) in enumerate(schedule):  # changes while events flow, before epoch t1
+                if remove == t1 and eng.has_owner(f"a{i}"):
+                    if case.get("close"):
+                        eng.close_epoch()
+                    eng.remove(f"a{i}")
+                if add == t1 and not eng.has_owner(f"a{i}") and (remove is None or remove > t1):
+                    if case.get("close"):
+                        eng.close_epoch()
+                    eng.add(autos[i], owner=f"a{i}")
+            eng.feed(Event(s, tuple(v), t0, t1))
+        eng.flush()
     except Exception as exc:
         return {"error": f"run: {type(exc).__name__}: {exc}"}
     return {"witnesses": [[em.owner, em.stream, em.kind, list(em.event.values), em.event.t0, em.event.t1]

@@ -41,6 +41,7 @@ class Case:
     automata: list[str]              # AIR texts, in load order (publishers first)
     streams: dict                    # every stream name -> ((attr, type), ...)
     events: list[Event]              # in t1 order
+    schedule: list                   # per automaton: (add at t1 or None, remove at t1 or None)
 
 
 def _num(rng: random.Random, typ: str):
@@ -277,4 +278,25 @@ def case(seed: int, max_automata: int = 3, max_events: int = 18) -> Case:
             copy = re.sub(r'<OutputStreamName Name="([A-Z])[0-9]+', rf'<OutputStreamName Name="\g<1>{copy_idx}', text)
             texts.append(copy)
             streams.update({re.sub(r"^([A-Z])[0-9]+", rf"\g<1>{copy_idx}", k): v for k, v in published.items()})
-    return Case(seed, texts, streams, stream(rng, streams, rng.randint(3, max_events)))
+    events = stream(rng, streams, rng.randint(3, max_events))
+    return Case(seed, texts, streams, events, _schedule(rng, texts, events))
+
+
+def _schedule(rng: random.Random, texts: list[str], events: list[Event]) -> list:
+    """When each automaton is added and removed while the events flow (None:
+    before the first, never). An automaton is added no earlier than those
+    before it (it may read their outputs), and only one whose outputs nobody
+    reads is removed."""
+    times = sorted({e.t1 for e in events})[1:]
+    out, last = [], None
+    for i, text in enumerate(texts):
+        add = last
+        if times and rng.random() < 0.25:
+            add = max(last or times[0], rng.choice(times))
+        last = add
+        outs = re.findall(r'<OutputStreamName Name="([^"]+)"', text)
+        read = any(f'InputStreamName="{o}"' in t for o in outs for t in texts[i + 1:])
+        later = [t for t in times if add is None or t > add]
+        remove = rng.choice(later) if later and not read and rng.random() < 0.2 else None
+        out.append((add, remove))
+    return out

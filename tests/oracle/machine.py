@@ -83,6 +83,7 @@ class Oracle:
         self.functions = {**expr.BUILTINS, **{k.upper(): v for k, v in (functions or {}).items()}}
         self.streams: dict[str, tuple] = {"DUAL": ()}     # name -> ((attr, type), ...)
         self.automata: list[tuple[str, Automaton]] = []
+        self.windows: list[list] = []                     # per automaton: [from t1, until t1) or None
         self.eval_errors = 0
         self.last_eval_error = ""
 
@@ -90,7 +91,10 @@ class Oracle:
         """``attrs``: ``((name, type), ...)``; types as in AIR."""
         self.streams[name] = tuple(attrs)
 
-    def add(self, automata, owner: str) -> None:
+    def add(self, automata, owner: str, at=None) -> None:
+        """Automata of ``owner``; with ``at``, registered while events flow: they
+        take part from the first epoch with ``t1 >= at`` on, starting empty
+        (SPEC §6: a subscription never inherits instances made before it)."""
         autos = [automata] if isinstance(automata, Automaton) else list(automata)
         for auto in autos:
             for s in auto.states:
@@ -102,6 +106,13 @@ class Oracle:
                         raise OracleAirError(f"{auto.name}: output stream {out!r} exists with another schema")
                     self.streams[out] = s.schema
             self.automata.append((owner, auto))
+            self.windows.append([at, None])
+
+    def remove(self, owner: str, at) -> None:
+        """``owner``'s automata take no part in epochs with ``t1 >= at``."""
+        for (o, _), window in zip(self.automata, self.windows):
+            if o == owner:
+                window[1] = at
 
     def _check_static(self, auto: Automaton, s: State) -> None:
         if s.stream is None:
@@ -170,12 +181,15 @@ class Oracle:
                 raise OracleRunError(f"events out of t1 order: {a} then {b}")
         installed: dict[tuple, list[Instance]] = {}   # (automaton index, state id) -> instances
         witnesses: list[Witness] = []
-        for _t, group in groupby(events, key=lambda e: e.t1):
-            installed = self._epoch(list(group), installed, witnesses)
+        for t, group in groupby(events, key=lambda e: e.t1):
+            live = {ai for ai, (start, end) in enumerate(self.windows)
+                    if (start is None or t >= start) and (end is None or t < end)}
+            installed = {k: v for k, v in installed.items() if k[0] in live}  # a removed owner's instances go
+            installed = self._epoch(list(group), installed, witnesses, live)
         self.final_instances = installed
         return witnesses
 
-    def _epoch(self, group: list, installed: dict, witnesses: list) -> dict:
+    def _epoch(self, group: list, installed: dict, witnesses: list, live: set) -> dict:
         affected: set[int] = set()
         pending: dict[tuple, list[Instance]] = {}
         queue = deque(Event(e.stream, tuple(e.values), e.t0, e.t1) for e in group)
@@ -189,6 +203,8 @@ class Oracle:
                 continue
             ev = dict(zip((n for n, _ in self.streams[e.stream]), e.values))
             for ai, (owner, auto) in enumerate(self.automata):
+                if ai not in live:
+                    continue
                 for s in auto.states:
                     if s.stream != e.stream:
                         continue

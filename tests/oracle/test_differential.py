@@ -3,8 +3,9 @@
 1. Random valid AIR (tests/oracle/gen.py) on random point and interval streams
    with many simultaneous events: both engine builds (compiled and pure Python,
    each in a child process, tests/engine/oracle_probe.py), under every engine
-   switch combination (indexes, state merging), give the oracle's witnesses,
-   epoch by epoch, as multisets per output stream.
+   switch combination (indexes, state merging), with some automata added or
+   removed while the events flow, give the oracle's witnesses, epoch by epoch,
+   as multisets per output stream.
 2. Random CEL from a small grammar, compiled by the product and written out as
    AIR: the engine running the compiled automata gives what the oracle gives
    reading that AIR.
@@ -69,8 +70,10 @@ def oracle_case(c: gen.Case):
     o = Oracle(max_instances=MAX_INSTANCES)
     for name, attrs in gen.BASE.items():
         o.declare(name, attrs)
-    for i, text in enumerate(c.automata):
-        o.add(read_air(text), owner=f"a{i}")
+    for i, (text, (add, remove)) in enumerate(zip(c.automata, c.schedule)):
+        o.add(read_air(text), owner=f"a{i}", at=add)
+        if remove is not None:
+            o.remove(f"a{i}", at=remove)
     ws = o.run(c.events)
     assert o.eval_errors == 0, o.last_eval_error  # the generator makes no failing expression
     return [(w.owner, w.stream, w.kind, w.values, w.t0, w.t1) for w in ws]
@@ -78,7 +81,8 @@ def oracle_case(c: gen.Case):
 
 def as_json(c: gen.Case) -> dict:
     return {"automata": c.automata, "streams": {k: [list(a) for a in v] for k, v in c.streams.items()},
-            "base": list(gen.BASE), "events": [[e.stream, list(e.values), e.t0, e.t1] for e in c.events]}
+            "base": list(gen.BASE), "events": [[e.stream, list(e.values), e.t0, e.t1] for e in c.events],
+            "schedule": c.schedule, "close": c.seed % 2 == 0}
 
 
 def probe(cases: list[dict], build: str) -> list[dict]:
