@@ -42,6 +42,8 @@ class Case:
     streams: dict                    # every stream name -> ((attr, type), ...)
     events: list[Event]              # in t1 order
     schedule: list                   # per automaton: (add at t1 or None, remove at t1 or None)
+    restart_at: int | None = None    # the engine's state is saved and loaded into a fresh engine
+                                     # before this event (a snapshot; no effect on the witnesses)
 
 
 def _num(rng: random.Random, typ: str):
@@ -279,7 +281,9 @@ def case(seed: int, max_automata: int = 3, max_events: int = 18) -> Case:
             texts.append(copy)
             streams.update({re.sub(r"^([A-Z])[0-9]+", rf"\g<1>{copy_idx}", k): v for k, v in published.items()})
     events = stream(rng, streams, rng.randint(3, max_events))
-    return Case(seed, texts, streams, events, _schedule(rng, texts, events))
+    schedule = _schedule(rng, texts, events)
+    restart_at = rng.randrange(len(events)) if rng.random() < 0.4 else None
+    return Case(seed, texts, streams, events, schedule, restart_at)
 
 
 def _schedule(rng: random.Random, texts: list[str], events: list[Event]) -> list:

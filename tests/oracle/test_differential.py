@@ -4,7 +4,8 @@
    with many simultaneous events: both engine builds (compiled and pure Python,
    each in a child process, tests/engine/oracle_probe.py), under every engine
    switch combination (indexes, state merging), with some automata added or
-   removed while the events flow, give the oracle's witnesses, epoch by epoch,
+   removed while the events flow, and some restarted from an exported state
+   (a snapshot) in the middle of the stream, give the oracle's witnesses, epoch by epoch,
    as multisets per output stream.
 2. Random CEL from a small grammar, compiled by the product and written out as
    AIR: the engine running the compiled automata gives what the oracle gives
@@ -82,7 +83,7 @@ def oracle_case(c: gen.Case):
 def as_json(c: gen.Case) -> dict:
     return {"automata": c.automata, "streams": {k: [list(a) for a in v] for k, v in c.streams.items()},
             "base": list(gen.BASE), "events": [[e.stream, list(e.values), e.t0, e.t1] for e in c.events],
-            "schedule": c.schedule, "close": c.seed % 2 == 0}
+            "schedule": c.schedule, "close": c.seed % 2 == 0, "restart_at": c.restart_at}
 
 
 def probe(cases: list[dict], build: str) -> list[dict]:
