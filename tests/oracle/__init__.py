@@ -45,9 +45,13 @@ re-derived here from SPEC or the README, not copied from the engine):
    float is a float. Unary minus binds tighter than ``^``; ``^`` and ``%`` share
    one level above ``*`` and ``/`` (SPEC §3).
 5. An expression that fails (division by zero, a type clash) makes the whole
-   edge predicate false for that event (README "Semantics in one paragraph");
-   a schema map whose expression fails makes no instance. Both are counted in
-   ``Oracle.eval_errors``.
+   edge predicate false for that event (README "Semantics in one paragraph"),
+   and only that edge's: the instance's other edges are still evaluated. A
+   schema map whose expression fails counts the same way: its edge is not
+   taken (no instance), so a failing rebind map, like a false rebind
+   predicate, lets no forward edge fire. Both are counted in
+   ``Oracle.eval_errors``. A filter predicate that fails leaves the instance
+   unaffected.
 6. A value stored into a ``float`` attribute from an int becomes a float.
 7. A bare name in an expression is the event's attribute if the event has it,
    else the instance's (SPEC §5).

@@ -220,9 +220,10 @@ class Oracle:
                             continue                       # filtered: survives unchanged
                         affected.add(id(inst))
                         if s.rebind is not None:
-                            if not self._holds(s.rebind.pred, s, ev, e, inst):
+                            if not (self._holds(s.rebind.pred, s, ev, e, inst)
+                                    and self._create(ai, owner, auto, s.rebind, ev, e, inst, pending, queue,
+                                                     witnesses)):
                                 continue                   # no rebind: no forward edge either
-                            self._create(ai, owner, auto, s.rebind, ev, e, inst, pending, queue, witnesses)
                         for edge in s.forwards:
                             if self._holds(edge.pred, s, ev, e, inst):
                                 self._create(ai, owner, auto, edge, ev, e, inst, pending, queue, witnesses)
@@ -235,11 +236,13 @@ class Oracle:
             raise OracleRunError(f"more than {self.max_instances} instances: the case is too large to run")
         return out
 
-    def _create(self, ai, owner, auto, edge, ev, e, inst, pending, queue, witnesses) -> None:
+    def _create(self, ai, owner, auto, edge, ev, e, inst, pending, queue, witnesses) -> bool:
+        """Traverse ``edge``: the new instance, its witnesses. False when its
+        schema map fails (then the edge counts as not taken)."""
         dest = auto.state(edge.dest)
         values = self._map(edge, dest, ev, inst)
         if values is None:
-            return
+            return False
         if edge.delete:
             t0 = e.t1
         else:
@@ -251,3 +254,4 @@ class Oracle:
         for name, kind in dest.outputs:
             witnesses.append(Witness(owner, name, kind, row, t0, e.t1))
             queue.append(Event(name, row, t0, e.t1))
+        return True
