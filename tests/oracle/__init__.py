@@ -51,7 +51,12 @@ re-derived here from SPEC or the README, not copied from the engine):
    taken (no instance), so a failing rebind map, like a false rebind
    predicate, lets no forward edge fire. Both are counted in
    ``Oracle.eval_errors``. A filter predicate that fails leaves the instance
-   unaffected.
+   unaffected. Clauses and atoms are evaluated in document order, stopping at
+   the first clause that holds; the engine may order them otherwise (and
+   treats an empty clause as TRUE without evaluating the others), so for a
+   predicate of several clauses in which an expression fails the result is not
+   fixed by SPEC; the fuzzer puts failing expressions only in one-clause
+   predicates and in schema maps, where every order gives the same result.
 6. A value stored into a ``float`` attribute from an int becomes a float.
 7. A bare name in an expression is the event's attribute if the event has it,
    else the instance's (SPEC §5).

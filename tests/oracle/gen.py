@@ -14,7 +14,8 @@ repeated forward edges, nodes in any document order with any ids, ``<>``,
 constants of another numeric type than their attribute, and the same automaton
 loaded twice (its states merged by the engine). Streams mix point and interval events
 with many simultaneous ones. Values come from small domains so that
-predicates often hold. Divisors are non-zero constants, so no expression fails.
+predicates often hold. Divisors are non-zero constants, so no expression fails,
+unless asked for (``errors=True``).
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def _lit(v) -> str:
 
 
 class _Gen:
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, errors: bool = False) -> None:
         self.rng = rng
+        self.errors = errors
+        self.may_fail = True  # False inside a predicate of several clauses (see eval_func)
 
     # ------------------------------------------------------------- expressions
 
@@ -72,6 +75,11 @@ class _Gen:
         """A parenthesised expression of type ``typ`` ('int' or 'float'); a
         float expression may mix ints in."""
         rng = self.rng
+        if self.errors and self.may_fail and depth == 0 and rng.random() < 0.3:  # a divisor that may be 0: the expression may fail
+            ints = [f"EV.{a}" for a, t in ev if t == "int"] + [f"NODE.{a}" for a, t in node if t == "int"]
+            if ints:
+                left = self.num_expr(ev, node, "int" if typ == "int" else rng.choice(["int", "float"]), 1)
+                return f"({left}){rng.choice(['/', '%'])}({rng.choice(ints)})"
         ok = ("int",) if typ == "int" else ("int", "float")
         leaves = [f"EV.{a}" for a, t in ev if t in ok] + [f"NODE.{a}" for a, t in node if t in ok]
         if node and rng.random() < 0.2:  # a bare name: the event's if it has it, else the instance's
@@ -144,11 +152,17 @@ class _Gen:
         if r < (0.45 if true_often else 0.2):
             return "<EvalFunc>\n</EvalFunc>\n"  # empty: TRUE
         clauses = []
-        for _ in range(rng.choice([1, 1, 1, 2, 2, 3])):
+        n = rng.choice([1, 1, 1, 2, 2, 3])
+        # Which clauses of an OR are evaluated once an expression in one fails is not fixed
+        # (short-circuit order), so failing expressions go only into one-clause predicates,
+        # where any failure or false atom makes the clause, and the predicate, false.
+        self.may_fail = n == 1
+        for _ in range(n):
             atoms = [self.atom(ev, node, start) for _ in range(rng.choice([1, 1, 2, 3]))]
             if rng.random() < 0.05:
                 atoms = []  # an empty clause: AND of nothing, TRUE
             clauses.append("<PredClause>\n" + "\n".join(atoms) + "\n</PredClause>\n")
+        self.may_fail = True
         return "<EvalFunc>\n" + "".join(clauses) + "</EvalFunc>\n"
 
     # ------------------------------------------------------------- schema maps
@@ -264,9 +278,11 @@ def stream(rng: random.Random, streams: dict, n: int, max_gap: int = 2, max_dur:
     return out
 
 
-def case(seed: int, max_automata: int = 3, max_events: int = 18) -> Case:
+def case(seed: int, max_automata: int = 3, max_events: int = 18, errors: bool = False) -> Case:
+    """One random case; with ``errors``, some divisors are attributes that may
+    be 0, so some expressions fail on some events."""
     rng = random.Random(seed)
-    g = _Gen(rng)
+    g = _Gen(rng, errors)
     streams = dict(BASE)
     texts = []
     for idx in range(rng.randint(1, max_automata)):

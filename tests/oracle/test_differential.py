@@ -67,6 +67,11 @@ def by_epoch(witnesses) -> dict:
 
 # --------------------------------------------------------------------------- 1. random AIR
 
+def with_errors(case_seed: int) -> bool:
+    """Every third case lets some expressions fail (division by an attribute that may be 0)."""
+    return case_seed % 3 == 0
+
+
 def oracle_case(c: gen.Case):
     o = Oracle(max_instances=MAX_INSTANCES)
     for name, attrs in gen.BASE.items():
@@ -76,7 +81,8 @@ def oracle_case(c: gen.Case):
         if remove is not None:
             o.remove(f"a{i}", at=remove)
     ws = o.run(c.events)
-    assert o.eval_errors == 0, o.last_eval_error  # the generator makes no failing expression
+    if not with_errors(c.seed):
+        assert o.eval_errors == 0, o.last_eval_error  # the generator made no failing expression
     return [(w.owner, w.stream, w.kind, w.values, w.t0, w.t1) for w in ws]
 
 
@@ -110,7 +116,7 @@ def test_random_air_both_engine_builds_agree_with_the_oracle():
     seeds = [rng.randrange(10**9) for _ in range(AIR_CASES)]
     cases, expected, skipped = [], [], 0
     for s in seeds:
-        c = gen.case(s)
+        c = gen.case(s, errors=with_errors(s))
         try:
             expected.append(oracle_case(c))
         except OracleRunError:
@@ -123,9 +129,11 @@ def test_random_air_both_engine_builds_agree_with_the_oracle():
         results = probe([as_json(c) for _, c in cases], build)
         for (s, c), want, per_config in zip(cases, expected, results):
             for config, got in per_config.items():
-                where = f"{build} build, switches {config!r}, case seed {s} (gen.case({s}) rebuilds its AIR and events)"
+                where = (f"{build} build, switches {config!r}, case seed {s} "
+                         f"(gen.case({s}, errors={with_errors(s)}) rebuilds its AIR and events)")
                 assert "error" not in got, f"{where}: {got['error']}; {replay()}"
-                assert got["eval_errors"] == 0, got["last_eval_error"]
+                if not with_errors(s):  # (with failures, counts depend on evaluation order; witnesses do not)
+                    assert got["eval_errors"] == 0, got["last_eval_error"]
                 assert by_epoch(got["witnesses"]) == by_epoch(want), f"{where} differs from the oracle; {replay()}"
             total += len(want)
     assert total > len(cases)  # the cases do match: the comparison is not vacuous
