@@ -57,6 +57,11 @@ re-derived here from SPEC or the README, not copied from the engine):
    predicate of several clauses in which an expression fails the result is not
    fixed by SPEC; the fuzzer puts failing expressions only in one-clause
    predicates and in schema maps, where every order gives the same result.
+   (Provenance: the README gives only the predicate rule. The schema-map part
+   was settled after fuzzing found the engine disagreeing — see
+   tests/oracle/test_findings.py — by extending that rule to the edge a map
+   belongs to; the engine's code was read then to locate its defect, not to
+   copy a convention.)
 6. A value stored into a ``float`` attribute from an int becomes a float.
 7. A bare name in an expression is the event's attribute if the event has it,
    else the instance's (SPEC §5).

@@ -75,7 +75,8 @@ class _Gen:
         """A parenthesised expression of type ``typ`` ('int' or 'float'); a
         float expression may mix ints in."""
         rng = self.rng
-        if self.errors and self.may_fail and depth == 0 and rng.random() < 0.3:  # a divisor that may be 0: the expression may fail
+        if self.errors and self.may_fail and depth == 0 and rng.random() < 0.3:
+            # a divisor that may be 0: the expression may fail
             ints = [f"EV.{a}" for a, t in ev if t == "int"] + [f"NODE.{a}" for a, t in node if t == "int"]
             if ints:
                 left = self.num_expr(ev, node, "int" if typ == "int" else rng.choice(["int", "float"]), 1)
@@ -105,10 +106,14 @@ class _Gen:
         strs_node = [a for a, t in node if t == "string"]
         k = rng.random()
         if k < 0.15 and strs_ev:
-            return f"CONTAINS(EV.{rng.choice(strs_ev)}, {_lit(rng.choice(['A', 'B', 'Gamma', 'x']))})={rng.choice([0, 1])}"
+            text = rng.choice(strs_ev)  # (draws in this order: replayed seeds must give the same cases)
+            pattern = _lit(rng.choice(['A', 'B', 'Gamma', 'x']))
+            return f"CONTAINS(EV.{text}, {pattern})={rng.choice([0, 1])}"
         if k < 0.25 and strs_ev and (strs_node or rng.random() < 0.5):
             other = f"NODE.{rng.choice(strs_node)}" if strs_node else _lit(rng.choice(NAMES))
-            return f"SIMILARITY({other}, EV.{rng.choice(strs_ev)}){rng.choice(['>', '>=', '<'])}{rng.choice([0, 0.5, 0.7, 1])}"
+            text = rng.choice(strs_ev)
+            op, bound = rng.choice(['>', '>=', '<']), rng.choice([0, 0.5, 0.7, 1])
+            return f"SIMILARITY({other}, EV.{text}){op}{bound}"
         if k < 0.32 and strs_ev and strs_node:
             return f"EV.{rng.choice(strs_ev)}{rng.choice(['=', '!='])}NODE.{rng.choice(strs_node)}"
         typ = rng.choice(["int", "float"])

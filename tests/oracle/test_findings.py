@@ -52,17 +52,19 @@ FAILING_PRED = '<EvalFunc><PredClause><ComplexPred Expr="(EV.Price)/(EV.Volume)&
 TO_E_FAILING_MAP = f'<ForwardEdge Destination="E">{FAILING_MAP}</ForwardEdge>'
 TO_E_FAILING_PRED = f'<ForwardEdge Destination="E">{FAILING_PRED}{OK_MAP}</ForwardEdge>'
 TO_F = f'<ForwardEdge Destination="F">{OK_MAP}</ForwardEdge>'
-REBIND_FAILING_MAP = f'<RebindEdge><SchemaMap>{pairs(("NODE", "N", "N"))}<UDF Expr="(NODE.V)/(EV.Volume)" Attr="V"/></SchemaMap></RebindEdge>'
+REBIND_FAILING_MAP = (f'<RebindEdge><SchemaMap>{pairs(("NODE", "N", "N"))}'
+                      '<UDF Expr="(NODE.V)/(EV.Volume)" Attr="V"/></SchemaMap></RebindEdge>')
 
 # X opens an instance; Y (Volume 0) makes (Price / Volume) fail on the instance's edges
 EVENTS = [Event("Stock", ("X", 1.0, 1), 1, 1), Event("Stock", ("Y", 2.0, 0), 2, 2)]
 
+WANT = [("Out2", ("X", 2.0), 1, 2)]
 CASES = {
     # the failing edge first or last: either way the other edge fires
-    "forward map fails, then an edge that holds": (automaton(TO_E_FAILING_MAP + TO_F), [("Out2", ("X", 2.0), 1, 2)]),
-    "an edge that holds, then forward map fails": (automaton(TO_F + TO_E_FAILING_MAP), [("Out2", ("X", 2.0), 1, 2)]),
-    "forward predicate fails, then an edge that holds": (automaton(TO_E_FAILING_PRED + TO_F), [("Out2", ("X", 2.0), 1, 2)]),
-    "an edge that holds, then forward predicate fails": (automaton(TO_F + TO_E_FAILING_PRED), [("Out2", ("X", 2.0), 1, 2)]),
+    "forward map fails, then an edge that holds": (automaton(TO_E_FAILING_MAP + TO_F), WANT),
+    "an edge that holds, then forward map fails": (automaton(TO_F + TO_E_FAILING_MAP), WANT),
+    "forward predicate fails, then an edge that holds": (automaton(TO_E_FAILING_PRED + TO_F), WANT),
+    "an edge that holds, then forward predicate fails": (automaton(TO_F + TO_E_FAILING_PRED), WANT),
     # finding 1b: a failing rebind map is a false rebind predicate: no forward edge fires
     "rebind map fails": (automaton(REBIND_FAILING_MAP + TO_F), []),
 }
