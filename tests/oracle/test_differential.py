@@ -8,7 +8,8 @@
    (a snapshot) in the middle of the stream, give the oracle's witnesses, epoch by epoch,
    as multisets per output stream.
 2. Random CEL from a small grammar, compiled by the product and written out as
-   AIR: the engine running the compiled automata gives what the oracle gives
+   AIR: the engine running the compiled automata (and the other build, under
+   every switch combination, loading that AIR) gives what the oracle gives
    reading that AIR.
 3. The original compiler's AIR (tests/conformance/air) and the product's
    compilation of the same CEL (tests/conformance/cel), both run by the oracle,
@@ -188,6 +189,13 @@ def random_cel(rng: random.Random) -> str:
     return f"SELECT * FROM {text} PUBLISH Out"
 
 
+def cel_case(q, evs) -> dict:
+    """A case for tests/engine/oracle_probe.py: the compiled automata written out as AIR."""
+    return {"automata": [dump_air(a) for a in q.automata],
+            "streams": {n: [[a.name, a.type] for a in s.attributes] for n, s in STREAMS.items()},
+            "base": list(STREAMS), "events": [[e.stream, list(e.values), e.t0, e.t1] for e in evs]}
+
+
 def oracle_of_compiled(q, evs) -> Counter:
     o = Oracle(max_instances=MAX_INSTANCES)
     for s in STREAMS.values():
@@ -212,6 +220,7 @@ def test_random_cel_compiled_by_the_product_engine_agrees_with_the_oracle():
     print(replay())
     rng = random.Random(SEED ^ 0xCE1)
     compiled = total = skipped = resub = 0
+    other = []  # (text, output stream, case for the probe, the oracle's witnesses)
     for _ in range(CEL_CASES):
         text = random_cel(rng)
         try:
@@ -229,6 +238,16 @@ def test_random_cel_compiled_by_the_product_engine_agrees_with_the_oracle():
                 continue
             assert engine_of_compiled(q, evs) == want, f"{text!r} on cel_events: {replay()}"
             total += sum(want.values())
+            if s == 0:
+                other.append((text, q.outputs[-1], cel_case(q, evs), want))
+    # the other build (and every engine switch combination), on the compiled AIR written out
+    build = "python" if engine_build.compiled_paths(engine_build.MODULES[0]) else None
+    if build and other:
+        for (text, out, _, want), per_config in zip(other, probe([c for _, _, c, _ in other], build)):
+            for config, got in per_config.items():
+                assert "error" not in got, f"{text!r}: {got['error']}"
+                found = Counter((w[1], tuple(w[3]), w[4], w[5]) for w in got["witnesses"] if w[1] == out)
+                assert found == want, f"{build} build, switches {config!r}: {text!r}; {replay()}"
     print(f"{compiled} of {CEL_CASES} random queries compiled ({resub} into several automata); {total} witnesses")
     assert compiled >= CEL_CASES // 2, f"only {compiled} of {CEL_CASES} random queries compiled"
     assert total > 0 and skipped < compiled * CEL_STREAMS // 5
