@@ -602,35 +602,47 @@ class Engine:
                         if not node.dirty:
                             node.dirty = True
                             dirty.append(node)
-                    born = inst[3]
-                    if rebind is not None:
-                        run = rebind.pred
-                        if run is None or run(e, n, et0, et1, nt0):
-                            dest = rebind.dest
-                            new = [rebind.smap(e, n), et1 if rebind.resets else nt0, et1, born, False]
-                            if dest.stream is not None:
-                                if not dest.dirty:
-                                    dest.dirty = True
-                                    dirty.append(dest)
-                                dest.pending.append(new)
-                            if dest.outputs:
-                                self._emit(dest, new)
-                        else:
-                            continue
-                    for edge in forwards:
-                        run = edge.run
-                        if (run is None or run(e, n, et0, et1, nt0)) and born >= edge.min_gen:
-                            dest = edge.dest
-                            new = [edge.smap(e, n), et1 if edge.resets else nt0, et1, born, False]
-                            if dest.stream is not None:
-                                if not dest.dirty:
-                                    dest.dirty = True
-                                    dirty.append(dest)
-                                dest.pending.append(new)
-                            if dest.outputs:
-                                self._emit(dest, new)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - the filter failed: the instance is not affected
                     self._eval_error(node.label, exc)
+                    continue
+                born = inst[3]
+                # A failing expression costs only its own edge (its predicate counts as false), never
+                # the instance's other edges; a rebind edge that fails, like a false rebind predicate,
+                # lets no forward edge fire.
+                if rebind is not None:
+                    try:
+                        run = rebind.pred
+                        if run is not None and not run(e, n, et0, et1, nt0):
+                            continue
+                        new = [rebind.smap(e, n), et1 if rebind.resets else nt0, et1, born, False]
+                    except Exception as exc:  # noqa: BLE001
+                        self._eval_error(node.label, exc)
+                        continue
+                    dest = rebind.dest
+                    if dest.stream is not None:
+                        if not dest.dirty:
+                            dest.dirty = True
+                            dirty.append(dest)
+                        dest.pending.append(new)
+                    if dest.outputs:
+                        self._emit(dest, new)
+                for edge in forwards:
+                    try:
+                        run = edge.run
+                        if not ((run is None or run(e, n, et0, et1, nt0)) and born >= edge.min_gen):
+                            continue
+                        new = [edge.smap(e, n), et1 if edge.resets else nt0, et1, born, False]
+                    except Exception as exc:  # noqa: BLE001
+                        self._eval_error(node.label, exc)
+                        continue
+                    dest = edge.dest
+                    if dest.stream is not None:
+                        if not dest.dirty:
+                            dest.dirty = True
+                            dirty.append(dest)
+                        dest.pending.append(new)
+                    if dest.outputs:
+                        self._emit(dest, new)
 
     def _emit(self, dest: Node, inst: list) -> None:
         """Witnesses of an instance that reached ``dest``, one per output stream."""
