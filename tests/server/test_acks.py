@@ -46,6 +46,13 @@ class Raw:
             if line.startswith("#ack ") and int(line.split()[1]) >= n:
                 return out
 
+    def rest(self) -> list[str]:
+        """Every line until the server closes the connection."""
+        out = []
+        while line := self.line():
+            out.append(line)
+        return out
+
     def close(self) -> None:
         self.file.close()  # the file holds the socket open too: both, or the server never sees the end
         self.sock.close()

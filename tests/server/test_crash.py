@@ -234,6 +234,7 @@ def test_a_journal_begun_after_logged_witnesses_numbers_on_from_them(tmp_path):
 
 
 def _expected(ticks: Path, queries: list[Path]) -> dict[str, Counter]:
+    """``cayuga run``'s witnesses per output stream, canonical JSON, as multisets."""
     out = subprocess.run(_cayuga("run", *[a for q in queries for a in ("--query", str(q))], "--events", str(ticks)),
                          env=_env(), capture_output=True, text=True, timeout=600, check=True).stdout
     per: dict[str, Counter] = {}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from server.serve import RunningServer
 from server.snapshot import SnapshotStore, Snapshotter
 from server.witlog import WitnessLog
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
+from tests.server.test_acks import Raw
 from tests.server.tmpfs import fill, free_space, tmpfs
 
 
@@ -238,31 +238,6 @@ def test_a_snapshot_that_cannot_be_written_leaves_no_file_and_is_reported(tmp_pa
 
 
 # ---------------------------------------------------------------------- a real server, in this process
-
-
-class Raw:
-    """A raw TCP client: send text, read the server's lines (each read waits at most 10 s)."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.file = self.sock.makefile("rb")
-
-    def send(self, text: str) -> None:
-        self.sock.sendall(text.encode())
-
-    def line(self) -> str:
-        return self.file.readline().decode().rstrip("\n")
-
-    def rest(self) -> list[str]:
-        """Every line until the server closes the connection."""
-        out = []
-        while line := self.line():
-            out.append(line)
-        return out
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
 
 
 def ticks(start: int, end: int, t: int | None = None) -> str:

@@ -34,6 +34,7 @@ import httpx
 
 from bench.server_e2e import QUERIES, _cayuga, _env, _free_port, write_ticks
 from clients.client import CayugaClient
+from tests.server.test_crash import _expected
 from tests.server.tmpfs import fill, free_space, tmpfs
 
 EVENTS = int(os.environ.get("CAYUGA_DISKFULL_EVENTS", "60000"))
@@ -85,17 +86,6 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-
-
-def _expected(ticks: Path, queries: list[Path]) -> dict[str, Counter]:
-    """``cayuga run``'s witnesses per output stream, canonical JSON, as multisets."""
-    out = subprocess.run(_cayuga("run", *[a for q in queries for a in ("--query", str(q))], "--events", str(ticks)),
-                         env=_env(), capture_output=True, text=True, timeout=600, check=True).stdout
-    per: dict[str, Counter] = {}
-    for line in out.splitlines():
-        w = json.loads(line)
-        per.setdefault(w["stream"], Counter())[json.dumps(w, sort_keys=True)] += 1
-    return per
 
 
 def _wait(what: str, check, timeout: float = WAIT, procs=()):
