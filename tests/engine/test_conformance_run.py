@@ -77,7 +77,7 @@ def test_every_file_on_a_stock_stream_has_a_golden_file():
     assert set(ALL) - set(GOLDEN_FILES) == regen.NOT_ON_STOCK == {"T15.xml"}
     assert regen.PUBLISHERS == PUBLISHERS  # the oracle's copy (it may not import tests.conftest)
     for name in GOLDEN_FILES:
-        assert (GOLDEN / "witnesses" / (Path(name).stem + ".jsonl")).exists(), f"run python -m tests.oracle.regen"
+        assert (GOLDEN / "witnesses" / (Path(name).stem + ".jsonl")).exists(), "run python -m tests.oracle.regen"
 
 
 @pytest.mark.parametrize("name", GOLDEN_FILES)

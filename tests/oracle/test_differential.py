@@ -34,7 +34,7 @@ import pytest
 
 from air.airxml import dump_air, load_air
 from air.cel import CelError, compile_cel
-from server.engine import Engine, Event
+from server.engine import Engine
 from server.engine import build as engine_build
 from tests.cel.corpus import STREAMS, cel_text, pairs
 from tests.cel.test_equivalence import events as cel_events

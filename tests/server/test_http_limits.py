@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -26,7 +27,8 @@ import pytest
 from server.httpguard import GuardedHttpToolsProtocol
 from server.serve import HTTP_CLOSE_SECONDS, descriptors_needed
 from tests.server.conftest import make_settings, stock
-from tests.server.test_lifecycle import free_port, stalled_websocket
+from tests.server.test_lifecycle import stalled_websocket
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HALF_HEADER = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
@@ -53,36 +55,43 @@ def read_to_eof(sock: socket.socket) -> bytes:
 
 
 class Served:
-    def __init__(self, proc: subprocess.Popen, http: int, tcp: int, log: Path) -> None:
-        self.proc, self.http, self.tcp, self.log = proc, http, tcp, log
-        self.url = f"http://127.0.0.1:{http}"
+    def __init__(self, proc: subprocess.Popen, log: Path) -> None:
+        self.proc, self.log = proc, log
+        self.http = self.tcp = 0  # known once it has written its port file
+        self.url = ""
 
 
 @contextmanager
 def cayuga_serve(tmp_path, nofile: tuple[int, int] | None = None, wait: bool = True, **settings):
-    """A ``cayuga serve`` process on free ports (settings as CAYUGA_* variables,
-    ``nofile`` its RLIMIT_NOFILE); killed at the end if still running."""
-    http, tcp = free_port(), free_port()
+    """A ``cayuga serve`` process on ports it picks (0) and reports in its
+    --port-file (settings as CAYUGA_* variables, ``nofile`` its
+    RLIMIT_NOFILE); killed at the end if still running."""
     env = dict(os.environ, CAYUGA_LOG_LEVEL="warning",
                **{f"CAYUGA_{k.upper()}": str(v) for k, v in settings.items()})
-    log = tmp_path / f"serve-{http}.log"
+    run = tempfile.mkdtemp(prefix="serve-", dir=tmp_path)
+    log, port_file = Path(run) / "serve.log", Path(run) / "ports.json"
     preexec = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)) if nofile else None
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "serve", "--http-port", str(http),
-                                 "--tcp-port", str(tcp), "--data-dir", str(tmp_path / f"data-{http}")],
+        proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "serve", "--http-port", "0", "--tcp-port", "0",
+                                 "--data-dir", str(Path(run) / "data"), "--port-file", str(port_file)],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=preexec)
-    served = Served(proc, http, tcp, log)
+    served = Served(proc, log)
     try:
-        deadline = time.monotonic() + 60
-        while wait:
-            try:
-                if httpx.get(served.url + "/health", timeout=5).json()["status"] == "ok":
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"cayuga serve did not come up: {log.read_text()}")
-            time.sleep(0.1)
+        if wait:
+            def up() -> bool:
+                if proc.poll() is not None:
+                    raise AssertionError(f"cayuga serve exited: {log.read_text()}")
+                if not port_file.exists():
+                    return False
+                ports = json.loads(port_file.read_text())
+                served.http, served.tcp = ports["http_port"], ports["tcp_port"]
+                served.url = f"http://127.0.0.1:{served.http}"
+                try:
+                    return httpx.get(served.url + "/health", timeout=5).json()["status"] == "ok"
+                except (httpx.HTTPError, ValueError):
+                    return False
+
+            wait_until(up, timeout=60, what=f"cayuga serve to come up ({log})")
         yield served
     finally:
         if proc.poll() is None:
