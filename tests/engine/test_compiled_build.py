@@ -27,9 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITES = ["tests/engine", "tests/cel", "tests/bench", "tests/server", "tests/spark", "tests/test_cli_run.py",
           "tests/test_user_functions.py"]
 #: Suites of parts the engine build does not reach (the journal, the witness log, acknowledged
-#: sends, resuming watchers, and the kill -9 test of them all): run once, by the main run.
+#: sends, resuming watchers, a full disk, HTTP connection limits, cayuga send, and the kill -9 and
+#: recovery tests of them all, whose engine side tests/engine/test_engine_state.py runs on both
+#: builds): run once, by the main run.
 NOT_ENGINE = ["tests/server/test_journal.py", "tests/server/test_witlog.py", "tests/server/test_acks.py",
-              "tests/server/test_resume.py", "tests/server/test_crash.py"]
+              "tests/server/test_resume.py", "tests/server/test_crash.py", "tests/server/test_recovery_property.py",
+              "tests/server/test_diskfull.py", "tests/server/test_diskfull_serve.py",
+              "tests/server/test_http_limits.py", "tests/server/test_send_cli.py"]
 
 
 def _run(args, cwd, timeout, **env):
