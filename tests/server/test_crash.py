@@ -136,7 +136,7 @@ class Server:
         return got
 
     def snapshots(self) -> list[Path]:
-        return sorted((self.data_dir / "snapshots").glob("snapshot-*.bin")) if (self.data_dir / "snapshots").exists() else []
+        return sorted((self.data_dir / "snapshots").glob("snapshot-*.bin"))
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -244,6 +244,22 @@ def _expected(ticks: Path, queries: list[Path]) -> dict[str, Counter]:
     return per
 
 
+def start_watchers(url: str, ids: dict[str, str], expected: dict[str, Counter], watched: dict[str, str],
+                   tmp_path: Path, files: list) -> dict[str, subprocess.Popen]:
+    """One ``cayuga watch --count N`` per watched (query file, stream), N being
+    ``cayuga run``'s count, printing to ``watch-<stream>.jsonl`` (errors to
+    ``.err``); their files are added to ``files`` for the caller to close."""
+    watchers = {}
+    for qname, stream in watched.items():
+        out = open(tmp_path / f"watch-{stream}.jsonl", "wb")
+        err = open(tmp_path / f"watch-{stream}.err", "wb")
+        files += [out, err]
+        watchers[stream] = subprocess.Popen(_cayuga("watch", ids[qname], "--url", url, "--count",
+                                                    str(sum(expected[stream].values())), "--retry-for", "300"),
+                                            env=_env(), stdout=out, stderr=err)
+    return watchers
+
+
 def _snapshot_being_written(data_dir: Path) -> bool:
     return any(p.suffix == ".tmp" for p in (data_dir / "snapshots").glob("*.tmp"))
 
@@ -293,16 +309,8 @@ def test_every_witness_exactly_once_across_kill_9(tmp_path, profile):
         srv.wait_up()
         with CayugaClient(srv.url, timeout=60) as c:
             ids = {q.name: c.subscribe(cel=q.read_text())["id"] for q in order}
-        watchers = {}
-        for qname, stream in WATCHED.items():
-            out = open(tmp_path / f"watch-{stream}.jsonl", "wb")
-            err = open(tmp_path / f"watch-{stream}.err", "wb")
-            files += [out, err]
-            p = subprocess.Popen(_cayuga("watch", ids[qname], "--url", srv.url, "--count",
-                                         str(sum(expected[stream].values())), "--retry-for", "300"),
-                                 env=_env(), stdout=out, stderr=err)
-            watchers[stream] = p
-            procs.append(p)
+        watchers = start_watchers(srv.url, ids, expected, WATCHED, tmp_path, files)
+        procs += watchers.values()
         # the watchers follow from the newest witness on: they must be connected before the first event
         wait_for("the three watchers to connect", lambda: (srv.health() or {}).get("clients", 0) >= len(WATCHED), 60)
         send_err = open(tmp_path / "send.err", "wb")

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import httpx
 
-from bench.server_e2e import QUERIES, _cayuga, _env, _free_port, write_ticks
+from bench.server_e2e import QUERIES, _cayuga, _env, write_ticks
 from clients.client import CayugaClient
-from tests.server.test_crash import _expected
+from tests.server.test_crash import Server, _expected, start_watchers
 from tests.server.tmpfs import fill, free_space, tmpfs
 
 EVENTS = int(os.environ.get("CAYUGA_DISKFULL_EVENTS", "60000"))
@@ -46,46 +46,6 @@ WAIT = 120.0  # seconds any one condition may take
 
 HALF = "SELECT Name, Price, Volume FROM FILTER{Volume >= 5000}(Stock) PUBLISH Half\n"
 WATCHED = {"rising.cel": "Rising", "half.cel": "Half"}
-
-
-class Server:
-    """``cayuga serve`` as a process on fixed ports, on a data directory; killed and started again."""
-
-    def __init__(self, data_dir: Path, log: Path) -> None:
-        self.data_dir, self.log = data_dir, log
-        self.http, self.tcp = _free_port(), _free_port()
-        self.url = f"http://127.0.0.1:{self.http}"
-        self.proc: subprocess.Popen | None = None
-        self.env = {**_env(), "CAYUGA_LOG_LEVEL": "info", "CAYUGA_SNAPSHOT_SECONDS": "1"}
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                _cayuga("serve", "--http-port", str(self.http), "--tcp-port", str(self.tcp), "--data-dir",
-                        str(self.data_dir)), env=self.env, stdout=log, stderr=subprocess.STDOUT)
-
-    def wait_up(self, timeout: float = 60) -> None:
-        def up() -> bool:
-            try:
-                with CayugaClient(self.url, timeout=5) as c:
-                    return c.health().get("status") == "ok"
-            except Exception:  # noqa: BLE001 - not up yet
-                return False
-
-        _wait("the server to come up", up, timeout, procs=[self.proc])
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 def _wait(what: str, check, timeout: float = WAIT, procs=()):
@@ -106,19 +66,6 @@ def _metric(text: str, name: str, labels: str = "") -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def _logged(url: str, sid: str, n: int) -> list[tuple[int, str]]:
-    """(seq, witness) of ``sid`` from the witness log, from seq 1, the first ``n``."""
-    out: list[tuple[int, str]] = []
-    with CayugaClient(url, timeout=30) as c, c.frames(sid, from_=1, batch=1000, timeout=30) as frames:
-        for msg in frames:
-            for line in msg.split("\n"):
-                seq, _, w = line.partition(" ")
-                out.append((int(seq), json.dumps(json.loads(w), sort_keys=True)))
-            if len(out) >= n:
-                return out
-    return out
-
-
 def _canon(path: Path) -> Counter:
     return Counter(json.dumps(json.loads(line), sort_keys=True) for line in path.read_text().splitlines())
 
@@ -135,8 +82,9 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
     assert all(expected.get(s) for s in WATCHED.values())
 
     with tmpfs(tmp_path, SIZE) as mnt:
-        srv = Server(mnt / "data", tmp_path / "server.log")
+        srv = Server(mnt / "data", tmp_path / "server.log", {"CAYUGA_SNAPSHOT_SECONDS": "1"})
         procs: list[subprocess.Popen] = []
+        files: list = []
         http = httpx.Client(base_url=srv.url, timeout=30)
         statuses: Counter = Counter()
 
@@ -151,22 +99,16 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
             srv.wait_up()
             with CayugaClient(srv.url, timeout=60) as c:
                 ids = {q.name: c.subscribe(cel=q.read_text())["id"] for q in order}
-            watchers = {}
-            for qname, stream in WATCHED.items():
-                out = open(tmp_path / f"watch-{stream}.jsonl", "wb")
-                err = open(tmp_path / f"watch-{stream}.err", "wb")
-                p = subprocess.Popen(_cayuga("watch", ids[qname], "--url", srv.url, "--count",
-                                             str(sum(expected[stream].values())), "--retry-for", "300"),
-                                     env=_env(), stdout=out, stderr=err)
-                watchers[stream] = p
-                procs.append(p)
+            watchers = start_watchers(srv.url, ids, expected, WATCHED, tmp_path, files)
+            procs += watchers.values()
             # they follow from the newest witness on: connected before the first event, or they miss some
             _wait("the watchers to connect", lambda: health()["clients"] >= len(WATCHED), procs=procs)
             fillers = [fill(mnt, leave=LEAVE, name="filler-1")]
             sender = subprocess.Popen(_cayuga("send", str(ticks), "--url", srv.url, "--port", str(srv.tcp),
                                               "--sender-id", "ticks", "--retry-for", "300"),
                                       env=_env(), stdout=subprocess.DEVNULL,
-                                      stderr=open(tmp_path / "send.err", "wb"))
+                                      stderr=(send_err := open(tmp_path / "send.err", "wb")))
+            files.append(send_err)
             procs.append(sender)
 
             # the stream fills the disk ...
@@ -238,7 +180,7 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
             def exactly_once_in_the_log() -> None:
                 for qname, stream in WATCHED.items():
                     n = sum(expected[stream].values())
-                    logged = _logged(srv.url, ids[qname], n)
+                    logged = [(seq, json.dumps(json.loads(w), sort_keys=True)) for seq, w in srv.logged(ids[qname], n)]
                     assert [seq for seq, _ in logged] == list(range(1, n + 1)), stream
                     assert Counter(w for _, w in logged) == expected[stream], stream
                     assert http.get(f"/subscriptions/{ids[qname]}").json()["last_seq"] == n, stream
@@ -263,4 +205,6 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
                 if p.poll() is None:
                     p.kill()
                     p.wait(10)
+            for f in files:
+                f.close()
             srv.stop()
