@@ -4,7 +4,7 @@ with one warning where it cannot. Everything else about the package is in
 pyproject.toml.
 
 The modules, their Cython directives and the typing ``.pxd`` files are those of
-``cayuga build-engine`` (``server/engine/build.py``), which stays for
+``cayuga build-engine`` (``air/engine/build.py``), which stays for
 rebuilding in place. ``CAYUGA_ENGINE=python`` at install time skips the build.
 """
 
@@ -23,8 +23,8 @@ FALLBACK = ("cayuga: the compiled engine was not built ({why}); the pure-Python 
 
 
 def _engine_build():
-    """server/engine/build.py, loaded by path: importing the package would pick an engine."""
-    spec = importlib.util.spec_from_file_location("_cayuga_engine_build", HERE / "server" / "engine" / "build.py")
+    """air/engine/build.py, loaded by path: importing the package would pick an engine."""
+    spec = importlib.util.spec_from_file_location("_cayuga_engine_build", HERE / "air" / "engine" / "build.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -46,7 +46,7 @@ class OptionalBuildExt(build_ext):
         if self.extensions:  # the digests of the sources, beside the modules (see build.stale)
             dest = Path(self.get_ext_fullpath(self.extensions[0].name)).parent
             if dest.is_dir():
-                _engine_build().write_stamp(HERE / "server" / "engine", dest)
+                _engine_build().write_stamp(HERE / "air" / "engine", dest)
 
     def build_extension(self, ext):
         try:
@@ -65,7 +65,7 @@ def _extensions() -> list:
         _warn(f"Cython is missing: {exc}")
         return []
     build = _engine_build()
-    exts = [Extension(f"server.engine.{m}", [f"server/engine/{m}.py"]) for m in build.MODULES]
+    exts = [Extension(f"air.engine.{m}", [f"air/engine/{m}.py"]) for m in build.MODULES]
     try:
         return cythonize(exts, compiler_directives=build.DIRECTIVES, include_path=[str(HERE)], quiet=True,
                          build_dir="build/cython")

@@ -24,7 +24,7 @@ class _LazyGroup(click.Group):
     named: ``cayuga bench`` imports the engine, ``cayuga build-engine`` must
     not have imported it before it rebuilds it."""
 
-    LAZY = {"bench": "bench.cli:bench"}
+    LAZY = {"bench": "clients.bench.cli:bench"}
 
     def list_commands(self, ctx):
         return sorted([*super().list_commands(ctx), *self._available()])
@@ -76,9 +76,9 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     Exit code 0 when every input line was accepted, 1 when some line was
     rejected (each is reported on standard error with its line number), 2 on
     a usage, schema or query error."""
+    from air.engine import EngineError
+    from clients.offline import load_streams, run_offline
     from server.config import ConfigError, load_settings
-    from server.engine import EngineError
-    from server.runner import load_streams, run_offline
 
     try:
         settings = load_settings(config_path)
@@ -118,7 +118,7 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
 def compile_(query, streams, schema_files, output) -> None:
     """Compile a CEL query to AIR (one <NFA> per automaton)."""
     from air.airxml import dump_air
-    from server.runner import load_streams
+    from clients.offline import load_streams
 
     try:
         schemas = {s.name: s for s in load_streams(streams, schema_files)}
@@ -178,7 +178,7 @@ def build_engine(remove) -> None:
 
     with warnings.catch_warnings():  # importing the package warns of the stale build this replaces
         warnings.simplefilter("ignore", RuntimeWarning)
-        from server.engine import build as engine_build
+        from air.engine import build as engine_build
 
     if remove:
         for p in engine_build.remove():
@@ -326,7 +326,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     from tqdm import tqdm
 
     from clients.client import CayugaClient, SenderRefused, TcpSender
-    from server.receivers import SENDER_ID
+    from server.ingest.protocol import SENDER_ID
 
     with click.open_file(events_path, "rb") as fh:
         data = fh.read()
@@ -548,7 +548,7 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
     query a line: a JSON string (CEL) or an object like the REST body."""
     import json
 
-    from server.runner import expand_queries
+    from clients.offline import expand_queries
 
     out: list[tuple[str, dict]] = []
     for p in expand_queries(paths):

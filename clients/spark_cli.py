@@ -27,8 +27,8 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _schemas(streams, schema_files, config_path):
+    from clients.offline import load_streams
     from server.config import ConfigError, load_settings
-    from server.runner import load_streams
 
     try:
         schemas = load_streams(streams, schema_files)
@@ -126,9 +126,9 @@ def run(streams, schema_files, config_path, master, queries, input_path, input_f
     imply (one engine per partition); without one the job runs in a single
     partition and says so. Exit code 0, 1 when input records were rejected,
     2 on a usage, schema or query error."""
+    from air.engine import EngineError
     from clients.spark.io import InputError
     from clients.spark.run import run_distributed, write_jsonl, write_parquet
-    from server.engine import EngineError
 
     schemas = _schemas(streams, schema_files, config_path)
     mapping = _mapping(columns)

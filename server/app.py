@@ -9,11 +9,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from server.api import automaton, console, events, stats, streams, subscriptions, system, ws
 from server.api.bodylimit import BodyLimit
+from server.api import automaton, console, events, stats, streams, subscriptions, system, ws
 from server.config import Settings
 from server.daemon import Daemon, LimitReached, ServerStarting
-from server.diskfull import DiskFull
+from server.durability.diskfull import DiskFull
 
 
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:

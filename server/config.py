@@ -105,7 +105,7 @@ class Settings(BaseModel):
     witness_log_bytes: int = Field(1 << 30, ge=4096)
     witness_log_seconds: float = Field(86_400.0, gt=0)
     auth_tokens: list[str] = []
-    #: The event journal (server/journal.py): "fsync" acknowledges events once synced to disk
+    #: The event journal (server/durability/journal.py): "fsync" acknowledges events once synced to disk
     #: (survives power loss), "write" once written to the OS (survives kill -9 of the server),
     #: "off" keeps no journal (acknowledged once queued; a crash loses what is queued).
     durability: Literal["fsync", "write", "off"] = "fsync"
@@ -165,7 +165,7 @@ def import_functions(specs: dict[str, tuple[str, str]]):
     """A FunctionRegistry of the built-ins plus ``specs`` (see Settings.function_specs)."""
     import importlib
 
-    from server.engine.functions import FunctionRegistry
+    from air.engine.functions import FunctionRegistry
 
     reg = FunctionRegistry.default()
     for name, (path, returns) in specs.items():

@@ -33,23 +33,23 @@ from typing import Callable, Mapping
 
 from air.airxml import dump_air, load_air_many
 from air.cel.shapes import BoundQuery, ShapeCache
+from air.engine.memory import paused_gc
+from air.engine import Emission, Engine, EngineError, Event, LateEvent
 from air.errors import CayugaError
+from air.formats import witness_bytes
 from air.model import Automaton, StreamSchema
 from server.config import Settings
-from server.diskfull import DiskFull, DiskState, store_error
-from server.engine import Emission, Engine, EngineError, Event, LateEvent
-from server.formats import witness_bytes
-from server.journal import SUFFIX as JOURNAL_SUFFIX, Journal
-from server.limits import automaton_size_errors
-from server.metrics import Counters, make_registry
-from server.notifiers import ClientChannel, NotifierHub
-from server.prepared import Preparer
-from server.queue import DelayQueue
-from server.receivers import TcpReceiver
-from server.runner import paused_gc
-from server.snapshot import SnapshotFile, SnapshotStore, Snapshotter
-from server.store import Store, StoredSubscription
-from server.witlog import WitnessLog
+from server.delivery.hub import ClientChannel, NotifierHub
+from server.durability.diskfull import DiskFull, DiskState, store_error
+from server.durability.journal import SUFFIX as JOURNAL_SUFFIX, Journal
+from server.durability.snapshot import SnapshotFile, SnapshotStore, Snapshotter
+from server.durability.store import Store, StoredSubscription
+from server.durability.witlog import WitnessLog
+from server.ingest.limits import automaton_size_errors
+from server.ingest.queue import DelayQueue
+from server.ingest.tcp import TcpReceiver
+from server.observability.metrics import Counters, make_registry
+from server.subscriptions.prepared import Preparer
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -256,7 +256,7 @@ class Daemon:
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
         self._owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
-        # crash safety (see server/snapshot.py and _restore_then_run); the engine thread writes these
+        # crash safety (see server/durability/snapshot.py and _restore_then_run); the engine thread writes these
         self._fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
         # a replay installs these subscriptions and applies these evictions at these _fed points
         self._due: deque[tuple[int, list[_Pending | _Eviction]]] = deque()

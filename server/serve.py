@@ -6,7 +6,7 @@ answers 503 "draining" meanwhile) and only then lets uvicorn close the HTTP
 side, waiting at most HTTP_CLOSE_SECONDS for connections still open. A second
 signal stops at once.
 
-HTTP connections are limited below uvicorn (:mod:`server.httpguard`), and the
+HTTP connections are limited below uvicorn (:mod:`server.api.httpguard`), and the
 process's descriptor limit is checked at start (:func:`ensure_descriptors`).
 """
 
@@ -24,11 +24,11 @@ import time
 
 import uvicorn
 
+from air.engine import BUILD as ENGINE_BUILD
+from server.api.httpguard import GuardedHttpToolsProtocol, HttpGuard
 from server.app import create_app
 from server.config import Settings
 from server.daemon import Daemon
-from server.engine import BUILD as ENGINE_BUILD
-from server.httpguard import GuardedHttpToolsProtocol, HttpGuard
 
 log = logging.getLogger("cayuga.serve")
 

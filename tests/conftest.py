@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from air.airxml import load_air
+from air.engine import BUILD, Engine, Event
 from air.model import parse_stream_decl
-from server.engine import BUILD, Engine, Event
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent

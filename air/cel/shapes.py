@@ -49,12 +49,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Callable, Iterable, Mapping
 
-from air import expr as _expr
-from air import model as _model
 from air.cel.compiler import CompiledQuery, _const_text, _schemas, compile_cel
 from air.cel.semantics import UNIT_MS, Duration, dur_constant
 from air.expr import Literal
 from air.model import Clause, DurationAtom, StaticAtom, StreamSchema
+from air import expr as _expr
+from air import model as _model
 
 #: Bump whenever the compiler's output for some text changes: stored compiled
 #: forms and cached shapes of another version are never used.
@@ -364,7 +364,7 @@ class _Shape:
         self.used = frozenset(sites.used)
         #: the type of each constant (a stored binding must have them)
         self.kinds = tuple(str if isinstance(m, str) else type(m) for m in markers)
-        self.fast = None  # what an engine keeps of this shape (server/prepared.py)
+        self.fast = None  # what an engine keeps of this shape (server/subscriptions/prepared.py)
         self._reads = None
 
     def dump(self) -> str:
@@ -413,7 +413,7 @@ class _Shape:
 class BoundQuery(Sequence):
     """The automata of one query of a cached shape, bound only when they are
     first read (a restore installs them into an engine without building them:
-    server/prepared.py). A read-only sequence of automata; equal to a tuple of
+    server/subscriptions/prepared.py). A read-only sequence of automata; equal to a tuple of
     the same automata."""
 
     __slots__ = ("shape", "values", "names", "prefix", "_automata", "_compiled")

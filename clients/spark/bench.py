@@ -68,8 +68,8 @@ def single_engine(input_path: Path, query: Path) -> dict:
     """The single engine in this process: read Parquet, build events, sort, run."""
     import pyarrow.parquet as pq
 
-    from server.engine import Engine, Event
-    from server.runner import load_query
+    from air.engine import Engine, Event
+    from clients.offline import load_query
 
     stock = parse_stream_decl(STOCK_DECL)
     t_start = time.perf_counter()

@@ -23,9 +23,9 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from pyspark.accumulators import AccumulatorParam
 
+from air.engine import Engine, Event
+from air.formats import LineError, convert_value, make_decoder, parse_time, witness_bytes, witness_dict
 from air.model import Automaton, StreamSchema
-from server.engine import Engine, Event
-from server.formats import LineError, convert_value, make_decoder, parse_time, witness_bytes, witness_dict
 
 #: Rejected input records kept for the report (the count is exact, the list is not).
 MAX_REJECTS_KEPT = 50

@@ -6,7 +6,7 @@
    attribute per input stream) or cuts the queries into stages.
 3. For each stage the input is hash-partitioned by the key (a process-stable
    hash), each partition sorted by ``(t1, input position)`` — the stable sort of
-   ``cayuga run`` — and one :class:`~server.engine.Engine` runs per partition
+   ``cayuga run`` — and one :class:`~air.engine.Engine` runs per partition
    (``mapPartitions``). Without a key the stage runs in one partition.
 4. Witnesses of all partitions are unioned; streams that a later stage reads
    are fed to it as events.
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from air.engine import Engine
 from air.model import StreamSchema
 from air.names import name_problem, shown
-from clients.spark import executors as X
+from clients.offline import load_engine
 from clients.spark.io import ColumnMapping, read_events
 from clients.spark.partitioning import Owned, Plan, plan_stages
+from clients.spark import executors as X
 from server.config import import_functions
-from server.engine import Engine
-from server.runner import load_engine
 
 log = logging.getLogger("cayuga.spark")
 

@@ -6,12 +6,12 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from air.formats import JsonDecoder, LineError
 from server.api.deps import DaemonDep, require_token
 from server.api.schemas import EventsOut
-from server.diskfull import DiskFull
-from server.formats import JsonDecoder, LineError
-from server.limits import refusals, without
-from server.queue import QueueClosed
+from server.durability.diskfull import DiskFull
+from server.ingest.limits import refusals, without
+from server.ingest.queue import QueueClosed
 
 router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(require_token)])
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException, Response, status
 
+from air.engine import EngineError
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
 from server.api.deps import DaemonDep, require_token
 from server.api.schemas import StreamIn, StreamOut
-from server.engine import EngineError
 
 router = APIRouter(prefix="/streams", tags=["streams"], dependencies=[Depends(require_token)])
 

@@ -20,9 +20,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from air.engine import BUILD
 from server.api.deps import DaemonDep, require_token
 from server.daemon import WATCH_SHARE
-from server.engine import BUILD
 
 router = APIRouter(tags=["system"])
 

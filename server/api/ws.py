@@ -9,7 +9,7 @@ same order with far fewer messages.
 
 **Sequence numbers and resuming.** The witnesses of each subscription are
 numbered 1, 2, 3, ... (its *seq*) and kept in the witness log
-(server/witlog.py, retention ``witness_log_bytes`` / ``witness_log_seconds``).
+(server/durability/witlog.py, retention ``witness_log_bytes`` / ``witness_log_seconds``).
 
 - ``/ws/subscriptions/{id}?seq=1``: each witness line is ``<seq> <witness JSON>``
   (e.g. ``17 {"stream":"Rising",...}``): the seq, one space, the JSON as
@@ -31,7 +31,7 @@ not logged: ``seq``/``from`` on them is refused with 4400.
 **Slow clients** are never cut while the log holds what they need: a client
 that lets ``client_buffer`` witnesses pile up lags (its buffer is dropped)
 and is served from the log until it has caught up, then live again (see
-server/notifiers.py); the same witnesses in the same order, with or without
+server/delivery/hub.py); the same witnesses in the same order, with or without
 seq.
 
 Close codes: 4400 bad query parameter, 4401 bad token, 4404 unknown
@@ -52,8 +52,8 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from air.names import shown
 from server.api.deps import ws_token_ok
-from server.notifiers import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
-from server.witlog import Gone
+from server.delivery.hub import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
+from server.durability.witlog import Gone
 
 router = APIRouter(tags=["notifications"])
 
@@ -226,7 +226,7 @@ async def _send_loop(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, f
 async def _catch_up(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, fmt) -> dict[str, int]:
     """Send the channel's witnesses from the log, from where it is, until it
     has caught up; then switch it to live (under the delivery lock, see
-    server/notifiers.py). Returns the positions beyond what the log held then
+    server/delivery/hub.py). Returns the positions beyond what the log held then
     (a ``from`` ahead of the log: live witnesses up to them are skipped).
     Raises :class:`Gone` when retention deleted what it needs."""
     wlog = d.witlog

@@ -74,9 +74,9 @@ def test_floor_prints_one_summary_per_k():
 def test_floor_loop_finds_what_the_engine_finds(k):
     """The floor loop is only a fair yardstick if it does the query's work:
     on prices that fall as well as rise its matches equal the engine's."""
-    from bench import workloads as wl
-    from bench.floor import run_floor
-    from server.engine import Engine
+    from air.engine import Engine
+    from clients.bench.floor import run_floor
+    from clients.bench import workloads as wl
 
     events = wl.random_walk(k, 3000, seed=7, down=0.02, up=0.03)
     eng = Engine()
@@ -98,7 +98,7 @@ def test_churn_replaces_subscriptions_while_events_flow():
 
 
 def test_server_scale_registers_sends_and_restores():
-    from bench.server_scale import run
+    from clients.bench.server_scale import run
 
     out = run(20, 300, timeout=60)
     assert out["restored"] == 20 and out["processed_all"]

@@ -1,4 +1,4 @@
-"""bench/loading.py: its CEL query is the `increasing` workload's automaton,
+"""clients/bench/loading.py: its CEL query is the `increasing` workload's automaton,
 and its runs load every query and report what they measured."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 
 from air.cel import compile_cel
-from bench.loading import increasing_cel, offline
-from bench.workloads import STOCK, increasing_query, increasing_stream, symbols
-from server.engine import Engine
+from air.engine import Engine
+from clients.bench.loading import increasing_cel, offline
+from clients.bench.workloads import STOCK, increasing_query, increasing_stream, symbols
 
 
 def _witnesses(automata, events) -> Counter:
@@ -30,7 +30,7 @@ def test_offline_loading_builds_the_network_and_reports_its_per_query_cost():
     """Every query loaded, and the per-query cost of the first and last 1%
     reported. Whether that cost stays flat is a wall-clock comparison of 30
     queries against 30 (flaky on a busy 2-core machine): `python -m
-    bench.loading offline` measures it (BENCHMARKS.md), this test does not
+    clients.bench.loading offline` measures it (BENCHMARKS.md), this test does not
     judge it."""
     r = offline(1000, length=5)
     assert r["network"]["states"] == 1000 * 6
@@ -38,7 +38,7 @@ def test_offline_loading_builds_the_network_and_reports_its_per_query_cost():
 
 
 def test_engine_add_command_loads_every_query():
-    from bench.loading import engine_add
+    from clients.bench.loading import engine_add
 
     r = engine_add(50, length=3)
     assert r["network"]["states"] == 50 * 4 and r["network"]["nodes"] == 50 * 3 + 1

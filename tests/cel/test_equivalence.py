@@ -12,9 +12,9 @@ import pytest
 
 from air.airxml import load_air
 from air.cel import compile_cel
-from server.engine import Engine, Event
-from tests.cel import reference
+from air.engine import Engine, Event
 from tests.cel.corpus import IBMSTOCK, STOCK, STREAMS, UNKNOWN_SCHEMA, cel_files, cel_text, pairs
+from tests.cel import reference
 
 NAMES = ["IBM", "MSFT", "IBM", "DELL", "IBM International Business Machines",
          "IBM International Business Machines Corp"]

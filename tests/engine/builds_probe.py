@@ -12,7 +12,7 @@ import json
 import random
 import sys
 
-from server.engine import BUILD
+from air.engine import BUILD
 from tests.engine.test_indexes_support import CONFIGS, random_automaton, run_config, stream
 
 

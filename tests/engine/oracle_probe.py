@@ -25,8 +25,8 @@ import pickle
 import sys
 
 from air.airxml import load_air_many
+from air.engine import BUILD, Engine, Event
 from air.model import parse_stream_decl
-from server.engine import BUILD, Engine, Event
 from tests.engine.test_indexes_support import CONFIGS
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from server.engine import build as engine_build
+from air.engine import build as engine_build
 
 ROOT = Path(__file__).resolve().parents[2]
 

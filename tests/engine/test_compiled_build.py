@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from server.engine import BUILD
-from server.engine import build as engine_build
+from air.engine import BUILD
+from air.engine import build as engine_build
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ["tests/engine", "tests/cel", "tests/bench", "tests/server", "tests/spark", "tests/test_cli_run.py",
@@ -50,18 +50,18 @@ def compiled_tree(tmp_path_factory) -> Path:
         pytest.skip("no C compiler on this machine: the compiled build cannot be made here")
     dst = tmp_path_factory.mktemp("compiled")
     skip = shutil.ignore_patterns("*.so", "*.pyd", "__pycache__", ".hypothesis", ".pytest_cache")
-    for d in ("air", "server", "clients", "bench", "tests", "examples"):
+    for d in ("air", "server", "clients", "tests", "examples"):
         shutil.copytree(ROOT / d, dst / d, ignore=skip)
     for f in ("pyproject.toml", "config.yaml"):
         shutil.copy2(ROOT / f, dst / f)
-    r = _run([sys.executable, "-c", "from server.engine.build import build; print(*build(), sep='\\n')"],
+    r = _run([sys.executable, "-c", "from air.engine.build import build; print(*build(), sep='\\n')"],
              dst, 900)
     assert r.returncode == 0, r.stdout + r.stderr
     return dst
 
 
 def _build_of(tree: Path, **env) -> str:
-    r = _run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import server.engine as e; print(e.BUILD)"],
+    r = _run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import air.engine as e; print(e.BUILD)"],
              tree, 60, **env)
     return r.stdout.strip() if r.returncode == 0 else r.stderr.strip().splitlines()[-1]
 
@@ -73,9 +73,8 @@ def test_the_compiled_tree_runs_compiled_unless_told_otherwise(compiled_tree):
 
 def _copy_engine(compiled_tree: Path, dst: Path) -> Path:
     skip = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(compiled_tree / "server", dst / "server", ignore=skip)
     shutil.copytree(compiled_tree / "air", dst / "air", ignore=skip)
-    return dst / "server" / "engine"
+    return dst / "air" / "engine"
 
 
 def test_a_compiled_module_built_from_other_sources_is_not_used(compiled_tree, tmp_path):
@@ -85,7 +84,7 @@ def test_a_compiled_module_built_from_other_sources_is_not_used(compiled_tree, t
     src.write_text(src.read_text() + "\n# changed after the build\n")
     assert engine_build.stale("runtime", engine) and not engine_build.stale("network", engine)
     assert "built from older sources" in _build_of(tmp_path / "changed")  # the warning, made an error by -W
-    r = _run([sys.executable, "-c", "import server.engine as e; print(e.BUILD)"], tmp_path / "changed", 60)
+    r = _run([sys.executable, "-c", "import air.engine as e; print(e.BUILD)"], tmp_path / "changed", 60)
     assert r.stdout.strip() == "python" and "cayuga build-engine" in r.stderr
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from server.engine import Engine, Event
-from server.formats import witness_dict
+from air.engine import Engine, Event
+from air.formats import witness_dict
 from tests.conftest import AIR_DIR, GOLDEN, IBMSTOCK, PUBLISHERS, STOCK, air, stock_stream
 from tests.oracle import regen
 

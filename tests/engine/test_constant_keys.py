@@ -3,7 +3,7 @@
 ``FILTER{Name = 'IBM'}(Stock) NEXT{$1.Name = $2.Name ...} Stock`` stores
 ``Name_1 = 'IBM'`` in every instance of its second state, so that state's
 filter atom ``Name = NODE.Name_1`` is indexed as ``Name = 'IBM'``
-(server/engine/loader.py:_constant_attrs). These tests pin which attributes
+(air/engine/loader.py:_constant_attrs). These tests pin which attributes
 are derived (and, as important, which are not) and check that results never
 change: per-symbol CEL queries under every switch, owners added and removed
 while events flow."""
@@ -20,9 +20,9 @@ from air.cel import compile_cel
 from air.model import (
     Attribute, Automaton, Clause, Computed, DynamicAtom, Edge, OutputStream, Predicate, Rename, State, StaticAtom,
 )
+from air.engine.loader import _constant_attrs
+from air.engine import Engine, Event
 from air.expr import Literal
-from server.engine import Engine, Event
-from server.engine.loader import _constant_attrs
 from tests.conftest import STOCK
 from tests.engine.test_indexes_support import CONFIGS, witnesses
 

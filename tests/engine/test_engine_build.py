@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import gc
 
-from bench.workloads import STOCK, rise_query
-from server.engine import BUILD, Engine, Event
-from server.engine import network
+from air.engine import BUILD, Engine, Event
+from air.engine import network
+from clients.bench.workloads import STOCK, rise_query
 
 
 def test_the_modules_know_which_build_they_are():

@@ -12,7 +12,7 @@ import pickle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.engine import Engine, Event
+from air.engine import Engine, Event
 from tests.conftest import STOCK
 from tests.engine.test_indexes_sorted import INEQUALITIES, OTHERS, sorted_automaton
 from tests.engine.test_indexes_support import CONFIGS, random_automaton, stream

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from air.cel import compile_cel
-from server.engine import Engine, Event
+from air.engine import Engine, Event
 from tests.conftest import STOCK
 from tests.engine.test_engine_state import SORTED, SPECS, VALUES, _engine, _feed, _key, _uninterrupted
 from tests.engine.test_indexes_sorted import sorted_automaton

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench import workloads as wl
-from server.engine import Engine, Event
+from air.engine import Engine, Event
+from clients.bench import workloads as wl
 from tests.conftest import AIR_DIR, PUBLISHERS, air, stock_stream
 from tests.engine.test_indexes_support import (
     CONFIGS, random_automaton, run_config, stream, witnesses,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from server.engine import Engine
+from air.engine import Engine
 from tests.conftest import STOCK, air
 from tests.engine.test_indexes_support import random_automaton, run_config, stream, witnesses
 from tests.engine.test_indexes import EVENTS, SPEC

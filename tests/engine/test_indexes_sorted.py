@@ -9,10 +9,10 @@ import math
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from air.engine import Engine, Event
 from air.expr import Binary, Compare, Literal, Ref
 from air.model import Automaton, ComplexAtom, DynamicAtom, Edge, OutputStream, Predicate, State, StaticAtom
-from bench import workloads as wl
-from server.engine import Engine, Event
+from clients.bench import workloads as wl
 from tests.engine.test_indexes_support import KEEP, NAMES, NPV, STEP, TAKE, _p, run_config, witnesses
 
 EV_PRICE, EV_VOL, I_P, I_V = Ref("Price", "EV"), Ref("Volume", "EV"), Ref("P", "NODE"), Ref("V", "NODE")

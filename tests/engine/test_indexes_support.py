@@ -9,7 +9,7 @@ from air.model import (
     Attribute, Automaton, Clause, DurationAtom, DynamicAtom, Edge, OutputStream, Predicate, Rename, State,
     StaticAtom,
 )
-from server.engine import Engine, Event
+from air.engine import Engine, Event
 from tests.conftest import STOCK
 
 #: Every switch combination that must give the same witnesses.

@@ -12,7 +12,7 @@ is Dell: the figure has a typo there.
 from __future__ import annotations
 
 from air.airxml import load_air
-from server.engine import Engine, Event
+from air.engine import Engine, Event
 from tests.conftest import ROOT, STOCK
 
 

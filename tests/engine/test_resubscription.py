@@ -4,7 +4,7 @@ longer than 10 quotes. Expected witnesses are worked out by hand below."""
 
 from __future__ import annotations
 
-from server.engine import Event
+from air.engine import Event
 from tests.conftest import engine_with
 
 
@@ -48,7 +48,7 @@ def test_long_monotonic_run_is_found_through_the_internal_stream():
 def test_reader_without_publisher_is_refused():
     import pytest
 
-    from server.engine import EngineError
+    from air.engine import EngineError
 
     with pytest.raises(EngineError, match="reads stream '94'"):
         engine_with("LONG_MONOTONIC_INC.xml")

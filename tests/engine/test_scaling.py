@@ -1,15 +1,15 @@
 """Adding and removing one subscription touches its own part of the
 network: structural checks (streams, nodes, instances left behind). How its
 cost compares against a network 40 times larger is a wall-clock figure:
-``cayuga bench scaling`` (bench/scaling.py), not judged here."""
+``cayuga bench scaling`` (clients/bench/scaling.py), not judged here."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from air.cel import compile_cel
-from bench.workloads import STOCK, increasing_query, symbols
-from server.engine import Engine
+from air.engine import Engine
+from clients.bench.workloads import STOCK, increasing_query, symbols
 
 PAIRS = ("SELECT Name, Price_1 AS First, Price AS Second FROM FILTER{{Name = '{s}'}}(Stock) "
          "NEXT{{$1.Name = $2.Name AND $2.Price > $1.Price}} Stock PUBLISH P{s}")

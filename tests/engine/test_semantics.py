@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from air.airxml import load_air
+from air.engine.functions import contains, similarity
+from air.engine import Engine, EngineError, Event, FunctionRegistry, LateEvent
 from air.model import parse_stream_decl
-from server.engine import Engine, EngineError, Event, FunctionRegistry, LateEvent
-from server.engine.functions import contains, similarity
 from tests.conftest import STOCK, air, engine_with
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from server.engine import Engine, Event
+from air.engine import Engine, Event
 from tests.conftest import AIR_DIR, PUBLISHERS, STOCK, air
 
 NAMES = ["IBM", "MSFT", "Dell", "IBM Corporation International", "IBM Corporation Internationals"]

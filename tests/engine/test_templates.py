@@ -1,4 +1,4 @@
-"""Staging through templates per automaton shape (server/engine/loader.py:
+"""Staging through templates per automaton shape (air/engine/loader.py:
 _Template) never changes what an automaton does.
 
 A template is shared by automata that differ only in the constants of their
@@ -23,7 +23,7 @@ from air.model import (
     Attribute, Automaton, Clause, ComplexAtom, DynamicAtom, Edge, OutputStream, Predicate, Rename, State, StaticAtom,
     StreamSchema,
 )
-from server.engine import Engine, EngineError, Event
+from air.engine import Engine, EngineError, Event
 from tests.engine.test_indexes_support import CONFIGS, random_automaton, stream, witnesses
 
 STOCK = StreamSchema("Stock", (Attribute("Name", "string"), Attribute("Price", "float"), Attribute("Volume", "int")))

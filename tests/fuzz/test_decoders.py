@@ -4,7 +4,7 @@ test from the documented rules (README, "Events over TCP": JSON lines whose
 valid UTF-8, a number in a string converted, ``t0`` defaulting to ``t1``, the
 clock stamping events without times; the Cayuga line format
 ``v1,...,vn,Stream,t0,t1``; CSV with a header). The reference uses the
-standard library's ``json`` and ``csv``, not server/formats.py.
+standard library's ``json`` and ``csv``, not air/formats.py.
 
 What it proves, for every block of lines: the decoder's events are exactly the
 reference's events (same values, same times, same order, same line numbers),
@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
+from air.engine import Event
+from air.formats import make_decoder
 from air.model import parse_stream_decl
-from server.engine import Event
-from server.formats import make_decoder
 from tests.fuzz.conftest import FUZZ
 
 STOCK = parse_stream_decl("Stock(Name string, Price float, Volume int)")
@@ -65,7 +65,7 @@ blocks = st.lists(lines, min_size=1, max_size=12)
 
 # ---------------------------------------------------------------------- the reference
 # Written from the documented rules (README "Events over TCP" and `cayuga run`), not
-# from server/formats.py: JSON by the standard library, CSV splitting by the csv module.
+# from air/formats.py: JSON by the standard library, CSV splitting by the csv module.
 
 INT64 = (-2**63, 2**63 - 1)
 CLOCK = 1000.0

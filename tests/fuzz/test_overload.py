@@ -1,4 +1,4 @@
-"""Overload (bench/overload.py drives it): a TCP sender pushes events as fast
+"""Overload (clients/bench/overload.py drives it): a TCP sender pushes events as fast
 as the socket lets them, far faster than the engine runs (a slow subscription
 set makes sure of it), for OVERLOAD_SECONDS, while /health and /metrics are
 polled. What it proves, whatever the machine's speed: the queue stays within
@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from bench.overload import CAPACITY, INSTANCES, drive
+from clients.bench.overload import CAPACITY, INSTANCES, drive
 from tests.fuzz.conftest import OVERLOAD_SECONDS
 
 

@@ -34,8 +34,8 @@ import pytest
 
 from air.airxml import dump_air, load_air
 from air.cel import CelError, compile_cel
-from server.engine import Engine
-from server.engine import build as engine_build
+from air.engine import Engine
+from air.engine import build as engine_build
 from tests.cel.corpus import STREAMS, cel_text, pairs
 from tests.cel.test_equivalence import events as cel_events
 from tests.oracle import Oracle, OracleRunError, gen, read_air

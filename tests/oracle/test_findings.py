@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from air.airxml import load_air
+from air.engine import Engine
+from air.engine import Event as EngineEvent
 from air.model import parse_stream_decl
-from server.engine import Engine
-from server.engine import Event as EngineEvent
-from tests.oracle import Event, Oracle, read_air
 from tests.oracle.test_oracle import STOCK, pairs, schema
+from tests.oracle import Event, Oracle, read_air
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,7 @@ def test_a_failing_edge_costs_only_that_edge(name):
 
 
 def test_the_pure_python_build_too():
-    code = ("import json; from tests.oracle.test_findings import CASES, engine_run; from server.engine import BUILD; "
+    code = ("import json; from tests.oracle.test_findings import CASES, engine_run; from air.engine import BUILD; "
             "print(json.dumps([BUILD, {n: engine_run(t) for n, (t, _) in CASES.items()}]))")
     env = {k: v for k, v in os.environ.items() if k != "CAYUGA_EXPECT_ENGINE"}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,

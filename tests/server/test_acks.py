@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.engine import Event
-from server.journal import Journal
+from air.engine import Event
+from server.durability.journal import Journal
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
 from tests.waiting import wait_until

@@ -1,6 +1,6 @@
 """A CEL subscription's stored binding (shape id and constants, beside its
 text) restores it exactly as compiling its text would, without building its
-automata (server/prepared.py, ShapeCache.bound, Engine.add_prepared); an old
+automata (server/subscriptions/prepared.py, ShapeCache.bound, Engine.add_prepared); an old
 store without bindings still restores (and gets them); a binding that can no
 longer be vouched for (another compiler version, other functions or time
 unit, a changed stream, constants that do not fit) means compiling the text."""
@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from air.cel import CelError, compile_cel
 from air.cel.shapes import BoundQuery, ShapeCache
-from bench.loading import increasing_cel
+from air.cel import CelError, compile_cel
+from air.engine import Engine, EngineError, Event
+from clients.bench.loading import increasing_cel
 from clients.client import CayugaClient
-from server.engine import Engine, EngineError, Event
-from server.prepared import Preparer
+from server.durability.store import Store
 from server.serve import RunningServer
-from server.store import Store
+from server.subscriptions.prepared import Preparer
 from tests.cel.corpus import STREAMS
 from tests.cel.test_equivalence import events
 from tests.cel.test_shapes import TEMPLATES, _fill

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from air.engine import Engine, Event
 from air.expr import parse_air_expr
 from clients.client import CayugaAPIError, CayugaClient
 from server.api.automaton import expr_text
 from server.console import vendor
-from server.engine import Engine, Event
 from tests.conftest import STOCK
 from tests.server.conftest import stock
 from tests.waiting import wait_until

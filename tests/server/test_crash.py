@@ -42,7 +42,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from bench.server_e2e import QUERIES, _cayuga, _env, _free_port, write_ticks
+from clients.bench.server_e2e import QUERIES, _cayuga, _env, _free_port, write_ticks
 from clients.client import CayugaClient
 
 EVENTS = int(os.environ.get("CAYUGA_CRASH_EVENTS", "200000"))

@@ -16,14 +16,14 @@ import time
 import httpx
 import pytest
 
+from air.engine import Event
 from clients.client import CayugaClient
-from server.diskfull import DiskFull, DiskState
-from server.engine import Event
-from server.journal import Journal
-from server.queue import DelayQueue
+from server.durability.diskfull import DiskFull, DiskState
+from server.durability.journal import Journal
+from server.durability.snapshot import SnapshotStore, Snapshotter
+from server.durability.witlog import WitnessLog
+from server.ingest.queue import DelayQueue
 from server.serve import RunningServer
-from server.snapshot import SnapshotStore, Snapshotter
-from server.witlog import WitnessLog
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
 from tests.server.test_acks import Raw
 from tests.server.tmpfs import fill, free_space, tmpfs

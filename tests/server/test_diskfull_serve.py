@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.server_e2e import QUERIES, _cayuga, _env, write_ticks
+from clients.bench.server_e2e import QUERIES, _cayuga, _env, write_ticks
 from clients.client import CayugaClient
 from tests.server.test_crash import Server, _expected, start_watchers
 from tests.server.tmpfs import fill, free_space, tmpfs

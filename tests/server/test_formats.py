@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from air.engine import Event
+from air.formats import JsonDecoder, LineError, make_decoder, witness_bytes, witness_dict
 from air.model import parse_stream_decl
-from server.engine import Event
-from server.formats import JsonDecoder, LineError, make_decoder, witness_bytes, witness_dict
 from tests.conftest import STOCK
 
 CATALOG = {"Stock": STOCK, "Temp": parse_stream_decl("Temp(Room string, Celsius float, Open bool)")}

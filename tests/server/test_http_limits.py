@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.httpguard import GuardedHttpToolsProtocol
+from server.api.httpguard import GuardedHttpToolsProtocol
 from server.serve import HTTP_CLOSE_SECONDS, descriptors_needed
 from tests.server.conftest import make_settings, stock
 from tests.server.test_lifecycle import stalled_websocket

@@ -1,4 +1,4 @@
-"""The event journal (server/journal.py) and the queue's hook that feeds it: real files."""
+"""The event journal (server/durability/journal.py) and the queue's hook that feeds it: real files."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.engine import Event
-from server.journal import Journal, segment_name
-from server.queue import DelayQueue
+from air.engine import Event
+from server.durability.journal import Journal, segment_name
+from server.ingest.queue import DelayQueue
 
 
 def ev(t1, name="IBM", t0=None):

@@ -221,7 +221,7 @@ def test_subscription_changes_do_not_wait_for_the_event_poll(tmp_path):
     submitted change wakes it instead of waiting out the queue's poll."""
     import threading
 
-    from server.queue import DelayQueue
+    from server.ingest.queue import DelayQueue
 
     q = DelayQueue(10)
     got = []

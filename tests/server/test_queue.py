@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.engine import Event
-from server.queue import DelayQueue, QueueClosed
+from air.engine import Event
+from server.ingest.queue import DelayQueue, QueueClosed
 from tests.waiting import wait_until
 
 

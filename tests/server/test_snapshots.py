@@ -1,4 +1,4 @@
-"""Snapshots (server/snapshot.py): the file format refuses what is torn or
+"""Snapshots (server/durability/snapshot.py): the file format refuses what is torn or
 corrupt and an older snapshot stands in; a running server forks one while
 events flow, and a restart from it has the partial matches it held."""
 
@@ -8,12 +8,12 @@ import os
 
 import pytest
 
+from air.engine import Event
 from clients.client import CayugaClient
-from server.serve import RunningServer
 from server.daemon import Daemon
-from server.engine import Event
-from server.journal import Journal
-from server.snapshot import MAGIC, SnapshotError, SnapshotFile, SnapshotStore, decode, encode
+from server.durability.journal import Journal
+from server.durability.snapshot import MAGIC, SnapshotError, SnapshotFile, SnapshotStore, decode, encode
+from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, collect, make_settings, stock
 from tests.waiting import wait_until
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from server.witlog import Gone, WitnessLog
+from server.durability.witlog import Gone, WitnessLog
 
 
 def recs(sid: str, seqs, stream: str = "Out") -> list[tuple]:

@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from server.engine import Event
-from server.formats import encode_json, witness_dict
+from air.engine import Event
+from air.formats import encode_json, witness_dict
 from tests.conftest import STOCK
 
 

@@ -8,10 +8,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from clients.offline import run_offline
 from clients.spark.io import ColumnMapping
 from clients.spark.run import run_distributed, write_jsonl, write_parquet
 from clients.spark_cli import spark as spark_group
-from server.runner import run_offline
 from tests.conftest import AIR_DIR, CEL_DIR, STOCK
 from tests.spark.conftest import multiset
 
@@ -108,7 +108,7 @@ def test_outputs_jsonl_and_parquet(spark, event_files, tmp_path):
     out = tmp_path / "w.jsonl"
     assert write_jsonl(res, out) == len(expected)
     buf = io.StringIO()
-    from server.runner import write_witnesses
+    from clients.offline import write_witnesses
 
     write_witnesses(expected, buf)
     assert sorted(out.read_text().splitlines()) == sorted(buf.getvalue().splitlines())

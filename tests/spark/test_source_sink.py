@@ -9,11 +9,11 @@ import threading
 import pytest
 
 from clients.client import CayugaClient
+from clients.offline import run_offline
 from clients.spark.io import ColumnMapping
 from clients.spark.sink import collect_witnesses, sink_to_parquet, witnesses_to_dataframe
 from clients.spark.source import stream_to_server
 from server.config import load_settings
-from server.runner import run_offline
 from server.serve import RunningServer
 from tests.conftest import CEL_DIR, STOCK
 from tests.server.conftest import assert_no_cayuga_threads

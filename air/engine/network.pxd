@@ -1,0 +1,78 @@
+# Declarations for the optional compiled build (see air/engine/build.py):
+# network.py stays the source of truth and runs as plain Python without them.
+# With Cython, these classes become C structs whose fields are read without a
+# dictionary or descriptor lookup. Fields are in the order the event loop
+# touches them (runtime.py: _process, then close_epoch), so the hot ones of a
+# node share its first cache lines.
+
+cimport cython
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
+    bint PyObject_IS_GC(object)
+
+
+@cython.locals(inst=list)
+cpdef untrack_instances(list insts)
+
+cpdef untrack_events(events)
+
+
+cdef class NEdge
+cdef class Node
+
+
+cdef class SortedBucket:
+    cdef public list keys, cids, insts, rest
+
+
+cdef class EqIndex:
+    cdef public dict groups
+    cdef public Py_ssize_t size
+
+    cpdef probe(self, e, list out)
+
+
+cdef class NEdge:
+    cdef public Py_ssize_t seq
+    cdef public object run, smap
+    cdef public Node dest
+    cdef public bint resets
+    cdef public object min_gen
+    cdef public Node src
+    cdef public object pred, rest, eq, sig
+    cdef public dict owners
+    cdef public bint indexed, is_start
+
+
+cdef class Node:
+    cdef public Py_ssize_t seq, ai_ev
+    cdef public object iq
+    cdef public list instances
+    cdef public object filter_run
+    cdef public NEdge rebind
+    cdef public list forwards
+    cdef public object fr
+    cdef public bint dirty, active
+    cdef public list pending
+    cdef public object stream, outputs
+    cdef public Py_ssize_t ndead, count
+    cdef public object dead_keys
+    cdef public bint is_start
+    cdef public dict buckets
+    cdef public Py_ssize_t ai_node
+    cdef public object plan, label, schema, filter_full, an, fr_scan, children
+    cdef public dict owners
+    cdef public object min_gen
+    cdef public bint shareable
+    cdef public object merge_key
+    cdef public bint alive
+
+
+cdef class StreamPlan:
+    cdef public object name
+    cdef public EqIndex start_index
+    cdef public list start_scan_list
+    cdef public EqIndex an_index
+    cdef public dict active_scan
+    cdef public Py_ssize_t nodes, start_edges

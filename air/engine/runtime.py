@@ -1,0 +1,960 @@
+"""The epoch-based Cayuga query engine (SPEC §4). No I/O happens here.
+
+Events are fed in order of detection time ``t1``. All events with the same
+``t1`` form an epoch: instances created during an epoch wait on per-state
+*pending* lists and instances affected during it are deleted only when the
+epoch closes, so simultaneous events all see the same instances and the
+result does not depend on their order. Witnesses are emitted at once; a
+witness on a stream that some automaton reads is processed in the same epoch
+(resubscription).
+
+The engine is single-threaded by design: exactly one thread may call
+:meth:`Engine.feed`, :meth:`Engine.add` and :meth:`Engine.remove`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Mapping
+from operator import itemgetter
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple
+
+from air.engine.codegen import BindError
+from air.engine.functions import FunctionRegistry
+from air.engine.loader import Holding, LoadError, Loader, Options
+from air.engine.network import COMPILED, Node, SortedBucket, seq_of, untrack_instances
+from air.model import Automaton, StreamSchema
+
+
+class EngineError(ValueError):
+    """A request the engine cannot honour (unknown stream, clashing schema, ...)."""
+
+
+class LateEvent(EngineError):
+    """An event older than the epoch already being processed."""
+
+
+class Event:
+    """A tuple of attribute values on a stream, with start and detection time."""
+
+    __slots__ = ("stream", "values", "t0", "t1")
+
+    def __init__(self, stream: str, values: tuple, t0, t1) -> None:
+        self.stream = stream
+        self.values = values
+        self.t0 = t0
+        self.t1 = t1
+
+    def __repr__(self) -> str:
+        return f"Event({self.stream!r}, {self.values!r}, {self.t0!r}, {self.t1!r})"
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Event) and self.stream == other.stream and self.values == other.values
+                and self.t0 == other.t0 and self.t1 == other.t1)
+
+    def __hash__(self) -> int:
+        return hash((self.stream, self.values, self.t0, self.t1))
+
+
+class Emission(NamedTuple):
+    """A witness produced by an automaton reaching a state with an output stream.
+
+    (A named tuple: one is made per witness, and a frozen dataclass took four
+    ``object.__setattr__`` calls to build.)"""
+
+    stream: str
+    event: Event
+    kind: str  # "OUT" or "RESUB"
+    owner: str
+
+
+@dataclass
+class EngineStats:
+    events: int = 0
+    epochs: int = 0
+    witnesses: int = 0
+    resubscribed: int = 0
+    eval_errors: int = 0
+    last_eval_error: str = ""
+    late: int = 0
+    evicted: int = 0  # instances removed by Engine.evict_oldest
+    evicted_shared: int = 0  # ... of which other owners saw too (they lost them with it)
+
+
+
+#: A runaway resubscription loop within one epoch stops after this many events.
+MAX_EVENTS_PER_EPOCH = 1_000_000
+
+
+def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
+    """The instances of ``bucket`` whose sorted-index atom ``ev_side(e) OP
+    key`` holds, plus those without a key, in install order. If the event side
+    is not a number (or raises), every instance: the filter decides (and
+    raises) as without the index."""
+    op, evf, _keyf = iq
+    try:
+        x = evf(e)
+    except Exception:  # noqa: BLE001
+        return bucket.ordered()
+    t = type(x)
+    if t is float and x != x:
+        cids = insts = ()  # NaN: no comparison holds
+    elif t is float or t is int:
+        if op == ">=":
+            i = bisect_right(bucket.keys, x)
+            cids, insts = bucket.cids[:i], bucket.insts[:i]
+        elif op == ">":
+            i = bisect_left(bucket.keys, x)
+            cids, insts = bucket.cids[:i], bucket.insts[:i]
+        elif op == "<=":
+            i = bisect_left(bucket.keys, x)
+            cids, insts = bucket.cids[i:], bucket.insts[i:]
+        else:
+            i = bisect_right(bucket.keys, x)
+            cids, insts = bucket.cids[i:], bucket.insts[i:]
+    else:
+        return bucket.ordered()
+    if bucket.rest:
+        pairs = list(zip(cids, insts)) + bucket.rest
+    elif len(insts) > 1:
+        pairs = list(zip(cids, insts))
+    else:
+        return list(insts)
+    pairs.sort(key=_first)
+    return [inst for _c, inst in pairs]
+
+
+_first = itemgetter(0)
+
+
+def _evict_key(entry: tuple) -> tuple:
+    """(t0, t1, state, position) of an eviction candidate: see Engine.evict_oldest."""
+    return entry[:4]
+
+
+class _StreamView(Mapping):
+    """See :attr:`Engine.stream_view`."""
+
+    __slots__ = ("_eng",)
+
+    def __init__(self, eng: "Engine") -> None:
+        self._eng = eng
+
+    def __getitem__(self, name: str) -> StreamSchema:
+        schema = self._eng.schema(name)
+        if schema is None:
+            raise KeyError(name)
+        return schema
+
+    def __contains__(self, name) -> bool:
+        return self._eng.schema(name) is not None
+
+    def __iter__(self):
+        eng = self._eng
+        declared = list(eng._declared)
+        return iter(declared + [n for n in list(eng._published) if n not in eng._declared])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class Engine:
+    """Runs many automata at once over time-ordered events.
+
+    ``merge`` shares manifestly equivalent states between automata; ``index``
+    switches all indexes, and ``an_index`` (static filter atoms -> active
+    nodes), ``instance_index`` (AN + per-node AI index on a dynamic equality
+    filter atom; off also turns ``an_index`` off unless it is given) and
+    ``fr_index`` (static parts of forward edges) each one on its own, and
+    ``sorted_index`` (within AI buckets, instances sorted by the instance side
+    of an inequality filter atom such as ``e.Price >= 1.05 * I.Price``, so that
+    only the instances it holds for are visited; on with ``instance_index``
+    unless given). None of
+    them changes results, only speed (002 §4.1, Fig. 7)."""
+
+    def __init__(self, functions: FunctionRegistry | None = None,
+                 on_emit: Callable[[Emission], None] | None = None, *, merge: bool = True, index: bool = True,
+                 an_index: bool | None = None, instance_index: bool | None = None,
+                 fr_index: bool | None = None, sorted_index: bool | None = None) -> None:
+        self.functions = functions or FunctionRegistry.default()
+        self.on_emit = on_emit
+        self.stats = EngineStats()
+        inst = index if instance_index is None else instance_index
+        self.options = Options(merge=merge, an_index=inst if an_index is None else an_index,
+                               instance_index=inst, fr_index=index if fr_index is None else fr_index,
+                               sorted_index=inst if sorted_index is None else sorted_index)
+        self._net = Loader(self.options, self.functions)
+        self._declared: dict[str, StreamSchema] = {"DUAL": StreamSchema("DUAL", ())}
+        self._published: dict[str, tuple[StreamSchema, set[str]]] = {}  # stream -> (schema, owners)
+        self._loaded: dict[str, Holding] = {}
+        self._readers: dict[str, int] = {}  # stream -> number of states reading it
+        self._gen = 0
+        self._epoch = None
+        self._closed = False
+        # every installed instance ends at or before this time (the last epoch closed); an event
+        # starting later overlaps none of them, so the inner loop skips the per-instance check
+        self._installed_t1 = None
+        self._epoch_events = 0
+        self._dirty: list[Node] = []
+        self._resub: deque[Event] = deque()
+        self._cids = itertools.count()  # install order of instances in sorted indexes
+
+    # ------------------------------------------------------------------ catalogue
+
+    def declare(self, schema: StreamSchema) -> None:
+        """Declare an input stream. Re-declaring with the same schema is a no-op."""
+        old = self._declared.get(schema.name) or (self._published.get(schema.name) or (None,))[0]
+        if old is not None and old.attributes != schema.attributes:
+            raise EngineError(f"stream {schema.name} is already declared as {old}; cannot redeclare as {schema}")
+        self._declared[schema.name] = schema
+
+    def schema(self, stream: str) -> StreamSchema | None:
+        if stream in self._declared:
+            return self._declared[stream]
+        pub = self._published.get(stream)
+        return pub[0] if pub else None
+
+    @property
+    def streams(self) -> dict[str, StreamSchema]:
+        """A snapshot of every stream: declared and published (costs the
+        number of streams; see :attr:`stream_view` for lookups)."""
+        out = {k: v[0] for k, v in self._published.items()}
+        out.update(self._declared)
+        return out
+
+    @property
+    def stream_view(self) -> Mapping[str, StreamSchema]:
+        """A live read-only mapping of every stream: a lookup costs one dict
+        probe however many subscriptions publish streams (compiling a query
+        against a snapshot of 100K published streams cost 1 ms a query)."""
+        return _StreamView(self)
+
+    @property
+    def owners(self) -> list[str]:
+        return list(self._loaded)
+
+    def has_owner(self, owner: str) -> bool:
+        return owner in self._loaded
+
+    # ------------------------------------------------------------------ loading
+
+    def add(self, automata: Automaton | Iterable[Automaton], owner: str) -> list[str]:
+        """Bind and install automata under ``owner``; returns their output streams.
+
+        Automata of one call are bound in order, so a later one may read an
+        earlier one's output. Everything is checked before anything is
+        installed: on error nothing changes. The new automata start empty,
+        even where their states are merged with older ones."""
+        autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
+        if owner in self._loaded:
+            raise EngineError(f"owner {owner!r} already has automata loaded; remove it first")
+        new_pub: dict[str, StreamSchema] = {}
+        for ai, auto in enumerate(autos):
+            for st, out in auto.outputs:
+                schema = StreamSchema(out.name, st.schema)
+                known = self.schema(out.name) or new_pub.get(out.name)
+                if known is not None and known.attributes != schema.attributes:
+                    raise EngineError(
+                        f"automaton {auto.name or ai} publishes {out.name} as {schema}, but {out.name} "
+                        f"is already {known}")
+                new_pub[out.name] = schema
+        try:
+            stage, bound = self._net.stage(autos, owner, lambda s: self.schema(s) or new_pub.get(s))
+        except (LoadError, BindError) as exc:
+            raise EngineError(str(exc)) from None
+        return self._commit(owner, stage, bound, new_pub)
+
+    def add_prepared(self, owner: str, items: list, published: dict[str, StreamSchema]) -> list[str] | None:
+        """:meth:`add` of automata given by the templates staging already
+        holds: ``items`` has one ``(template, constants, outputs)`` per
+        automaton (:meth:`template_of`; outputs: state number -> [(name,
+        type)]), ``published`` their output streams in :meth:`add`'s order.
+        Returns None, changing nothing, where :meth:`add` of the automata
+        themselves is needed (a template no longer holds, a constant does not
+        convert, a published stream clashes: it gives the error)."""
+        if owner in self._loaded:
+            raise EngineError(f"owner {owner!r} already has automata loaded; remove it first")
+        for name, schema in published.items():
+            known = self.schema(name)
+            if known is not None and known.attributes != schema.attributes:
+                return None
+        got = self._net.stage_prepared(items, owner, lambda s: self.schema(s) or published.get(s))
+        if got is None:
+            return None
+        return self._commit(owner, got[0], got[1], published)
+
+    def template_of(self, auto: Automaton) -> tuple:
+        """(template, constants) staging ``auto`` would use now (template None: none held)."""
+        return self._net.template_of(auto)
+
+    def static_sites(self, auto: Automaton) -> list:
+        """The StaticAtoms of ``auto`` whose constants :meth:`template_of` returns, in order."""
+        return self._net.static_sites(auto)
+
+    def _commit(self, owner: str, stage, bound: list, new_pub: dict[str, StreamSchema]) -> list[str]:
+        self._gen += 1
+        holding = Holding(owner, self._gen, ())  # the automata are the caller's: not kept
+        self._net.commit(holding, stage, bound)
+        self._loaded[owner] = holding
+        for stream in holding.readers:
+            self._readers[stream] = self._readers.get(stream, 0) + 1
+        for name, schema in new_pub.items():
+            self._published.setdefault(name, (schema, set()))[1].add(owner)
+        holding.published = list(new_pub)
+        return list(new_pub)
+
+    def remove(self, owner: str) -> None:
+        """Remove ``owner``'s automata and exactly their instances; merged
+        nodes other owners still use keep the instances those owners see."""
+        holding = self._loaded.pop(owner, None)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        gone = self._net.release(holding)
+        if gone:
+            self._dirty = [n for n in self._dirty if n.alive]
+        for stream in holding.readers:
+            left = self._readers[stream] - 1
+            if left:
+                self._readers[stream] = left
+            else:
+                del self._readers[stream]
+        for name in holding.published:  # only its own: removal costs its size, not the network's
+            owners = self._published[name][1]
+            owners.discard(owner)
+            if not owners:
+                del self._published[name]
+
+    def plan_stats(self) -> dict[str, int]:
+        """Size of the query network: nodes and edges after merging, the
+        states and edges the loaded automata have, and active nodes."""
+        states = sum(len(h.states) for h in self._loaded.values())
+        edges = sum(len(h.edges) for h in self._loaded.values())
+        active = sum(p.an_index.size + len(p.active_scan) for p in self._net.plans.values())
+        return {"nodes": self._net.nodes, "edges": self._net.edges, "states": states,
+                "automaton_edges": edges, "active_nodes": active}
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def epoch(self):
+        """Detection time of the epoch being processed (None before the first event)."""
+        return self._epoch
+
+    def feed(self, event: Event) -> None:
+        """Process one event. Events must come in non-decreasing ``t1``; an event
+        with a larger ``t1`` than the current epoch closes that epoch first."""
+        t1 = event.t1
+        if self._closed and t1 == self._epoch:
+            self.stats.late += 1
+            raise LateEvent(f"event at t1={t1} arrived after epoch {t1} was closed")
+        if self._epoch is None or t1 > self._epoch:
+            if self._epoch is not None and not self._closed:
+                self.close_epoch()
+            self._epoch = t1
+            self._epoch_events = 0
+            self._closed = False
+        elif t1 < self._epoch:
+            self.stats.late += 1
+            raise LateEvent(f"event at t1={t1} arrived after epoch {self._epoch} began")
+        self._process(event)
+        resub = self._resub
+        while resub:
+            self._process(resub.popleft())
+
+    def close_epoch(self) -> None:
+        """Install pending instances and delete affected ones (end of epoch).
+        Called by :meth:`feed` when time moves on; after an explicit call no
+        further event of the same epoch is accepted."""
+        if self._closed:
+            return
+        self._closed = self._epoch is not None
+        if self._dirty:
+            self._installed_t1 = self._epoch
+        for node in self._dirty:
+            node.dirty = False
+            pending = node.pending
+            if pending and COMPILED:
+                untrack_instances(pending)
+            if node.ai_ev < 0:
+                ndead = node.ndead
+                if ndead:
+                    if ndead == node.count:  # every installed instance was affected
+                        node.ndead = 0
+                        # swap and clear rather than allocate: fresh lists per node and epoch
+                        # would pile up in the cyclic GC's young generation (see BENCHMARKS.md)
+                        gone = node.instances
+                        if pending:
+                            node.instances = pending
+                            node.count = len(pending)
+                            node.pending = gone
+                        else:
+                            node.count = 0
+                        gone.clear()
+                        if not pending:
+                            if node.active:
+                                node.plan.set_active(node, False)
+                        continue
+                    node.instances = [i for i in node.instances if not i[4]]
+                    node.count -= ndead
+                    node.ndead = 0
+                if pending:
+                    node.instances.extend(pending)
+                    node.count += len(pending)
+                    pending.clear()
+            elif node.iq is not None:
+                self._close_sorted(node)
+            else:
+                if node.ndead:
+                    buckets = node.buckets
+                    keys = node.dead_keys or ()
+                    if len(keys) > 1:
+                        keys = dict.fromkeys(keys)  # one pass per bucket
+                    for key in keys:
+                        b = buckets.get(key)
+                        if b is None:
+                            continue
+                        if len(b) == 1 and b[0][4]:
+                            del buckets[key]
+                        else:
+                            kept = [i for i in b if not i[4]]
+                            if kept:
+                                buckets[key] = kept
+                            else:
+                                del buckets[key]
+                    node.dead_keys = None
+                    node.count -= node.ndead
+                    node.ndead = 0
+                if pending:
+                    buckets = node.buckets
+                    k = node.ai_node
+                    for inst in pending:
+                        key = inst[0][k]
+                        b = buckets.get(key)
+                        if b is None:
+                            buckets[key] = [inst]
+                        else:
+                            b.append(inst)
+                    node.count += len(pending)
+                    pending.clear()
+            if (node.count > 0) is not node.active and not node.is_start:
+                node.plan.set_active(node, node.count > 0)
+        self._dirty = []
+        if self._epoch is not None:
+            self.stats.epochs += 1
+
+    def _close_sorted(self, node: Node) -> None:
+        """End of epoch for a node with a sorted index (see SortedBucket)."""
+        buckets = node.buckets
+        k = node.ai_node
+        if node.ndead:
+            for inst in node.dead_keys:
+                key = inst[0][k]
+                b = buckets[key]
+                b.remove(inst)
+                if not b.keys and not b.rest:
+                    del buckets[key]
+            node.dead_keys = None
+            node.count -= node.ndead
+            node.ndead = 0
+        pending = node.pending
+        if pending:
+            keyf = node.iq[2]
+            cids = self._cids
+            for inst in pending:
+                key = inst[0][k]
+                b = buckets.get(key)
+                if b is None:
+                    b = buckets[key] = SortedBucket()
+                cid = next(cids)
+                try:
+                    v = keyf(inst[0])
+                    t = type(v)
+                    ok = (t is float and v == v) or t is int
+                except Exception:  # noqa: BLE001 - the filter will raise again for each event
+                    ok = False
+                if ok:
+                    inst.append(v)
+                    inst.append(cid)
+                    b.add(v, cid, inst)
+                else:
+                    inst.append(None)
+                    inst.append(cid)
+                    b.rest.append((cid, inst))
+            node.count += len(pending)
+            pending.clear()
+
+    def flush(self) -> None:
+        """End of input: close the current epoch."""
+        self.close_epoch()
+        self._epoch_events = 0
+
+    def run(self, events: Iterable[Event]) -> list[Emission]:
+        """Feed ``events`` (in t1 order), flush, and return every emission."""
+        out: list[Emission] = []
+        prev = self.on_emit
+        self.on_emit = out.append if prev is None else (lambda em: (out.append(em), prev(em)))
+        try:
+            for ev in events:
+                self.feed(ev)
+            self.flush()
+        finally:
+            self.on_emit = prev
+        return out
+
+    def _process(self, ev: Event) -> None:
+        self.stats.events += 1
+        self._epoch_events += 1
+        if self._epoch_events > MAX_EVENTS_PER_EPOCH:
+            raise EngineError(
+                f"more than {MAX_EVENTS_PER_EPOCH} events in epoch {self._epoch}: "
+                "an automaton is resubscribing to its own output without end")
+        plan = self._net.plans.get(ev.stream)
+        if plan is None:
+            return
+        e = ev.values
+        et0 = ev.t0
+        et1 = ev.t1
+        # active nodes: the AN index, plus active nodes it cannot hold. Found first, though used
+        # last: the start edges below only add pending instances, which no node sees before the
+        # epoch closes, and in the compiled build the prefetch is on its way meanwhile
+        nodes: list = []
+        if plan.an_index.size:
+            plan.an_index.probe(e, nodes)
+        if plan.active_scan:
+            nodes.extend(plan.active_scan)
+        if len(nodes) > 1:
+            nodes.sort(key=seq_of)
+            if COMPILED:
+                _prefetch(nodes)  # noqa: F821 - C only (runtime.pxd); plain Python has nothing like it
+        # start edges: the global FR index of the stream, plus the edges it cannot hold
+        edges = plan.start_scan_list
+        if plan.start_index.size:
+            found: list = []
+            plan.start_index.probe(e, found)
+            if found:
+                if edges:
+                    found.extend(edges)
+                if len(found) > 1:
+                    found.sort(key=seq_of)
+                edges = found
+        dirty = self._dirty
+        if edges:
+            gen = self._gen
+            for edge in edges:
+                try:
+                    run = edge.run
+                    if run is None or run(e, (), et0, et1, et0):
+                        dest = edge.dest
+                        new = [edge.smap(e, ()), et1 if edge.resets else et0, et1, gen, False]
+                        if dest.stream is not None:
+                            if not dest.dirty:
+                                dest.dirty = True
+                                dirty.append(dest)
+                            dest.pending.append(new)
+                        if dest.outputs:
+                            self._emit(dest, new)
+                except Exception as exc:  # noqa: BLE001 - a user expression failed on this event
+                    self._eval_error(edge.src.label, exc)
+        if not nodes:
+            return
+        installed_t1 = self._installed_t1
+        overlap = installed_t1 is not None and et0 <= installed_t1
+        for node in nodes:
+            k = node.ai_ev
+            if k >= 0:
+                insts = node.buckets.get(e[k])
+                if not insts:
+                    continue
+                if node.iq is not None:
+                    insts = _affectable(node.iq, insts, e)
+                    if not insts:
+                        continue
+            else:
+                insts = node.instances
+            filt = node.filter_run
+            rebind = node.rebind
+            forwards = node.forwards if node.fr is None else node.fr_candidates(e)
+            for inst in insts:
+                if overlap and et0 <= inst[2]:
+                    continue  # the event overlaps the instance: not affected
+                n = inst[0]
+                nt0 = inst[1]
+                try:
+                    if filt is not None and not filt(e, n, et0, et1, nt0):
+                        continue
+                    if not inst[4]:
+                        inst[4] = True
+                        node.ndead += 1
+                        if node.iq is not None:
+                            if node.dead_keys is None:
+                                node.dead_keys = [inst]
+                            else:
+                                node.dead_keys.append(inst)
+                        elif k >= 0:
+                            if node.dead_keys is None:
+                                node.dead_keys = [e[k]]
+                            else:
+                                node.dead_keys.append(e[k])  # repeats are harmless
+                        if not node.dirty:
+                            node.dirty = True
+                            dirty.append(node)
+                except Exception as exc:  # noqa: BLE001 - the filter failed: the instance is not affected
+                    self._eval_error(node.label, exc)
+                    continue
+                born = inst[3]
+                # A failing expression costs only its own edge (its predicate counts as false), never
+                # the instance's other edges; a rebind edge that fails, like a false rebind predicate,
+                # lets no forward edge fire.
+                if rebind is not None:
+                    try:
+                        run = rebind.pred
+                        if run is not None and not run(e, n, et0, et1, nt0):
+                            continue
+                        new = [rebind.smap(e, n), et1 if rebind.resets else nt0, et1, born, False]
+                    except Exception as exc:  # noqa: BLE001
+                        self._eval_error(node.label, exc)
+                        continue
+                    dest = rebind.dest
+                    if dest.stream is not None:
+                        if not dest.dirty:
+                            dest.dirty = True
+                            dirty.append(dest)
+                        dest.pending.append(new)
+                    if dest.outputs:
+                        self._emit(dest, new)
+                for edge in forwards:
+                    try:
+                        run = edge.run
+                        if not ((run is None or run(e, n, et0, et1, nt0)) and born >= edge.min_gen):
+                            continue
+                        new = [edge.smap(e, n), et1 if edge.resets else nt0, et1, born, False]
+                    except Exception as exc:  # noqa: BLE001
+                        self._eval_error(node.label, exc)
+                        continue
+                    dest = edge.dest
+                    if dest.stream is not None:
+                        if not dest.dirty:
+                            dest.dirty = True
+                            dirty.append(dest)
+                        dest.pending.append(new)
+                    if dest.outputs:
+                        self._emit(dest, new)
+
+    def _emit(self, dest: Node, inst: list) -> None:
+        """Witnesses of an instance that reached ``dest``, one per output stream."""
+        values, t0, t1, born = inst[0], inst[1], inst[2], inst[3]
+        for name, kind, owner, gen in dest.outputs:
+            if born < gen:
+                continue  # the run began before this owner subscribed
+            wit = Event(name, values, t0, t1)
+            self.stats.witnesses += 1
+            if self.on_emit is not None:
+                self.on_emit(Emission(name, wit, kind, owner))
+            if name in self._readers:
+                self.stats.resubscribed += 1
+                self._resub.append(wit)
+
+    def _eval_error(self, where: str, exc: Exception) -> None:
+        self.stats.eval_errors += 1
+        self.stats.last_eval_error = f"{where}: {type(exc).__name__}: {exc}"
+
+    # ------------------------------------------------------------------ limits
+
+    def evict_oldest(self, owner: str, keep: int, shared: bool = False) -> int:
+        """Remove ``owner``'s oldest instances until it sees at most ``keep``
+        (as :meth:`instance_count` counts: installed and pending); returns how
+        many instances were removed. Call it between events (mid-epoch too).
+
+        *Oldest* is the order of the key ``(t0, t1, state, position)``: start
+        time first; then ``t1``, the epoch the instance was made in (so the
+        order of epochs it was installed in); then the owner's state, in the
+        order :meth:`instances` lists them; then its place in that state's
+        list (:meth:`instances` with ``pending=True``: installed in the
+        node's order, then pending in the order they were made). The key
+        depends only on the engine's state, never on the clock, so a replay
+        that calls this at the same point removes the same instances.
+
+        Merged nodes (network.py) hold instances other owners may see too:
+        an instance is *shared* when another live owner of its node sees it
+        (that owner's generation is no later than the instance's ``born``).
+        Evicting a shared instance changes that owner's results, so the
+        oldest instances only ``owner`` sees go first; shared ones are
+        evicted only with ``shared`` (oldest first, after every unshared one
+        is gone) and only as far as still needed to reach ``keep``: the other
+        owners seeing them lose them too (counted in
+        ``stats.evicted_shared``). Without ``shared``, ``owner`` may still see
+        more than ``keep`` afterwards. An instance the current epoch affected
+        may go too: the epoch's bookkeeping (``ndead``, ``dead_keys``) follows."""
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        g = holding.gen
+        gens = self._net.owner_gen
+        mult: dict[int, int] = {}  # node -> how many of owner's states it stands for
+        nodes: list[Node] = []
+        for _ai, _sid, node in holding.states:
+            if node.stream is None or node.is_start:
+                continue
+            if id(node) in mult:
+                mult[id(node)] += 1
+            else:
+                mult[id(node)] = 1
+                nodes.append(node)
+        seen = 0
+        own: list[tuple] = []
+        common: list[tuple] = []
+        for si, node in enumerate(nodes):
+            if not (node.count or node.pending):
+                continue
+            others = min((gens[o] for o in node.owners if o != owner), default=None)
+            pos = 0
+            for inst in itertools.chain(node.all_instances(), node.pending):
+                if inst[3] >= g:
+                    seen += mult[id(node)]
+                    entry = (inst[1], inst[2], si, pos, inst)
+                    if others is not None and inst[3] >= others:
+                        common.append(entry)
+                    else:
+                        own.append(entry)
+                pos += 1
+        if seen <= keep:
+            return 0
+        victims: dict[int, list] = {}
+        n_shared = 0
+        for group, is_shared in ((own, False), (common, True)):
+            if seen <= keep or (is_shared and not shared):
+                break
+            group.sort(key=_evict_key)
+            for entry in group:
+                if seen <= keep:
+                    break
+                node = nodes[entry[2]]
+                seen -= mult[id(node)]
+                victims.setdefault(entry[2], []).append(entry[4])
+                n_shared += is_shared
+        removed = 0
+        for si, insts in victims.items():
+            removed += self._evict_from(nodes[si], insts)
+        self.stats.evicted += removed
+        self.stats.evicted_shared += n_shared
+        return removed
+
+    def _evict_from(self, node: Node, insts: list) -> int:
+        """Take ``insts`` (installed or pending instances of ``node``) out of
+        every structure that holds them; keeps ``count``, ``ndead``,
+        ``dead_keys`` and the active flag right."""
+        gone = {id(i) for i in insts}
+        installed = insts
+        if node.pending:
+            waiting = {id(i) for i in node.pending}
+            installed = [i for i in insts if id(i) not in waiting]
+            if len(installed) != len(insts):
+                node.pending[:] = [i for i in node.pending if id(i) not in gone]
+        n_inst = 0
+        n_dead = 0
+        if node.ai_ev < 0:
+            before = len(node.instances)
+            kept = []
+            for i in node.instances:
+                if id(i) in gone:
+                    n_dead += i[4]
+                else:
+                    kept.append(i)
+            node.instances[:] = kept
+            n_inst = before - len(kept)
+        else:
+            k = node.ai_node
+            buckets = node.buckets
+            for key in dict.fromkeys(i[0][k] for i in installed):
+                b = buckets.get(key)
+                if b is None:
+                    continue
+                if node.iq is not None:
+                    for i in b.ordered():
+                        if id(i) in gone:
+                            b.remove(i)
+                            n_inst += 1
+                            n_dead += i[4]
+                    empty = not len(b)
+                else:
+                    kept = [i for i in b if id(i) not in gone]
+                    for i in b:
+                        if id(i) in gone:
+                            n_inst += 1
+                            n_dead += i[4]
+                    if kept:
+                        buckets[key] = kept
+                    empty = not kept
+                if empty:
+                    del buckets[key]
+        node.count -= n_inst
+        if n_dead:
+            node.ndead -= n_dead
+            if node.iq is not None:
+                node.dead_keys = [i for i in node.dead_keys if id(i) not in gone] or None
+            if not node.ndead:
+                node.dead_keys = None
+        if node.active and node.count == 0 and not node.is_start:
+            node.plan.set_active(node, False)
+        return len(insts)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def export_state(self) -> dict:
+        """The processing state as plain data (for a snapshot; see
+        server/durability/snapshot.py): every instance of every node, installed (with
+        whether the current epoch affected it) and pending, in the order the
+        node keeps them, named by the ``(owner, automaton, state id)`` of every
+        owner state the node stands for; each owner's generation; the epoch.
+        Nothing here refers to nodes, edges or compiled code, so it loads into
+        an engine built afresh from the same subscriptions. Call it on the
+        engine thread between events, or on a forked copy of it."""
+        named: dict[int, list] = {}
+        nodes: dict[int, Node] = {}
+        owners: dict[str, int] = {}
+        for owner, holding in self._loaded.items():
+            owners[owner] = holding.gen
+            for ai, sid, node in holding.states:
+                if node.stream is None or node.is_start:
+                    continue  # hold no instances
+                key = id(node)
+                if key not in nodes:
+                    nodes[key] = node
+                    named[key] = []
+                named[key].append((owner, ai, sid))
+        held = []
+        for key, node in nodes.items():
+            if node.count or node.pending:
+                held.append((named[key], [(i[0], i[1], i[2], i[3], i[4]) for i in node.all_instances()],
+                             [(i[0], i[1], i[2], i[3]) for i in node.pending]))
+        return {"version": 1, "epoch": self._epoch, "closed": self._closed, "installed_t1": self._installed_t1,
+                "epoch_events": self._epoch_events, "owners": owners, "stats": dataclasses.asdict(self.stats),
+                "nodes": held}
+
+    def import_state(self, state: dict) -> dict[str, int]:
+        """Load what :meth:`export_state` gave into this engine, whose owners
+        must have been added afresh in their original order (with no event fed
+        since). Owners that are gone are skipped (their instances with them);
+        generations are mapped onto the new ones, so each owner sees exactly
+        the instances it saw. Returns counts: instances loaded, nodes skipped
+        and clashes (two saved nodes that are one node now: a merge the saved
+        network did not have)."""
+        if state.get("version") != 1:
+            raise EngineError(f"unknown engine state version {state.get('version')!r}")
+        live = sorted((g, o) for o, g in state["owners"].items() if o in self._loaded)
+        old_gens = [g for g, _o in live]
+        new_gens = [self._loaded[o].gen for _g, o in live]
+        if new_gens != sorted(new_gens):
+            raise EngineError("owners were added again in another order than they were saved in")
+
+        def born(b: int) -> int:  # the generation of the newest live owner added no later than b
+            i = bisect_right(old_gens, b)
+            return new_gens[i - 1] if i else 0
+
+        where: dict[str, dict] = {}
+        filled: dict[int, Node] = {}
+        dead: list[tuple[Node, list]] = []
+        pend: list[tuple[Node, list]] = []
+        loaded = skipped = clashes = 0
+        for names, installed, pending in state["nodes"]:
+            node = None
+            for owner, ai, sid in names:
+                if owner not in self._loaded:
+                    continue
+                states = where.get(owner)
+                if states is None:
+                    states = where[owner] = {(a, s): n for a, s, n in self._loaded[owner].states}
+                node = states.get((ai, sid))
+                if node is not None:
+                    break
+            if node is None:
+                skipped += 1
+                continue
+            if id(node) in filled:
+                clashes += 1
+            filled[id(node)] = node
+            insts = [[v, t0, t1, born(b), False] for v, t0, t1, b, _d in installed]
+            node.pending.extend(insts)
+            dead += [(node, inst) for inst, saved in zip(insts, installed) if saved[4]]
+            pend.append((node, [[v, t0, t1, born(b), False] for v, t0, t1, b in pending]))
+            loaded += len(installed) + len(pending)
+        # install the saved instances as an epoch's close would, then put back what the epoch in
+        # progress had: its affected marks and its pending instances
+        self._dirty = list(filled.values())
+        for node in self._dirty:
+            node.dirty = True
+        self._closed = False
+        self.close_epoch()
+        for node, inst in dead:
+            inst[4] = True
+            node.ndead += 1
+            if node.iq is not None or node.ai_ev >= 0:
+                if node.dead_keys is None:
+                    node.dead_keys = []
+                node.dead_keys.append(inst if node.iq is not None else inst[0][node.ai_node])
+            if not node.dirty:
+                node.dirty = True
+                self._dirty.append(node)
+        for node, insts in pend:
+            if insts:
+                node.pending.extend(insts)
+                if not node.dirty:
+                    node.dirty = True
+                    self._dirty.append(node)
+        self._epoch = state["epoch"]
+        self._closed = state["closed"]
+        self._installed_t1 = state["installed_t1"]
+        self._epoch_events = state["epoch_events"]
+        for k, v in state["stats"].items():
+            setattr(self.stats, k, v)
+        return {"instances": loaded, "skipped": skipped, "clashes": clashes}
+
+    # ------------------------------------------------------------------ inspection
+
+    def instances(self, owner: str, pending: bool = False) -> dict[str, list[tuple[tuple, object, object]]]:
+        """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``,
+        in the order the node keeps them; with ``pending``, followed by those
+        the current epoch made (installed when it closes), in the order made."""
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        out: dict[str, list] = {}
+        for ai, sid, node in holding.states:
+            if node.stream is None or node.is_start:
+                continue
+            insts = node.all_instances() + node.pending if pending else node.all_instances()
+            out[f"{ai}/{sid}"] = [(i[0], i[1], i[2]) for i in insts if i[3] >= holding.gen]
+        return out
+
+    def instance_count(self, owner: str | None = None) -> int:
+        """Installed and pending instances of ``owner`` (as if nothing were
+        merged), or of the whole network."""
+        if owner is None:
+            return sum(n.count + len(n.pending) for n in {id(n): n for h in self._loaded.values()
+                                                          for _a, _s, n in h.states}.values())
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        g = holding.gen
+        return sum(_owned_count(node, g) for _ai, _sid, node in holding.states)
+
+    def state_counts(self, owner: str) -> dict[str, int]:
+        """Installed and pending instances of ``owner`` per state key
+        ``"<automaton>/<state id>"`` (as :meth:`instances` names them; start
+        states hold none). Read-only; call it on the thread that feeds events."""
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        g = holding.gen
+        return {f"{ai}/{sid}": _owned_count(node, g) for ai, sid, node in holding.states}
+
+
+def _owned_count(node: Node, gen: int) -> int:
+    """Instances at ``node`` (installed and pending) born in generation ``gen`` or later."""
+    if not (node.count or node.pending):
+        return 0
+    return sum(1 for i in node.all_instances() if i[3] >= gen) + sum(1 for i in node.pending if i[3] >= gen)

@@ -1,0 +1,182 @@
+"""``cayuga bench ...``: each command prints one JSON object (see BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from clients.bench.runner import engine_options, run_workload, sweep_summary
+from clients.bench import workloads as wl
+
+
+def _switches(f):
+    f = click.option("--no-index", is_flag=True, help="Turn every index off.")(f)
+    f = click.option("--no-merge", is_flag=True, help="Do not merge equivalent states.")(f)
+    f = click.option("--no-fr-index", is_flag=True, help="Turn the FR index (forward/start edges) off.")(f)
+    f = click.option("--no-instance-index", is_flag=True, help="Turn the AN and AI indexes off.")(f)
+    f = click.option("--no-sorted-index", is_flag=True,
+                     help="Turn the sorted index (inequality filter atoms within AI buckets) off.")(f)
+    f = click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")(f)
+    f = click.option("--profile", type=click.Path(dir_okay=False), default=None,
+                     help="Write a cProfile of the event loop to this file.")(f)
+    f = click.option("--pause", type=float, default=0.0, show_default=True,
+                     help="After loading, print the process id to stderr and wait this many seconds before "
+                          "the timed loop (to attach a sampling profiler: perf record -p PID).")(f)
+    return f
+
+
+def _emit(result: dict, **extra) -> None:
+    result.update(extra)
+    click.echo(json.dumps(result))
+
+
+@click.group()
+def bench() -> None:
+    """Engine benchmarks from the papers; each prints one JSON summary."""
+
+
+@bench.command()
+@click.option("--template", type=click.Choice(wl.TEMPLATES), default="LinearStat", show_default=True)
+@click.option("--subscriptions", type=int, default=20000, show_default=True)
+@click.option("--events", type=int, default=10000, show_default=True)
+@click.option("--zipf", type=float, nargs=3, default=(1.0, 1.0, 0.8), show_default=True,
+              help="zipf1 zipf2 zipf3 of Table 3.")
+@_switches
+def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index,
+         seed, profile, pause):
+    """The technical benchmark of 002 §4.1 (Table 3) for one template."""
+    w = wl.edbt(template, subscriptions, events, seed=seed, zipf=tuple(zipf))
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), template=template)
+
+
+@bench.command()
+@click.option("--queries", type=int, default=1000, show_default=True, help="One static query per symbol.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--symbols", "n_symbols", type=int, default=None,
+              help="Symbols in the stream (default: as many as queries).")
+@click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
+@_switches
+def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_index, no_instance_index,
+               no_sorted_index, seed,
+               profile, pause):
+    """001 §5.1: K static "ten consecutive increasing prices" queries."""
+    w = wl.increasing(queries, events, length=length, seed=seed, stream_symbols=n_symbols)
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), queries=queries, symbols=n_symbols or queries)
+
+
+@bench.command()
+@click.option("--events", type=int, default=1000000, show_default=True)
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@_switches
+def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed, profile, pause):
+    """One query: the next quote of the same symbol at least 5% higher."""
+    w = wl.Workload("rise", (wl.STOCK,), [wl.rise_query()], wl.random_walk(n_symbols, events, seed))
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
+
+
+@bench.command()
+@click.option("--events", type=int, default=1000000, show_default=True)
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@click.option("--min-length", type=int, default=5, show_default=True)
+@_switches
+def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed,
+          profile, pause):
+    """One query: a Kleene run-up (FOLD) of at least --min-length rising quotes."""
+    w = wl.Workload("runup", (wl.STOCK,), [wl.runup_query(min_length)], wl.random_walk(n_symbols, events, seed))
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
+    _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
+
+
+@bench.command("increasing-sweep")
+@click.option("--ks", default="10,100,1000,10000", show_default=True, help="Comma-separated numbers of queries.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def increasing_sweep(ks, events, length, seed):
+    """The K-sweep of 001 §5.1: `increasing` for each K (one static query per
+    symbol); ``events_per_second`` is the largest K's, ``flatness`` the
+    smallest K's throughput over the largest K's (target: at most 2)."""
+    runs = []
+    for k in (int(x) for x in ks.split(",")):
+        w = wl.increasing(k, events, length=length, seed=seed)
+        r = run_workload(w, engine_options())
+        runs.append({key: r[key] for key in ("subscriptions", "events_per_second", "matches", "wall_s", "load_s",
+                                             "peak_rss_mb")})
+        del w
+    _emit(sweep_summary("increasing-sweep", events, runs, peak_rss_mb=max(r["peak_rss_mb"] for r in runs),
+                        eval_errors=0))
+
+
+@bench.command()
+@click.option("--ks", default="10,100,1000,10000", show_default=True, help="Comma-separated numbers of symbols.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def floor(ks, events, length, seed):
+    """The events of `increasing-sweep` through a minimal hand-written loop
+    (a dict per state, no engine): what CPython itself costs as K grows."""
+    from clients.bench.floor import floor_sweep
+    _emit(floor_sweep([int(x) for x in ks.split(",")], events, length, seed))
+
+
+@bench.command()
+@click.option("--subscriptions", type=int, default=20000, show_default=True, help="One CEL query per symbol.")
+@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--every", type=int, default=100, show_default=True,
+              help="Replace one subscription every this many events.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def churn(subscriptions, events, every, seed):
+    """Subscriptions registered as the server does, then replaced while events flow."""
+    from clients.bench.churn import churn as run_churn
+    _emit(run_churn(subscriptions, events, every, seed))
+
+
+@bench.command()
+@click.option("--events", type=int, default=1_000_000, show_default=True, help="Ticks to generate.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@click.option("--queries", default="rising", show_default=True,
+              help="Comma-separated queries of clients/bench/queries/ (rising, mshape).")
+@click.option("--watchers", type=int, default=None, help="cayuga watch processes (default: one per query).")
+@click.option("--file", "file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Send this JSON-lines file instead of generated ticks.")
+@click.option("--seed", type=int, default=1, show_default=True)
+def server(events, n_symbols, queries, watchers, file, seed):
+    """End to end through a real server: cayuga send -> cayuga serve -> cayuga
+    watch, against cayuga run on the same file in the same run."""
+    from clients.bench.server_e2e import throughput
+    _emit(throughput(events, n_symbols, tuple(queries.split(",")), watchers, file, seed))
+
+
+@bench.command()
+@click.option("--rates", default="1000,10000,50000", show_default=True, help="Comma-separated events/s.")
+@click.option("--seconds", type=float, default=5.0, show_default=True, help="Per rate.")
+@click.option("--delay", type=float, default=0.0, show_default=True, help="The server's T in ms.")
+def latency(rates, seconds, delay):
+    """TCP in -> WebSocket out latency at fixed rates, through a server process."""
+    from clients.bench.server_e2e import latency as run_latency
+    runs = [run_latency(float(r), seconds, delay) for r in rates.split(",")]
+    _emit({"benchmark": "latency_tcp_to_websocket", "runs": runs})
+
+
+@bench.command()
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="How long the sender pushes.")
+def overload(seconds):
+    """One unthrottled TCP sender against 20 slow subscriptions: queue, memory,
+    /health and /metrics answer times, nothing lost (RELIABILITY.md)."""
+    from clients.bench.overload import overload as run_overload
+    _emit(run_overload(seconds))
+
+
+@bench.command()
+@click.option("--small", type=int, default=200, show_default=True, help="Subscriptions in the small network.")
+@click.option("--large", type=int, default=8000, show_default=True, help="Subscriptions in the large network.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Report the best of this many.")
+def scaling(small, large, rounds):
+    """Remove + add of one subscription: the cost in a large network against a
+    small one (a ratio near 1: it does not grow with the network)."""
+    from clients.bench.scaling import scaling as run_scaling
+    _emit(run_scaling(small, large, rounds))

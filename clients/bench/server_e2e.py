@@ -1,0 +1,240 @@
+"""The whole server, end to end, as a user runs it: ``cayuga serve``, ``cayuga
+send`` and ``cayuga watch`` as separate processes on loopback, and ``cayuga
+run`` over the same file in the same run.
+
+``throughput``: writes a file of random-walk ticks (or uses ``--file``),
+runs ``cayuga run`` on it with the queries, then starts a server with its
+default settings (free ports, a temporary data directory), registers the same
+queries over REST, starts one ``cayuga watch --count N`` per watcher (N = the
+witnesses ``cayuga run`` found for that query) and times ``cayuga send FILE``
+from its start until the last watcher has printed its last witness. Every
+watcher's output must equal ``cayuga run``'s witnesses of its query as a
+multiset; disconnections and drops are read from ``/metrics``.
+
+``latency``: one subscription that matches every event; events are sent over
+TCP at a fixed rate (in groups each millisecond), stamped with the sender's
+clock, and received over a WebSocket; the latency of an event is receive time
+minus send time.
+
+    cayuga bench server --events 1000000 --queries rising,mshape --watchers 2
+    cayuga bench latency --rates 1000,10000,50000 --seconds 5
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from clients.bench.runner import metric, percentile
+from clients.bench.workloads import random_walk
+from clients.client import CayugaClient
+
+QUERIES = Path(__file__).resolve().parent / "queries"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cayuga(*args: str) -> list[str]:
+    """The ``cayuga`` command as a user runs it, with this interpreter."""
+    return [sys.executable, "-m", "clients.cli", *args]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def write_ticks(path: Path, events: int, symbols: int, seed: int = 1) -> None:
+    """JSON lines of a random walk with a slight upward drift (clients/bench/workloads.py)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for e in random_walk(symbols, events, seed):
+            name, price, volume = e.values
+            f.write(f'{{"stream": "Stock", "t0": {e.t0}, "t1": {e.t1}, "Name": "{name}", '
+                    f'"Price": {price!r}, "Volume": {volume}}}\n')
+
+
+@contextlib.contextmanager
+def server_process(data_dir: Path, **settings):
+    """``cayuga serve`` in a child process on free loopback ports; yields a client."""
+    http, tcp = _free_port(), _free_port()
+    env = {**_env(), "CAYUGA_LOG_LEVEL": "warning", **{f"CAYUGA_{k.upper()}": str(v) for k, v in settings.items()}}
+    proc = subprocess.Popen(_cayuga("serve", "--http-port", str(http), "--tcp-port", str(tcp), "--data-dir",
+                                    str(data_dir)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = CayugaClient(f"http://127.0.0.1:{http}", timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if client.health().get("status") in ("ok", "warning"):  # up (a warning is about load)
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start: " + proc.stderr.read().decode()[-2000:])
+            time.sleep(0.05)
+        yield client
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _canonical(lines) -> list[str]:
+    return sorted(json.dumps(json.loads(x), sort_keys=True) for x in lines if x.strip())
+
+
+def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str, ...] = ("rising",),
+               watchers: int | None = None, file: str | None = None, seed: int = 1) -> dict:
+    watchers = watchers or len(queries)
+    perf = time.perf_counter
+    with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
+        tmp = Path(tmp)
+        ticks = Path(file) if file else tmp / "ticks.jsonl"
+        if not file:
+            write_ticks(ticks, events, symbols, seed)
+        events = sum(1 for line in open(ticks, "rb") if line.strip())
+        qfiles = [QUERIES / f"{q}.cel" for q in queries]
+
+        # offline, the same file and queries, whole process; one run per query for its own witnesses
+        start = perf()
+        offline = subprocess.run(_cayuga("run", *[a for q in qfiles for a in ("--query", str(q))], "--events",
+                                         str(ticks), "--output", str(tmp / "offline.jsonl")),
+                                 env=_env(), capture_output=True, text=True)
+        offline_s = perf() - start
+        if offline.returncode != 0:
+            raise RuntimeError(offline.stderr[-2000:])
+        expected: dict[str, list[str]] = {}
+        for line in open(tmp / "offline.jsonl", encoding="utf-8"):
+            expected.setdefault(json.loads(line)["stream"], []).append(line)
+
+        # the shipped defaults (Rising holds ~22,500 instances at the end of 1M ticks over 1,000 symbols,
+        # below max_instances_per_subscription: the server evicts nothing, as `cayuga run`)
+        with server_process(tmp / "data") as client:
+            subs = [client.subscribe(cel=q.read_text()) for q in qfiles]
+            watch_procs = []
+            for i in range(watchers):
+                sub = subs[i % len(subs)]
+                want = sum(len(expected.get(o, ())) for o in sub["outputs"])
+                out = open(tmp / f"watch{i}.jsonl", "wb")
+                count = ("--count", str(want)) if want else ()  # a watcher of nothing runs until the end
+                p = subprocess.Popen(_cayuga("watch", sub["id"], "--url", client.base_url, *count),
+                                     env=_env(), stdout=out, stderr=subprocess.PIPE)
+                watch_procs.append((p, out, sub, want))
+            deadline = time.monotonic() + 30
+            while metric(client, "cayuga_clients") < watchers:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the watchers did not connect")
+                time.sleep(0.02)
+            start = perf()
+            send = subprocess.run(_cayuga("send", str(ticks), "--url", client.base_url), env=_env(),
+                                  capture_output=True, text=True)
+            sent_s = perf() - start
+            done = [sent_s]
+            for p, out, sub, want in watch_procs:
+                if want:
+                    p.wait(max(600 - (perf() - start), 1))
+                    done.append(perf() - start)
+            e2e_s = max(done)
+            deadline = time.monotonic() + 10  # the server has processed everything before the idle watchers stop
+            while metric(client, "cayuga_events_processed_total") < events and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for p, out, sub, want in watch_procs:
+                if not want:
+                    p.terminate()
+                    p.wait(10)
+                out.close()
+            drops = metric(client, "cayuga_client_drops_total")
+            delivered = metric(client, "cayuga_witnesses_delivered_total")
+            health = client.health()
+        all_equal = True
+        witnesses = 0
+        for i, (p, _out, sub, want) in enumerate(watch_procs):
+            got = (tmp / f"watch{i}.jsonl").read_text(encoding="utf-8").splitlines()
+            witnesses += len(got)
+            exp = [x for o in sub["outputs"] for x in expected.get(o, ())]
+            all_equal &= (p.returncode == 0 or not want) and _canonical(got) == _canonical(exp)
+    return {
+        "benchmark": "server_end_to_end",
+        "queries": list(queries),
+        "watchers": watchers,
+        "events": events,
+        "witnesses_printed": witnesses,
+        "send_exit": send.returncode,
+        "send_s": round(sent_s, 3),
+        "end_to_end_s": round(e2e_s, 3),
+        "events_per_second": round(events / e2e_s),
+        "witnesses_per_second": round(witnesses / e2e_s),
+        "offline_run_s": round(offline_s, 3),
+        "server_over_offline": round(e2e_s / offline_s, 2),
+        "witnesses_equal_offline": all_equal,
+        "client_drops": drops,
+        "delivered_total": delivered,
+        "engine_build": health.get("engine_build"),
+        "python": platform.python_version(),
+    }
+
+
+def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
+    """One subscription matching every event; p50/p90/p99 of TCP in -> WebSocket out."""
+    n = int(rate * seconds)
+    line = '{"stream": "Stock", "Name": "IBM", "Price": 1.0, "Volume": %d}\n'
+    with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
+        with server_process(Path(tmp), delay=delay) as client:
+            sub = client.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH All")
+            sent_at = [0.0] * n
+            recv_at = [0.0] * n
+            with client.watch(sub["id"], timeout=30) as matches:
+                def reader() -> None:
+                    got = 0
+                    for w in matches:
+                        recv_at[w["Volume"]] = time.perf_counter()
+                        got += 1
+                        if got == n:
+                            return
+
+                t = threading.Thread(target=reader, daemon=True)
+                t.start()
+                with client.sender() as s:
+                    start = time.perf_counter()
+                    i = 0
+                    while i < n:  # every millisecond, the events due by then, in one write
+                        now = time.perf_counter()
+                        due = min(n, int((now - start) * rate) + 1)
+                        if due > i:
+                            block = "".join(line % k for k in range(i, due))
+                            for k in range(i, due):
+                                sent_at[k] = now
+                            s.send_lines(block.encode(), due - i)
+                            i = due
+                        time.sleep(0.001)
+                t.join(60)
+        lat = sorted((r - s) * 1000 for s, r in zip(sent_at, recv_at) if r)
+    return {
+        "benchmark": "latency_tcp_to_websocket",
+        "rate_events_per_s": rate,
+        "events": n,
+        "received": len(lat),
+        "delay_T_ms": delay,
+        "p50_ms": round(percentile(lat, 50), 3),
+        "p90_ms": round(percentile(lat, 90), 3),
+        "p99_ms": round(percentile(lat, 99), 3),
+        "max_ms": round(lat[-1], 3) if lat else None,
+        "python": platform.python_version(),
+    }

@@ -1,0 +1,211 @@
+"""Offline runs: queries (AIR or CEL) over an event file, witnesses to JSON lines.
+
+This wires the pieces together without a server: stream declarations, query
+loading, a line decoder and the engine. Input events are sorted by detection
+time (stably, so simultaneous events keep file order) because a file is
+complete; the server instead releases events through its T-delayed queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Mapping, TextIO
+
+from air.airxml import load_air_many, load_stream_types
+from air.cel.shapes import ShapeCache
+from air.engine.memory import paused_gc
+from air.engine import Engine, EngineError, Event, FunctionRegistry
+from air.errors import CayugaError
+from air.formats import encode_json, encode_witnesses, make_decoder, witness_dict, witness_record
+from air.model import Automaton, StreamSchema, parse_stream_decl
+
+
+_t1 = attrgetter("t1")
+
+
+class QueryError(CayugaError):
+    """A query file that cannot be loaded; the message starts with its path."""
+
+
+@dataclass
+class Rejected:
+    line: int
+    text: str
+    reason: str
+
+
+@dataclass
+class RunResult:
+    witnesses: list[dict] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    events: int = 0
+    witness_count: int = 0
+
+
+def load_streams(decls: Iterable[str] = (), schema_files: Iterable[str | Path] = ()) -> list[StreamSchema]:
+    out = [parse_stream_decl(d) for d in decls]
+    for f in schema_files:
+        out.extend(load_stream_types(Path(f).read_bytes()))
+    return out
+
+
+def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
+               functions: FunctionRegistry | None = None, shapes: ShapeCache | None = None,
+               function_types: Mapping[str, str] | None = None) -> list[Automaton]:
+    """Automata of one query file: ``.xml`` is AIR, ``.cel`` is CEL (compiled,
+    through ``shapes`` when given: queries that differ only in constants are
+    compiled once)."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() == ".cel":
+        from air.cel import compile_cel
+
+        fns = function_types if function_types is not None else (functions or FunctionRegistry.default()).return_types()
+        compile_ = shapes.compile if shapes is not None else compile_cel
+        return list(compile_(text, streams, functions=fns, name_prefix=p.stem).automata)
+    return load_air_many(text, name=p.stem)
+
+
+QUERY_SUFFIXES = (".cel", ".xml")
+
+
+def expand_queries(paths: Iterable[str | Path]) -> list[Path]:
+    """Query files in order: a directory stands for its ``.cel`` and ``.xml``
+    files, sorted by name (not recursive)."""
+    out: list[Path] = []
+    for q in paths:
+        p = Path(q)
+        if p.is_dir():
+            out.extend(sorted(f for f in p.iterdir() if f.suffix.lower() in QUERY_SUFFIXES and f.is_file()))
+        else:
+            out.append(p)
+    return out
+
+
+def decode_file(source, fmt: str, streams: Callable, result: RunResult,
+                default_stream: str | None = None, names: Iterable[str] = ()) -> list[Event]:
+    """The events of ``source`` (a text or binary file, or an iterable of
+    lines), decoded a block of lines at a time; rejected lines go to
+    ``result.rejected`` with their numbers. ``names``: the streams expected."""
+    decoder = make_decoder(fmt, streams, default_stream=default_stream, streams=names)
+    events: list[Event] = []
+    number = 1
+    for lines in _line_blocks(source):
+        batch = decoder.decode_batch(lines[0][:0].join(lines), number)
+        events.extend(batch.events)
+        for no, reason in batch.errors:
+            text = lines[no - number]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            result.rejected.append(Rejected(no, text.rstrip("\r\n"), reason))
+        number += len(lines)
+    return events
+
+
+def _line_blocks(source, size: int = 1 << 20):
+    """Lists of lines, about ``size`` bytes (or 4096 lines) at a time."""
+    if hasattr(source, "readlines"):
+        while lines := source.readlines(size):
+            yield lines
+        return
+    it = iter(source)
+    while lines := list(itertools.islice(it, 4096)):
+        yield [_terminated(line) for line in lines]
+
+
+def _terminated(line: str | bytes) -> str | bytes:
+    if isinstance(line, bytes):
+        return line if line.endswith(b"\n") else line + b"\n"
+    return line if line.endswith("\n") else line + "\n"
+
+
+def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
+                functions: FunctionRegistry | None = None, progress: Callable[[int], None] | None = None,
+                *, freeze: bool = False) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
+    """An engine with ``streams`` declared and each query file (or each file
+    of a directory, see :func:`expand_queries`) loaded under its file stem, in
+    order (so later queries may read earlier outputs); returns it with the
+    (owner, automata) pairs. Raises QueryError naming the file. ``progress``
+    is called with the number of queries loaded so far after each one.
+    ``freeze``: for a process that keeps the network to its end (``cayuga
+    run``): move what is allocated so far out of the cyclic collector's reach
+    for good (``gc.freeze``) instead of having it walk the network again.
+
+    Each query costs the same whether it is the first or the ten-thousandth:
+    CEL shapes are compiled once (:class:`~air.cel.shapes.ShapeCache`), the
+    compiler looks streams up in the engine's live view, and the cyclic
+    garbage collector, whose full passes would walk the ever larger network,
+    waits until loading is done."""
+    engine = Engine(functions)
+    for s in streams:
+        engine.declare(s)
+    loaded = []
+    shapes = ShapeCache()
+    fn_types = engine.functions.return_types()
+    with paused_gc(freeze):
+        for q in expand_queries(queries):
+            try:
+                autos = load_query(q, engine.stream_view, engine.functions, shapes, fn_types)
+                engine.add(autos, owner=q.stem)
+            except (CayugaError, EngineError) as exc:
+                raise QueryError(f"{q}: {exc}") from None
+            loaded.append((q.stem, autos))
+            if progress is not None:
+                progress(len(loaded))
+    return engine, loaded
+
+
+def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_in: TextIO | BinaryIO,
+                fmt: str = "jsonl", *, include_resub: bool = False,
+                functions: FunctionRegistry | None = None,
+                on_witness: Callable[[dict], None] | None = None,
+                out: BinaryIO | None = None, freeze: bool = False) -> RunResult:
+    """Run ``queries`` over the events of ``events_in``. Witnesses are kept in
+    ``result.witnesses`` (and handed to ``on_witness``) as dicts, or, with
+    ``out``, written there as JSON lines and only counted. ``freeze``: see
+    :func:`load_engine` (for a process that ends with the run)."""
+    engine, _ = load_engine(streams, queries, functions, freeze=freeze)
+    result = RunResult()
+    events = decode_file(events_in, fmt, engine.schema, result, names=[s.name for s in streams])
+    events.sort(key=_t1)
+    result.events = len(events)
+    schema = engine.schema
+
+    if out is not None:
+        pending: list = []
+        add = pending.append
+
+        def emit(em) -> None:
+            if em.kind == "OUT" or include_resub:
+                add(witness_record(em.stream, em.event, schema(em.stream)))
+                if len(pending) >= 4096:
+                    flush()
+
+        def flush() -> None:
+            out.write(encode_witnesses(pending))
+            result.witness_count += len(pending)
+            pending.clear()
+    else:
+        def emit(em) -> None:
+            if em.kind == "OUT" or include_resub:
+                w = witness_dict(em.stream, em.event, schema(em.stream))
+                result.witnesses.append(w)
+                result.witness_count += 1
+                if on_witness is not None:
+                    on_witness(w)
+
+    engine.on_emit = emit
+    feed = engine.feed
+    for ev in events:
+        feed(ev)
+    engine.flush()
+    if out is not None and pending:
+        flush()
+    return result
+
+
+def write_witnesses(witnesses: Iterable[dict], out: TextIO) -> None:
+    for w in witnesses:
+        out.write(encode_json(w) + "\n")

@@ -1,0 +1,227 @@
+"""Client notifiers: deliver witnesses to WebSocket clients without ever
+blocking the engine thread.
+
+Each connected client has a :class:`ClientChannel`: a bounded buffer that the
+engine thread appends to and the client's own sender task (on the server's
+event loop) drains. It holds witnesses as three parallel columns (subscription
+id, seq, encoded witness; no object per witness for the garbage collector to
+walk): the sender decides how a client sees them (with or without its seq),
+so the engine thread never formats per client.
+
+A client that cannot keep up fills its buffer; then it **lags**: its buffer is
+dropped, the channel remembers where the client is (the last seq it was given
+per subscription) and ignores live witnesses, and the client's sender reads
+what it missed from the witness log (server/durability/witlog.py) until it has caught
+up; then the channel goes live again. The check "caught up?" and the switch
+are made under the hub's :attr:`NotifierHub.delivery_lock`, which the engine
+thread holds while it appends a batch to the log and offers it to the
+channels: a witness is either in the log before the check (and read from it)
+or offered after the switch (and buffered), never both, never neither. A
+lagging client is disconnected only when what it still needs has been deleted
+by the log's retention (close code 4410, see server/api/ws.py).
+
+Witnesses of internal streams (links between a subscription's own automata)
+are not logged; a client of such a stream that overflows its buffer is
+closed with 1013 ("try again later"), as every slow client used to be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import deque
+from typing import Callable
+
+SLOW_CLIENT_CLOSE = 1013
+SHUTDOWN_CLOSE = 1001
+#: Close code for a client whose position is no longer in the witness log.
+GONE_CLOSE = 4410
+
+_ids = itertools.count(1)
+
+
+class ClientChannel:
+    def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int,
+                 on_drop: Callable[["ClientChannel", str, int], None] | None = None, label: str = "",
+                 batch: int = 1, *, resumable: bool = True,
+                 positions: Callable[[], dict[str, int]] | None = None) -> None:
+        self.id = next(_ids)
+        self.label = label
+        self.loop = loop
+        self.capacity = capacity
+        self.batch = batch  # witnesses per WebSocket message
+        self.on_drop = on_drop
+        self.resumable = resumable  # its witnesses are in the witness log: it lags instead of being cut
+        self.positions = positions  # a stream's channel: the log's last seq per subscription publishing it
+        self.buffer: deque[bytes] = deque()  # encoded witnesses (UTF-8 JSON) ...
+        self.seqs: deque[int] = deque()  # ... their seqs (0: an internal stream's, not numbered) ...
+        self.sids: deque[str] = deque()  # ... and the subscriptions that produced them
+        self.wake = asyncio.Event()
+        self.cut = asyncio.Event()  # set once the buffer overflowed on a channel that cannot lag
+        self._wake_pending = False
+        self._lock = threading.Lock()
+        self.overflowed = False
+        self.closed = False
+        self.lagging = False  # served from the witness log, live witnesses ignored
+        self.after: dict[str, int] = {}  # while lagging: the last seq per subscription the client was given
+        self.lags = 0  # times it fell behind
+        self.sent = 0  # witnesses sent to the client
+        self.counted = 0  # of those, added to the server's delivered counter
+
+    # -- engine thread (under the hub's delivery_lock)
+    def offer_many(self, sids: list[str], seqs: list[int], payloads: list[bytes]) -> None:
+        """Buffer witnesses (the engine thread hands over all of one batch's at
+        once, as columns); a channel they do not fit in starts lagging (or,
+        when it cannot, is cut)."""
+        with self._lock:
+            if self.closed or self.overflowed or self.lagging:
+                return
+            if len(payloads) > self.capacity - len(self.buffer):
+                if self.resumable:
+                    self._start_lagging(sids, seqs)
+                else:
+                    self.overflowed = True
+                    if self.on_drop:
+                        self.on_drop(self, "disconnect", 1)
+                    try:
+                        self.loop.call_soon_threadsafe(self.cut.set)
+                    except RuntimeError:
+                        self.closed = True
+                self._signal()
+                return
+            self.buffer.extend(payloads)
+            self.seqs.extend(seqs)
+            self.sids.extend(sids)
+            self._signal()
+
+    def _start_lagging(self, sids: list[str], seqs: list[int]) -> None:
+        after = self.positions() if self.positions is not None else {}
+        # the first witness dropped per subscription (reversed: the first one wins)
+        first = dict(zip(reversed([*self.sids, *sids]), reversed([n - 1 for n in (*self.seqs, *seqs)])))
+        after.update(first)
+        self.after = after
+        self.buffer.clear()
+        self.seqs.clear()
+        self.sids.clear()
+        self.lagging = True
+        self.lags += 1
+        if self.on_drop:
+            self.on_drop(self, "lag", 1)
+
+    def start_lagging_at(self, after: dict[str, int]) -> None:
+        """Start from the log (a client that asked for ``from``): before the
+        channel is registered, so no live witness comes first."""
+        self.after = dict(after)
+        self.lagging = True
+
+    def go_live(self) -> None:
+        """Caught up with the log (called under the hub's delivery_lock)."""
+        with self._lock:
+            self.lagging = False
+            self.after = {}
+
+    def _signal(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self.wake.set)
+            except RuntimeError:  # the loop is closed: the client is gone
+                self.closed = True
+
+    # -- event loop
+    def take_all(self) -> tuple[list[str], list[int], list[bytes]]:
+        """What is buffered, as columns: subscription ids, seqs, witnesses."""
+        with self._lock:
+            self._wake_pending = False
+            self.wake.clear()
+            taken = list(self.sids), list(self.seqs), list(self.buffer)
+            self.buffer.clear()
+            self.seqs.clear()
+            self.sids.clear()
+            return taken
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+        try:
+            self.loop.call_soon_threadsafe(self.wake.set)
+        except RuntimeError:
+            pass
+
+
+class NotifierHub:
+    """Routes witnesses to the channels listening to a subscription or a stream.
+
+    The engine thread asks :meth:`route` for every witness; the answer is
+    cached per (subscription, stream) and the cache is dropped whenever a
+    client comes or goes or a subscription changes, so routing a witness costs
+    one dictionary lookup."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Held by the engine thread while it logs a batch and offers it to the
+        #: channels, and by a lagging client's sender while it checks it has
+        #: caught up and goes live (see the module's docstring).
+        self.delivery_lock = threading.Lock()
+        self._by_owner: dict[str, set[ClientChannel]] = {}
+        self._by_stream: dict[str, set[ClientChannel]] = {}
+        self._routes: dict[tuple[str, str], tuple[ClientChannel, ...]] = {}
+
+    def _table(self, kind: str) -> dict[str, set[ClientChannel]]:
+        return self._by_owner if kind == "subscription" else self._by_stream
+
+    def register(self, kind: str, key: str, ch: ClientChannel) -> None:
+        with self._lock:
+            self._table(kind).setdefault(key, set()).add(ch)
+            self._routes = {}
+
+    def unregister(self, kind: str, key: str, ch: ClientChannel) -> None:
+        with self._lock:
+            chans = self._table(kind).get(key)
+            if chans is not None:
+                chans.discard(ch)
+                if not chans:
+                    del self._table(kind)[key]
+            self._routes = {}
+
+    def invalidate(self) -> None:
+        """Forget cached routes (a subscription was added or removed)."""
+        with self._lock:
+            self._routes = {}
+
+    def route(self, owner: str, stream: str, deliver_to_owner: Callable[[str, str], bool]) -> tuple[ClientChannel, ...]:
+        """The channels a witness of ``owner`` on ``stream`` goes to: those
+        watching the stream, and those watching the subscription when
+        ``deliver_to_owner(owner, stream)`` (the stream is one of its outputs)."""
+        routes = self._routes
+        chans = routes.get((owner, stream))
+        if chans is None:
+            with self._lock:
+                chans = tuple(self._by_stream.get(stream, ()))
+                if self._by_owner.get(owner) and deliver_to_owner(owner, stream):
+                    chans += tuple(self._by_owner[owner])
+                if routes is self._routes:  # not invalidated meanwhile
+                    routes[(owner, stream)] = chans
+        return chans
+
+    def channels(self) -> list[ClientChannel]:
+        with self._lock:
+            return [c for t in (self._by_owner, self._by_stream) for cs in t.values() for c in cs]
+
+    def close_owner(self, owner: str) -> None:
+        with self._lock:
+            chans = list(self._by_owner.get(owner, ()))
+        for c in chans:
+            c.close()
+
+    def pending(self) -> int:
+        """Witnesses buffered for clients, plus one per client catching up from the log."""
+        return sum(len(c.buffer) + (c.lagging and not c.closed) for c in self.channels())
+
+    def lagging(self) -> int:
+        return sum(c.lagging for c in self.channels())
+
+    @property
+    def client_count(self) -> int:
+        return len(self.channels())

@@ -1,0 +1,506 @@
+"""The event journal: a write-ahead log of every accepted event, in arrival order.
+
+The queue appends one record per part of a block it accepts, under its lock,
+so the journal's order is exactly the queue's arrival order
+(:meth:`server.ingest.queue.DelayQueue._insert`). Recovery re-puts the records in
+journal order. No sockets, no threads but the flusher, no FastAPI.
+
+**Files.** ``directory/`` holds segments named by the position of their first
+record, zero-padded to 20 digits (``00000000000000000001.journal``). A new
+segment starts once the current one holds ``segment_bytes`` or more. Records
+are framed as ``<u32 little-endian length><u32 CRC32 of the payload><payload>``
+(``zlib.crc32``); a payload is MessagePack (msgspec):
+
+- the first record of every segment is its *header*, a map
+  ``{"first": position, "senders": {sender: lines_done}}``: the whole sender
+  table when the segment was started, so that the table can be recovered from
+  the remaining segments alone after older ones are deleted; it takes no position;
+- every other record is ``[sender or None, lines_done or None, events]`` with
+  events ``[[stream, values, t0, t1], ...]``; MessagePack keeps ints, floats,
+  bools and strings apart, so values decode back to the same types. Records
+  take positions 1, 2, 3, ... in order: a segment's records are numbered from
+  its first position; positions keep increasing across restarts (the newest
+  segment is never deleted, so its name and record count give the next one).
+
+**Recovery on open.** Every segment is read and each record checked: a length
+of 0 or beyond the file's end, a CRC mismatch, or a payload of the wrong shape
+(a first record that is not a header, a later one that is not a 3-array, an
+undecodable one) makes that record *bad*. The journal is cut at the first bad
+record: everything from it on is treated as the torn tail of a crash and
+dropped -- the segment is truncated at the last good record, and any later
+segments are renamed ``*.journal.dropped`` (kept for inspection, never read
+again). A record is never misread: nothing after a bad record is trusted, even
+if later records would check out (after a power loss, unsynced pages may be
+lost in any order, so a good-looking record after a bad one is no evidence).
+A cut logs a warning with the file, offset and bytes dropped (an error when
+whole later segments go too) and counts in :attr:`Journal.torn`. A segment
+left without a good header is removed (its name is the next position).
+
+**Durability** (the ``durability`` setting):
+
+- ``fsync``: a flusher thread fdatasyncs whatever was written since its last
+  sync, as often as it can (group commit); :meth:`durable` is the last
+  position synced: survives power loss.
+- ``write``: :meth:`durable` is the last position written with write(2): in
+  the OS page cache, it survives kill -9 of the server, not a machine crash.
+- ``off`` keeps no journal at all: do not open one (the daemon leaves
+  ``queue.journal`` None).
+
+**A full disk.** An append that cannot be written (ENOSPC, EDQUOT, any
+OSError; a short write) is cut back to the last whole record -- the segment is
+truncated to where the record began, so no half record is ever followed by
+later ones -- and raises :class:`~server.durability.diskfull.DiskFull`: the record's
+events are *not* accepted (the queue keeps none of them, the sender's progress
+stays where it was), those journaled before stay accepted, and the next append
+simply tries again. A new segment that cannot be started (its header cannot
+be written) is removed and the current one stays in use. A group-commit sync
+that fails leaves :meth:`durable` where it was (nothing more is acknowledged),
+refuses appends while it lasts and is retried every ``RETRY_SECONDS``; a cut
+back that itself fails refuses every append until it succeeds. Each failure
+and the end of an episode go to the ``disk`` state given (/health, metrics).
+
+**Sender table.** :attr:`senders` maps a sender id to the data lines of that
+sender journaled so far (the ``lines_done`` of its newest record), rebuilt on
+open from the oldest remaining header plus every later record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+import zlib
+from bisect import bisect_left
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import msgspec
+
+from air.engine import Event
+from server.durability.diskfull import DiskFull, DiskState
+
+log = logging.getLogger("cayuga.journal")
+
+MODES = ("fsync", "write")
+SUFFIX = ".journal"
+_FRAME = struct.Struct("<II")
+_FIELDS = attrgetter("stream", "values", "t0", "t1")
+#: Buckets of the sync latency histogram (seconds).
+SYNC_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+_ARRAY3 = 0x93  # MessagePack fixarray of 3: an event record
+#: Seconds between two tries of a journal sync that failed.
+RETRY_SECONDS = 0.5
+
+_encode = msgspec.msgpack.Encoder().encode
+_peek = msgspec.msgpack.Decoder(tuple[Optional[str], Optional[int], msgspec.Raw]).decode
+_record = msgspec.msgpack.Decoder(
+    tuple[Optional[str], Optional[int], list[tuple[str, tuple, Any, Any]]]).decode
+
+
+class _Header(msgspec.Struct):
+    first: int
+    senders: dict[str, int]
+
+
+_header = msgspec.msgpack.Decoder(_Header).decode
+
+
+def segment_name(first: int) -> str:
+    return f"{first:020d}{SUFFIX}"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (a short write, as a full disk gives, goes on where it stopped)."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        done += os.write(fd, view[done:])
+
+
+def _frame(payload: bytes) -> bytes:
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+class _Segment:
+    __slots__ = ("first", "path", "records", "size")
+
+    def __init__(self, first: int, path: Path, records: int = 0, size: int = 0) -> None:
+        self.first = first  # position of its first record
+        self.path = path
+        self.records = records
+        self.size = size  # bytes of good records (what replay reads)
+
+
+class Journal:
+    """A segmented, checksummed write-ahead journal (see the module docstring).
+
+    Thread-safe: :meth:`append` may be called from any thread (the queue calls
+    it under its own lock, which is what orders the records)."""
+
+    def __init__(self, directory: Path, durability: str, segment_bytes: int = 64 << 20,
+                 disk: DiskState | None = None) -> None:
+        if durability not in MODES:
+            raise ValueError(f"durability {durability!r}: a journal is kept with 'fsync' or 'write' "
+                             "('off' keeps none: do not open one)")
+        self.directory = Path(directory)
+        self.durability = durability
+        self.segment_bytes = segment_bytes
+        self.disk = disk
+        self.failure: DiskFull | None = None  # the write failure that lasts (None: the last append worked)
+        self.sync_failure: DiskFull | None = None  # a sync that failed and has not succeeded since
+        self._cut_to: int | None = None  # a cut back that failed: the offset the active segment must go back to
+        self.write_failures = 0  # appends refused because the journal could not be written or synced
+        self.senders: dict[str, int] = {}
+        self.appended = 0
+        self._synced = 0
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._closed = False  # no more appends; the flusher stops
+        self._done = False  # closed and synced: waiters give up
+        self._retired: list[int] = []  # fds of finished segments the flusher must sync, then close
+        self._dir_dirty = False  # a segment was created: the directory needs an fsync too
+        # metrics
+        self.records = 0
+        self.bytes = 0
+        self.syncs = 0
+        self.sync_seconds = 0.0
+        self.sync_buckets = [0] * (len(SYNC_BUCKETS) + 1)  # the last one is +Inf
+        self.torn = 0
+        self.torn_bytes = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._segments: list[_Segment] = []
+        self._next_first = 1  # where a new journal starts (a removed segment's name, else 1)
+        self._recover()
+        self._synced = self.appended  # what survived the restart is on disk (synced below)
+        last = self._segments[-1] if self._segments else None
+        if last is None:
+            self.appended = self._next_first - 1
+            self._synced = self.appended
+            self._fd = self._create(self._next_first)
+        else:
+            self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
+            if durability == "fsync":
+                os.fdatasync(self._fd)
+        self._flusher: threading.Thread | None = None
+        if durability == "fsync":
+            self._fsync_dir()
+            self._flusher = threading.Thread(target=self._flush_loop, name="cayuga-journal-flush", daemon=True)
+            self._flusher.start()
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self) -> None:
+        found = []
+        for p in self.directory.iterdir():
+            if p.name.endswith(SUFFIX) and p.name[:-len(SUFFIX)].isdigit():
+                found.append((int(p.name[:-len(SUFFIX)]), p))
+        found.sort()
+        table: dict[str, int] | None = None
+        expected = None  # the first position the next segment must have
+        for k, (first, path) in enumerate(found):
+            data = path.read_bytes()
+            good, records, header, problem = self._scan(data, first)
+            if not data:
+                problem = "an empty segment"
+            self._next_first = first
+            if expected is not None and first != expected and problem is None:
+                problem = f"starts at position {first}, but the previous segment ends at {expected - 1}"
+                good, records, header = 0, 0, None
+            if header is not None:
+                if table is None:
+                    table = dict(header.senders)
+                seg = _Segment(first, path, records, good)
+                self._fold(data, good, table)
+            if problem is not None:
+                self._cut(path, good, len(data), problem, [p for _, p in found[k + 1:]])
+                if header is None:  # nothing good in it: its name will be taken again
+                    path.unlink()
+                else:
+                    self._segments.append(seg)
+                break
+            self._segments.append(seg)
+            expected = first + records
+        self.senders = table or {}
+        if self._segments:
+            last = self._segments[-1]
+            self.appended = last.first + last.records - 1
+
+    def _scan(self, data: bytes, first: int) -> tuple[int, int, _Header | None, str | None]:
+        """(bytes of good records, event records, header, why it stopped or None)."""
+        off, records, header, n = 0, 0, None, len(data)
+        frame = _FRAME.unpack_from
+        while off < n:
+            if n - off < 8:
+                return off, records, header, f"a record header cut short ({n - off} of 8 bytes)"
+            length, crc = frame(data, off)
+            if length == 0 or off + 8 + length > n:
+                return off, records, header, f"a record of {length} bytes where {n - off - 8} remain"
+            payload = data[off + 8:off + 8 + length]
+            if zlib.crc32(payload) != crc:
+                return off, records, header, "a CRC mismatch"
+            if header is None:
+                try:
+                    header = _header(payload)
+                except msgspec.DecodeError:
+                    return off, records, None, "a first record that is not a segment header"
+                if header.first != first:
+                    return 0, 0, None, f"a header for position {header.first} in the file of {first}"
+            else:
+                if payload[0] != _ARRAY3:
+                    return off, records, header, "a record of the wrong shape"
+                try:
+                    _peek(payload)
+                except msgspec.DecodeError:
+                    return off, records, header, "an undecodable record"
+                records += 1
+            off += 8 + length
+        return off, records, header, None
+
+    @staticmethod
+    def _fold(data: bytes, end: int, table: dict[str, int]) -> None:
+        """Fold the (sender, lines_done) of the event records in ``data[:end]`` into ``table``."""
+        off = 8 + _FRAME.unpack_from(data, 0)[0]  # past the header
+        while off < end:
+            length = _FRAME.unpack_from(data, off)[0]
+            sender, done, _ = _peek(data[off + 8:off + 8 + length])
+            if sender is not None and done is not None:
+                table[sender] = done
+            off += 8 + length
+
+    def _cut(self, path: Path, good: int, size: int, problem: str, later: list[Path]) -> None:
+        dropped = size - good
+        self.torn += 1
+        self.torn_bytes += dropped
+        with open(path, "r+b") as fh:
+            fh.truncate(good)
+            os.fsync(fh.fileno())
+        for p in later:
+            dropped += p.stat().st_size
+            p.rename(p.with_name(p.name + ".dropped"))
+        (log.error if later else log.warning)(
+            "journal %s: %s at offset %d; dropped the rest as a torn tail: %d bytes%s", path, problem, good,
+            dropped, f", including {len(later)} later segment(s) renamed *.dropped" if later else "")
+
+    # ------------------------------------------------------------------ appending
+
+    def _create(self, first: int) -> int:
+        """Start a segment whose first record will be ``first`` (under the lock, or in __init__);
+        one that cannot be written is removed again (:class:`DiskFull`)."""
+        path = self.directory / segment_name(first)
+        head = _frame(_encode({"first": first, "senders": self.senders}))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise DiskFull.from_os("journal", "a new journal segment could not be created", path, exc) from None
+        try:
+            _write_all(fd, head)
+        except OSError as exc:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise DiskFull.from_os("journal", "a new journal segment could not be written", path, exc) from None
+        self._segments.append(_Segment(first, path, 0, len(head)))
+        self._dir_dirty = True
+        return fd
+
+    def append(self, events: list[Event], sender: str | None = None, lines_done: int | None = None) -> int:
+        """Append one record (written whole, or cut back and refused with
+        :class:`DiskFull`); returns its position."""
+        payload = _encode((sender, lines_done, list(map(_FIELDS, events))))
+        record = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+        with self._lock:
+            if self._closed:
+                raise ValueError("the journal is closed")
+            try:
+                if self.sync_failure is not None:
+                    raise self.sync_failure
+                if self._cut_to is not None:
+                    self._cut_back(self._cut_to)
+                seg = self._segments[-1]
+                if seg.size >= self.segment_bytes and seg.records:
+                    self._rotate()
+                    seg = self._segments[-1]
+                try:
+                    _write_all(self._fd, record)
+                except OSError as exc:
+                    self._cut_back(seg.size)
+                    raise DiskFull.from_os("journal", "the journal could not be written", seg.path, exc) from None
+            except DiskFull as exc:
+                self.write_failures += 1
+                self.failure = exc
+                if self.disk is not None:
+                    self.disk.failed(exc)
+                raise
+            if self.failure is not None:
+                self.failure = None
+                if self.disk is not None:
+                    self.disk.recovered("journal")
+            seg.size += len(record)
+            seg.records += 1
+            self.appended += 1
+            if sender is not None and lines_done is not None:
+                self.senders[sender] = lines_done
+            self.records += 1
+            self.bytes += len(record)
+            if self._flusher is not None:
+                self._cond.notify_all()
+            return self.appended
+
+    def _cut_back(self, offset: int) -> None:
+        """Truncate the active segment to ``offset`` (the end of its last whole
+        record), after a write that may have left part of a record behind."""
+        try:
+            os.ftruncate(self._fd, offset)
+        except OSError as exc:
+            self._cut_to = offset  # every append is refused until the cut succeeds
+            raise DiskFull.from_os("journal", "a partly written journal record could not be cut off",
+                                   self._segments[-1].path, exc) from None
+        self._cut_to = None
+
+    def _rotate(self) -> None:
+        old = self._fd
+        self._fd = self._create(self.appended + 1)
+        if self._flusher is not None:
+            self._retired.append(old)  # the flusher syncs it, then closes it
+        else:
+            os.close(old)
+
+    def oldest(self) -> int | None:
+        """Position of the oldest record the journal still holds (None: none)."""
+        with self._lock:
+            return next((s.first for s in self._segments if s.records), None)
+
+    # ------------------------------------------------------------------ durability
+
+    def durable(self) -> int:
+        """The last position durable under the chosen mode."""
+        return self._synced if self._flusher is not None else self.appended
+
+    def wait_durable(self, pos: int, timeout: float) -> bool:
+        """Wait until ``pos`` is durable (at most ``timeout`` s); whether it is."""
+        if self.durable() >= pos:
+            return True
+        with self._cond:
+            return self._cond.wait_for(lambda: self.durable() >= pos or self._done or self.sync_failure is not None,
+                                       timeout) and self.durable() >= pos
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and self.appended == self._synced and not self._retired:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                target, fd, retired, dirty = self.appended, self._fd, self._retired, self._dir_dirty
+                self._retired, self._dir_dirty = [], False
+            try:
+                self._sync(target, fd, retired, dirty)
+            except OSError as exc:
+                self._sync_failed(exc, retired, dirty)
+                continue
+            if self.sync_failure is not None:
+                with self._cond:
+                    self.sync_failure = None
+                if self.disk is not None and self.failure is None:
+                    self.disk.recovered("journal")
+
+    def _sync_failed(self, exc: OSError, retired: list[int], dirty: bool) -> None:
+        """A sync round failed: nothing more is durable; appends are refused
+        and the sync is tried again after RETRY_SECONDS (or at close)."""
+        failure = DiskFull.from_os("journal", "the journal could not be synced", self.directory, exc)
+        if self.disk is not None:
+            self.disk.failed(failure)
+        with self._cond:
+            self.sync_failure = failure
+            self._retired[:0] = retired  # those not synced and closed yet
+            self._dir_dirty = self._dir_dirty or dirty
+            self._cond.notify_all()  # waiters for durability give up
+            self._cond.wait_for(lambda: self._closed, RETRY_SECONDS)
+
+    def _sync(self, target: int, fd: int, retired: list[int], dirty: bool) -> None:
+        start = time.perf_counter()
+        while retired:  # what is left of it when one fails is tried again
+            os.fdatasync(retired[0])
+            os.close(retired.pop(0))
+        os.fdatasync(fd)
+        if dirty:
+            self._fsync_dir()
+        took = time.perf_counter() - start
+        with self._cond:
+            self._synced = max(self._synced, target)
+            self.syncs += 1
+            self.sync_seconds += took
+            self.sync_buckets[bisect_left(SYNC_BUCKETS, took)] += 1
+            self._cond.notify_all()
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ reading, trimming, closing
+
+    def replay(self, after: int) -> Iterator[tuple[int, list[Event], str | None, int | None]]:
+        """``(position, events, sender, lines_done)`` of each record with a
+        position above ``after``, in order (the records appended before the
+        call; meant for start-up, before new appends begin)."""
+        with self._lock:
+            segs = [(s.first, s.path, s.records, s.size) for s in self._segments]
+        for k, (first, path, records, size) in enumerate(segs):
+            if not records or first + records - 1 <= after:
+                continue
+            with open(path, "rb") as fh:
+                data = fh.read(size)
+            off = 8 + _FRAME.unpack_from(data, 0)[0]
+            pos = first
+            while off < size:
+                length = _FRAME.unpack_from(data, off)[0]
+                if pos > after:
+                    sender, done, evs = _record(data[off + 8:off + 8 + length])
+                    yield pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done
+                off += 8 + length
+                pos += 1
+
+    def truncate_before(self, pos: int) -> int:
+        """Delete the segments whose records all come before ``pos`` (covered by
+        a snapshot); the newest segment always stays. Returns how many went."""
+        with self._lock:
+            doomed = []
+            while len(self._segments) > 1 and self._segments[1].first <= pos:
+                doomed.append(self._segments.pop(0))
+        for s in doomed:
+            s.path.unlink(missing_ok=True)
+        if doomed and self.durability == "fsync":
+            self._fsync_dir()
+        return len(doomed)
+
+    @property
+    def segments(self) -> list[Path]:
+        with self._lock:
+            return [s.path for s in self._segments]
+
+    def close(self) -> None:
+        """Sync (fsync mode), stop the flusher, close the files. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            target, fd, retired, dirty = self.appended, self._fd, self._retired, self._dir_dirty
+            self._retired = []
+        if self._flusher is not None:
+            self._flusher.join()
+            try:
+                self._sync(target, fd, retired, dirty)
+            except OSError as exc:
+                log.error("journal %s: the last sync at close failed (%s): records after position %d may not "
+                          "survive a power loss (they survive a restart)", self.directory, exc, self._synced)
+                for old in retired:
+                    os.close(old)
+        os.close(fd)
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()

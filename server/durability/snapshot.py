@@ -1,0 +1,330 @@
+"""Snapshots of the processing state, written without stalling the engine.
+
+A snapshot holds everything a restart needs to go on exactly where the server
+was (issue 12): every instance of every node and the epoch in progress
+(``Engine.export_state``), the events still waiting in the T-delayed queue,
+how many events the engine has taken (``fed``: the clock against which
+subscriptions registered later are installed again during a replay), the
+journal position it covers and the last witness sequence number of each
+subscription. A restart loads the newest snapshot that reads back intact and
+replays the journal after its position (see ``Daemon._restore_then_run``).
+
+Writing one must not stop the engine for long (with a million instances,
+serialising takes seconds), so it is written the way Redis' BGSAVE is: the
+engine thread forks between two batches while it holds the queue's lock (so
+the child's copy of the queue and of the journal's position stand still), and
+the child — a copy-on-write image of the whole process, frozen at that
+instant — serialises and writes at its leisure while the parent goes on. The
+engine's pause is the fork itself (page tables: milliseconds per GiB). The
+child does nothing but that: it asks to die with its parent, closes every
+inherited descriptor (a listening socket held by an orphan would keep the
+port from a restarted server), never collects garbage, and leaves with
+``os._exit``. The parent publishes the file once the child has succeeded
+(rename into place, after ``before_publish``: the witness log's fsync), keeps
+the newest ``keep`` snapshots and tells ``after_publish`` the oldest kept
+one's journal position, before which journal segments may go.
+
+File format: ``MAGIC``, payload length (8 bytes, big-endian), CRC-32 of the
+payload (4 bytes), payload (a pickle of plain data: tuples, lists, dicts,
+numbers, strings). A file that is short, has another magic or fails its CRC
+is reported and skipped, never loaded.
+
+A snapshot that cannot be written (a full disk: the child exits with
+``EXIT_NO_SPACE``, any other failure with 1) leaves no file behind -- its
+``.tmp`` is removed, and a ``.tmp`` is never loaded anyway -- is counted
+(``failed``, ``cayuga_snapshot_failures_total``), reported to the ``disk``
+state while it lasts, and changes nothing else: the journal still covers
+everything, and the next snapshot tries again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import os
+import pickle
+import re
+import signal
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from server.durability.diskfull import NO_SPACE, DiskFull, DiskState
+
+log = logging.getLogger("cayuga.snapshot")
+
+MAGIC = b"CAYUGASNAP1\n"
+_HEAD = struct.Struct(">QI")
+_NAME = re.compile(r"^snapshot-(\d{10})-j(\d{20})\.bin$")
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _prctl = _libc.prctl
+except (OSError, AttributeError):  # not Linux: the child cannot ask to die with its parent
+    _prctl = None
+PR_SET_PDEATHSIG = 1
+#: The snapshot child's exit status when the disk was full (ENOSPC, EDQUOT).
+EXIT_NO_SPACE = 3
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be loaded (short, wrong magic, bad checksum)."""
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    path: Path
+    number: int
+    journal: int  # the journal position the snapshot covers (replay starts after it)
+
+
+def encode(state: dict) -> bytes:
+    payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    return MAGIC + _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def decode(data: bytes, where: str = "snapshot") -> dict:
+    if not data.startswith(MAGIC):
+        raise SnapshotError(f"{where}: not a snapshot (no {MAGIC!r} header)")
+    head = len(MAGIC) + _HEAD.size
+    if len(data) < head:
+        raise SnapshotError(f"{where}: truncated in its header ({len(data)} bytes)")
+    size, crc = _HEAD.unpack_from(data, len(MAGIC))
+    payload = data[head:]
+    if len(payload) != size:
+        raise SnapshotError(f"{where}: truncated: {len(payload)} of {size} payload bytes")
+    if zlib.crc32(payload) != crc:
+        raise SnapshotError(f"{where}: checksum mismatch (the file is corrupt)")
+    return pickle.loads(payload)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SnapshotStore:
+    """The snapshot files of one data directory."""
+
+    def __init__(self, directory: Path, keep: int = 2) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep = max(keep, 1)
+        for tmp in self.directory.glob("*.tmp"):  # a child that was killed, or a crash mid-write
+            tmp.unlink(missing_ok=True)
+        self.corrupt = 0
+
+    def files(self) -> list[SnapshotFile]:
+        """Snapshot files, newest first."""
+        out = []
+        for p in self.directory.iterdir():
+            m = _NAME.match(p.name)
+            if m:
+                out.append(SnapshotFile(p, int(m.group(1)), int(m.group(2))))
+        return sorted(out, key=lambda f: f.number, reverse=True)
+
+    def next_path(self, journal: int) -> tuple[Path, Path]:
+        """(temporary path, final path) for the next snapshot."""
+        files = self.files()
+        number = files[0].number + 1 if files else 1
+        final = self.directory / f"snapshot-{number:010d}-j{journal:020d}.bin"
+        return final.with_suffix(".tmp"), final
+
+    def publish(self, tmp: Path, final: Path) -> list[SnapshotFile]:
+        """Move a written snapshot into place, drop all but the newest
+        ``keep``; returns the ones kept (newest first)."""
+        os.replace(tmp, final)
+        _fsync_dir(self.directory)
+        files = self.files()
+        for old in files[self.keep:]:
+            old.path.unlink(missing_ok=True)
+        return files[: self.keep]
+
+    def write(self, state: dict, journal: int) -> list[SnapshotFile]:
+        """Write and publish a snapshot in this process (at shutdown, when
+        nothing runs any more)."""
+        tmp, final = self.next_path(journal)
+        try:
+            _write_file(tmp, encode(state))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return self.publish(tmp, final)
+
+    def load_latest(self) -> tuple[dict, SnapshotFile] | None:
+        """The newest snapshot that reads back intact (older ones stand in
+        for a corrupt one: the journal is kept from the oldest kept one's
+        position), or None."""
+        for f in self.files():
+            try:
+                state = decode(f.path.read_bytes(), str(f.path))
+            except (SnapshotError, OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+                self.corrupt += 1
+                log.error("skipping snapshot %s: %s", f.path, exc)
+                continue
+            return state, f
+        return None
+
+
+class Snapshotter:
+    """Takes snapshots in a forked child (see the module docstring)."""
+
+    def __init__(self, store: SnapshotStore, before_publish: Callable[[], None] | None = None,
+                 after_publish: Callable[[list[SnapshotFile]], None] | None = None,
+                 disk: DiskState | None = None) -> None:
+        self.store = store
+        self.disk = disk
+        self.before_publish = before_publish
+        self.after_publish = after_publish
+        self._child: int | None = None
+        self._paths: tuple[Path, Path] | None = None
+        self._started = 0.0
+        self._watcher: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.taken = 0
+        self.failed = 0
+        self.last_pause = 0.0  # seconds the engine thread stood still for the last fork
+        self.last_seconds = 0.0  # how long the last child took
+        self.last_bytes = 0
+        self.last_error = ""
+
+    @property
+    def running(self) -> bool:
+        return self._child is not None
+
+    def fork(self, lock: threading.Lock, journal: Callable[[], int], collect: Callable[[], dict]) -> bool:
+        """On the engine thread, between batches: fork a child that writes
+        ``collect()`` (called in the child). ``lock`` is held across the fork
+        (and ``journal()`` read under it). False when one is still being written."""
+        if self._child is not None:
+            return False
+        start = time.perf_counter()
+        with lock:
+            position = journal()
+            tmp, final = self.store.next_path(position)
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                _child_main(tmp, collect)
+        self.last_pause = time.perf_counter() - start
+        self._child, self._paths, self._started = pid, (tmp, final), time.monotonic()
+        self._watcher = threading.Thread(target=self._watch, name="cayuga-snapshot", daemon=True)
+        self._watcher.start()
+        return True
+
+    def _watch(self) -> None:
+        pid = self._child
+        status = None
+        while not self._stop.is_set():
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            self._stop.wait(0.02)
+        else:  # stopping: the child's work is abandoned
+            with _suppress():
+                os.kill(pid, signal.SIGKILL)
+            with _suppress():
+                os.waitpid(pid, 0)
+            self._paths[0].unlink(missing_ok=True)
+            self._child = None
+            return
+        tmp, final = self._paths
+        self.last_seconds = time.monotonic() - self._started
+        try:
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_NO_SPACE:
+                raise DiskFull("snapshot", "a snapshot could not be written", tmp, os.strerror(NO_SPACE[0]))
+            if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+                raise RuntimeError(f"the snapshot child ended with status {status:#x}")
+            self.last_bytes = tmp.stat().st_size
+            if self.before_publish is not None:
+                self.before_publish()
+            kept = self.store.publish(tmp, final)
+            self.taken += 1
+            if self.disk is not None:
+                self.disk.recovered("snapshot")
+            if self.after_publish is not None:
+                self.after_publish(kept)
+        except Exception as exc:  # noqa: BLE001 - reported; the next snapshot tries again
+            self.failed += 1
+            self.last_error = str(exc)
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+                exc = DiskFull.from_os("snapshot", "a snapshot could not be published", final, exc)
+            if isinstance(exc, DiskFull) and self.disk is not None:
+                self.disk.failed(exc)  # logged once per episode
+            else:
+                log.error("snapshot %s failed: %s", final.name, exc)
+        finally:
+            self._child = None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for a snapshot being written; True when none is (any more)."""
+        w = self._watcher
+        if w is not None:
+            w.join(timeout)
+        return self._child is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Let a snapshot being written finish within ``timeout``, else kill it."""
+        if not self.wait(timeout):
+            self._stop.set()
+            if self._watcher is not None:
+                self._watcher.join(5.0)
+
+
+class _suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return exc[0] is not None and issubclass(exc[0], OSError)
+
+
+def _child_main(tmp: Path, collect: Callable[[], dict]) -> None:
+    code = 1
+    try:
+        gc.disable()  # finalizers of the parent's objects must not run here
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent died before the request took effect
+            os._exit(1)
+        _close_inherited()
+        _write_file(tmp, encode(collect()))
+        code = 0
+    except OSError as exc:  # the parent reports the status and removes the file
+        code = EXIT_NO_SPACE if exc.errno in NO_SPACE else 1
+    except BaseException:  # noqa: BLE001 - the parent reports the status
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _close_inherited() -> None:
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -1,0 +1,694 @@
+"""The witness log: every witness of every subscription's output streams, in
+the order the engine produced them, on disk, so that a client can resume
+where it left off (after a disconnect, a restart, or falling behind).
+
+No sockets, no threads of its own. One writer (the engine thread) appends a
+batch of records at a time; any number of readers (:class:`Cursor`, on other
+threads) read what is already appended, each with its own file handles.
+
+**Records.** Witnesses ``(subscription id, seq, stream, payload)``; ``seq``
+numbers the witnesses of one subscription 1, 2, 3, ... (the daemon gives
+them); the payload is the witness JSON exactly as clients get it. On disk a
+record is ``<u32 body length><u32 CRC32 of length and body><body>`` with body
+``<u8 kind><u64 seq><u16 len(sid)><u16 len(stream)> sid stream payload``
+(little-endian). Kind 2, what :meth:`WitnessLog.append` writes, holds one
+batch: its payload is the batch's witnesses as msgpack, four arrays
+``[sids, seqs, streams, payloads]`` (one encoding and one CRC per batch: the
+engine thread spends ~0.2 µs a witness on the log); kind 0 is a single
+witness (readers accept it); kind 1, the first record of every segment, is a
+checkpoint: the last seq of every subscription so far (JSON), so that the
+sequence numbers survive the deletion of old segments.
+
+**Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
+at most about ``segment_bytes``; the newest is appended to. A segment that is
+full is sealed and gets an index beside it (``.idx``: per
+subscription its first seq and offset and last seq, per stream its
+publishers), so opening the log reads the indexes and scans only the
+segments without one (the newest). Nothing is fsynced on the way (an fsync of
+a whole segment held the engine thread for up to a second): :meth:`WitnessLog.sync`
+makes everything appended so far durable, :meth:`WitnessLog.close` too. A torn or corrupt tail (a crash in the
+middle of a write, a flipped byte: length, CRC or body that do not agree) is
+found by that scan and the file truncated there: a record is read only when
+its CRC matches.
+
+**A full disk.** An append that cannot be written (ENOSPC, any OSError, a
+short write) is cut back to the last whole record and raises
+:class:`~server.durability.diskfull.DiskFull`; nothing of the batch is in the log (nor in
+its index), and the writer tries the same batch again later (the daemon
+holds it and delivers it to no one meanwhile). A new segment that cannot be
+started is removed again (the next append tries once more); a segment index
+that cannot be written is skipped (the segment is scanned when opened).
+
+**Retention** is over the one shared log, by whole segments, oldest first:
+when the log holds more than ``max_bytes``, or a sealed segment's newest
+record is older than ``max_seconds`` (the file's modification time after a
+restart), it is deleted. Each subscription's log therefore keeps at least its
+witnesses of the last ``max_seconds`` or the last ``max_bytes`` of all
+witnesses, whichever is less; :meth:`WitnessLog.first_seq` says where one
+subscription's retained log starts now.
+
+**Dedupe.** A record whose seq is not above the log's last seq for its
+subscription is not appended again (:meth:`WitnessLog.append` returns what it
+kept): after a crash the engine may re-produce witnesses the log already
+holds, with the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import msgspec
+
+from server.durability.diskfull import DiskFull, DiskState
+
+log = logging.getLogger("cayuga.witlog")
+
+_HDR = struct.Struct("<II")  # body length, CRC32 of (length, body)
+_LEN = struct.Struct("<I")
+_BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
+_WITNESS, _CHECKPOINT, _BATCH = 0, 1, 2
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], list[bytes]]).decode
+#: Records longer than this are taken for corruption when found (a witness is
+#: at most a few MiB: max_value_bytes per attribute).
+MAX_RECORD = 1 << 30
+
+Record = tuple  # (sid, seq, stream, payload)
+
+
+class Gone(Exception):
+    """What a reader asked for has been deleted by retention."""
+
+    def __init__(self, sid: str, wanted: int, first: int) -> None:
+        self.sid, self.wanted, self.first = sid, wanted, first
+        super().__init__(f"from {wanted} is no longer retained: the log of {sid} starts at {first}")
+
+
+@dataclass
+class _Sub:
+    first_seq: int
+    first_off: int
+    last_seq: int
+
+
+@dataclass
+class _Segment:
+    number: int
+    path: Path
+    size: int = 0  # bytes readers may read (whole records only)
+    records: int = 0  # witness records
+    newest: float = 0.0  # clock time of its newest record
+    subs: dict[str, _Sub] = field(default_factory=dict)
+    streams: dict[str, set[str]] = field(default_factory=dict)
+    sealed: bool = False
+
+    @property
+    def index_path(self) -> Path:
+        return self.path.with_suffix(".idx")
+
+
+def _name(number: int) -> str:
+    return f"wit-{number:012d}.log"
+
+
+def _parse(buf: bytes | memoryview, pos: int, end: int):
+    """The record at ``pos``: (kind, seq, sid, stream, payload, next pos), or
+    None when it is incomplete or corrupt."""
+    if end - pos < _HDR.size:
+        return None
+    n, crc = _HDR.unpack_from(buf, pos)
+    start = pos + _HDR.size
+    if n < _BODY.size or n > MAX_RECORD or start + n > end:
+        return None
+    body = buf[start:start + n]
+    if zlib.crc32(body, zlib.crc32(_LEN.pack(n))) != crc:
+        return None
+    kind, seq, ls, lt = _BODY.unpack_from(body, 0)
+    o = _BODY.size
+    if kind not in (_WITNESS, _CHECKPOINT, _BATCH) or o + ls + lt > n:
+        return None
+    try:
+        sid = bytes(body[o:o + ls]).decode()
+        stream = bytes(body[o + ls:o + ls + lt]).decode()
+    except UnicodeDecodeError:
+        return None
+    return kind, seq, sid, stream, body[o + ls + lt:], start + n
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (after a short write, the rest)."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        done += os.write(fd, view[done:])
+
+
+def _encode(kind: int, seq: int, sid: bytes, stream: bytes, payload: bytes) -> bytes:
+    body = _BODY.pack(kind, seq, len(sid), len(stream)) + sid + stream + payload
+    n = len(body)
+    return _HDR.pack(n, zlib.crc32(body, zlib.crc32(_LEN.pack(n)))) + body
+
+
+class WitnessLog:
+    """The append-only, segmented witness log under ``directory``.
+
+    ``max_bytes`` and ``max_seconds`` bound what is retained (whole segments,
+    oldest first; see the module's docstring); ``segment_bytes`` is the size
+    at which a segment is sealed (default: an eighth of ``max_bytes``, between
+    4 KiB and 64 MiB); ``clock`` gives the time (seconds) for age retention."""
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int = 1 << 30, max_seconds: float = 86_400.0,
+                 segment_bytes: int | None = None, clock: Callable[[], float] = time.time,
+                 disk: DiskState | None = None) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.max_seconds = max_seconds
+        self.segment_bytes = segment_bytes or max(4096, min(max_bytes // 8, 64 << 20))
+        self.clock = clock
+        self.disk = disk
+        self.failure: DiskFull | None = None  # the write failure that lasts (None: the last append worked)
+        self.write_failures = 0
+        self._cut_to: int | None = None  # a cut back that failed: the offset the active segment must go back to
+        self._lock = threading.Lock()  # guards the index (segments, their sizes and maps, _last)
+        self._segments: list[_Segment] = []
+        self._last: dict[str, int] = {}  # per subscription: the last seq appended
+        self._enc: dict[str, bytes] = {}  # sid and stream names, UTF-8
+        self._fd: int | None = None
+        self._retain_at = 0.0
+        self._unsynced: list[Path] = []  # sealed segments not fsynced yet (see sync)
+        self._dir_dirty = False
+        # metrics: appended and deduplicated since open; dropped: records deleted by retention
+        self.appended = 0
+        self.deduplicated = 0
+        self.dropped = 0
+        self.truncated = 0  # bytes of torn or corrupt tails cut off when opening
+        self._open()
+
+    # ------------------------------------------------------------------ opening
+
+    def _open(self) -> None:
+        numbers = sorted(int(p.name[4:16]) for p in self.dir.glob("wit-*.log") if p.name[4:16].isdigit())
+        for p in self.dir.glob("wit-*.idx"):  # indexes of segments deleted before their index
+            if not p.with_suffix(".log").exists():
+                p.unlink(missing_ok=True)
+        for number in numbers:
+            seg = _Segment(number, self.dir / _name(number))
+            if not self._load_index(seg):
+                self._scan(seg)
+            seg.newest = seg.path.stat().st_mtime
+            self._segments.append(seg)
+        if self._segments and not self._segments[-1].sealed:
+            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
+        else:
+            self._new_segment()
+
+    def _load_index(self, seg: _Segment) -> bool:
+        try:
+            data = json.loads(seg.index_path.read_bytes())
+            if data["size"] != seg.path.stat().st_size:
+                return False
+            seg.size, seg.records = data["size"], data["records"]
+            seg.subs = {s: _Sub(*v) for s, v in data["subs"].items()}
+            seg.streams = {s: set(v) for s, v in data["streams"].items()}
+            for s, v in seg.subs.items():
+                if v.last_seq > self._last.get(s, 0):
+                    self._last[s] = v.last_seq
+            if not self._segments:  # the oldest: its checkpoint holds the seqs of deleted segments
+                self._read_checkpoint(seg)
+            seg.sealed = True
+            return True
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def _read_checkpoint(self, seg: _Segment) -> None:
+        with open(seg.path, "rb") as f:
+            head = f.read(_HDR.size)
+            if len(head) < _HDR.size:
+                return
+            buf = head + f.read(_HDR.unpack_from(head, 0)[0])
+        rec = _parse(buf, 0, len(buf))
+        if rec is not None and rec[0] == _CHECKPOINT:
+            self._merge_checkpoint(rec[4])
+
+    def _merge_checkpoint(self, payload) -> None:
+        for s, v in json.loads(bytes(payload)).items():
+            if v > self._last.get(s, 0):
+                self._last[s] = v
+
+    def _scan(self, seg: _Segment) -> None:
+        """Index a segment by reading it; cut off a torn or corrupt tail."""
+        data = seg.path.read_bytes()
+        pos, end = 0, len(data)
+        while pos < end:
+            rec = _parse(data, pos, end)
+            if rec is None:
+                break
+            kind, seq, sid, stream, payload, nxt = rec
+            if kind == _CHECKPOINT:
+                try:
+                    self._merge_checkpoint(payload)
+                except (ValueError, AttributeError):
+                    break
+            elif kind == _BATCH:
+                try:
+                    sids, seqs, streams, payloads = _unpack(payload)
+                except msgspec.DecodeError:
+                    break
+                for esid, eseq, estream in zip(sids, seqs, streams):
+                    self._index(seg, esid, eseq, estream, pos)
+            else:
+                self._index(seg, sid, seq, stream, pos)
+            pos = nxt
+        if pos < end:
+            log.warning("witness log %s: %d bytes of a torn or corrupt tail cut off at offset %d",
+                        seg.path.name, end - pos, pos)
+            self.truncated += end - pos
+            with open(seg.path, "r+b") as f:
+                f.truncate(pos)
+                f.flush()
+                os.fsync(f.fileno())
+        seg.size = pos
+
+    def _index(self, seg: _Segment, sid: str, seq: int, stream: str, off: int) -> None:
+        sub = seg.subs.get(sid)
+        if sub is None:
+            seg.subs[sid] = _Sub(seq, off, seq)
+            seg.streams.setdefault(stream, set()).add(sid)
+        else:
+            sub.last_seq = seq
+            pubs = seg.streams.get(stream)
+            if pubs is None:
+                seg.streams[stream] = {sid}
+            elif sid not in pubs:
+                pubs.add(sid)
+        seg.records += 1
+        if seq > self._last.get(sid, 0):
+            self._last[sid] = seq
+
+    def _new_segment(self) -> None:
+        number = self._segments[-1].number + 1 if self._segments else 1
+        seg = _Segment(number, self.dir / _name(number), newest=self.clock())
+        checkpoint = _encode(_CHECKPOINT, 0, b"", b"", json.dumps(self._last, separators=(",", ":")).encode())
+        fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, checkpoint)
+        except OSError:  # none is left behind: the next append starts it again
+            os.close(fd)
+            seg.path.unlink(missing_ok=True)
+            raise
+        self._dir_dirty = True
+        seg.size = len(checkpoint)
+        with self._lock:
+            self._segments.append(seg)
+        self._fd = fd
+
+    def _fsync_dir(self) -> None:
+        try:
+            dfd = os.open(self.dir, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+    def _seal(self) -> None:
+        """Close the active segment for writing and write its index."""
+        seg = self._segments[-1]
+        if self._fd is not None:
+            os.close(self._fd)  # fsynced by sync(): an fsync of a whole segment here held the engine thread
+            self._fd = None
+            self._unsynced.append(seg.path)
+        data = {"size": seg.size, "records": seg.records,
+                "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
+                "streams": {s: sorted(v) for s, v in seg.streams.items()}}
+        tmp = seg.index_path.with_suffix(".tmp")
+        seg.sealed = True
+        try:
+            tmp.write_text(json.dumps(data, separators=(",", ":")))
+            os.replace(tmp, seg.index_path)
+        except OSError as exc:  # an index only saves a scan when the log is opened
+            tmp.unlink(missing_ok=True)
+            log.warning("witness log %s: its index could not be written (%s); it will be scanned when opened",
+                        seg.path.name, exc)
+
+    # ------------------------------------------------------------------ writing (one thread)
+
+    def append(self, records: Sequence[Record]) -> Sequence[Record]:
+        """Append ``records`` (sid, seq, stream, payload) in one write; returns
+        those appended: ``records`` itself, or a list without the ones whose
+        seq is not above the log's last seq for their subscription."""
+        if not records:
+            return records
+        sids, seqs, streams, payloads = (list(c) for c in zip(*records))
+        dropped = self.append_columns(sids, seqs, streams, payloads)
+        if not dropped:
+            return records
+        gone = set(dropped)
+        return [r for i, r in enumerate(records) if i not in gone]
+
+    def append_columns(self, sids: list[str], seqs: list[int], streams: list[str],
+                       payloads: list[bytes]) -> list[int]:
+        """:meth:`append` for a batch given as four parallel lists (what the
+        engine thread keeps: no object per witness for the garbage collector
+        to walk); returns the indexes of the witnesses not appended (their
+        seq is not above the log's last seq for their subscription)."""
+        last = self._last
+        dropped: list[int] = []
+        if not sids:
+            return dropped
+        lasts = dict(zip(sids, seqs))
+        firsts = dict(zip(reversed(sids), reversed(seqs))) if len(lasts) > 1 else {sids[0]: seqs[0]}
+        if any(f <= last.get(sid, 0) for sid, f in firsts.items()):  # re-produced: keep only what is new
+            dropped = [j for j, (a, n) in enumerate(zip(sids, seqs)) if n <= last.get(a, 0)]
+            gone = set(dropped)
+            idx = [j for j in range(len(sids)) if j not in gone]
+            sids, seqs = [sids[j] for j in idx], [seqs[j] for j in idx]
+            streams, payloads = [streams[j] for j in idx], [payloads[j] for j in idx]
+            self.deduplicated += len(dropped)
+            if not sids:
+                return dropped
+            lasts = dict(zip(sids, seqs))
+            firsts = dict(zip(reversed(sids), reversed(seqs)))
+        rec = _encode(_BATCH, len(sids), b"", b"", _pack((sids, seqs, streams, payloads)))
+        seg = self._segments[-1]
+        try:
+            if self._cut_to is not None:
+                self._cut_back(self._cut_to)
+            if seg.sealed or self._fd is None:  # a new segment that could not be started before
+                self._new_segment()
+            elif seg.records and seg.size >= self.segment_bytes:
+                self._roll()
+            seg = self._segments[-1]
+            off = seg.size
+            try:
+                _write_all(self._fd, rec)
+            except OSError:
+                self._cut_back(off)
+                raise
+        except OSError as exc:
+            failure = self.failure = DiskFull.from_os("witness_log", "the witness log could not be written",
+                                                      seg.path, exc)
+            self.write_failures += 1
+            if self.disk is not None:
+                self.disk.failed(failure)
+            raise failure from None
+        if self.failure is not None:
+            self.failure = None
+            if self.disk is not None:
+                self.disk.recovered("witness_log")
+        pairs = set(zip(sids, streams))
+        n_kept = len(sids)
+        now = self.clock()
+        with self._lock:
+            subs, streams, last = seg.subs, seg.streams, self._last
+            for sid, seq in firsts.items():
+                sub = subs.get(sid)
+                if sub is None:
+                    subs[sid] = _Sub(seq, off, lasts[sid])
+                else:
+                    sub.last_seq = lasts[sid]
+                if lasts[sid] > last.get(sid, 0):
+                    last[sid] = lasts[sid]
+            for sid, stream in pairs:
+                pubs = streams.get(stream)
+                if pubs is None:
+                    streams[stream] = {sid}
+                else:
+                    pubs.add(sid)
+            seg.records += n_kept
+            seg.size = off + len(rec)
+            seg.newest = now
+        self.appended += n_kept
+        if seg.size >= self.segment_bytes or now >= self._retain_at:
+            try:
+                self.retain(now)
+            except OSError as exc:  # the batch is in: the next append starts the segment (or fails itself)
+                log.debug("witness log retention: %s", exc)
+        return dropped
+
+    def _cut_back(self, offset: int) -> None:
+        """Truncate the active segment to ``offset`` (its last whole record)."""
+        try:
+            os.ftruncate(self._fd, offset)
+        except OSError:
+            self._cut_to = offset  # appends are refused until the cut succeeds
+            raise
+        self._cut_to = None
+
+    def _roll(self) -> None:
+        self._seal()
+        self._new_segment()
+
+    def retain(self, now: float | None = None) -> int:
+        """Delete whole segments, oldest first, beyond ``max_bytes`` or older
+        than ``max_seconds`` (the active one is sealed first when it is full
+        or too old); returns the witness records deleted. Called by
+        :meth:`append` at most once a second of ``clock`` (and when a segment
+        fills); callable any time from the writer's thread."""
+        now = self.clock() if now is None else now
+        self._retain_at = now + 1.0
+        active = self._segments[-1]
+        if active.records and (active.size >= self.segment_bytes or active.newest < now - self.max_seconds):
+            self._roll()
+        dropped = 0
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            total = sum(s.size for s in self._segments)
+            if total <= self.max_bytes and oldest.newest >= now - self.max_seconds:
+                break
+            with self._lock:
+                self._segments.pop(0)
+            dropped += oldest.records
+            self._dir_dirty = True
+            oldest.path.unlink(missing_ok=True)
+            oldest.index_path.unlink(missing_ok=True)
+        if dropped:
+            self.dropped += dropped
+        return dropped
+
+    def sync(self) -> None:
+        """Make what was appended durable: fsync the segments sealed since the
+        last call, the active one, and the directory (new or deleted files).
+        From the writer's thread (or while it does not append)."""
+        for path in self._unsynced:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:  # deleted by retention meanwhile
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._unsynced = []
+        if self._fd is not None:
+            os.fsync(self._fd)
+        if self._dir_dirty:
+            self._fsync_dir()
+            self._dir_dirty = False
+
+    def close(self) -> None:
+        """Sync, and close for writing (cursors still read what they have)."""
+        self.sync()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # ------------------------------------------------------------------ reading (any thread)
+
+    def last_seq(self, sid: str) -> int:
+        """The last seq appended for ``sid`` (0: none)."""
+        return self._last.get(sid, 0)
+
+    def last_seqs(self) -> dict[str, int]:
+        """A copy of the last seq of every subscription the log has seen."""
+        with self._lock:
+            return dict(self._last)
+
+    def first_seq(self, sid: str) -> int:
+        """The first seq of ``sid`` still retained; ``last_seq(sid) + 1`` when
+        none is (everything before it was deleted, or there was nothing)."""
+        with self._lock:
+            for seg in self._segments:
+                sub = seg.subs.get(sid)
+                if sub is not None:
+                    return sub.first_seq
+            return self._last.get(sid, 0) + 1
+
+    def stream_last(self, stream: str) -> dict[str, int]:
+        """The last seq of each subscription that has published ``stream``
+        in the retained log."""
+        with self._lock:
+            owners = {s for seg in self._segments for s in seg.streams.get(stream, ())}
+            return {s: self._last.get(s, 0) for s in owners}
+
+    def caught_up(self, after: dict[str, int], sid: str | None = None, stream: str | None = None) -> bool:
+        """Whether ``after`` (last seq per subscription a reader has) holds
+        everything the log has of subscription ``sid`` or of ``stream``."""
+        if sid is not None:
+            return self._last.get(sid, 0) <= after.get(sid, 0)
+        return all(v <= after.get(s, 0) for s, v in self.stream_last(stream).items())
+
+    def cursor(self, sid: str | None = None, stream: str | None = None,
+               after: dict[str, int] | None = None) -> "Cursor":
+        """A reader of one subscription's records (``sid``) or of every
+        record on ``stream``, those with seq above ``after[sid]`` (0 when
+        absent); raises :class:`Gone` when one of them is no longer retained."""
+        return Cursor(self, sid, stream, dict(after or {}))
+
+    def read(self, sid: str, from_seq: int = 1) -> Iterator[tuple[int, bytes]]:
+        """(seq, payload) of ``sid`` from ``from_seq`` to what is appended now."""
+        cur = self.cursor(sid=sid, after={sid: from_seq - 1})
+        while batch := cur.read():
+            for _, seq, payload in batch:
+                yield seq, payload
+
+    def read_stream(self, stream: str, after: dict[str, int] | None = None) -> Iterator[tuple[str, int, bytes]]:
+        """(sid, seq, payload) of every record on ``stream`` above ``after``."""
+        cur = self.cursor(stream=stream, after=after)
+        while batch := cur.read():
+            yield from batch
+
+    def _segments_copy(self) -> list[tuple[_Segment, int]]:
+        with self._lock:
+            return [(s, s.size) for s in self._segments]
+
+    @property
+    def segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def records(self) -> int:
+        """Witness records retained."""
+        return sum(s.records for s in self._segments)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes retained."""
+        return sum(s.size for s in self._segments)
+
+
+class Cursor:
+    """Reads a subscription's (or a stream's) records, in log order, from
+    another thread than the writer; :meth:`read` returns the next ones, an
+    empty list at the end of what is appended so far, and may be called again
+    later for what comes after. Holds one segment file open at a time (a
+    segment deleted meanwhile is still read to its end)."""
+
+    def __init__(self, wlog: WitnessLog, sid: str | None, stream: str | None, after: dict[str, int]) -> None:
+        if (sid is None) == (stream is None):
+            raise ValueError("a cursor reads one subscription or one stream")
+        self.log, self.sid, self.stream = wlog, sid, stream
+        self.after = after  # last seq read per subscription
+        self._seg: _Segment | None = None
+        self._file = None
+        self._pos = 0
+        self._check_retained(after.keys() if stream is not None else [sid])
+
+    def _check_retained(self, sids) -> None:
+        for s in sids:
+            want = self.after.get(s, 0) + 1
+            if want <= self.log.last_seq(s):
+                first = self.log.first_seq(s)
+                if want < first:
+                    raise Gone(s, want, first)
+
+    def _wanted(self, seg: _Segment) -> int | None:
+        """The offset in ``seg`` to start reading at, or None when it holds nothing wanted."""
+        after = self.after
+        if self.sid is not None:
+            sub = seg.subs.get(self.sid)
+            if sub is None or sub.last_seq <= after.get(self.sid, 0):
+                return None
+            return sub.first_off
+        offs = [seg.subs[s].first_off for s in seg.streams.get(self.stream, ())
+                if seg.subs[s].last_seq > after.get(s, 0)]
+        return min(offs) if offs else None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def read(self, max_records: int = 2000, max_bytes: int = 1 << 20) -> list[tuple[str, int, bytes]]:
+        """The next records, (sid, seq, payload), at most about ``max_records``
+        or ``max_bytes``; [] when there is nothing more yet. Raises :class:`Gone`
+        when retention deleted records it still had to read."""
+        out: list[tuple[str, int, bytes]] = []
+        size = 0
+        after, sid, stream, wlog = self.after, self.sid, self.stream, self.log
+        while len(out) < max_records and size < max_bytes:
+            segs = wlog._segments_copy()
+            if self._seg is None:
+                for seg, _ in segs:
+                    start = self._wanted(seg)
+                    if start is not None and self._enter(seg, start):
+                        break
+                else:
+                    self._check_retained(list(after) if stream is not None else [sid])
+                    return out
+            seg, pos = self._seg, self._pos
+            end = next((n for s, n in segs if s is seg), seg.size)  # a deleted segment: read it to its end
+            if pos >= end:
+                if seg is segs[-1][0]:
+                    return out  # at the end of the active segment: nothing more yet
+                self.close()
+                self._seg = None
+                self._check_retained(list(after) if stream is not None else [sid])
+                continue
+            f = self._file
+            f.seek(pos)
+            buf = f.read(min(end - pos, max(max_bytes - size, 1 << 16)))
+            if len(buf) >= _HDR.size:  # a first record longer than that: read it whole
+                need = _HDR.size + _HDR.unpack_from(buf, 0)[0]
+                if len(buf) < need <= end - pos:
+                    buf += f.read(need - len(buf))
+            view, p, n = memoryview(buf), 0, len(buf)
+            while p < n and len(out) < max_records:
+                rec = _parse(view, p, n)
+                if rec is None:
+                    if p == 0:
+                        raise OSError(f"witness log {seg.path.name}: unreadable record at offset {pos}")
+                    break
+                kind, seq, rsid, rstream, payload, p = rec
+                if kind == _BATCH:
+                    cols = _unpack(payload)
+                    entries = zip(cols[0], cols[1], cols[2], cols[3])
+                elif kind == _WITNESS:
+                    entries = ((rsid, seq, rstream, bytes(payload)),)
+                else:
+                    continue
+                for rsid, seq, rstream, data in entries:
+                    if rsid != sid if sid is not None else rstream != stream:
+                        continue
+                    known = after.get(rsid, 0)
+                    if seq <= known:
+                        continue
+                    if seq > known + 1 and rsid in after:  # a gap: deleted by retention meanwhile?
+                        first = wlog.first_seq(rsid)
+                        if known + 1 < first:
+                            raise Gone(rsid, known + 1, first)
+                    after[rsid] = seq
+                    out.append((rsid, seq, data))
+                    size += len(data)
+            self._pos = pos + p
+        return out
+
+    def _enter(self, seg: _Segment, start: int) -> bool:
+        try:
+            self._file = open(seg.path, "rb")
+        except FileNotFoundError:  # deleted by retention after the index was copied
+            return False
+        self._seg, self._pos = seg, start
+        return True

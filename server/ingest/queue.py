@@ -1,0 +1,391 @@
+"""The T-delayed priority queue between event receivers and the engine thread.
+
+Events are ordered by detection time ``t1`` (ties keep arrival order). An
+event may leave only when ``t1 < now - T``, so events that arrive out of order
+by less than ``T`` are put back in order (000 §4.2). An event older than one
+already released is dropped and counted. The queue is bounded: producers block
+(TCP backpressure) while it is full.
+
+Receivers hand over whole decoded blocks (:meth:`DelayQueue.put_batch`). A
+block already in ``t1`` order that starts no earlier than the queue's newest
+in-order event -- what a live feed or a replayed file sends -- is appended as
+it is to a FIFO of *runs*, and released by slicing: no per-event heap work.
+Only events that arrive out of order go through a heap (``heapq``: 1M
+nearly-ordered pushes with a standing depth of 1000, then a full drain, take
+0.39 s against 0.88 s for ``sortedcontainers.SortedList``; ``python
+clients/bench/queue_choice.py``). Release merges the two by ``(t1, arrival)``.
+
+With ``event_time`` the clock is the events' own: the watermark is the newest
+``t1`` received, and an event leaves once ``t1 <= newest - T`` (replays of old
+events; the ``time: event`` setting).
+
+**The journal.** With :attr:`DelayQueue.journal` set (by the daemon), every
+part of a block the queue accepts is appended to it as one record *under the
+queue lock, in* :meth:`DelayQueue._insert`, with the events actually kept
+(late ones dropped): the journal's order is the queue's arrival order, which
+recovery relies on when it puts the records back in journal order. A part
+whose events were all late still writes a record when it has a sender, to
+keep the sender's progress. Without a journal (``durability: off``) the
+senders' progress is kept in memory (:meth:`DelayQueue.progress`).
+
+The engine thread waits on a condition and is woken by new events, by
+:meth:`DelayQueue.wake` (a subscription change to apply) or when the head's
+release time comes; it never polls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+import time
+from bisect import bisect_left
+from collections import deque
+from operator import attrgetter, itemgetter, le
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from air.engine.network import untrack_events
+from air.engine import Event
+from server.durability.diskfull import DiskFull
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.durability.journal import Journal
+
+#: ``meta(end)`` -> (sender, lines_done) of the record of a part ending at input index ``end``.
+Meta = Callable[[int], "tuple[str | None, int | None]"]
+
+
+class QueueClosed(Exception):
+    """The queue no longer accepts events (the server is shutting down)."""
+
+
+_t1 = attrgetter("t1")
+_release_key = itemgetter(0, 1, 2)
+
+
+class DelayQueue:
+    def __init__(self, capacity: int, delay: float = 0.0, time_unit_ms: float = 1.0,
+                 clock: Callable[[], float] | None = None, event_time: bool = False) -> None:
+        """``delay`` (T) and timestamps are in time units of ``time_unit_ms``
+        milliseconds; ``clock`` returns the current time in those units
+        (unused with ``event_time``: the newest t1 received is the clock)."""
+        self.capacity = capacity
+        self.delay = delay
+        self.unit_s = time_unit_ms / 1000.0
+        self.clock = clock or (lambda: time.time() / self.unit_s)
+        self._runs: deque[list] = deque()  # [seq, events, start]: in-order blocks, t1 never decreasing
+        self._tail_t1 = None  # t1 of the newest event in _runs
+        self._heap: list[tuple] = []  # (t1, seq, event): events that came out of order
+        self._size = 0
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self._not_full = threading.Condition(self._lock)
+        self._not_empty = threading.Condition(self._lock)
+        self._closed = False
+        self._draining = False
+        self._woken = False
+        self.last_released = None
+        self.released_at = time.monotonic()  # when events last left (for /health's stall report)
+        self.event_time = event_time
+        self.newest = None  # the largest t1 accepted (the watermark with event_time)
+        self.late = 0
+        self.accepted = 0
+        #: The write-ahead journal every accepted part goes to (None: durability off).
+        self.journal: Journal | None = None
+        self._progress: dict[str, int] = {}  # sender -> lines handled, when there is no journal
+
+    def progress(self, sender: str) -> int:
+        """Data lines of ``sender`` handled so far (journaled, or queued without a journal)."""
+        table = self.journal.senders if self.journal is not None else self._progress
+        return table.get(sender, 0)
+
+    def record_progress(self, sender: str, lines_done: int) -> None:
+        """Note that ``sender``'s lines up to ``lines_done`` are handled, with no
+        event to queue (a block of refused lines): an event-less journal record."""
+        with self._lock:
+            if self._closed:
+                raise QueueClosed("the server is shutting down")
+            if self.journal is not None:
+                self.journal.append([], sender, lines_done)
+            else:
+                self._progress[sender] = lines_done
+
+    def __len__(self) -> int:
+        return self._size
+
+    # ------------------------------------------------------------------ producers
+
+    def put(self, ev: Event, timeout: float | None = None) -> bool:
+        """Enqueue ``ev``; blocks while the queue is full. Returns False (and
+        counts it) when ``ev`` is older than an event already released."""
+        return not self.put_batch([ev], timeout)
+
+    def put_batch(self, events: Sequence[Event], timeout: float | None = None,
+                  on_accepted: Callable[[int], None] | None = None,
+                  cancel: threading.Event | None = None, meta: Meta | None = None) -> list[int]:
+        """Enqueue ``events`` (in the order given), blocking while the queue is
+        full; returns the indexes of those refused as late (older than an
+        event already released; counted). ``on_accepted(n)`` is called as each
+        part of the block is accepted. Raises TimeoutError when the queue stayed
+        full for ``timeout`` seconds (the part before stays queued) and
+        QueueClosed when the server is shutting down or ``cancel`` is set while
+        waiting for room; :class:`~server.durability.diskfull.DiskFull` when the journal
+        cannot be written: its ``first_refused`` is the index of the first
+        event not accepted (the parts before it stay accepted).
+
+        Each part inserted, ending at input index ``end`` (exclusive), is one
+        journal record (under the lock); ``meta(end)`` gives its ``(sender,
+        lines_done)``: the sender's data lines fully handled once that part is in."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        late: list[int] = []
+        done = 0
+        n = len(events)
+        while done < n:
+            with self._not_full:
+                while self._size >= self.capacity and not self._closed:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError("the event queue stayed full")
+                    if cancel is not None and cancel.is_set():
+                        raise QueueClosed("stopped while the queue was full")
+                    self._not_full.wait(min(remaining, 0.25) if remaining is not None else 0.25)
+                if self._closed:
+                    raise QueueClosed("the server is shutting down")
+                room = self.capacity - self._size
+                part = events[done:done + room] if done or room < n else events
+                done += len(part)
+                try:
+                    accepted = self._insert(part, done - len(part), late, meta(done) if meta is not None else None)
+                except DiskFull as exc:  # the part is not in (nor any late mark of it)
+                    del late[bisect_left(late, done - len(part)):]
+                    raise exc.refusing_from(done - len(part)) from None
+                if accepted:
+                    self._not_empty.notify()
+            if on_accepted is not None and accepted:
+                on_accepted(accepted)
+        return late
+
+    def _insert(self, part: Sequence[Event], offset: int, late: list[int],
+                record: tuple[str | None, int | None] | None = None) -> int:
+        """Add ``part`` (under the lock); late ones go to ``late`` by index.
+        What is kept is journaled first, as one record with ``record``'s
+        (sender, lines_done); a journal that fails leaves the queue as it was."""
+        floor = self.last_released
+        ordered = _ordered(part)
+        if floor is not None and part and (part[0].t1 if ordered else min(map(_t1, part))) < floor:
+            kept = []
+            for i, ev in enumerate(part):
+                if floor is not None and ev.t1 < floor:
+                    late.append(offset + i)
+                else:
+                    kept.append(ev)
+            dropped = len(part) - len(kept)
+            part = kept
+        else:
+            dropped = 0
+        sender, lines_done = record if record is not None else (None, None)
+        if self.journal is not None:
+            if part or sender is not None:
+                self.journal.append(part, sender, lines_done)
+        elif sender is not None and lines_done is not None:
+            self._progress[sender] = lines_done
+        self.late += dropped
+        if not part:
+            return 0
+        untrack_events(part)
+        seq = next(self._seq)
+        tail = self._tail_t1
+        top = part[-1].t1 if ordered else max(map(_t1, part))
+        if self.newest is None or top > self.newest:
+            self.newest = top
+        if ordered and (tail is None or part[0].t1 >= tail):
+            self._runs.append([seq, list(part), 0])
+            self._tail_t1 = part[-1].t1
+        else:  # out of order: each event by (t1, arrival); the block's own order breaks ties
+            heap = self._heap
+            seqs = self._seq
+            for ev in part:
+                heapq.heappush(heap, (ev.t1, next(seqs), ev))
+        self._size += len(part)
+        self.accepted += len(part)
+        return len(part)
+
+    # ------------------------------------------------------------------ snapshots and recovery
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The queue's lock: whoever holds it sees the queue (and the journal,
+        appended under it) stand still — a snapshot forks holding it."""
+        return self._lock
+
+    def export_state(self) -> dict:
+        """What a snapshot keeps of the queue (hold :attr:`lock`, or call it
+        in a forked copy): the waiting events in release order, as tuples,
+        and what decides lateness and release."""
+        keyed = [(ev.t1, seq, i, ev) for seq, evs, start in self._runs for i, ev in enumerate(evs[start:])]
+        keyed += [(t1, seq, 0, ev) for t1, seq, ev in self._heap]
+        keyed.sort(key=_release_key)
+        return {"events": [(ev.stream, ev.values, ev.t0, ev.t1) for _t, _s, _i, ev in keyed],
+                "last_released": self.last_released, "newest": self.newest}
+
+    def restore(self, events: Sequence[Event], state: dict | None = None) -> list[int]:
+        """Recovery, before the engine thread and the receivers start: put
+        back ``events`` (a snapshot's waiting events, then the journal's
+        records after it, in journal order) as if they were arriving now,
+        past the capacity bound and without journaling them again; with
+        ``state``, first the snapshot's lateness and release marks. Returns
+        the indexes refused as late (none, when the journal and snapshot agree)."""
+        late: list[int] = []
+        with self._lock:
+            if state is not None:
+                self.last_released = state["last_released"]
+                self.newest = state["newest"]
+            journal = getattr(self, "journal", None)
+            self.journal = None
+            try:
+                if events:
+                    self._insert(events, 0, late)
+            finally:
+                self.journal = journal
+            self._not_empty.notify()
+        return late
+
+    # ------------------------------------------------------------------ the engine thread
+
+    def get_batch(self, max_items: int, timeout: float) -> list[Event]:
+        """Up to ``max_items`` events whose release time has come, in t1 order.
+        Waits at most ``timeout`` seconds for the first one; [] on timeout or
+        when :meth:`wake` was called."""
+        deadline = time.monotonic() + timeout
+        with self._not_empty:
+            while True:
+                if self._woken:
+                    self._woken = False
+                    return []
+                head = self._head_t1()
+                if head is not None:
+                    horizon = self.horizon()
+                    if head < horizon or self._draining:
+                        return self._pop_ready(max_items, horizon)
+                    wait = None if self.event_time else (head - horizon) * self.unit_s + 0.0005
+                else:  # empty (closed or not): wait for events, wake() or the timeout
+                    wait = None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                self._not_empty.wait(remaining if wait is None else min(wait, remaining))
+
+    def horizon(self) -> float:
+        """Events with t1 below this may leave (under the lock, or approximate)."""
+        if self.event_time:  # t1 <= newest - T, as a strict bound
+            return -math.inf if self.newest is None else math.nextafter(self.newest - self.delay, math.inf)
+        return self.clock() - self.delay
+
+    def _head_t1(self):
+        """t1 of the next event to release, or None when empty (under the lock)."""
+        runs, heap = self._runs, self._heap
+        if runs:
+            _seq, evs, start = runs[0]
+            t = evs[start].t1
+            return heap[0][0] if heap and heap[0][0] < t else t
+        return heap[0][0] if heap else None
+
+    def _pop_ready(self, max_items: int, horizon: float) -> list[Event]:
+        out: list[Event] = []
+        runs, heap = self._runs, self._heap
+        everything = self._draining
+        while len(out) < max_items and (runs or heap):
+            if runs and not heap:  # the common case: slices of in-order runs
+                run = runs[0]
+                _seq, evs, start = run
+                stop = min(len(evs), start + max_items - len(out))
+                if not everything and evs[stop - 1].t1 >= horizon:
+                    stop = bisect_left(evs, horizon, start, stop, key=_t1)
+                    if stop == start:
+                        break
+                out.extend(evs[start:stop] if start or stop < len(evs) else evs)
+                if stop == len(evs):
+                    runs.popleft()
+                else:
+                    run[2] = stop
+                continue
+            # merge the heap with the head run by (t1, arrival)
+            if runs:
+                seq, evs, start = runs[0]
+                from_run = not heap or (evs[start].t1, seq) < heap[0][:2]
+            else:
+                from_run = False
+            if from_run:
+                ev = evs[start]
+                if not everything and ev.t1 >= horizon:
+                    break
+                out.append(ev)
+                if start + 1 == len(evs):
+                    runs.popleft()
+                else:
+                    runs[0][2] = start + 1
+            else:
+                if not everything and heap[0][0] >= horizon:
+                    break
+                out.append(heapq.heappop(heap)[2])
+        if out:
+            self._size -= len(out)
+            self.released_at = time.monotonic()
+            self.last_released = out[-1].t1
+            if not runs:
+                self._tail_t1 = None
+            self._not_full.notify_all()
+        return out
+
+    def wake(self) -> None:
+        """Make the waiting (or the next) :meth:`get_batch` return at once,
+        so that its caller can do other work (the engine thread applies
+        subscription changes between batches)."""
+        with self._lock:
+            self._woken = True
+            self._not_empty.notify_all()
+
+    def close(self, drain: bool = True) -> None:
+        """Refuse new events; with ``drain`` the remaining ones are released
+        at once (shutdown), otherwise they are discarded."""
+        with self._lock:
+            self._closed = True
+            self._draining = drain
+            if not drain:
+                self._heap.clear()
+                self._runs.clear()
+                self._size = 0
+                self._tail_t1 = None
+            self._not_full.notify_all()
+            self._not_empty.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def head_wait(self) -> float | None:
+        """Time units until the next event may leave (0 when due; None when
+        empty, or with event_time when it waits for newer events)."""
+        with self._lock:
+            head = self._head_t1()
+            if head is None:
+                return None
+            ahead = head - self.horizon()
+            if ahead < 0:
+                return 0.0
+            return None if self.event_time else ahead
+
+    def oldest_age(self) -> float:
+        """now - t1 of the oldest queued event (0 when empty), in time units."""
+        with self._lock:
+            head = self._head_t1()
+            return self.clock() - head if head is not None else 0.0
+
+
+def _ordered(events: Sequence[Event]) -> bool:
+    """Whether ``events`` are in non-decreasing t1 order."""
+    if len(events) < 2:
+        return True
+    ts = [e.t1 for e in events]
+    return all(map(le, ts, ts[1:]))

@@ -1,0 +1,637 @@
+"""TCP event receivers: one listener thread, one thread per connection.
+
+Protocol (documented in the README): the client sends one event per line, as
+JSON lines by default. A first line ``#format cayuga`` or ``#format csv``
+(``#format jsonl`` too) selects another format for the rest of the
+connection; with CSV the next line is the header. A line that cannot become
+an event gets one line back on the same connection::
+
+    error line 7: attribute 'Price' must be float, got 'cheap'
+
+and is counted; the connection stays open. A client that does not read these
+lines (one cannot be sent within POLL seconds) is sent no more of them on that
+connection; they are still counted. Events without timestamps get point
+timestamps from the server clock. When the queue is full the receiver stops
+reading until there is room, so TCP flow control pushes back on the sender.
+
+Limits, each refusal counted (``cayuga_tcp_refusals_total{reason}``): at most
+``max_connections`` connections and ``max_connections_per_address`` from one
+client address (a refused client gets ``error: ...`` and is closed); a
+connection that sends no complete line for ``idle_timeout`` seconds is closed
+with ``error: idle ...``. With ``auth_tokens`` set, the first line must be
+``#token <token>`` (then ``#format`` may follow), within ``AUTH_SECONDS``;
+otherwise the client gets ``error line 1: ...`` and is closed. An event whose
+``t1`` is more than ``max_future`` seconds ahead of the clock, or with a string
+value longer than ``max_value_bytes``, gets an error line like any bad line.
+
+**Acknowledged ingestion.** Two more header lines may come first (with
+``#token`` and ``#format``, in any order after ``#token``):
+
+- ``#sender <id>`` (1-128 characters of ``[A-Za-z0-9._:-]``): the server
+  answers ``#resume <N>``, N being the data lines of this sender already
+  journaled (:attr:`Journal.senders`; in memory with ``durability: off``), and
+  numbers this connection's data lines from N+1 on. The client may then send
+  ``#from <K>`` (K <= N): its first data line is the sender's line K+1; the
+  server drops lines K+1..N as duplicates (``cayuga_tcp_duplicates_dropped``).
+  K > N is refused (``error: #from K is beyond ...``) and the connection
+  closed. A second live connection with the id of one still open is refused
+  (``error: sender <id> is already connected ...``) and closed: the older one
+  keeps its place until it ends (it may still be queuing lines; the client
+  retries). Each data line must end with a newline: when the connection ends
+  inside a line (the client was cut off in the middle of a write), that part
+  is not taken nor counted, so the next ``#resume`` asks for the line again.
+- ``#ack``: the server writes ``#ack <n>`` lines, n being the cumulative data
+  lines of this sender that are *durable* (journaled and synced per the
+  ``durability`` setting; refused lines count as handled once their block is).
+  After each block it acknowledges what is already durable without waiting;
+  when there is nothing more to read yet it waits (at most POLL) for the rest
+  to become durable and acknowledges it; at EOF it waits (at most
+  FINAL_ACK_SECONDS) and acknowledges the rest before closing. Acks are
+  cumulative and sent without blocking: a client that does not read them gets
+  only the newest one once its socket has room again, and never holds up
+  anything.
+
+**A full disk.** When the journal cannot be written (a full disk, any
+OSError: see journal.py), the block's events from the first one that did not
+make it are not accepted, the client gets one line::
+
+    error: disk full: the journal could not be written (No space left on device); nothing from line N on was accepted; retry later
+
+and the connection is closed (after the client's remaining input is read for
+at most DISK_FULL_DRAIN_SECONDS, so that the line is not lost to a reset);
+counted in ``cayuga_disk_full_refusals_total{source="tcp"}``, logged once per
+episode (server/durability/diskfull.py). N is the sender's line the server continues
+from: a ``#sender`` client reconnects and gets ``#resume N-1``.
+
+With ``#sender`` or ``#ack``, the line numbers of ``error line N:`` count the
+sender's data lines (header lines excluded, from N+1 after ``#resume N``, or
+K+1 after ``#from K``): the numbers of a file's lines when a client sends a
+file. Without them they count every line of the connection, as before, and
+events are still journaled (with no sender).
+
+Whatever whole lines one read brings (up to :data:`RECV_BYTES`) are decoded as
+one block (``Decoder.decode_batch``) and queued as one block
+(``DelayQueue.put_batch``); line numbers count over the whole connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import select
+import socket
+import threading
+import time
+from typing import Callable, Iterable
+
+from collections import deque
+
+from air.formats import FORMATS, CsvDecoder, make_decoder
+from server.durability.diskfull import DiskFull
+from server.ingest.limits import AddressSlots, refusals, without
+from server.ingest.protocol import HEADERS, SENDER_ID
+from server.ingest.queue import DelayQueue, QueueClosed
+from server.observability.metrics import Counters
+
+log = logging.getLogger("cayuga.receivers")
+
+POLL = 0.25  # seconds between checks of the stop flag while blocked
+#: Bytes read from a connection at once: the lines in them are decoded and
+#: queued as one block.
+RECV_BYTES = 1 << 16
+#: Seconds a client has to send its ``#token`` line when tokens are required.
+AUTH_SECONDS = 10.0
+#: Why a connection was refused or closed: the label of cayuga_tcp_refusals_total.
+REFUSALS = ("max_connections", "per_address", "idle", "auth")
+#: Seconds the last acknowledgement waits for durability once a client has sent everything.
+FINAL_ACK_SECONDS = 10.0
+#: Seconds a connection refused for a full disk is still read (and discarded) before it is closed.
+DISK_FULL_DRAIN_SECONDS = 2.0
+
+
+
+def _ready(conn: socket.socket, events: int) -> bool:
+    """Whether ``conn`` is readable (POLLIN) or writable (POLLOUT) now, without
+    waiting. poll, not select: select cannot watch a descriptor numbered 1024
+    or more, which a server whose descriptor limit was raised hands out."""
+    p = select.poll()
+    p.register(conn, events)
+    return bool(p.poll(0))
+
+class _Session:
+    """One connection's protocol state (touched by its own thread only)."""
+
+    __slots__ = ("sender", "ack", "resume", "base", "headers", "shift", "skip", "pending", "acked", "due",
+                 "unsent", "numbered")
+
+    def __init__(self) -> None:
+        self.sender: str | None = None
+        self.ack = False
+        self.resume = 0  # N of #resume N
+        self.base: int | None = None  # K of #from K
+        self.headers = True  # still reading header lines
+        self.numbered = False  # data lines numbered per sender (with #sender or #ack)
+        self.shift = 0  # sender's line number = connection line number + shift
+        self.skip = 0  # duplicate lines still to drop
+        self.pending: deque[tuple[int, int]] = deque()  # (journal position, lines done) not yet acked
+        self.acked = 0
+        self.due: int | None = None  # an ack not yet written (the socket had no room)
+        self.unsent = b""  # the rest of a line the socket took only part of
+
+
+class TcpReceiver:
+    def __init__(self, host: str, port: int, queue: DelayQueue, catalog: Callable, clock: Callable[[], float],
+                 counters: Counters, *, max_connections: int = 64, max_line_bytes: int = 1 << 20,
+                 time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple,
+                 max_per_address: int = 16, idle_timeout: float = 300.0, tokens: Iterable[str] = (),
+                 horizon: Callable[[], float | None] = lambda: None, max_value_bytes: int = 1 << 16,
+                 stamp: bool = True, gate: threading.Event | None = None) -> None:
+        """``catalog`` maps a stream name to its schema (or None); ``streams()``
+        names the streams to prepare typed decoding for on each connection;
+        ``horizon()`` the latest t1 accepted now (None: no bound); ``stamp``
+        whether events without timestamps get the clock's time (else refused);
+        ``gate``: connections are accepted once it is set (they wait in the
+        listen backlog while a recovery puts back the journal's events)."""
+        self.gate = gate
+        self.host = host
+        self.requested_port = port
+        self.queue = queue
+        self.catalog = catalog
+        self.clock = clock
+        self.counters = counters
+        self.max_line_bytes = max_line_bytes
+        self.time_unit_ms = time_unit_ms
+        self.streams = streams
+        self.idle_timeout = idle_timeout
+        self.tokens = [t.encode() for t in tokens]
+        self.horizon = horizon
+        self.max_value_bytes = max_value_bytes
+        self.stamp = stamp
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._addresses = AddressSlots(max_per_address)
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._bound_port: int | None = None  # kept once the listener is closed (drain): /health reads it
+        self._listener: threading.Thread | None = None
+        self._conns: dict[threading.Thread, socket.socket] = {}
+        self._muted: set[socket.socket] = set()  # connections that stopped reading their error lines
+        self._senders: set[str] = set()  # sender ids of the open connections
+        self._sessions: dict[socket.socket, _Session] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return self._bound_port if self._bound_port is not None else self.requested_port
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    def start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.requested_port))
+        sock.listen(128)
+        sock.settimeout(POLL)
+        self._bound_port = sock.getsockname()[1]
+        self._sock = sock
+        self._listener = threading.Thread(target=self._accept_loop, name="cayuga-tcp-listener", daemon=True)
+        self._listener.start()
+        log.info("event receiver listening on %s:%d", self.host, self.port)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop accepting, let connection threads finish their current line, join all."""
+        self._stop.set()
+        if self._listener:
+            self._listener.join(timeout)
+        with self._lock:
+            conns = list(self._conns.items())
+        for t, c in conns:
+            t.join(timeout)
+            if t.is_alive():
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                t.join(timeout)
+        if self._sock:
+            self._sock.close()
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while self.gate is not None and not self.gate.wait(POLL):  # recovery: connections wait in the backlog
+            if self._stop.is_set():
+                return
+        while not self._stop.is_set():
+            try:
+                conn, addr = self._sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not self._addresses.acquire(addr[0]):
+                self._refuse(conn, "per_address", f"too many connections from {addr[0]} (at most "
+                             f"{self._addresses.per_address}: the max_connections_per_address setting)")
+                continue
+            if not self._slots.acquire(blocking=False):
+                self._addresses.release(addr[0])
+                self._refuse(conn, "max_connections", "too many connections; try again later")
+                continue
+            conn.settimeout(POLL)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # error lines go back at once
+            t = threading.Thread(target=self._serve, args=(conn, addr), name=f"cayuga-tcp-{addr[1]}", daemon=True)
+            with self._lock:
+                self._conns[t] = conn
+            t.start()
+
+    def _serve(self, conn: socket.socket, addr) -> None:
+        st = _Session()
+        self._sessions[conn] = st
+        try:
+            self._read_lines(conn, st)
+        except OSError as exc:
+            log.debug("connection %s ended: %s", addr, exc)
+        finally:
+            try:
+                conn.close()
+            finally:
+                with self._lock:
+                    self._conns.pop(threading.current_thread(), None)
+                    self._muted.discard(conn)
+                    self._sessions.pop(conn, None)
+                    if st.sender is not None:
+                        self._senders.discard(st.sender)
+                self._slots.release()
+                self._addresses.release(addr[0])
+
+    def _refuse(self, conn: socket.socket, reason: str, message: str) -> None:
+        """Count a refusal, tell the client why, close."""
+        self.counters.add(f"tcp_refused_{reason}")
+        log.info("TCP connection refused (%s): %s", reason, message)
+        try:
+            conn.settimeout(1.0)
+            conn.sendall(f"error: {message}\n".encode())
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _blocks(self, conn: socket.socket, idle_work: Callable[[], bool] | None = None):
+        """Yield ``(first_line_number, block)`` until EOF or stop: ``block`` is
+        whole lines (bytes, newline-terminated but for a final line at EOF), or
+        None for one line longer than ``max_line_bytes`` (skipped to its end).
+        ``idle_work()`` (True when it has work) is run when nothing is there to
+        read yet, before waiting for more (acknowledgements)."""
+        buf = b""
+        number = 1  # of the first line in buf
+        skipping = False
+        limit = self.max_line_bytes
+        idle = min(self.idle_timeout, AUTH_SECONDS) if self.tokens else self.idle_timeout
+        heard = time.monotonic()  # when the last complete line came (or the connection opened)
+        while not self._stop.is_set():
+            if idle_work is not None:
+                idle_work()
+            try:
+                chunk = conn.recv(RECV_BYTES)
+            except socket.timeout:
+                if time.monotonic() - heard > idle:
+                    self.counters.add("tcp_refused_idle")
+                    log.info("closing idle TCP connection after %.0f s", idle)
+                    conn.sendall(f"error: idle for {idle:g} s without a complete line "
+                                 "(the idle_timeout setting); closing\n".encode())
+                    return
+                continue
+            if not chunk:
+                break
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    continue
+                chunk, skipping = chunk[nl + 1:], False
+                number += 1
+            buf = buf + chunk if buf else chunk
+            last = buf.rfind(b"\n")
+            if last < 0:
+                if len(buf) > limit:
+                    yield number, None
+                    buf, skipping = b"", True
+                continue
+            block, buf = buf[:last + 1], buf[last + 1:]
+            if len(block) > limit:  # rare: some line in it may be too long
+                yield from self._split_long(block, number)
+            else:
+                yield number, block
+            heard = time.monotonic()
+            idle = self.idle_timeout  # the token line, if one was due, has come
+            number += block.count(b"\n")
+            if len(buf) > limit:
+                yield number, None
+                buf, skipping = b"", True
+        if buf.strip() and not skipping and not self._stop.is_set():
+            yield number, buf
+
+    def _split_long(self, block: bytes, number: int):
+        lines = block.split(b"\n")[:-1]
+        start = 0
+        for i, line in enumerate(lines):
+            if len(line) > self.max_line_bytes:
+                if i > start:
+                    yield number + start, b"\n".join(lines[start:i]) + b"\n"
+                yield number + i, None
+                start = i + 1
+        if start < len(lines):
+            yield number + start, b"\n".join(lines[start:]) + b"\n"
+
+    def _read_lines(self, conn: socket.socket, st: _Session) -> None:
+        decoder = self._decoder("jsonl")
+        authenticated = not self.tokens
+        header_lines = 0  # lines before the first data line
+
+        def idle_work() -> None:
+            if (st.pending or st.due is not None or st.unsent) and not _ready(conn, select.POLLIN):
+                self._acknowledge(conn, st, wait=POLL)
+
+        for number, block in self._blocks(conn, idle_work):
+            if not authenticated:
+                if block is None or not self._authenticate(block.partition(b"\n")[0]):
+                    self.counters.add("tcp_refused_auth")
+                    self._reject(conn, number, "authentication required: the first line must be "
+                                 "'#token <token>' with one of the server's auth_tokens; closing", counted=False)
+                    return
+                authenticated = True
+                block = block.partition(b"\n")[2]
+                number += 1
+                header_lines = 1
+                if not block:
+                    continue
+            while st.headers and block and block.startswith(HEADERS):
+                line, _, rest = block.partition(b"\n")
+                word, _, arg = line.strip().partition(b" ")
+                if word not in HEADERS:  # e.g. "#formats": a data line (refused by the decoder)
+                    break
+                text = arg.decode("utf-8", "replace").strip()
+                if word == b"#format":
+                    if text.lower() in FORMATS:
+                        decoder = self._decoder(text.lower())
+                    else:
+                        self._reject(conn, number, f"unknown format {text.lower()!r}; use one of {', '.join(FORMATS)}")
+                elif not self._header(conn, st, word, text):
+                    return
+                block, number, header_lines = rest, number + 1, header_lines + 1
+            if st.headers and (block is None or block):
+                self._end_headers(st, header_lines)
+            if block is not None and not block:
+                continue
+            first = number + st.shift
+            if st.sender is not None and block is not None and not block.endswith(b"\n"):
+                # the connection ended inside a line: the sender may have been cut off there (killed in
+                # the middle of a write), so the part is not taken, nor counted: #resume asks for it whole
+                log.info("sender %s: the connection ended inside line %d; that part is not taken", st.sender, first)
+                break
+            if block is None and st.skip:  # a duplicate
+                st.skip -= 1
+                self.counters.add("duplicates_dropped")
+                continue
+            if block is None:
+                self._reject(conn, first, f"line longer than {self.max_line_bytes} bytes")
+                if not self._handled_or_refused(conn, st, first, first):
+                    return
+                continue
+            lines = block.count(b"\n") + (not block.endswith(b"\n"))
+            last = first + lines - 1
+            if st.skip:
+                block, first = self._drop_duplicates(st, block, first, decoder)
+                if not block:
+                    continue
+            batch = decoder.decode_batch(block, first)
+            for line, reason in batch.errors:
+                self._reject(conn, line, reason)
+            events = batch.events
+            if not events:
+                if not self._handled_or_refused(conn, st, last, first):
+                    return
+                continue
+            index = None  # position in batch.events of each event queued, when some were refused
+            refused = refusals(events, len(block), horizon=self.horizon(), max_value=self.max_value_bytes)
+            if refused:
+                for i, reason in sorted(refused.items()):
+                    self._reject(conn, batch.line_of(i), reason)
+                events, index = without(events, refused)
+                if not events:
+                    if not self._handled_or_refused(conn, st, last, first):
+                        return
+                    continue
+            meta = None
+            if st.sender is not None:
+                def meta(end: int, sender=st.sender, events=events, index=index, batch=batch, last=last):
+                    if end >= len(events):
+                        return sender, last
+                    return sender, batch.line_of(end if index is None else index[end]) - 1
+            try:
+                late = self._enqueue(events, meta)
+            except DiskFull as exc:
+                j = exc.first_refused if index is None else index[exc.first_refused]
+                self._disk_full(conn, st, exc, batch.line_of(j))
+                return
+            for i in late:
+                j = i if index is None else index[i]
+                self._reject(conn, batch.line_of(j), f"late: t1={events[i].t1} is older than events already "
+                             "processed (see the time setting in the README)", counted=False)
+            if st.ack:
+                self._queued(conn, st, last)
+        if st.ack and st.headers is False:
+            self._acknowledge(conn, st, wait=FINAL_ACK_SECONDS)
+
+    # ------------------------------------------------------------------ senders and acknowledgements
+
+    def _header(self, conn: socket.socket, st: _Session, word: bytes, text: str) -> bool:
+        """Apply a ``#sender``/``#ack``/``#from`` line; False when the
+        connection is refused (told why and to be closed)."""
+        if word == b"#ack":
+            st.ack = st.numbered = True
+            return True
+        if word == b"#sender":
+            if st.sender is not None:
+                return self._protocol_error(conn, f"a second #sender line ({text!r}); one per connection")
+            if not SENDER_ID.fullmatch(text):
+                return self._protocol_error(conn, f"sender id {text!r} must be 1-128 characters of "
+                                            "A-Z a-z 0-9 . _ : -")
+            with self._lock:
+                if text in self._senders:
+                    taken = True
+                else:
+                    taken = False
+                    self._senders.add(text)
+            if taken:
+                self.counters.add("tcp_sender_taken")
+                return self._protocol_error(conn, f"sender {text} is already connected; the connection that "
+                                            "holds it keeps it until it ends: retry later")
+            st.sender, st.numbered = text, True
+            st.resume = self.queue.progress(text)
+            conn.sendall(f"#resume {st.resume}\n".encode())
+            return True
+        # #from K
+        if st.sender is None:
+            return self._protocol_error(conn, "#from needs a #sender line before it")
+        try:
+            k = int(text)
+            if k < 0:
+                raise ValueError
+        except ValueError:
+            return self._protocol_error(conn, f"#from {text!r}: K must be a whole number of lines >= 0")
+        if k > st.resume:
+            return self._protocol_error(conn, f"#from {k} is beyond the {st.resume} lines of sender {st.sender} "
+                                        f"journaled so far (#resume {st.resume}): lines {st.resume + 1}-{k} "
+                                        "would be missing; send from line " + str(st.resume + 1))
+        st.base = k
+        return True
+
+    def _protocol_error(self, conn: socket.socket, message: str) -> bool:
+        self.counters.add("tcp_protocol_errors")
+        log.info("TCP connection refused: %s", message)
+        try:
+            conn.sendall(f"error: {message}; closing\n".encode())
+        except OSError:
+            pass
+        return False
+
+    def _end_headers(self, st: _Session, header_lines: int) -> None:
+        """The first data line has come: number the lines from here."""
+        st.headers = False
+        if st.numbered:
+            base = st.resume if st.base is None else st.base
+            st.shift = base - header_lines
+            st.skip = st.resume - base
+
+    def _drop_duplicates(self, st: _Session, block: bytes, first: int, decoder) -> tuple[bytes, int]:
+        """Drop the lines of ``block`` the sender had sent before (``#from``);
+        a CSV decoder still learns its header from them."""
+        cut, k = 0, 0
+        while k < st.skip and cut < len(block):
+            nl = block.find(b"\n", cut)
+            line_end = len(block) if nl < 0 else nl + 1
+            if isinstance(decoder, CsvDecoder) and decoder.header is None and block[cut:line_end].strip():
+                decoder.decode_batch(block[cut:line_end], first + k)  # the header; errors are the old line's
+            cut, k = line_end, k + 1
+        st.skip -= k
+        self.counters.add("duplicates_dropped", k)
+        return block[cut:], first + k
+
+    def _handled(self, conn: socket.socket, st: _Session, last: int) -> None:
+        """Lines up to ``last`` are handled with nothing to queue (refused)."""
+        if st.sender is not None:
+            try:
+                self.queue.record_progress(st.sender, last)
+            except QueueClosed:
+                raise OSError("server stopping") from None
+        if st.ack:
+            self._queued(conn, st, last)
+
+    def _handled_or_refused(self, conn: socket.socket, st: _Session, last: int, first: int) -> bool:
+        """:meth:`_handled`; False when the journal could not take the
+        sender's progress (the client was told, the connection is to close)."""
+        try:
+            self._handled(conn, st, last)
+        except DiskFull as exc:
+            self._disk_full(conn, st, exc, first)
+            return False
+        return True
+
+    def _disk_full(self, conn: socket.socket, st: _Session, exc: DiskFull, line: int) -> None:
+        """Tell the client that nothing from ``line`` on was accepted (the
+        disk is full), let it see the line, and end the connection. A sender's
+        line is where its #resume will continue (its journaled progress + 1)."""
+        if st.sender is not None:
+            line = self.queue.progress(st.sender) + 1
+        self.counters.add("disk_full_refusals_tcp")
+        log.debug("TCP connection refused from line %d: %s", line, exc)  # the episode is logged by DiskState
+        if st.ack:
+            self._acknowledge(conn, st, wait=0.0)
+        rest, st.unsent = st.unsent, b""
+        try:
+            conn.settimeout(1.0)
+            conn.sendall(rest + f"error: {exc}; nothing from line {line} on was accepted; retry later\n".encode())
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(POLL)
+            deadline = time.monotonic() + DISK_FULL_DRAIN_SECONDS
+            while time.monotonic() < deadline and not self._stop.is_set():
+                try:
+                    if not conn.recv(RECV_BYTES):
+                        break
+                except socket.timeout:
+                    continue
+        except OSError:
+            pass
+
+    def _queued(self, conn: socket.socket, st: _Session, last: int) -> None:
+        """Lines up to ``last`` are in the journal (or queued): acknowledge
+        them once durable; now, what already is."""
+        journal = self.queue.journal
+        st.pending.append((journal.appended if journal is not None else 0, last))
+        self._acknowledge(conn, st, wait=0.0)
+
+    def _acknowledge(self, conn: socket.socket, st: _Session, wait: float) -> None:
+        """Send ``#ack n`` for what is durable (waiting up to ``wait`` s for the
+        rest), without blocking on the socket."""
+        journal = self.queue.journal
+        pending = st.pending
+        if pending:
+            if journal is None:
+                st.due = pending[-1][1]
+                pending.clear()
+            else:
+                if wait and journal.durable() < pending[-1][0]:
+                    journal.wait_durable(pending[-1][0], wait)
+                durable = journal.durable()
+                while pending and pending[0][0] <= durable:
+                    st.due = pending.popleft()[1]
+        if st.due is not None and st.due > st.acked and not st.unsent:
+            st.unsent = f"#ack {st.due}\n".encode()
+            st.acked = st.due
+            st.due = None
+        if st.unsent:
+            try:
+                if _ready(conn, select.POLLOUT):
+                    n = conn.send(st.unsent)
+                    st.unsent = st.unsent[n:]
+            except (BlockingIOError, socket.timeout):
+                pass
+
+    def _authenticate(self, line: bytes) -> bool:
+        word, _, token = line.strip().partition(b" ")
+        token = token.strip()
+        return word == b"#token" and any(hmac.compare_digest(token, t) for t in self.tokens)
+
+    def _decoder(self, fmt: str):
+        return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,
+                            time_unit_ms=self.time_unit_ms, streams=self.streams())
+
+    def _enqueue(self, events, meta=None) -> list[int]:
+        """Queue a decoded block (blocking while the queue is full); the
+        indexes of late events."""
+        try:
+            return self.queue.put_batch(events, on_accepted=self._count_received, cancel=self._stop, meta=meta)
+        except QueueClosed:
+            raise OSError("server stopping") from None
+
+    def _count_received(self, n: int) -> None:
+        self.counters.add("received_tcp", n)
+
+    def _reject(self, conn: socket.socket, number: int, reason: str, counted: bool = True) -> None:
+        if counted:
+            self.counters.add("rejected_tcp")
+        log.info("rejected line %d: %s", number, reason)
+        if conn in self._muted:
+            return
+        st = self._sessions.get(conn)
+        rest = b""
+        if st is not None and st.unsent:  # the rest of an ack line goes first
+            rest, st.unsent = st.unsent, b""
+        try:
+            conn.sendall(rest + f"error line {number}: {reason}\n".encode())
+        except OSError:  # the client does not read its error lines: stop sending them (each would wait POLL)
+            with self._lock:
+                self._muted.add(conn)
+            self.counters.add("tcp_error_lines_muted")
+            log.info("a TCP client does not read its error lines; no more are sent on that connection")

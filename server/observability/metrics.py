@@ -1,0 +1,208 @@
+"""Prometheus metrics. Counters live where the work happens (receivers, queue,
+engine, notifiers); a collector reads them at scrape time, so the hot paths
+only bump integers. Each server has its own registry (tests run several)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from server.durability.diskfull import PARTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.daemon import Daemon
+
+
+class Counters:
+    """Thread-safe named counters (receivers and the API write; scrapes read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._c: Counter[str] = Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._c[key] += n
+
+    def get(self, key: str) -> int:
+        with self._lock:
+            return self._c[key]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._c)
+
+
+class _Collector:
+    def __init__(self, daemon: "Daemon") -> None:
+        self.d = daemon
+
+    def collect(self):
+        d = self.d
+        c = d.counters.snapshot()
+        stats = d.engine.stats
+        received = CounterMetricFamily("cayuga_events_received", "Events accepted into the queue",
+                                       labels=["source"])
+        for source in ("tcp", "http"):
+            received.add_metric([source], c.get(f"received_{source}", 0))
+        yield received
+        rejected = CounterMetricFamily("cayuga_events_rejected", "Malformed or schema-violating events",
+                                       labels=["source"])
+        for source in ("tcp", "http"):
+            rejected.add_metric([source], c.get(f"rejected_{source}", 0))
+        yield rejected
+        yield CounterMetricFamily("cayuga_events_late", "Events older than one already released (dropped)",
+                                  value=d.queue.late + stats.late)
+        yield CounterMetricFamily("cayuga_events_processed", "Events processed by the engine, "
+                                  "resubscribed witnesses included", value=stats.events)
+        yield CounterMetricFamily("cayuga_witnesses", "Witnesses produced", value=stats.witnesses)
+        yield CounterMetricFamily("cayuga_witnesses_delivered", "Witness messages handed to WebSocket clients",
+                                  value=c.get("delivered", 0))
+        yield CounterMetricFamily("cayuga_eval_errors", "Predicate or schema-map evaluations that failed",
+                                  value=stats.eval_errors)
+        drops = CounterMetricFamily("cayuga_client_drops", "WebSocket clients disconnected: retention (what "
+                                    "they needed left the witness log), disconnect (too slow on an internal "
+                                    "stream, which is not logged)", labels=["policy"])
+        drops.add_metric(["retention"], c.get("drop_retention", 0))
+        drops.add_metric(["disconnect"], c.get("drop_disconnect", 0))
+        yield drops
+        yield CounterMetricFamily("cayuga_client_lags", "Times a WebSocket client fell client_buffer witnesses "
+                                  "behind and was served from the witness log", value=c.get("client_lags", 0))
+        yield GaugeMetricFamily("cayuga_lagging_clients", "WebSocket clients now catching up from the witness log",
+                                value=d.hub.lagging())
+        wl = d.witlog
+        if wl is not None:
+            yield GaugeMetricFamily("cayuga_witness_log_records", "Witnesses retained in the witness log",
+                                    value=wl.records)
+            yield GaugeMetricFamily("cayuga_witness_log_bytes", "Bytes retained in the witness log", value=wl.bytes)
+            yield GaugeMetricFamily("cayuga_witness_log_segments", "Segment files of the witness log",
+                                    value=wl.segments)
+            yield CounterMetricFamily("cayuga_witness_log_appended", "Witnesses appended to the witness log since "
+                                      "start-up", value=wl.appended)
+            yield CounterMetricFamily("cayuga_witness_log_dropped", "Witnesses deleted from the witness log by "
+                                      "retention since start-up", value=wl.dropped)
+            yield CounterMetricFamily("cayuga_witness_log_deduplicated", "Re-produced witnesses (seq already in "
+                                      "the log) neither logged again nor sent live, since start-up",
+                                      value=wl.deduplicated)
+        refusals = CounterMetricFamily("cayuga_tcp_refusals", "TCP event connections refused or closed: "
+                                       "max_connections, per_address, idle (no complete line for idle_timeout), "
+                                       "auth (no valid #token line)", labels=["reason"])
+        for reason in ("max_connections", "per_address", "idle", "auth"):
+            refusals.add_metric([reason], c.get(f"tcp_refused_{reason}", 0))
+        yield refusals
+        http = CounterMetricFamily("cayuga_http_refusals", "HTTP requests refused: body larger than "
+                                   "max_body_bytes (413), too many events in one POST /events (413), a body "
+                                   "that is not JSON (415)", labels=["reason"])
+        for reason, key in (("body_bytes", "http_body_too_large"), ("batch_items", "http_batch_too_large"),
+                            ("content_type", "http_not_json")):
+            http.add_metric([reason], c.get(key, 0))
+        yield http
+        conns = CounterMetricFamily("cayuga_http_connections_refused", "HTTP connections closed or refused by "
+                                    "server/api/httpguard.py: header_timeout (no complete request headers within "
+                                    "http_header_timeout, 408), body_timeout (a request body paused for "
+                                    "http_body_timeout, 408), evicted (the oldest waiting connection, to make "
+                                    "room at max_http_connections, 503), max_connections (one more at "
+                                    "max_http_connections, all busy, 503)", labels=["reason"])
+        for reason in ("header_timeout", "body_timeout", "evicted", "max_connections"):
+            conns.add_metric([reason], c.get(f"http_conn_{reason}", 0))
+        yield conns
+        full = CounterMetricFamily("cayuga_disk_full_refusals", "Requests refused because the data directory "
+                                   "could not be written (a full disk): tcp (connections told 'error: disk full' "
+                                   "and closed), http (507 answers)", labels=["source"])
+        for source in ("tcp", "http"):
+            full.add_metric([source], c.get(f"disk_full_refusals_{source}", 0))
+        yield full
+        failing = d.disk.current()
+        gauge = GaugeMetricFamily("cayuga_disk_full", "1 while that part of the data directory cannot be "
+                                  "written (journal, witness_log, store, snapshot), else 0", labels=["part"])
+        for part in PARTS:
+            gauge.add_metric([part], 1 if part in failing else 0)
+        yield gauge
+        yield CounterMetricFamily("cayuga_witness_log_append_failures", "Witness-log appends that failed (the "
+                                  "engine held the batch and tried again)", value=c.get("witness_log_errors", 0))
+        yield CounterMetricFamily("cayuga_witness_log_holds", "Times the engine thread began holding a batch "
+                                  "because the witness log could not be written", value=c.get("witness_log_holds", 0))
+        yield CounterMetricFamily("cayuga_tcp_error_lines_muted", "TCP connections that stopped getting their "
+                                  "error lines because they did not read them",
+                                  value=c.get("tcp_error_lines_muted", 0))
+        yield CounterMetricFamily("cayuga_subscriptions_refused", "Registrations refused by max_subscriptions, "
+                                  "max_states or max_predicate_atoms", value=c.get("subscriptions_refused", 0))
+        yield CounterMetricFamily("cayuga_instances_evicted", "Instances evicted (oldest first) because their "
+                                  "subscription exceeded max_instances_per_subscription",
+                                  value=c.get("instances_evicted", 0))
+        yield CounterMetricFamily("cayuga_instance_evictions", "Evictions applied by "
+                                  "max_instances_per_subscription (one per subscription found above it)",
+                                  value=c.get("instance_evictions", 0))
+        yield CounterMetricFamily("cayuga_instances_evicted_shared", "Evicted instances that other subscriptions "
+                                  "saw too (merged states): they lost them with the one above its limit",
+                                  value=c.get("instances_evicted_shared", 0))
+        snap = d.snapshotter
+        yield CounterMetricFamily("cayuga_snapshots", "Snapshots of the processing state written by a forked "
+                                  "child (the shutdown one is not counted)", value=snap.taken)
+        yield CounterMetricFamily("cayuga_snapshot_failures", "Snapshot children that failed (the journal still "
+                                  "covers everything; the next one tries again)", value=snap.failed)
+        yield GaugeMetricFamily("cayuga_snapshot_pause_seconds", "How long the engine thread stood still for the "
+                                "last snapshot (the fork)", value=snap.last_pause)
+        yield GaugeMetricFamily("cayuga_snapshot_write_seconds", "How long the last snapshot child took",
+                                value=snap.last_seconds)
+        yield GaugeMetricFamily("cayuga_snapshot_bytes", "Size of the last snapshot", value=snap.last_bytes)
+        yield CounterMetricFamily("cayuga_tcp_duplicates_dropped", "Lines a #sender connection sent again "
+                                  "(#from K below #resume N) and that were dropped",
+                                  value=c.get("duplicates_dropped", 0))
+        yield CounterMetricFamily("cayuga_tcp_protocol_errors", "TCP connections closed for a bad #sender, "
+                                  "#from or a sender id already connected", value=c.get("tcp_protocol_errors", 0))
+        j = d.journal
+        if j is not None:
+            yield CounterMetricFamily("cayuga_journal_records", "Records appended to the event journal",
+                                      value=j.records)
+            yield CounterMetricFamily("cayuga_journal_bytes", "Bytes appended to the event journal", value=j.bytes)
+            yield CounterMetricFamily("cayuga_journal_syncs", "fdatasync rounds of the journal (durability: fsync)",
+                                      value=j.syncs)
+            buckets, total = [], 0
+            for le, n in zip((*map(str, journal_buckets()), "+Inf"), j.sync_buckets):
+                total += n
+                buckets.append((le, total))
+            sync = HistogramMetricFamily("cayuga_journal_sync_seconds", "Time of one journal sync round")
+            sync.add_metric([], buckets, sum_value=j.sync_seconds)
+            yield sync
+            yield CounterMetricFamily("cayuga_journal_write_failures", "Journal appends refused because the "
+                                      "journal could not be written or synced (cut back to the last whole record)",
+                                      value=j.write_failures)
+            yield CounterMetricFamily("cayuga_journal_torn_tails", "Torn or corrupt journal tails cut off when "
+                                      "the journal was opened", value=j.torn)
+            yield GaugeMetricFamily("cayuga_journal_position", "Position of the last journal record appended",
+                                    value=j.appended)
+        yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
+        yield GaugeMetricFamily("cayuga_epoch_lag", "Current time minus the engine's epoch, in time units",
+                                value=d.epoch_lag())
+        yield GaugeMetricFamily("cayuga_clients", "Connected WebSocket clients", value=d.hub.client_count)
+        yield GaugeMetricFamily("cayuga_tcp_connections", "Open TCP event connections",
+                                value=d.receiver.connections if d.receiver else 0)
+        yield GaugeMetricFamily("cayuga_instances_age_seconds", "Seconds since cayuga_instances was last "
+                                "recounted in full (by the engine thread, in the background)",
+                                value=time.monotonic() - d.counted_at)
+        inst = GaugeMetricFamily("cayuga_instances", "Active automaton instances per subscription",
+                                 labels=["subscription"])
+        for sid, n in d.instance_counts().items():
+            inst.add_metric([sid], n)
+        yield inst
+
+
+def journal_buckets():
+    from server.durability.journal import SYNC_BUCKETS
+
+    return SYNC_BUCKETS
+
+
+def make_registry(daemon: "Daemon") -> tuple[CollectorRegistry, Histogram]:
+    reg = CollectorRegistry()
+    reg.register(_Collector(daemon))
+    latency = Histogram("cayuga_engine_latency_seconds", "Engine processing time per event",
+                        registry=reg,
+                        buckets=(1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))
+    return reg, latency
