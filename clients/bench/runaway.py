@@ -60,11 +60,11 @@ def run(limit: int, runaway: str = RUNAWAY, warmup: float = 30.0, window: float 
                 sender = threading.Thread(target=send, daemon=True)
                 sender.start()
                 t0 = time.monotonic()
-                while time.monotonic() - t0 < warmup and d._fed < 2 * limit + 20_000:
+                while time.monotonic() - t0 < warmup and d.events_taken < 2 * limit + 20_000:
                     time.sleep(0.2)
-                f0, w0 = d._fed, time.monotonic()
+                f0, w0 = d.events_taken, time.monotonic()
                 time.sleep(window)
-                f1, w1 = d._fed, time.monotonic()
+                f1, w1 = d.events_taken, time.monotonic()
                 stop.set()
                 sender.join(30)
                 return {"limit": limit, "events_per_second": round((f1 - f0) / (w1 - w0)),

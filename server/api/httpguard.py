@@ -40,7 +40,7 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from server.observability.metrics import Counters
+from server.observability.counters import Counters
 
 log = logging.getLogger("cayuga.http")
 

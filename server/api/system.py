@@ -10,7 +10,7 @@ subscription holds the engine back (``holding_back``: see :func:`holding_back`).
 ``authorization: {credentials: ...}``). It is answered on the event loop from
 counters and copies, never waiting for the engine thread or a worker thread,
 so it stays fast under load; ``cayuga_instances`` is refreshed by the engine
-thread in the background (see ``Daemon._refresh_counts``: at least every
+thread in the background (see ``Evictions.refresh`` in server/processing.py: at least every
 second while idle, every few seconds with 100K subscriptions).
 """
 
@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from air.engine import BUILD
 from server.api.deps import DaemonDep, require_token
-from server.daemon import WATCH_SHARE
+from server.processing import WATCH_SHARE
 
 router = APIRouter(tags=["system"])
 

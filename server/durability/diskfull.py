@@ -18,6 +18,7 @@ import logging
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,22 @@ def store_error(exc: sqlite3.Error, path: str | Path, what: str) -> DiskFull | N
     if primary == SQLITE_IOERR or "disk I/O error" in text:
         return DiskFull("store", what, path, text, "disk error")
     return None
+
+
+@contextmanager
+def storing(store, disk: "DiskState", what: str):
+    """A write to the SQLite ``store``: one that fails for a full disk (or an
+    I/O error) raises :class:`DiskFull` saying ``what`` could not be done, and
+    ``disk`` notes the failure (a write that works ends it)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        failure = store_error(exc, store.path, what)
+        if failure is None:
+            raise
+        disk.failed(failure)
+        raise failure from None
+    disk.recovered("store")
 
 
 @dataclass

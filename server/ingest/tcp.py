@@ -91,7 +91,7 @@ from server.durability.diskfull import DiskFull
 from server.ingest.limits import AddressSlots, refusals, without
 from server.ingest.protocol import HEADERS, SENDER_ID
 from server.ingest.queue import DelayQueue, QueueClosed
-from server.observability.metrics import Counters
+from server.observability.counters import Counters
 
 log = logging.getLogger("cayuga.receivers")
 

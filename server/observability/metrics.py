@@ -4,9 +4,7 @@ only bump integers. Each server has its own registry (tests run several)."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -16,26 +14,6 @@ from server.durability.diskfull import PARTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from server.daemon import Daemon
-
-
-class Counters:
-    """Thread-safe named counters (receivers and the API write; scrapes read)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._c: Counter[str] = Counter()
-
-    def add(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self._c[key] += n
-
-    def get(self, key: str) -> int:
-        with self._lock:
-            return self._c[key]
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._c)
 
 
 class _Collector:

@@ -364,7 +364,7 @@ def test_witnesses_the_log_cannot_take_are_held_not_delivered_and_a_stop_leaves_
             assert not watcher.is_alive()
             assert got == []  # nothing reached the client that is not in the log
             assert time.monotonic() - begun < settings.shutdown_timeout + 5
-            assert srv.daemon._unlogged > 0
+            assert srv.daemon.witnesses.unlogged > 0
             assert list((mnt / "data" / "snapshots").glob("*.bin")) == []  # no snapshot past unlogged witnesses
             filler.unlink()
             srv = RunningServer(settings).start()

@@ -45,7 +45,7 @@ def _evicted(d, n: int) -> None:
 
 
 def _crash(srv: RunningServer) -> None:
-    srv.daemon._final_snapshot = lambda: None  # no shutdown snapshot: as after kill -9
+    srv.daemon.checkpoints.final = lambda: None  # no shutdown snapshot: as after kill -9
     srv.stop()
 
 
@@ -66,7 +66,7 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
             fed += 8
             _evicted(d, 1)
             if snapshot:  # a snapshot after the first eviction: the replay must not apply it again
-                d.submit(lambda eng: d._take_snapshot(time.monotonic())).result(timeout=10)
+                d.submit(lambda eng: d.checkpoints.take(time.monotonic())).result(timeout=10)
                 _wait(lambda: not d.snapshotter.running, "snapshot")
                 assert d.snapshotter.taken == 1
                 cut = len(first)
@@ -77,8 +77,8 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
             _evicted(d, 2)
             c.post_events([stock(n, 3.0, 1, 20 + i) for i, n in enumerate(["A1", "A5", "A8", "B1", "B4", "A4"])])
             fed += 6
-            _wait(lambda: d._fed == fed, "fed")
-            _wait(lambda: not d._outbox, "delivered")
+            _wait(lambda: d.events_taken == fed, "fed")
+            _wait(lambda: not d.witnesses.outbox, "delivered")
             # a subscription near the limit is evicted after a batch once a tenth above it (here 6), and
             # at the next count down to it: wait for that, so that the recovery has nothing left to decide
             _wait(lambda: d.instance_count(sid) <= 5, "back at the limit")
@@ -94,7 +94,7 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
     srv.start()
     d = srv.daemon
     try:
-        _wait(lambda: d.caught_up and d._fed == fed, "replay")
+        _wait(lambda: d.caught_up and d.events_taken == fed, "replay")
         _wait(lambda: len(second) >= len(first) - cut, "witnesses", timeout=10)
         assert d.recovered.get("replayed_events") == (fed - 8 if snapshot else fed)
         assert decided >= 2
@@ -102,8 +102,8 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
         recorded = d.store.evictions()
         assert [(f, s, k) for _q, f, s, k in recorded][-1][1:] == (sid, 5)
         for n in (1, 2):  # once every kept snapshot includes them, the records go
-            d._changes += 1
-            d.submit(lambda eng: d._take_snapshot(time.monotonic())).result(timeout=10)
+            d.processing.changes += 1
+            d.submit(lambda eng: d.checkpoints.take(time.monotonic())).result(timeout=10)
             _wait(lambda n=n: d.snapshotter.taken == n and not d.snapshotter.running, "snapshot")
         assert d.store.evictions() == []
     finally:

@@ -108,9 +108,9 @@ def test_events_far_in_the_future_are_refused_and_the_queue_keeps_moving(client)
 
 
 def test_health_reports_a_stalled_queue(start_server, monkeypatch):
-    import server.daemon
+    import server.observability.health
 
-    monkeypatch.setattr(server.daemon, "STALL_SECONDS", 0.3)
+    monkeypatch.setattr(server.observability.health, "STALL_SECONDS", 0.3)
     srv = start_server(queue_capacity=10, max_future=3600)
     with CayugaClient(srv.base_url) as c:
         soon = int(time.time() * 1000) + 1_800_000

@@ -234,17 +234,17 @@ def test_subscription_changes_do_not_wait_for_the_event_poll(tmp_path):
 
 def _hold_restores(monkeypatch) -> threading.Event:
     """Make each restored subscription wait for the returned event (up to 20 s)."""
-    from server.daemon import Daemon
+    from server.subscriptions.registry import Registrar
 
     gate = threading.Event()
-    install = Daemon._install
+    install = Registrar.install
 
     def held_install(self, *args, persist=True, **kw):
         if not persist:  # a restore, not a registration
             gate.wait(20)
         return install(self, *args, persist=persist, **kw)
 
-    monkeypatch.setattr(Daemon, "_install", held_install)
+    monkeypatch.setattr(Registrar, "install", held_install)
     return gate
 
 

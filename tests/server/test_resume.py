@@ -50,7 +50,7 @@ def test_seq_prefixes_each_witness_and_plain_frames_are_unchanged(server, client
         assert _lines(ws1, 3) == [f"{i + 1} {plain[i]}" for i in range(3)]
         assert _lines(ws2, 3) == [f"{sid}:{i + 1} {plain[i]}" for i in range(3)]
     assert client.subscription(sid)["last_seq"] == 3
-    assert server.daemon.witness_seq == {sid: 3}
+    assert server.daemon.witnesses.seq == {sid: 3}
 
 
 def test_from_gets_the_log_then_live_with_no_gap_and_no_duplicate(server, client):

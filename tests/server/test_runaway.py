@@ -12,7 +12,7 @@ import time
 
 from clients.client import CayugaClient
 from server.config import Settings
-from server.daemon import MIN_WATCHED_BATCH, WATCH_SLACK
+from server.processing import MIN_WATCHED_BATCH, WATCH_SLACK
 from tests.server.conftest import stock
 
 RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock NEXT{$1.Name = $2.Name AND "
@@ -49,18 +49,18 @@ def test_health_names_the_runaway_while_events_flow_and_the_limit_holds(start_se
             while sent < 4 * (limit + slack):
                 snd.send_many(_events(sent + 1, 500))
                 sent += 500
-            _wait(lambda: d._fed == sent, "the events processed")
+            _wait(lambda: d.events_taken == sent, "the events processed")
             h = c.health()
             assert h["status"] == "warning", h
             heavy = h["holding_back"]
             assert heavy["subscription"] == runaway and heavy["limit"] == limit
             assert limit // 2 < heavy["instances"] <= high and "FOLD" in heavy["reason"]
-            witnesses = d._owner_witnesses.get(rising, 0)
+            witnesses = d.activity()[1].get(rising, 0)
             assert witnesses > 0
             snd.send_many(_events(sent + 1, 500))  # events still flow, and Rising still matches
             sent += 500
-            _wait(lambda: d._fed == sent, "more events processed")
-        _wait(lambda: d._owner_witnesses.get(rising, 0) > witnesses, "Rising's new witnesses")
+            _wait(lambda: d.events_taken == sent, "more events processed")
+        _wait(lambda: d.activity()[1].get(rising, 0) > witnesses, "Rising's new witnesses")
         live = d.submit(lambda eng: eng.instance_count(runaway)).result(timeout=10)
         assert live <= high
         assert d.counters.get("instance_evictions") > 0 and d.counters.get("instances_evicted") >= sent - high
@@ -77,7 +77,7 @@ def test_a_subscription_near_the_limit_never_outgrows_it_by_much(start_server):
     srv = start_server(time="event", max_instances_per_subscription=limit)
     d = srv.daemon
     seen: list[int] = []
-    feed = d._feed
+    feed = d.processing.feed
     with CayugaClient(srv.base_url) as c:
         runaway = c.subscribe(cel=RUNAWAY)["id"]
 
@@ -85,10 +85,10 @@ def test_a_subscription_near_the_limit_never_outgrows_it_by_much(start_server):
             feed(batch)
             seen.append(d.engine.instance_count(runaway))
 
-        d._feed = counting_feed
+        d.processing.feed = counting_feed
         with c.sender() as snd:
             snd.send_many(_events(1, 6000))
-            _wait(lambda: d._fed == 6000, "the events processed")
+            _wait(lambda: d.events_taken == 6000, "the events processed")
     # it ran away until the first count found it (at most a count interval: the overshoot the
     # limit always had); from then on it is watched, and held near the limit after every batch
     first = next(i for i in range(1, len(seen)) if seen[i] < seen[i - 1])

@@ -85,19 +85,19 @@ def test_a_running_server_forks_snapshots_and_a_restart_keeps_its_partial_matche
 
 def test_a_replay_is_exact_only_when_the_journal_holds_every_record_after_the_snapshot(tmp_path):
     d = Daemon(make_settings(tmp_path))
-    assert not d._replayable(None)  # durability off: no journal
-    d.journal = Journal(tmp_path / "j", "write", segment_bytes=4096)
+    assert not d.recovery.replayable(None)  # durability off: no journal
+    d.recovery.journal = Journal(tmp_path / "j", "write", segment_bytes=4096)
     try:
-        assert d._replayable(None)  # an empty journal: nothing to miss
+        assert d.recovery.replayable(None)  # an empty journal: nothing to miss
         for i in range(200):
-            d.journal.append([Event("Stock", ("A", 1.0, 1), i, i)] * 3)
-        assert d._replayable(None)
+            d.recovery.journal.append([Event("Stock", ("A", 1.0, 1), i, i)] * 3)
+        assert d.recovery.replayable(None)
         at = lambda pos: SnapshotFile(tmp_path / "x", 1, pos)  # noqa: E731
-        d.journal.truncate_before(150)
-        oldest = d.journal.oldest()
+        d.recovery.journal.truncate_before(150)
+        oldest = d.recovery.journal.oldest()
         assert 1 < oldest <= 150
-        assert d._replayable(at(oldest - 1)) and d._replayable(at(199)) and d._replayable(at(200))
-        assert not d._replayable(at(oldest - 2)) and not d._replayable(None)  # records it needs are gone
+        assert d.recovery.replayable(at(oldest - 1)) and d.recovery.replayable(at(199)) and d.recovery.replayable(at(200))
+        assert not d.recovery.replayable(at(oldest - 2)) and not d.recovery.replayable(None)  # records it needs are gone
     finally:
-        d.journal.close()
+        d.recovery.journal.close()
         d.store.close()

@@ -1,0 +1,294 @@
+"""How recovery works: what a start puts back, and in which order.
+
+:meth:`Recovery.restore_then_run` loads the newest snapshot, puts its queued
+events and then the journal after it back on the queue (before any new event
+is accepted), reinstalls the stored subscriptions, and loads the snapshot's
+instances. Subscriptions registered, and evictions applied, after that snapshot
+come back where the replay reaches the point they happened at (:attr:`Recovery.due`),
+so the engine takes exactly the events, in the order, it took before the crash
+and numbers their witnesses as it did. Then the engine thread starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from air.engine import Engine, EngineError, Event
+from air.engine.memory import paused_gc
+from server.durability.journal import Journal
+from server.durability.snapshot import SnapshotFile, SnapshotStore
+from server.durability.store import Store, StoredSubscription
+from server.ingest.queue import DelayQueue
+from server.subscriptions.registry import INSTALL_CHUNK, Pending, Registrar
+
+log = logging.getLogger("cayuga.daemon")
+
+
+class ServerStarting(RuntimeError):
+    """A change asked for while stored subscriptions are still being restored."""
+
+
+@dataclass
+class Eviction:
+    """A recorded max_instances_per_subscription eviction a replay applies again
+    (see server/processing.py, ``Evictions._evict``)."""
+
+    seq: int
+    sid: str
+    keep: int
+
+
+class Recovery:
+    """A start's recovery, and the replay it leaves to the engine thread.
+
+    The engine thread (server/processing.py, ``progress``) owns ``fed``;
+    ``witnesses`` (server/delivery/witnesses.py) numbers witnesses from
+    ``seq``; ``evictions`` applies a recorded eviction again; ``checkpoints``
+    (checkpoints.py) learns where the loaded snapshot stood; ``start_engine``
+    starts the engine thread; ``stopping`` is set by a stop."""
+
+    def __init__(self, store: Store, queue: DelayQueue, engine: Engine, snapshots: SnapshotStore,
+                 registrar: Registrar, progress, witnesses, evictions, checkpoints, start_engine: Callable[[], None],
+                 stopping: threading.Event) -> None:
+        self.store = store
+        self.queue = queue
+        self.engine = engine
+        self.snapshots = snapshots
+        self.registrar = registrar
+        self.progress = progress
+        self.witnesses = witnesses
+        self.evictions = evictions
+        self.checkpoints = checkpoints
+        self._start_engine = start_engine
+        self.stopping = stopping
+        self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
+        self.ready = threading.Event()  # stored subscriptions restored, engine thread running
+        # set once recovery has put back what the queue held: new events (TCP, POST /events) wait for it
+        self.accepting = threading.Event()
+        self.restore_total = 0
+        self.restored = 0
+        self.recovered: dict = {}  # what the last start recovered (logged; /health)
+        # a replay installs these subscriptions and applies these evictions at these `fed` points
+        self.due: deque[tuple[int, list[Pending | Eviction]]] = deque()
+        self.replay_until = 0  # `fed` at the end of a replay: no new eviction is decided before it
+        self.replaying = False  # a recovery's exact replay is under way (until `fed` reaches replay_until)
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()  # the engine thread starts, or the stop wins
+
+    # ------------------------------------------------------------------ the restore thread
+
+    def start(self, stored: list[StoredSubscription]) -> None:
+        """Recover in the background (:meth:`restore_then_run`)."""
+        self.restore_total = len(stored)
+        self._thread = threading.Thread(target=self.restore_then_run, args=(stored,), name="cayuga-restore",
+                                        daemon=True)
+        self._thread.start()
+
+    def cancel(self, deadline: float) -> bool:
+        """At a stop: if the restore is still under way, stop it (the engine
+        thread then never starts) and wait for it until ``deadline``
+        (monotonic); True if it was under way."""
+        with self._start_lock:
+            restoring = not self.ready.is_set()
+            if restoring:
+                self.stopping.set()  # the restore thread stops and never starts the engine thread
+        if restoring and self._thread:
+            self._thread.join(max(deadline - time.monotonic(), 0.1))
+        return restoring
+
+    def restore_then_run(self, stored: list) -> None:
+        """The engine's only writer until it hands over to the engine thread.
+        Stored CEL is not compiled again: each query is bound from its
+        shape's compiled form, stored when the shape was first compiled (keyed
+        by the compiler's version, so a new compiler compiles each shape once
+        again); subscriptions are installed in chunks."""
+        if stored:
+            log.info("restoring %d subscriptions", len(stored))
+        clock = time.perf_counter
+        began = clock()
+        shapes = self.registrar.shapes
+        rows = self.store.shapes()
+        if rows:
+            shapes.load(rows)
+            self.store.keep_shapes(shapes.keys())
+        with paused_gc():  # a snapshot is a million small tuples, which live on
+            found = self.snapshots.load_latest()
+        snap, snap_file = found if found is not None else (None, None)
+        seconds = self.recovered["seconds"] = {"snapshot_read": round(clock() - began, 2)}
+        exact = self.replayable(snap_file)
+        # the queue first: what waited in it, then the journal after the snapshot, all before any new
+        # event (the receivers and POST /events wait for `accepting`), so arrival order stays journal order
+        if snap is not None:
+            queued = [Event(*t) for t in snap["queue"]["events"]]
+            self.queue.restore(queued, snap["queue"])
+            self.recovered.update(snapshot=snap_file.path.name, queued=len(queued))
+        fed = snap["fed"] if snap is not None else 0
+        if exact:
+            # the replay gives every witness since the snapshot (without one: since the journal's first
+            # record) again, in the order and so with the numbers it had: numbering goes on from the
+            # snapshot's (_load_snapshot), or from where it stood when the journal began (Store.witness_base:
+            # nothing for a new data directory); what the log holds already is not logged again
+            self.replaying = True
+            if snap is None:
+                self.witnesses.seq = self.store.witness_base()
+        if exact:
+            self._replay(snap_file.journal if snap_file else 0)
+            self.replay_until = fed + len(self.queue)  # what the journal gives back, before any new event
+        self.accepting.set()
+        seconds["events_back"] = round(clock() - began, 2)  # new events are accepted from here on
+        mark = snap.get("evictions", 0) if snap is not None else 0
+        evictions = self.store.evictions(after=mark) if exact else []
+        self.evictions.seq = mark if exact else self.store.last_eviction()
+        early = [st for st in stored if not exact or st.installed_at is None or st.installed_at <= fed]
+        later = [st for st in stored if exact and st.installed_at is not None and st.installed_at > fed]
+        for k in range(0, len(early), INSTALL_CHUNK):
+            if self.stopping.is_set():
+                return
+            chunk = early[k:k + INSTALL_CHUNK]
+            self.registrar.install([Pending.restored(st) for st in chunk], persist=False)
+            self.restored += len(chunk)
+        if later or evictions:
+            self.defer(later, evictions)
+        seconds["subscriptions"] = round(clock() - began, 2)
+        self.progress.fed = fed if exact else max([fed] + [st.installed_at or 0 for st in stored])
+        if snap is not None:
+            with paused_gc(freeze=True):  # the instances live on: no collection should walk them (see install)
+                self._load_snapshot(snap, snap_file, exact)
+            del snap, found
+        seconds["ready"] = round(clock() - began, 2)
+        with self._start_lock:
+            if self.stopping.is_set():
+                return
+            self._start_engine()
+            self.ready.set()
+        if stored:
+            log.info("ready: %d subscriptions restored", len(self.registrar.subscriptions))
+
+    def require_ready(self) -> None:
+        """Raise :class:`ServerStarting` while the restore or the replay of
+        later subscriptions is under way."""
+        if not self.ready.is_set():
+            raise ServerStarting(f"the server is starting: {self.restored} of {self.restore_total} stored "
+                                 "subscriptions restored so far; retry shortly")
+        if self.due:
+            subs = sum(isinstance(x, Pending) for _f, items in self.due for x in items)
+            raise ServerStarting(f"the server is replaying its journal: {subs} subscriptions registered after "
+                                 "its last snapshot are still to come back, and evictions to apply again; "
+                                 "retry shortly")
+
+    @property
+    def caught_up(self) -> bool:
+        """Every stored subscription is installed (a recovery's replay has
+        passed the points where the later ones were registered)."""
+        return self.ready.is_set() and not self.due
+
+    def settled(self) -> bool:
+        """No replay decides what happens now: nothing is due and every
+        journaled event has been taken again (evictions may be decided)."""
+        return not self.due and self.progress.fed >= self.replay_until
+
+    @property
+    def remaining(self) -> int:
+        """Events of a recovery's replay the engine has still to take (0 once it is over)."""
+        return max(self.replay_until - self.progress.fed, 0) if self.replaying else 0
+
+    # ------------------------------------------------------------------ the replay
+
+    def replayable(self, snap_file: SnapshotFile | None) -> bool:
+        """Whether the journal holds every event since ``snap_file`` (or since
+        the beginning): only then is a replay exact, and subscriptions
+        registered since are installed again where they were."""
+        if self.journal is None:
+            return False
+        expected = (snap_file.journal if snap_file else 0) + 1
+        oldest = self.journal.oldest()  # from what the journal knows of its segments: nothing read twice
+        if oldest is None or self.journal.appended < expected or oldest <= expected:
+            return True
+        log.error("the journal starts at record %d but recovery needs it from %d (%s): queued events and "
+                  "partial matches of before cannot be recovered exactly; subscriptions start afresh",
+                  oldest, expected, "no snapshot" if snap_file is None else snap_file.path.name)
+        return False
+
+    def defer(self, stored: list[StoredSubscription], evictions: list[tuple[int, int, str, int]] = ()) -> None:
+        """Compile subscriptions registered after the snapshot; the engine
+        thread installs each when the replay reaches the point it was
+        registered at, and applies each eviction recorded after the snapshot
+        at the point it was applied at (:attr:`due`). At one point,
+        subscriptions come first: one installed there sees no instance older
+        than itself, so the order changes nothing."""
+        pending = [Pending.restored(st) for st in stored]
+        for e in self.registrar.compile_batch(pending, strict=False):
+            log.error("could not restore subscription %s: %s", pending[e["index"]].id, e.get("message"))
+        items = [(p.installed_at, 0, i, p) for i, p in enumerate(pending) if p.automata]
+        items += [(fed, 1, seq, Eviction(seq, sid, keep)) for seq, fed, sid, keep in evictions]
+        items.sort(key=lambda x: x[:3])
+        for at, _k, _i, item in items:
+            if self.due and self.due[-1][0] == at:
+                self.due[-1][1].append(item)
+            else:
+                self.due.append((at, [item]))
+        self.restored += len(stored)
+        if evictions:
+            log.info("the replay applies %d recorded evictions again", len(evictions))
+
+    def install_due(self) -> None:
+        """On the engine thread: install (and evict) what the replay has reached."""
+        while self.due and self.due[0][0] <= self.progress.fed:
+            _at, items = self.due.popleft()
+            pending = [x for x in items if isinstance(x, Pending)]
+            if pending:
+                reg = self.registrar
+                reg.adopt(reg.add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending, False)
+            for x in items:
+                if isinstance(x, Eviction):
+                    self.evictions.apply(x.sid, x.keep, replayed=True)
+                    self.evictions.seq = x.seq
+
+    def check_done(self) -> None:
+        """On the engine thread: note (and log) the end of the replay."""
+        if self.replaying and not self.due and self.progress.fed >= self.replay_until:
+            self.replaying = False
+            log.info("recovery done: %d journaled events replayed", self.recovered.get("replayed_events", 0))
+
+    def _load_snapshot(self, snap: dict, snap_file: SnapshotFile, exact: bool) -> None:
+        """Put a snapshot's state into the engine (before the engine thread
+        starts; its queued events are back already). Without an exact replay
+        the witness numbers go on from the witness log's where that is
+        further (fresh numbers for fresh witnesses)."""
+        try:
+            counts = self.engine.import_state(snap["engine"])
+        except EngineError as exc:
+            log.error("snapshot %s does not fit the stored subscriptions (%s): they start without instances",
+                      snap_file.path.name, exc)
+            counts = {"instances": 0, "skipped": 0, "clashes": 0}
+        seqs = dict(snap["witness_seq"])
+        if not exact:
+            for sid, n in self.witnesses.seq.items():
+                seqs[sid] = max(n, seqs.get(sid, 0))
+        self.witnesses.seq = seqs
+        self.checkpoints.loaded(snap["fed"])
+        self.recovered.update(instances=counts["instances"])
+        if counts["clashes"]:
+            log.warning("snapshot %s: %d nodes of the saved network are merged now; their instances were joined",
+                        snap_file.path.name, counts["clashes"])
+        log.info("loaded snapshot %s: %d instances, %d queued events, %d events taken before it",
+                 snap_file.path.name, counts["instances"], len(snap["queue"]["events"]), snap["fed"])
+
+    def _replay(self, after: int) -> None:
+        """Put the journal's records after position ``after`` back on the
+        queue, in journal order (the arrival order they had: the engine then
+        takes them in the order it took them before)."""
+        records = events = 0
+        for _pos, evs, _sender, _lines in self.journal.replay(after):
+            if evs:
+                self.queue.restore(evs)
+                events += len(evs)
+            records += 1
+        self.recovered.update(replayed_records=records, replayed_events=events)
+        if records:
+            log.info("replaying %d journaled events (%d records after position %d)", events, records, after)

@@ -1,0 +1,432 @@
+"""The registered subscriptions: compiling, installing, storing and removing them.
+
+:class:`Registrar` holds every :class:`Subscription` (registration order) and
+the index of which subscriptions read which stream; it compiles CEL through
+the shape cache, installs on the engine thread in chunks (:meth:`Registrar.install`),
+stores what it installed, and removes a subscription with (``cascade``) the
+ones reading its outputs. A restore (server/durability/recovery.py) uses the
+same steps without storing.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sqlite3
+import threading
+import time
+from collections import ChainMap
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager, Mapping, Protocol
+
+from air.airxml import dump_air, load_air_many
+from air.cel.shapes import BoundQuery, ShapeCache
+from air.engine import Engine, EngineError
+from air.engine.memory import paused_gc
+from air.errors import CayugaError
+from air.model import Automaton, StreamSchema
+from server.config import Settings
+from server.durability.diskfull import DiskFull
+from server.durability.store import Store, StoredSubscription
+from server.ingest.limits import automaton_size_errors
+from server.subscriptions.prepared import Preparer
+
+log = logging.getLogger("cayuga.daemon")
+
+#: Registrations and restores install subscriptions on the engine thread this
+#: many at a time (≈0.2 s each), so that events keep flowing during a large batch.
+INSTALL_CHUNK = 500
+#: A batch reports at most this many errors.
+MAX_BATCH_ERRORS = 100
+
+
+class SubscriptionError(ValueError):
+    """A subscription that cannot be registered; ``errors`` holds positioned details."""
+
+    def __init__(self, message: str, errors: list[dict] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or [{"message": message}]
+
+
+class LimitReached(RuntimeError):
+    """A registration refused by a server limit (max_subscriptions)."""
+
+
+class SubscriptionInUse(RuntimeError):
+    """A subscription whose outputs other subscriptions read cannot be removed alone."""
+
+    def __init__(self, sid: str, readers: list[str], sub: "Subscription") -> None:
+        streams = ", ".join(sub.outputs + sub.internal)
+        super().__init__(f"subscription {sid} publishes {streams}, which {', '.join(readers)} read"
+                         f"{'s' if len(readers) == 1 else ''}; delete {'it' if len(readers) == 1 else 'them'} "
+                         f"first, or delete with ?cascade=true to remove {sid} and every subscription reading "
+                         "its outputs")
+        self.readers = readers
+
+
+@dataclass
+class Subscription:
+    id: str
+    kind: str
+    text: str
+    automata: tuple[Automaton, ...]
+    outputs: list[str]
+    internal: list[str]
+    name: str | None = None
+    created: float = field(default_factory=time.time)
+
+    def reads(self) -> set[str]:
+        """The streams its automata read (without building them, for a restored query)."""
+        if isinstance(self.automata, BoundQuery):
+            return self.automata.reads()
+        return {s.input_stream for a in self.automata for s in a.states if s.input_stream}
+
+    @property
+    def air(self) -> str:
+        if len(self.automata) == 1:
+            return dump_air(self.automata[0])
+        return "<NFAs>\n" + "".join(dump_air(a) for a in self.automata) + "</NFAs>\n"
+
+
+def compile_subscription(kind: str, text: str, streams: Mapping[str, StreamSchema], sid: str,
+                         functions: dict[str, str], time_unit_ms: float,
+                         shapes: ShapeCache | None = None) -> tuple[tuple[Automaton, ...], list[str]]:
+    """Automata and user-visible output streams of a CEL or AIR text (CEL
+    through ``shapes`` when given: one compile per query shape)."""
+    if kind == "cel":
+        from air.cel import compile_cel
+
+        compile_ = shapes.compile if shapes is not None else compile_cel
+        compiled = compile_(text, streams, functions=functions, time_unit_ms=time_unit_ms, name_prefix=sid)
+        return tuple(compiled.automata), list(compiled.outputs)
+    autos = tuple(load_air_many(text, name=sid))
+    outs = list(dict.fromkeys(o.name for a in autos for _, o in a.outputs if o.type == "OUT"))
+    return autos, outs
+
+
+@dataclass
+class Pending:
+    """A subscription compiled, not yet installed."""
+
+    id: str
+    kind: str
+    text: str
+    name: str | None
+    created: float
+    automata: tuple[Automaton, ...] = ()  # or a BoundQuery (restored from its binding: built when read)
+    outputs: list[str] = field(default_factory=list)
+    installed_at: int | None = None  # Progress.fed when the engine thread installed it
+    binding: tuple[str, str] | None = None  # CEL of a cached shape: (shape id, constants), stored beside the text
+    stored: tuple[str | None, str | None] = (None, None)  # the binding a restored row had
+
+    @classmethod
+    def restored(cls, st: StoredSubscription) -> "Pending":
+        return cls(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at,
+                   binding=(st.shape, st.constants) if st.shape and st.constants else None,
+                   stored=(st.shape, st.constants))
+
+
+class Progress(Protocol):
+    """How far the engine thread is (server/processing.py): events taken, and
+    subscriptions installed or removed (a snapshot is due after a change)."""
+
+    fed: int
+    changes: int
+
+
+def _bind_error(index: int, exc: EngineError) -> dict:
+    return {"index": index, "kind": "bind", "message": str(exc), "detail": str(exc)}
+
+
+class Registrar:
+    """Every registered subscription, and how one is added or taken away.
+
+    ``submit`` runs a function on the engine thread; ``storing(what)`` wraps
+    a store write (a full disk becomes :class:`DiskFull` saying ``what``);
+    ``require_ready`` raises when changes are refused (starting, replaying,
+    witness log held); ``on_removed(sid)`` is called on the engine thread once
+    a subscription has left the engine, for the state others keep per
+    subscription; ``invalidate_routes`` and ``close_owner`` tell the WebSocket
+    hub its routes changed and a subscription's clients must go."""
+
+    def __init__(self, settings: Settings, engine: Engine, store: Store, counters, progress: Progress,
+                 submit: Callable, storing: Callable[[str], ContextManager], require_ready: Callable[[], None],
+                 on_removed: Callable[[str], None], invalidate_routes: Callable[[], None],
+                 close_owner: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.store = store
+        self.counters = counters
+        self.progress = progress
+        self.submit = submit
+        self._storing = storing
+        self._require_ready = require_ready
+        self._on_removed = on_removed
+        self._invalidate_routes = invalidate_routes
+        self._close_owner = close_owner
+        self.subscriptions: dict[str, Subscription] = {}
+        self.shapes = ShapeCache()  # compiled CEL query shapes (registrations and restores)
+        self.preparer = Preparer()  # installs restored CEL queries without building their automata
+        self.lock = threading.Lock()  # guards subscriptions and stream declarations
+        self._readers: dict[str, set[str]] = {}  # stream -> subscriptions whose automata read it
+
+    def functions(self) -> dict[str, str]:
+        return self.engine.functions.return_types()
+
+    def compile_batch(self, batch: list[Pending], strict: bool) -> list[dict]:
+        """Compile every subscription of ``batch`` (CEL through the shape
+        cache); returns the errors, each with its ``index`` in the batch."""
+        published: dict[str, StreamSchema] = {}  # by earlier queries of the batch, which later ones may read
+        streams = ChainMap(published, self.engine.stream_view)
+        functions, unit = self.functions(), self.settings.time_unit_ms
+        errors: list[dict] = []
+        for i, p in enumerate(batch):
+            if p.binding is not None:
+                bq = self.shapes.bound(p.binding, streams, functions=functions, time_unit_ms=unit, name_prefix=p.id)
+                if bq is not None:  # a restore: the automata are built only if something reads them
+                    p.automata, p.outputs = bq, list(bq.outputs)
+                    for name, attrs in bq.published():
+                        if name not in published:
+                            published[name] = StreamSchema(name, attrs)
+                    continue
+                p.binding = None
+            try:
+                if p.kind == "cel":
+                    compiled, p.binding = self.shapes.compile_keyed(p.text, streams, functions=functions,
+                                                                    time_unit_ms=unit, name_prefix=p.id)
+                    p.automata, p.outputs = tuple(compiled.automata), list(compiled.outputs)
+                else:
+                    p.automata, p.outputs = compile_subscription(p.kind, p.text, streams, p.id, functions, unit)
+            except CayugaError as exc:
+                detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
+                errors.append({"index": i, **detail, "detail": str(exc)})
+                if strict and len(errors) >= MAX_BATCH_ERRORS:
+                    break
+                continue
+            too_large = self.size_errors(p.automata) if strict else []
+            if too_large:
+                self.counters.add("subscriptions_refused")
+                p.automata = ()
+                errors.append({"index": i, "kind": "limit", "message": "; ".join(too_large), "line": 0,
+                               "column": 0, "excerpt": "", "detail": "; ".join(too_large)})
+                continue
+            for a in p.automata:
+                for st, out in a.outputs:
+                    published.setdefault(out.name, StreamSchema(out.name, st.schema))
+        return errors
+
+    def add_chunk(self, eng: Engine, chunk: list[tuple[int, Pending]], strict: bool) -> list:
+        """On the engine thread: add each of ``chunk``; returns (index, pending,
+        published streams or the EngineError). Strict: the first error
+        removes what this chunk added and is raised with its index."""
+        done = []
+        for i, p in chunk:
+            try:
+                done.append((i, p, self.preparer.add(eng, p.automata, p.id)))
+                p.installed_at = self.progress.fed  # a replay reaches the point of a deferred one exactly
+                self.progress.changes += 1
+            except EngineError as exc:
+                if strict:
+                    self.forget(eng, [q.id for _, q, _ in done])
+                    raise SubscriptionError(str(exc), [_bind_error(i, exc)]) from None
+                done.append((i, p, exc))
+        return done
+
+    def forget(self, eng: Engine, ids: list[str]) -> None:
+        """On the engine thread: remove subscriptions of a batch that failed
+        (their ids are not taken: nothing of them may stay behind)."""
+        for sid in ids:
+            eng.remove(sid)
+            self._on_removed(sid)
+
+    def install(self, batch: list[Pending], persist: bool = True) -> list[Subscription]:
+        """Compile, install and (``persist``) store ``batch``.
+
+        A registration (``persist``) is all or nothing: any error raises a
+        :class:`SubscriptionError` listing every compile error (or the first
+        engine error) with its index, and leaves the engine and the store as
+        they were. A restore skips (and logs) the subscriptions that fail.
+
+        The cyclic garbage collector waits meanwhile; a batch of at least
+        INSTALL_CHUNK then leaves the collector's reach (``gc.freeze``), so
+        neither the collection that would follow nor later full collections
+        walk the network it built (removing a subscription leaves no cyclic
+        garbage: reference counting frees it). What else is alive and cyclic
+        garbage at that moment is frozen too; the young generations are
+        collected first to keep that small."""
+        large = len(batch) >= INSTALL_CHUNK
+        if large:
+            gc.collect(1)
+        with paused_gc(freeze=large):
+            errors = self.compile_batch(batch, strict=persist)
+            if errors and persist:
+                raise SubscriptionError(f"{len(errors)} of {len(batch)} subscriptions have errors", errors)
+            todo = [(i, p) for i, p in enumerate(batch) if p.automata]
+            added: list = []
+            try:
+                for k in range(0, len(todo), INSTALL_CHUNK):
+                    chunk = todo[k:k + INSTALL_CHUNK]
+                    added += self.submit(lambda eng, c=chunk: self.add_chunk(eng, c, persist)).result(timeout=60)
+            except SubscriptionError:
+                for k in range(0, len(added), INSTALL_CHUNK):
+                    ids = [p.id for _, p, _ in added[k:k + INSTALL_CHUNK]]
+                    self.submit(lambda eng, ids=ids: self.forget(eng, ids)).result(timeout=60)
+                raise
+        subs = self.adopt(added, errors, batch, persist)
+        try:
+            self.store.save_shapes(self.shapes.export())
+        except sqlite3.Error as exc:  # a cache: a restart compiles those shapes again
+            log.warning("could not store compiled query shapes: %s", exc)
+        return subs
+
+    def adopt(self, added: list, errors: list[dict], batch: list[Pending], persist: bool) -> list[Subscription]:
+        """Make Subscriptions of what :meth:`add_chunk` installed (and store them
+        when ``persist``); a restore logs those that failed."""
+        subs, installed_at = [], {}
+        for i, p, published in added:
+            if isinstance(published, EngineError):
+                errors.append(_bind_error(i, published))
+                continue
+            internal = [s for s in published if s not in p.outputs]
+            subs.append(Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created))
+            installed_at[p.id] = p.installed_at
+        for e in errors:  # only a restore gets here with errors
+            log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
+        if persist:  # stored before they are known: what could not be stored is taken out of the engine again
+            bindings = {p.id: p.binding for p in batch if p.binding is not None}
+            try:
+                with self._storing(f"{len(subs)} subscription(s) could not be stored; none was registered"):
+                    self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
+                                                                      *(bindings.get(s.id) or (None, None)),
+                                                                      installed_at=installed_at[s.id])
+                                                   for s in subs])
+            except DiskFull:
+                for k in range(0, len(subs), INSTALL_CHUNK):
+                    ids = [s.id for s in subs[k:k + INSTALL_CHUNK]]
+                    self.submit(lambda eng, ids=ids: self.forget(eng, ids)).result(timeout=60)
+                raise
+        for sub in subs:
+            self.subscriptions[sub.id] = sub
+            self._index_readers(sub)
+        if subs:
+            self._invalidate_routes()  # routes of witnesses to clients depend on the subscriptions' outputs
+        if not persist:  # rows stored before bindings were, or with a binding no longer valid
+            try:
+                self.store.save_bindings([(p.binding or (None, None), p.id) for p in batch
+                                          if (p.binding or (None, None)) != p.stored and p.id in self.subscriptions])
+            except sqlite3.Error as exc:  # a cache: the next start binds them from their text again
+                log.warning("could not store the bindings of restored subscriptions: %s", exc)
+        return subs
+
+    def size_errors(self, autos) -> list[str]:
+        return automaton_size_errors(autos, self.settings.max_states, self.settings.max_predicate_atoms)
+
+    def add_subscription(self, kind: str, text: str, name: str | None = None) -> Subscription:
+        try:
+            return self.add_subscriptions([(kind, text, name)])[0]
+        except SubscriptionError as exc:
+            detail = exc.errors[0].pop("detail")
+            for e in exc.errors:
+                e.pop("index", None)
+            raise SubscriptionError(detail, exc.errors) from None
+
+    def add_subscriptions(self, items: list[tuple[str, str, str | None]]) -> list[Subscription]:
+        """Register many subscriptions (kind, text, name) at once, all or
+        nothing: on any error none is registered, no id is taken, and the
+        :class:`SubscriptionError` lists each error with its index. Ids are
+        consecutive, in the order given; a query may read the output of an
+        earlier one in the same batch. CEL queries of one shape are compiled
+        once (:class:`~air.cel.shapes.ShapeCache`). The engine thread installs
+        a large batch INSTALL_CHUNK at a time and runs events in between: a
+        subscription of the batch starts empty when its chunk is installed,
+        as if registered alone at that moment."""
+        with self.lock:
+            self._require_ready()
+            if len(self.subscriptions) + len(items) > self.settings.max_subscriptions:
+                self.counters.add("subscriptions_refused", len(items))
+                raise LimitReached(f"the server holds {len(self.subscriptions)} subscriptions and its limit is "
+                                   f"{self.settings.max_subscriptions} (the max_subscriptions setting): "
+                                   f"{len(items)} more do not fit; delete some first")
+            now = time.time()
+            ids = self.store.peek_ids(len(items))
+            return self.install([Pending(sid, kind, text, name, now) for sid, (kind, text, name) in zip(ids, items)])
+
+    def _index_readers(self, sub: Subscription, remove: bool = False) -> None:
+        for stream in sub.reads():
+            readers = self._readers.setdefault(stream, set())
+            if remove:
+                readers.discard(sub.id)
+                if not readers:
+                    del self._readers[stream]
+            else:
+                readers.add(sub.id)
+
+    def readers_of(self, sid: str) -> list[str]:
+        """The other subscriptions that read a stream ``sid`` publishes, in registration order."""
+        sub = self.subscriptions[sid]
+        found = {r for s in sub.outputs + sub.internal for r in self._readers.get(s, ()) if r != sid}
+        return [r for r in self.subscriptions if r in found]
+
+    def remove_subscription(self, sid: str, cascade: bool = False) -> list[str]:
+        """Remove ``sid``; returns the ids removed. A subscription whose outputs
+        others read is refused (:class:`SubscriptionInUse`, naming them: they
+        would lose their input, and could not be restored), unless ``cascade``,
+        which removes those readers too (and theirs), newest first."""
+        with self.lock:
+            self._require_ready()
+            if sid not in self.subscriptions:
+                raise KeyError(sid)
+            doomed, todo = {sid}, [sid]
+            while todo:
+                readers = self.readers_of(todo.pop())
+                if readers and not cascade:
+                    raise SubscriptionInUse(sid, readers, self.subscriptions[sid])
+                todo += [r for r in readers if r not in doomed]
+                doomed.update(readers)
+            order = [s for s in reversed(self.subscriptions) if s in doomed]  # readers before what they read
+            with self._storing(f"the deletion of {', '.join(order)} could not be stored; nothing was deleted"):
+                self.store.delete_subscriptions(order)  # first: a restart must not bring back what is gone
+            for s in order:
+                self.submit(lambda eng, s=s: self._remove_owner(eng, s)).result(timeout=30)
+                self._index_readers(self.subscriptions.pop(s), remove=True)
+            self._invalidate_routes()
+        for s in order:
+            self._close_owner(s)
+        if len(order) > 1:
+            log.info("removed subscription %s and the subscriptions reading its outputs: %s", sid,
+                     ", ".join(order[:-1]))
+        return order
+
+    def _remove_owner(self, eng: Engine, sid: str) -> None:
+        eng.remove(sid)
+        self._on_removed(sid)
+        self.progress.changes += 1
+
+    def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:
+        """Every error (with positions) a registration would meet; registers nothing."""
+        streams = self.engine.stream_view
+        if kind == "cel":
+            from air.cel import validate
+
+            errors = validate(text, streams, functions=self.functions(), time_unit_ms=self.settings.time_unit_ms)
+            if errors:
+                return [e.to_dict() for e in errors], [], None
+        try:
+            autos, outs = compile_subscription(kind, text, streams, "validate", self.functions(),
+                                               self.settings.time_unit_ms)
+        except CayugaError as exc:
+            return [exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}], [], None
+        too_large = self.size_errors(autos)
+        if too_large:
+            return [{"kind": "limit", "message": m, "line": 0, "column": 0, "excerpt": ""} for m in too_large], [], None
+        probe = Engine(self.engine.functions)
+        for name in {s.input_stream for a in autos for s in a.states if s.input_stream}:
+            schema = streams.get(name)  # the others are published within the query, or unknown (reported)
+            if schema is not None:
+                probe.declare(schema)
+        try:
+            probe.add(autos, owner="validate")
+        except EngineError as exc:
+            return [{"kind": "bind", "message": str(exc), "line": 0, "column": 0, "excerpt": ""}], [], None
+        sub = Subscription("validate", kind, text, autos, outs, [])
+        return [], outs, sub.air
