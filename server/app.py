@@ -14,6 +14,7 @@ from server.api import automaton, console, events, stats, streams, subscriptions
 from server.config import Settings
 from server.daemon import Daemon, LimitReached, ServerStarting
 from server.durability.diskfull import DiskFull
+from server.observability.counters import Count
 
 
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
@@ -52,7 +53,7 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
 
     @app.exception_handler(DiskFull)
     async def _disk_full(request: Request, exc: DiskFull):
-        d.counters.add("disk_full_refusals_http")
+        d.counters.add(Count.DISK_FULL_REFUSALS_HTTP)
         return JSONResponse(status_code=507, headers={"Retry-After": "5"}, content={
             "detail": f"{exc}: {request.method} {request.url.path} changed nothing; {exc.hint}, then retry",
             "disk_full": {"part": exc.part, "path": exc.path, "reason": exc.reason}})

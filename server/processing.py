@@ -25,6 +25,7 @@ from server.config import Settings
 from server.durability.diskfull import DiskFull
 from server.durability.store import Store
 from server.ingest.queue import DelayQueue
+from server.observability.counters import Count
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -182,7 +183,7 @@ class EngineThread:
                 i += 1  # counted by the engine
             except Exception as exc:  # noqa: BLE001 - the engine thread must survive a bad event
                 self.error = f"{type(exc).__name__}: {exc}"
-                self.counters.add("engine_errors")
+                self.counters.add(Count.ENGINE_ERRORS)
                 log.exception("engine failed on %r", batch[i])
                 i += 1
 
@@ -345,10 +346,10 @@ class Evictions:
         self.instances[sid] = eng.instance_count(sid) if removed else before
         if removed:
             self.progress.changes += 1
-            self.counters.add("instances_evicted", removed)
-            self.counters.add("instance_evictions")
+            self.counters.add(Count.INSTANCES_EVICTED, removed)
+            self.counters.add(Count.INSTANCE_EVICTIONS)
             if shared:
-                self.counters.add("instances_evicted_shared", shared)
+                self.counters.add(Count.INSTANCES_EVICTED_SHARED, shared)
             # a runaway is evicted every tenth of the limit in events (_recount_watched): one line per
             # subscription per EVICTION_LOG_SECONDS, saying how many evictions it stands for
             now, (logged, quiet) = time.monotonic(), self._eviction_log.get(sid, (-EVICTION_LOG_SECONDS, 0))

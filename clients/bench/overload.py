@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from clients.client import CayugaClient
+from server.observability.counters import Count
 
 CAPACITY = 5_000
 #: The workload's unmatched instances grow without end; the limit bounds them.
@@ -115,11 +116,11 @@ def drive(srv, seconds: float, capacity: int = CAPACITY) -> dict:
             stop.set()
             th.join(seconds + 60)
         _wait(lambda: len(d.queue) == 0, 300, "the queue to drain")
-        _wait(lambda: sum(d.activity()[0].values()) >= d.counters.get("received_tcp"), 60,
+        _wait(lambda: sum(d.activity()[0].values()) >= d.counters.get(Count.RECEIVED_TCP), 60,
               "every received event processed")
     return {"samples": samples, "base_rss_mb": base, "engine_rate": engine_rate, "offered_rate": offered_rate,
-            "sent": sent[0], "received": d.counters.get("received_tcp"),
-            "processed": sum(d.activity()[0].values()), "instances_evicted": d.counters.get("instances_evicted")}
+            "sent": sent[0], "received": d.counters.get(Count.RECEIVED_TCP),
+            "processed": sum(d.activity()[0].values()), "instances_evicted": d.counters.get(Count.INSTANCES_EVICTED)}
 
 
 def overload(seconds: float = 60.0) -> dict:

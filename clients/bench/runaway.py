@@ -22,6 +22,7 @@ import time
 from clients.client import CayugaClient
 from server.config import load_settings
 from server.serve import RunningServer
+from server.observability.counters import Count
 
 RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock NEXT{$1.Name = $2.Name AND "
           "$2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
@@ -68,7 +69,7 @@ def run(limit: int, runaway: str = RUNAWAY, warmup: float = 30.0, window: float 
                 stop.set()
                 sender.join(30)
                 return {"limit": limit, "events_per_second": round((f1 - f0) / (w1 - w0)),
-                        "instances": d.instance_counts(), "evictions": d.counters.get("instance_evictions")}
+                        "instances": d.instance_counts(), "evictions": d.counters.get(Count.INSTANCE_EVICTIONS)}
         finally:
             stop.set()
             srv.stop()

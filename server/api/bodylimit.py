@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from server.observability.counters import Count
 
 #: Bytes of a refused body read and discarded so that the client reads the 413.
 DRAIN_BYTES = 256 << 20
@@ -72,7 +73,7 @@ class BodyLimit:
             await self._refuse(receive, send, seen, drain, read=seen)
 
     async def _refuse(self, receive, send, size: int, drain: bool, read: int) -> None:
-        self.counters.add("http_body_too_large")
+        self.counters.add(Count.HTTP_BODY_TOO_LARGE)
         body = json.dumps({"detail": f"the request body ({size} bytes or more) is larger than max_body_bytes "
                                      f"({self.max_bytes}); split it (POST /events takes a list: send several)"}
                           ).encode()

@@ -12,6 +12,7 @@ from server.api.schemas import EventsOut
 from server.durability.diskfull import DiskFull
 from server.ingest.limits import refusals, without
 from server.ingest.queue import QueueClosed
+from server.observability.counters import Count
 
 router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(require_token)])
 
@@ -45,7 +46,7 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     (``not_accepted_from``)."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype != "application/json" and not ctype.endswith("+json"):
-        d.counters.add("http_not_json")
+        d.counters.add(Count.HTTP_NOT_JSON)
         raise HTTPException(415, detail=f"the body must be JSON (content-type: application/json), not {ctype!r}")
     body = await request.body()
     decoder = JsonDecoder(d.engine.schema, clock=d.now if d.settings.time == "clock" else None,
@@ -55,7 +56,7 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     except LineError as exc:
         raise HTTPException(400, detail=str(exc)) from None
     if len(events) + len(errors) > MAX_BATCH:
-        d.counters.add("http_batch_too_large")
+        d.counters.add(Count.HTTP_BATCH_TOO_LARGE)
         raise HTTPException(413, detail=f"at most {MAX_BATCH} events per request; split the batch")
     refused = refusals(events, len(body), horizon=d.horizon(), max_value=d.settings.max_value_bytes)
     if refused:  # indexes of the events list; report them as indexes of the body's items
@@ -64,7 +65,7 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
         events, _ = without(events, refused)
     rejected = [{"index": i, "error": reason} for i, reason in errors]
     if rejected:
-        d.counters.add("rejected_http", len(rejected))
+        d.counters.add(Count.REJECTED_HTTP, len(rejected))
 
     def enqueue() -> int:
         if not d.accepting.wait(DURABLE_SECONDS):
@@ -90,12 +91,12 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     except DiskFull as exc:
         return _refused(d, exc, len(events), errors)
     except _NotSynced as exc:
-        d.counters.add("disk_full_refusals_http")
+        d.counters.add(Count.DISK_FULL_REFUSALS_HTTP)
         return JSONResponse(status_code=507, content={
             "detail": f"{exc}: the {len(events)} events are in the journal and queued (they will be processed: "
                       "do not send them again) but could not be made durable; free space on the file system of "
                       "the data directory", "accepted": len(events)})
-    d.counters.add("received_http", len(events) - late)
+    d.counters.add(Count.RECEIVED_HTTP, len(events) - late)
     return EventsOut(accepted=len(events) - late, rejected=rejected, late=late)
 
 
@@ -105,10 +106,10 @@ class _NotSynced(Exception):
 
 def _refused(d, exc: DiskFull, n_events: int, errors: list[tuple[int, str]]) -> JSONResponse:
     """507: the journal could not take the events from ``exc.first_refused`` on."""
-    d.counters.add("disk_full_refusals_http")
+    d.counters.add(Count.DISK_FULL_REFUSALS_HTTP)
     k = exc.first_refused
     if k:
-        d.counters.add("received_http", k)
+        d.counters.add(Count.RECEIVED_HTTP, k)
         item = _item_indexes(n_events, errors)[k]
         what = (f"the first {k} of the {n_events} events were accepted (the body's items before index {item}); "
                 f"those from item {item} on were not: send only those again")

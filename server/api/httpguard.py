@@ -40,12 +40,12 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from server.observability.counters import Counters
+from server.observability.counters import Counters, HTTP_CONN_REFUSED
 
 log = logging.getLogger("cayuga.http")
 
-#: Labels of cayuga_http_connections_refused_total (counter key: ``http_conn_<reason>``).
-REFUSALS = ("header_timeout", "body_timeout", "evicted", "max_connections")
+#: Labels of cayuga_http_connections_refused_total (counters: ``HTTP_CONN_REFUSED``).
+REFUSALS = tuple(HTTP_CONN_REFUSED)
 
 
 def _response(status: str, detail: str, retry_after: int | None = None) -> bytes:
@@ -85,7 +85,7 @@ class HttpGuard:
     def refuse(self, transport: asyncio.BaseTransport, reason: str, answer: bool = True) -> None:
         """Answer (unless ``answer`` is false: a response has begun; best effort,
         never waiting for the peer to read) and close."""
-        self.counters.add(f"http_conn_{reason}")
+        self.counters.add(HTTP_CONN_REFUSED[reason])
         if answer:
             text = {"header_timeout": self._timeout_answer, "body_timeout": self._body_answer,
                     "evicted": self._evicted_answer, "max_connections": self._full_answer}[reason]

@@ -13,6 +13,7 @@ import time
 from fastapi import APIRouter, Depends, Query
 
 from server.api.deps import DaemonDep, require_token
+from server.observability.counters import Count
 
 router = APIRouter(tags=["system"], dependencies=[Depends(require_token)])
 
@@ -40,13 +41,13 @@ def stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subscrip
     subs = list(d.subscriptions)[offset:offset + limit]
     return {
         "time": time.time(),
-        "received": c.get("received_tcp", 0) + c.get("received_http", 0),
-        "rejected": c.get("rejected_tcp", 0) + c.get("rejected_http", 0),
+        "received": c[Count.RECEIVED_TCP] + c[Count.RECEIVED_HTTP],
+        "rejected": c[Count.REJECTED_TCP] + c[Count.REJECTED_HTTP],
         "late": d.queue.late + es.late,
         "events": sum(per_stream.values()),
         "processed": es.events,
         "witnesses": es.witnesses,
-        "delivered": c.get("delivered", 0),
+        "delivered": c[Count.DELIVERED],
         "queue_depth": len(d.queue),
         "epoch_lag": d.epoch_lag(),  # in stream time units
         "epoch_lag_seconds": d.epoch_lag() * d.settings.time_unit_ms / 1000.0,

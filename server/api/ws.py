@@ -54,6 +54,7 @@ from air.names import shown
 from server.api.deps import ws_token_ok
 from server.delivery.hub import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
 from server.durability.witlog import Gone
+from server.observability.counters import Count
 
 router = APIRouter(tags=["notifications"])
 
@@ -156,7 +157,7 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
     if gone is not None:
-        d.counters.add("drop_retention")
+        d.counters.add(Count.DROP_RETENTION)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=GONE_CLOSE, reason=str(gone)[:123]), timeout=SLOW_CLOSE_SECONDS)
     elif ch.overflowed:
@@ -195,7 +196,7 @@ async def _send(ws: WebSocket, ch: ClientChannel, lines: list[bytes], counters) 
                 ch.sent += len(part)
     finally:
         if ch.sent != ch.counted:
-            counters.add("delivered", ch.sent - ch.counted)
+            counters.add(Count.DELIVERED, ch.sent - ch.counted)
             ch.counted = ch.sent
 
 

@@ -20,6 +20,7 @@ from air.model import StreamSchema
 from server.delivery.hub import ClientChannel, NotifierHub
 from server.durability.diskfull import DiskFull
 from server.durability.witlog import WitnessLog
+from server.observability.counters import CLIENT_DROPS, Count
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -149,9 +150,9 @@ class Witnesses:
                     self._offer(logged, outbox, dropped)
                     return True
             if self.held is None:
-                self.counters.add("witness_log_holds")
+                self.counters.add(Count.WITNESS_LOG_HOLDS)
             self.held = failure
-            self.counters.add("witness_log_errors")
+            self.counters.add(Count.WITNESS_LOG_ERRORS)
             if self._stopping.wait(wait):
                 self.unlogged = len(logged[0])
                 log.error("stopping while the witness log cannot be written (%s): the last batch's %d witnesses "
@@ -179,11 +180,11 @@ class Witnesses:
         the witness log) or, on an internal stream that is not logged, it is
         disconnected ("disconnect")."""
         if policy == "lag":
-            self.counters.add("client_lags", n)
+            self.counters.add(Count.CLIENT_LAGS, n)
             log.info("WebSocket client %s (%s) fell %d witnesses behind: served from the witness log until it "
                      "catches up", ch.id, ch.label, ch.capacity)
             return
-        self.counters.add(f"drop_{policy}", n)
+        self.counters.add(CLIENT_DROPS[policy], n)
         if policy == "disconnect":
             log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full (an internal stream, "
                         "not in the witness log)", ch.id, ch.label, ch.capacity)

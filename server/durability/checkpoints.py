@@ -22,6 +22,7 @@ from server.durability.journal import Journal
 from server.durability.snapshot import SnapshotFile, SnapshotStore, Snapshotter
 from server.durability.store import Store
 from server.ingest.queue import DelayQueue
+from server.observability.counters import Count
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -90,7 +91,7 @@ class Checkpoints:
         if self.snapshotter.fork(self.queue.lock, lambda: journal.appended if journal is not None else 0,
                                  self.state):
             self._snap_fed, self._snap_changes, self._snap_at = self.progress.fed, self.progress.changes, now
-            self.counters.add("snapshot_forks")
+            self.counters.add(Count.SNAPSHOT_FORKS)
 
     def before_publish(self) -> None:
         if self.witnesses.witlog is not None:

@@ -91,7 +91,7 @@ from server.durability.diskfull import DiskFull
 from server.ingest.limits import AddressSlots, refusals, without
 from server.ingest.protocol import HEADERS, SENDER_ID
 from server.ingest.queue import DelayQueue, QueueClosed
-from server.observability.counters import Counters
+from server.observability.counters import Count, Counters, TCP_REFUSED
 
 log = logging.getLogger("cayuga.receivers")
 
@@ -102,7 +102,7 @@ RECV_BYTES = 1 << 16
 #: Seconds a client has to send its ``#token`` line when tokens are required.
 AUTH_SECONDS = 10.0
 #: Why a connection was refused or closed: the label of cayuga_tcp_refusals_total.
-REFUSALS = ("max_connections", "per_address", "idle", "auth")
+REFUSALS = tuple(TCP_REFUSED)
 #: Seconds the last acknowledgement waits for durability once a client has sent everything.
 FINAL_ACK_SECONDS = 10.0
 #: Seconds a connection refused for a full disk is still read (and discarded) before it is closed.
@@ -267,7 +267,7 @@ class TcpReceiver:
 
     def _refuse(self, conn: socket.socket, reason: str, message: str) -> None:
         """Count a refusal, tell the client why, close."""
-        self.counters.add(f"tcp_refused_{reason}")
+        self.counters.add(TCP_REFUSED[reason])
         log.info("TCP connection refused (%s): %s", reason, message)
         try:
             conn.settimeout(1.0)
@@ -296,7 +296,7 @@ class TcpReceiver:
                 chunk = conn.recv(RECV_BYTES)
             except socket.timeout:
                 if time.monotonic() - heard > idle:
-                    self.counters.add("tcp_refused_idle")
+                    self.counters.add(Count.TCP_REFUSED_IDLE)
                     log.info("closing idle TCP connection after %.0f s", idle)
                     conn.sendall(f"error: idle for {idle:g} s without a complete line "
                                  "(the idle_timeout setting); closing\n".encode())
@@ -355,7 +355,7 @@ class TcpReceiver:
         for number, block in self._blocks(conn, idle_work):
             if not authenticated:
                 if block is None or not self._authenticate(block.partition(b"\n")[0]):
-                    self.counters.add("tcp_refused_auth")
+                    self.counters.add(Count.TCP_REFUSED_AUTH)
                     self._reject(conn, number, "authentication required: the first line must be "
                                  "'#token <token>' with one of the server's auth_tokens; closing", counted=False)
                     return
@@ -391,7 +391,7 @@ class TcpReceiver:
                 break
             if block is None and st.skip:  # a duplicate
                 st.skip -= 1
-                self.counters.add("duplicates_dropped")
+                self.counters.add(Count.DUPLICATES_DROPPED)
                 continue
             if block is None:
                 self._reject(conn, first, f"line longer than {self.max_line_bytes} bytes")
@@ -464,7 +464,7 @@ class TcpReceiver:
                     taken = False
                     self._senders.add(text)
             if taken:
-                self.counters.add("tcp_sender_taken")
+                self.counters.add(Count.TCP_SENDER_TAKEN)
                 return self._protocol_error(conn, f"sender {text} is already connected; the connection that "
                                             "holds it keeps it until it ends: retry later")
             st.sender, st.numbered = text, True
@@ -488,7 +488,7 @@ class TcpReceiver:
         return True
 
     def _protocol_error(self, conn: socket.socket, message: str) -> bool:
-        self.counters.add("tcp_protocol_errors")
+        self.counters.add(Count.TCP_PROTOCOL_ERRORS)
         log.info("TCP connection refused: %s", message)
         try:
             conn.sendall(f"error: {message}; closing\n".encode())
@@ -515,7 +515,7 @@ class TcpReceiver:
                 decoder.decode_batch(block[cut:line_end], first + k)  # the header; errors are the old line's
             cut, k = line_end, k + 1
         st.skip -= k
-        self.counters.add("duplicates_dropped", k)
+        self.counters.add(Count.DUPLICATES_DROPPED, k)
         return block[cut:], first + k
 
     def _handled(self, conn: socket.socket, st: _Session, last: int) -> None:
@@ -544,7 +544,7 @@ class TcpReceiver:
         line is where its #resume will continue (its journaled progress + 1)."""
         if st.sender is not None:
             line = self.queue.progress(st.sender) + 1
-        self.counters.add("disk_full_refusals_tcp")
+        self.counters.add(Count.DISK_FULL_REFUSALS_TCP)
         log.debug("TCP connection refused from line %d: %s", line, exc)  # the episode is logged by DiskState
         if st.ack:
             self._acknowledge(conn, st, wait=0.0)
@@ -616,11 +616,11 @@ class TcpReceiver:
             raise OSError("server stopping") from None
 
     def _count_received(self, n: int) -> None:
-        self.counters.add("received_tcp", n)
+        self.counters.add(Count.RECEIVED_TCP, n)
 
     def _reject(self, conn: socket.socket, number: int, reason: str, counted: bool = True) -> None:
         if counted:
-            self.counters.add("rejected_tcp")
+            self.counters.add(Count.REJECTED_TCP)
         log.info("rejected line %d: %s", number, reason)
         if conn in self._muted:
             return
@@ -633,5 +633,5 @@ class TcpReceiver:
         except OSError:  # the client does not read its error lines: stop sending them (each would wait POLL)
             with self._lock:
                 self._muted.add(conn)
-            self.counters.add("tcp_error_lines_muted")
+            self.counters.add(Count.TCP_ERROR_LINES_MUTED)
             log.info("a TCP client does not read its error lines; no more are sent on that connection")

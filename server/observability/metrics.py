@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from server.durability.diskfull import PARTS
+from server.observability.counters import (CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED, RECEIVED, REJECTED,
+                                           TCP_REFUSED, Count)
 
 if TYPE_CHECKING:  # pragma: no cover
     from server.daemon import Daemon
@@ -26,13 +28,13 @@ class _Collector:
         stats = d.engine.stats
         received = CounterMetricFamily("cayuga_events_received", "Events accepted into the queue",
                                        labels=["source"])
-        for source in ("tcp", "http"):
-            received.add_metric([source], c.get(f"received_{source}", 0))
+        for source in RECEIVED:
+            received.add_metric([source], c[RECEIVED[source]])
         yield received
         rejected = CounterMetricFamily("cayuga_events_rejected", "Malformed or schema-violating events",
                                        labels=["source"])
-        for source in ("tcp", "http"):
-            rejected.add_metric([source], c.get(f"rejected_{source}", 0))
+        for source in REJECTED:
+            rejected.add_metric([source], c[REJECTED[source]])
         yield rejected
         yield CounterMetricFamily("cayuga_events_late", "Events older than one already released (dropped)",
                                   value=d.queue.late + stats.late)
@@ -40,17 +42,17 @@ class _Collector:
                                   "resubscribed witnesses included", value=stats.events)
         yield CounterMetricFamily("cayuga_witnesses", "Witnesses produced", value=stats.witnesses)
         yield CounterMetricFamily("cayuga_witnesses_delivered", "Witness messages handed to WebSocket clients",
-                                  value=c.get("delivered", 0))
+                                  value=c[Count.DELIVERED])
         yield CounterMetricFamily("cayuga_eval_errors", "Predicate or schema-map evaluations that failed",
                                   value=stats.eval_errors)
         drops = CounterMetricFamily("cayuga_client_drops", "WebSocket clients disconnected: retention (what "
                                     "they needed left the witness log), disconnect (too slow on an internal "
                                     "stream, which is not logged)", labels=["policy"])
-        drops.add_metric(["retention"], c.get("drop_retention", 0))
-        drops.add_metric(["disconnect"], c.get("drop_disconnect", 0))
+        for policy, key in CLIENT_DROPS.items():
+            drops.add_metric([policy], c[key])
         yield drops
         yield CounterMetricFamily("cayuga_client_lags", "Times a WebSocket client fell client_buffer witnesses "
-                                  "behind and was served from the witness log", value=c.get("client_lags", 0))
+                                  "behind and was served from the witness log", value=c[Count.CLIENT_LAGS])
         yield GaugeMetricFamily("cayuga_lagging_clients", "WebSocket clients now catching up from the witness log",
                                 value=d.hub.lagging())
         wl = d.witlog
@@ -70,15 +72,15 @@ class _Collector:
         refusals = CounterMetricFamily("cayuga_tcp_refusals", "TCP event connections refused or closed: "
                                        "max_connections, per_address, idle (no complete line for idle_timeout), "
                                        "auth (no valid #token line)", labels=["reason"])
-        for reason in ("max_connections", "per_address", "idle", "auth"):
-            refusals.add_metric([reason], c.get(f"tcp_refused_{reason}", 0))
+        for reason, key in TCP_REFUSED.items():
+            refusals.add_metric([reason], c[key])
         yield refusals
         http = CounterMetricFamily("cayuga_http_refusals", "HTTP requests refused: body larger than "
                                    "max_body_bytes (413), too many events in one POST /events (413), a body "
                                    "that is not JSON (415)", labels=["reason"])
-        for reason, key in (("body_bytes", "http_body_too_large"), ("batch_items", "http_batch_too_large"),
-                            ("content_type", "http_not_json")):
-            http.add_metric([reason], c.get(key, 0))
+        for reason, key in (("body_bytes", Count.HTTP_BODY_TOO_LARGE), ("batch_items", Count.HTTP_BATCH_TOO_LARGE),
+                            ("content_type", Count.HTTP_NOT_JSON)):
+            http.add_metric([reason], c[key])
         yield http
         conns = CounterMetricFamily("cayuga_http_connections_refused", "HTTP connections closed or refused by "
                                     "server/api/httpguard.py: header_timeout (no complete request headers within "
@@ -86,14 +88,14 @@ class _Collector:
                                     "http_body_timeout, 408), evicted (the oldest waiting connection, to make "
                                     "room at max_http_connections, 503), max_connections (one more at "
                                     "max_http_connections, all busy, 503)", labels=["reason"])
-        for reason in ("header_timeout", "body_timeout", "evicted", "max_connections"):
-            conns.add_metric([reason], c.get(f"http_conn_{reason}", 0))
+        for reason, key in HTTP_CONN_REFUSED.items():
+            conns.add_metric([reason], c[key])
         yield conns
         full = CounterMetricFamily("cayuga_disk_full_refusals", "Requests refused because the data directory "
                                    "could not be written (a full disk): tcp (connections told 'error: disk full' "
                                    "and closed), http (507 answers)", labels=["source"])
-        for source in ("tcp", "http"):
-            full.add_metric([source], c.get(f"disk_full_refusals_{source}", 0))
+        for source, key in DISK_FULL_REFUSALS.items():
+            full.add_metric([source], c[key])
         yield full
         failing = d.disk.current()
         gauge = GaugeMetricFamily("cayuga_disk_full", "1 while that part of the data directory cannot be "
@@ -102,23 +104,23 @@ class _Collector:
             gauge.add_metric([part], 1 if part in failing else 0)
         yield gauge
         yield CounterMetricFamily("cayuga_witness_log_append_failures", "Witness-log appends that failed (the "
-                                  "engine held the batch and tried again)", value=c.get("witness_log_errors", 0))
+                                  "engine held the batch and tried again)", value=c[Count.WITNESS_LOG_ERRORS])
         yield CounterMetricFamily("cayuga_witness_log_holds", "Times the engine thread began holding a batch "
-                                  "because the witness log could not be written", value=c.get("witness_log_holds", 0))
+                                  "because the witness log could not be written", value=c[Count.WITNESS_LOG_HOLDS])
         yield CounterMetricFamily("cayuga_tcp_error_lines_muted", "TCP connections that stopped getting their "
                                   "error lines because they did not read them",
-                                  value=c.get("tcp_error_lines_muted", 0))
+                                  value=c[Count.TCP_ERROR_LINES_MUTED])
         yield CounterMetricFamily("cayuga_subscriptions_refused", "Registrations refused by max_subscriptions, "
-                                  "max_states or max_predicate_atoms", value=c.get("subscriptions_refused", 0))
+                                  "max_states or max_predicate_atoms", value=c[Count.SUBSCRIPTIONS_REFUSED])
         yield CounterMetricFamily("cayuga_instances_evicted", "Instances evicted (oldest first) because their "
                                   "subscription exceeded max_instances_per_subscription",
-                                  value=c.get("instances_evicted", 0))
+                                  value=c[Count.INSTANCES_EVICTED])
         yield CounterMetricFamily("cayuga_instance_evictions", "Evictions applied by "
                                   "max_instances_per_subscription (one per subscription found above it)",
-                                  value=c.get("instance_evictions", 0))
+                                  value=c[Count.INSTANCE_EVICTIONS])
         yield CounterMetricFamily("cayuga_instances_evicted_shared", "Evicted instances that other subscriptions "
                                   "saw too (merged states): they lost them with the one above its limit",
-                                  value=c.get("instances_evicted_shared", 0))
+                                  value=c[Count.INSTANCES_EVICTED_SHARED])
         snap = d.snapshotter
         yield CounterMetricFamily("cayuga_snapshots", "Snapshots of the processing state written by a forked "
                                   "child (the shutdown one is not counted)", value=snap.taken)
@@ -131,9 +133,9 @@ class _Collector:
         yield GaugeMetricFamily("cayuga_snapshot_bytes", "Size of the last snapshot", value=snap.last_bytes)
         yield CounterMetricFamily("cayuga_tcp_duplicates_dropped", "Lines a #sender connection sent again "
                                   "(#from K below #resume N) and that were dropped",
-                                  value=c.get("duplicates_dropped", 0))
+                                  value=c[Count.DUPLICATES_DROPPED])
         yield CounterMetricFamily("cayuga_tcp_protocol_errors", "TCP connections closed for a bad #sender, "
-                                  "#from or a sender id already connected", value=c.get("tcp_protocol_errors", 0))
+                                  "#from or a sender id already connected", value=c[Count.TCP_PROTOCOL_ERRORS])
         j = d.journal
         if j is not None:
             yield CounterMetricFamily("cayuga_journal_records", "Records appended to the event journal",

@@ -30,6 +30,7 @@ from server.durability.diskfull import DiskFull
 from server.durability.store import Store, StoredSubscription
 from server.ingest.limits import automaton_size_errors
 from server.subscriptions.prepared import Preparer
+from server.observability.counters import Count
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -205,7 +206,7 @@ class Registrar:
                 continue
             too_large = self.size_errors(p.automata) if strict else []
             if too_large:
-                self.counters.add("subscriptions_refused")
+                self.counters.add(Count.SUBSCRIPTIONS_REFUSED)
                 p.automata = ()
                 errors.append({"index": i, "kind": "limit", "message": "; ".join(too_large), "line": 0,
                                "column": 0, "excerpt": "", "detail": "; ".join(too_large)})
@@ -343,7 +344,7 @@ class Registrar:
         with self.lock:
             self._require_ready()
             if len(self.subscriptions) + len(items) > self.settings.max_subscriptions:
-                self.counters.add("subscriptions_refused", len(items))
+                self.counters.add(Count.SUBSCRIPTIONS_REFUSED, len(items))
                 raise LimitReached(f"the server holds {len(self.subscriptions)} subscriptions and its limit is "
                                    f"{self.settings.max_subscriptions} (the max_subscriptions setting): "
                                    f"{len(items)} more do not fit; delete some first")

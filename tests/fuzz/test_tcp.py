@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz.conftest import FUZZ_NET, healthy
 from tests.waiting import wait_until
+from server.observability.counters import Count
 
 SENTINEL = b'{"stream": "Sentinel", "t1": 1}'
 GOOD = json.dumps({"stream": "Stock", "t1": 1, "Name": "IBM", "Price": 1.5, "Volume": 3}).encode()
@@ -48,13 +49,13 @@ def test_random_lines_in_random_chunks(server, lines, chunk, long_tail):
     body = [b"{}"] + lines + [long_tail * 2, SENTINEL]  # {}: no #format on the first line; long_tail may be over 4 KB
     good = sum(1 for x in body if x == GOOD)
     counters = server.daemon.counters
-    before = counters.get("received_tcp")
+    before = counters.get(Count.RECEIVED_TCP)
     answers = _exchange(server.tcp_port, b"\n".join(body) + b"\n", chunk)
     assert all(a.startswith("error line ") for a in answers), answers
     numbers = [int(a.split(":")[0].removeprefix("error line ")) for a in answers]
     # JSON lines: a line of whitespace only is blank (skipped), every other line not GOOD is refused
     assert numbers == [n for n, x in enumerate(body, 1) if x != GOOD and x.rstrip(b"\r").strip()], answers
     assert answers[-1] == f"error line {len(body)}: unknown stream 'Sentinel'; declare it first"
-    wait_until(lambda: counters.get("received_tcp") >= before + good, what=f"{good} good events received")
-    assert counters.get("received_tcp") == before + good
+    wait_until(lambda: counters.get(Count.RECEIVED_TCP) >= before + good, what=f"{good} good events received")
+    assert counters.get(Count.RECEIVED_TCP) == before + good
     healthy(server.base_url)

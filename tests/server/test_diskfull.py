@@ -27,6 +27,7 @@ from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
 from tests.server.test_acks import Raw
 from tests.server.tmpfs import fill, free_space, tmpfs
+from server.observability.counters import Count
 
 
 def ev(t1: int, name: str = "IBM") -> Event:
@@ -348,7 +349,7 @@ def test_witnesses_the_log_cannot_take_are_held_not_delivered_and_a_stop_leaves_
             c.close()
             filler = fill(mnt)  # the witness log cannot take them when they come out
             deadline = time.monotonic() + 30
-            while not srv.daemon.counters.get("witness_log_errors"):
+            while not srv.daemon.counters.get(Count.WITNESS_LOG_ERRORS):
                 assert time.monotonic() < deadline, "the engine never met the full witness log"
                 time.sleep(0.01)
             assert srv.daemon.witlog.last_seq(sid) == 0

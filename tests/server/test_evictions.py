@@ -16,6 +16,7 @@ from clients.client import CayugaClient
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
 from tests.waiting import wait_until
+from server.observability.counters import Count
 
 PAIRS = "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
 
@@ -41,7 +42,7 @@ def _wait(cond, what: str, timeout: float = 20) -> None:
 
 
 def _evicted(d, n: int) -> None:
-    _wait(lambda: d.counters.get("instance_evictions") >= n, f"eviction {n}")
+    _wait(lambda: d.counters.get(Count.INSTANCE_EVICTIONS) >= n, f"eviction {n}")
 
 
 def _crash(srv: RunningServer) -> None:
@@ -82,8 +83,8 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
             # a subscription near the limit is evicted after a batch once a tenth above it (here 6), and
             # at the next count down to it: wait for that, so that the recovery has nothing left to decide
             _wait(lambda: d.instance_count(sid) <= 5, "back at the limit")
-        evicted = d.counters.get("instances_evicted")
-        decided = d.counters.get("instance_evictions")
+        evicted = d.counters.get(Count.INSTANCES_EVICTED)
+        decided = d.counters.get(Count.INSTANCE_EVICTIONS)
     finally:
         _crash(srv)
     assert evicted >= 7
@@ -98,7 +99,7 @@ def test_a_replay_applies_each_recorded_eviction_again_at_the_same_point(tmp_pat
         _wait(lambda: len(second) >= len(first) - cut, "witnesses", timeout=10)
         assert d.recovered.get("replayed_events") == (fed - 8 if snapshot else fed)
         assert decided >= 2
-        assert d.counters.get("instance_evictions") == decided - (1 if snapshot else 0)  # applied again, not decided
+        assert d.counters.get(Count.INSTANCE_EVICTIONS) == decided - (1 if snapshot else 0)  # applied again, not decided
         recorded = d.store.evictions()
         assert [(f, s, k) for _q, f, s, k in recorded][-1][1:] == (sid, 5)
         for n in (1, 2):  # once every kept snapshot includes them, the records go

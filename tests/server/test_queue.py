@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from air.engine import Event
 from server.ingest.queue import DelayQueue, QueueClosed
 from tests.waiting import wait_until
+from server.observability.counters import Count
 
 
 def ev(t1, t0=None):
@@ -91,9 +92,9 @@ def test_a_stalled_engine_blocks_the_receivers_and_the_queue_stays_bounded(start
         sender = threading.Thread(target=sock.sendall, args=(payload,))
         sender.start()
         # the receiver fills the bounded queue, then blocks: it stops reading the socket
-        wait_until(lambda: len(d.queue) >= 50 and d.counters.get("received_tcp") >= 50, what="a full queue")
+        wait_until(lambda: len(d.queue) >= 50 and d.counters.get(Count.RECEIVED_TCP) >= 50, what="a full queue")
         assert len(d.queue) == 50
-        assert d.counters.get("received_tcp") == 50  # the receiver stopped there: it waits for room
+        assert d.counters.get(Count.RECEIVED_TCP) == 50  # the receiver stopped there: it waits for room
     finally:
         release.set()  # never leave the engine thread waiting
     sender.join(30)

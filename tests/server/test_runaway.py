@@ -14,6 +14,7 @@ from clients.client import CayugaClient
 from server.config import Settings
 from server.processing import MIN_WATCHED_BATCH, WATCH_SLACK
 from tests.server.conftest import stock
+from server.observability.counters import Count
 
 RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock NEXT{$1.Name = $2.Name AND "
           "$2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
@@ -63,7 +64,7 @@ def test_health_names_the_runaway_while_events_flow_and_the_limit_holds(start_se
         _wait(lambda: d.activity()[1].get(rising, 0) > witnesses, "Rising's new witnesses")
         live = d.submit(lambda eng: eng.instance_count(runaway)).result(timeout=10)
         assert live <= high
-        assert d.counters.get("instance_evictions") > 0 and d.counters.get("instances_evicted") >= sent - high
+        assert d.counters.get(Count.INSTANCE_EVICTIONS) > 0 and d.counters.get(Count.INSTANCES_EVICTED) >= sent - high
         assert c.subscription(runaway)["instances"] <= high
         c.unsubscribe(runaway)
         _wait(lambda: c.health()["holding_back"] is None, "the warning gone with the subscription")
@@ -95,7 +96,7 @@ def test_a_subscription_near_the_limit_never_outgrows_it_by_much(start_server):
     assert max(seen[:first]) > limit and len(seen) - first > 10
     slack = int(limit * WATCH_SLACK)
     assert max(seen[first:]) <= limit + slack + max(slack, MIN_WATCHED_BATCH)  # + one batch's events
-    assert d.counters.get("instance_evictions") > 10
+    assert d.counters.get(Count.INSTANCE_EVICTIONS) > 10
 
 
 def test_health_names_the_heaviest_subscription_when_the_queue_fills(start_server):
