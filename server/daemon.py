@@ -99,7 +99,7 @@ class Daemon:
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
                              self.hub, self.snapshotter, self.processing, self.evictions, self.recovery,
                              self.witnesses)
-        self.registry, self.latency = make_registry(self)
+        self.registry, self.latency = make_registry(self.health)
         self.processing.latency = self.latency
         # the parts' public state the api reads (the same objects)
         self.ready = self.recovery.ready  # stored subscriptions restored, engine thread running

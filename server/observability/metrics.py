@@ -1,31 +1,58 @@
 """Prometheus metrics. Counters live where the work happens (receivers, queue,
 engine, notifiers); a collector reads them at scrape time, so the hot paths
-only bump integers. Each server has its own registry (tests run several)."""
+only bump integers. It reads a :class:`MetricsSource` (the health view,
+health.py), not the daemon. Each server has its own registry (tests run several)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from server.durability.diskfull import PARTS
+from server.delivery.hub import NotifierHub
+from server.durability.diskfull import PARTS, DiskState
+from server.durability.journal import Journal
+from server.durability.snapshot import Snapshotter
+from server.durability.witlog import WitnessLog
+from server.ingest.queue import DelayQueue
 from server.observability.counters import (CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED, RECEIVED, REJECTED,
-                                           TCP_REFUSED, Count)
+                                           TCP_REFUSED, Count, Counters)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from server.daemon import Daemon
+class MetricsSource(Protocol):
+    """What the collector reads at scrape time (server/observability/health.py: ``Health``)."""
+
+    counters: Counters
+    engine_stats: object  # the engine's running totals (events, witnesses, late, eval_errors)
+    queue: DelayQueue
+    hub: NotifierHub
+    disk: DiskState
+    snapshotter: Snapshotter
+    journal: Journal | None
+
+    @property
+    def witlog(self) -> WitnessLog | None: ...
+
+    @property
+    def tcp_connections(self) -> int: ...
+
+    @property
+    def counted_at(self) -> float: ...
+
+    def epoch_lag(self) -> float: ...
+
+    def instance_counts(self) -> dict[str, int]: ...
 
 
 class _Collector:
-    def __init__(self, daemon: "Daemon") -> None:
-        self.d = daemon
+    def __init__(self, source: MetricsSource) -> None:
+        self.d = source
 
     def collect(self):
         d = self.d
         c = d.counters.snapshot()
-        stats = d.engine.stats
+        stats = d.engine_stats
         received = CounterMetricFamily("cayuga_events_received", "Events accepted into the queue",
                                        labels=["source"])
         for source in RECEIVED:
@@ -162,7 +189,7 @@ class _Collector:
                                 value=d.epoch_lag())
         yield GaugeMetricFamily("cayuga_clients", "Connected WebSocket clients", value=d.hub.client_count)
         yield GaugeMetricFamily("cayuga_tcp_connections", "Open TCP event connections",
-                                value=d.receiver.connections if d.receiver else 0)
+                                value=d.tcp_connections)
         yield GaugeMetricFamily("cayuga_instances_age_seconds", "Seconds since cayuga_instances was last "
                                 "recounted in full (by the engine thread, in the background)",
                                 value=time.monotonic() - d.counted_at)
@@ -179,9 +206,9 @@ def journal_buckets():
     return SYNC_BUCKETS
 
 
-def make_registry(daemon: "Daemon") -> tuple[CollectorRegistry, Histogram]:
+def make_registry(source: MetricsSource) -> tuple[CollectorRegistry, Histogram]:
     reg = CollectorRegistry()
-    reg.register(_Collector(daemon))
+    reg.register(_Collector(source))
     latency = Histogram("cayuga_engine_latency_seconds", "Engine processing time per event",
                         registry=reg,
                         buckets=(1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))
