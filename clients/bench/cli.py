@@ -8,6 +8,7 @@ import click
 
 from clients.bench.runner import engine_options, run_workload, sweep_summary
 from clients.bench import workloads as wl
+from clients.testing.stock import STOCK, random_walk, rise_query, runup_query
 
 
 def _switches(f):
@@ -73,7 +74,7 @@ def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_ind
 @_switches
 def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed, profile, pause):
     """One query: the next quote of the same symbol at least 5% higher."""
-    w = wl.Workload("rise", (wl.STOCK,), [wl.rise_query()], wl.random_walk(n_symbols, events, seed))
+    w = wl.Workload("rise", (STOCK,), [rise_query()], random_walk(n_symbols, events, seed))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
 
@@ -86,7 +87,7 @@ def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, 
 def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed,
           profile, pause):
     """One query: a Kleene run-up (FOLD) of at least --min-length rising quotes."""
-    w = wl.Workload("runup", (wl.STOCK,), [wl.runup_query(min_length)], wl.random_walk(n_symbols, events, seed))
+    w = wl.Workload("runup", (STOCK,), [runup_query(min_length)], random_walk(n_symbols, events, seed))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
 

@@ -28,31 +28,9 @@ import platform
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 from clients.bench.runner import metric, peak_rss_mb
-from clients.bench.workloads import STOCK, symbols
-
-
-def increasing_cel(symbol: str, length: int = 10) -> str:
-    """The CEL text of one symbol's "``length`` consecutive increasing prices"."""
-    text = f"SELECT Price AS First, Price AS Last FROM FILTER{{Name = '{symbol}'}}(Stock)"
-    for _ in range(1, length):
-        text = (f"SELECT First, Price AS Last FROM ({text})\n"
-                f"  NEXT{{$2.Name = '{symbol}' AND $2.Price > $1.Last}} Stock")
-    return f"{text}\nPUBLISH Up_{symbol}\n"
-
-
-def write_queries(directory: str | Path, queries: int, length: int = 10) -> list[Path]:
-    """One ``<symbol>.cel`` file per symbol in ``directory``."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    out = []
-    for s in symbols(queries):
-        p = d / f"{s}.cel"
-        p.write_text(increasing_cel(s, length), encoding="utf-8")
-        out.append(p)
-    return out
+from clients.testing.stock import STOCK, increasing_cel, symbols, write_queries
 
 
 def _ms(xs: list[float]) -> float:
