@@ -151,7 +151,8 @@ def _write_port_file(path: str, http_port: int, tcp_port: int) -> None:
     os.replace(tmp, path)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_http(host: str, port: int) -> socket.socket:
+    """The HTTP listening socket, bound and inheritable, for uvicorn to serve on."""
     # IPPROTO_TCP, not the default 0: asyncio turns Nagle off (TCP_NODELAY) only on
     # accepted sockets whose proto says TCP. With proto 0 every keep-alive HTTP
     # response waited for the client's delayed ACK: 44 ms a request instead of 0.5 ms.
@@ -171,7 +172,7 @@ class RunningServer:
         self.settings = settings
         self.daemon = Daemon(settings)
         self.app = create_app(settings, self.daemon)
-        self._sock = _bind(settings.host, settings.http_port)
+        self._sock = bind_http(settings.host, settings.http_port)
         config = uvicorn_config(self.app, settings, self.daemon.counters, access_log=False)
         self.server = CayugaServer(config, self.daemon, self.app.state.draining)
         self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
@@ -235,7 +236,7 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     ensure_descriptors(settings)
     daemon = Daemon(settings)
     app = create_app(settings, daemon)
-    sock = _bind(settings.host, settings.http_port)
+    sock = bind_http(settings.host, settings.http_port)
     server = CayugaServer(uvicorn_config(app, settings, daemon.counters), daemon, app.state.draining)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
