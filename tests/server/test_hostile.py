@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from clients.client import CayugaAPIError, CayugaClient, TcpSender
+from clients.testing import wait_until
 from tests.server.conftest import collect, stock
-from tests.waiting import wait_until
 
 ALL = "SELECT * FROM Stock PUBLISH All"
 
