@@ -1,6 +1,6 @@
 """Loading many per-symbol CEL queries: offline, over REST in batches, and on a restart.
 
-The query is 001 §5.1's "ten consecutive increasing prices" of one symbol,
+The query is docs/design/workloads.md#increasing-prices's "ten consecutive increasing prices" of one symbol,
 written in CEL with ``--length - 1`` NEXT levels; it compiles to exactly the
 automaton of ``cayuga bench increasing`` (clients/bench/workloads.py:increasing_query)::
 

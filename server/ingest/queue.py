@@ -2,7 +2,7 @@
 
 Events are ordered by detection time ``t1`` (ties keep arrival order). An
 event may leave only when ``t1 < now - T``, so events that arrive out of order
-by less than ``T`` are put back in order (000 §4.2). An event older than one
+by less than ``T`` are put back in order (docs/design/semantics.md#the-priority-queue). An event older than one
 already released is dropped and counted. The queue is bounded: producers block
 (TCP backpressure) while it is full.
 
