@@ -1,5 +1,5 @@
 """The design notes under docs/ are what the code cites: every citation of
-``docs/...md#section`` anywhere in the repository names a file and a heading
+``docs/<file>.md#<section>`` anywhere in the repository names a file and a heading
 that exist, and no citation of the documents that are not in the repository
 (the old product specification, the papers by file number) is left."""
 

@@ -1,11 +1,14 @@
 """Workload generators for the benchmarks, built directly as model automata.
 
-* :func:`edbt` — the technical benchmark of docs/design/workloads.md#technical-benchmark (Table 3): a stream of
-  8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3`` continuous in
-  [0, 100)), subscriptions from the templates LinearStat, LinearDyn, Filter,
-  NonDeterministic and NonDeterministicAgg with Zipf-skewed constants.
-* :func:`increasing` — docs/design/workloads.md#increasing-prices: one static "ten consecutive increasing
-  prices" query per stock symbol over a stream whose prices only rise.
+* :func:`edbt` — the technical benchmark
+  (docs/design/workloads.md#technical-benchmark, the paper's Table 3): a
+  stream of 8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3``
+  continuous in [0, 100)), subscriptions from the templates LinearStat,
+  LinearDyn, Filter, NonDeterministic and NonDeterministicAgg with
+  Zipf-skewed constants.
+* :func:`increasing` — docs/design/workloads.md#increasing-prices: one static
+  "ten consecutive increasing prices" query per stock symbol over a stream
+  whose prices only rise.
 * :func:`rise` — one query: the next quote of the same symbol at least 5% higher.
 * :func:`runup` — one query: a Kleene run-up (FOLD) of at least 5 rising quotes.
 
