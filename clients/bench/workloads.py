@@ -1,11 +1,14 @@
 """Workload generators for the benchmarks, built directly as model automata.
 
-* :func:`edbt` — the technical benchmark of 002 §4.1 (Table 3): a stream of
-  8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3`` continuous in
-  [0, 100)), subscriptions from the templates LinearStat, LinearDyn, Filter,
-  NonDeterministic and NonDeterministicAgg with Zipf-skewed constants.
-* :func:`increasing` — 001 §5.1: one static "ten consecutive increasing
-  prices" query per stock symbol over a stream whose prices only rise.
+* :func:`edbt` — the technical benchmark
+  (docs/design/workloads.md#technical-benchmark, the paper's Table 3): a
+  stream of 8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3``
+  continuous in [0, 100)), subscriptions from the templates LinearStat,
+  LinearDyn, Filter, NonDeterministic and NonDeterministicAgg with
+  Zipf-skewed constants.
+* :func:`increasing` — docs/design/workloads.md#increasing-prices: one static
+  "ten consecutive increasing prices" query per stock symbol over a stream
+  whose prices only rise.
 
 The Stock stream, its event generators and its ready-made queries
 (``increasing_query``, ``rise_query``, ``runup_query``) are in
@@ -91,7 +94,7 @@ def _edbt_step(zipf_attr: Zipf, zipf_val: Zipf, zipf_range: Zipf, att: int, v: i
 
 
 def edbt_subscription(template: str, zipfs) -> Automaton:
-    """One subscription of ``template`` (002 §4.1)."""
+    """One subscription of ``template`` (docs/design/workloads.md#technical-benchmark)."""
     z_attr, z_val1, z_val2, z_val3, z_r1, z_r2, z_r3 = zipfs
     att = z_attr() % 4
     v = z_val1()

@@ -86,7 +86,8 @@ def _keep(names) -> tuple:
 
 
 def increasing_query(symbol: str, length: int = 10) -> Automaton:
-    """``length`` consecutive increasing prices of one symbol, as in CEL::
+    """``length`` consecutive increasing prices of one symbol
+    (docs/design/workloads.md#increasing-prices), as in CEL::
 
         SELECT * FROM FILTER{Name = 'SYM'}(Stock)
           NEXT{Name = 'SYM' ; Price > $1.Price} Stock  ... (length - 1 times)
