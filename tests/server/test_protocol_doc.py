@@ -11,11 +11,11 @@ import re
 import socket
 from pathlib import Path
 
+from clients.testing import wait_until
 import server.ingest.limits as limits
 import server.ingest.tcp as tcp
 from server.ingest.protocol import HEADERS
 from tests.server.test_acks import Raw, tcp_port
-from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "protocol.md"
