@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import doctest
 import json
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -14,8 +16,8 @@ import pytest
 import clients.testing
 from clients.client import CayugaClient
 from clients.testing import (
-    STOCK, ServerProcess, WaitTimeout, collect, increasing_cel, logged_witnesses, random_walk, running_server, stock,
-    symbols, wait_until, write_queries, write_ticks,
+    STOCK, ServerProcess, WaitTimeout, cayuga_env, collect, increasing_cel, logged_witnesses, random_walk,
+    running_server, stock, symbols, wait_until, write_queries, write_ticks,
 )
 
 RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
@@ -112,3 +114,26 @@ def test_collect_stops_at_n():
     assert collect(iter([{"a": 1}, {"a": 2}, {"a": 3}]), 2) == [{"a": 1}, {"a": 2}]
     assert collect(iter([{"a": 1}]), 5) == [{"a": 1}]
     assert collect(iter([]), 0) == []
+
+
+def test_the_generators_load_neither_the_server_nor_the_http_clients():
+    """``cayuga bench`` takes its events from here: importing them must not add
+    the server, httpx or websockets to the benchmark process (its peak RSS is
+    part of every summary)."""
+    code = ("import sys; from clients.testing import STOCK, random_walk; import clients.bench.cli; "
+            "random_walk(2, 5); print(sorted(m for m in ('server', 'httpx', 'websockets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=cayuga_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_public_name_is_what_it_names_once_every_submodule_is_loaded():
+    """A submodule named like a public name would shadow it once imported."""
+    import importlib
+    import types
+
+    for sub in ("market", "servers", "waiting", "witnesses"):
+        importlib.import_module(f"clients.testing.{sub}")
+    assert not [n for n in clients.testing.__all__ if isinstance(getattr(clients.testing, n), types.ModuleType)]
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'; it has STOCK, "):
+        clients.testing.nothing  # noqa: B018

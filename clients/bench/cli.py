@@ -8,7 +8,7 @@ import click
 
 from clients.bench.runner import engine_options, run_workload, sweep_summary
 from clients.bench import workloads as wl
-from clients.testing.stock import STOCK, random_walk, rise_query, runup_query
+from clients.testing.market import STOCK, random_walk, rise_query, runup_query
 
 
 def _switches(f):

@@ -3,7 +3,7 @@
 The query is the "ten consecutive increasing prices" of one symbol
 (docs/design/workloads.md#increasing-prices), written in CEL with
 ``--length - 1`` NEXT levels; it compiles to exactly the automaton of
-``cayuga bench increasing`` (clients/testing/stock.py:increasing_query)::
+``cayuga bench increasing`` (clients/testing/market.py:increasing_query)::
 
     SELECT First, Price AS Last FROM (... (SELECT Price AS First, Price AS Last
       FROM FILTER{Name = 'SYM'}(Stock)) NEXT{$2.Name = 'SYM' AND $2.Price > $1.Last} Stock ...)
@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from clients.bench.runner import metric, peak_rss_mb
-from clients.testing.stock import STOCK, increasing_cel, symbols, write_queries
+from clients.testing.market import STOCK, increasing_cel, symbols, write_queries
 
 
 def _ms(xs: list[float]) -> float:

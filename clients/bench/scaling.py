@@ -16,7 +16,7 @@ import statistics
 import time
 
 from air.engine import Engine
-from clients.testing.stock import STOCK, increasing_query, symbols
+from clients.testing.market import STOCK, increasing_query, symbols
 
 
 def network(n: int) -> Engine:

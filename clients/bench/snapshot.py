@@ -71,7 +71,7 @@ def restart(data_dir: str) -> dict:
 
 
 def run(instances: int, subscriptions: int, data_dir: str) -> dict:
-    from clients.testing.stock import increasing_cel, symbols
+    from clients.testing.market import increasing_cel, symbols
     from clients.client import CayugaClient
     from server.serve import RunningServer
 

@@ -12,7 +12,7 @@
 
 The Stock stream, its event generators and its ready-made queries
 (``increasing_query``, ``rise_query``, ``runup_query``) are in
-:mod:`clients.testing.stock`, public for users' tests.
+:mod:`clients.testing.market`, public for users' tests.
 
 All randomness comes from ``random.Random(seed)``: the same arguments give the
 same automata and events.
@@ -30,7 +30,7 @@ from air.model import (
     Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom, Edge, OutputStream, Predicate, Rename, State,
     StaticAtom, StreamSchema,
 )
-from clients.testing.stock import STOCK, increasing_query, increasing_stream, symbols
+from clients.testing.market import STOCK, increasing_query, increasing_stream, symbols
 
 TEMPLATES = ("LinearStat", "LinearDyn", "Filter", "NonDeterministic", "NonDeterministicAgg")
 

@@ -6,7 +6,7 @@ collecting witnesses.
   process), :class:`ServerProcess` (``cayuga serve`` as a child process, to
   kill and restart), :func:`cayuga_command` and :func:`cayuga_env` for other
   ``cayuga`` commands, :func:`free_port`;
-- :mod:`clients.testing.stock`: the ``Stock`` stream (:data:`STOCK`), one event
+- :mod:`clients.testing.market`: the ``Stock`` stream (:data:`STOCK`), one event
   as JSON (:func:`stock`), seeded generators (:func:`random_walk`,
   :func:`increasing_stream`, :func:`write_ticks`), ready-made automata and
   their CEL (:func:`increasing_cel`, :func:`write_queries`);
@@ -28,22 +28,37 @@ A query tested end to end, in a dozen lines:
 ...         print(collect(matches, 1))
 [{'stream': 'Rising', 't0': 1, 't1': 2, 'Name': 'IBM', 'Before': 80.0, 'After': 90.0}]
 
-Nothing here imports the server until a server is started in this process.
+Names are imported on first use: ``from clients.testing import random_walk``
+loads the generators only (what ``cayuga bench`` takes), not the HTTP and
+WebSocket clients, and nothing here imports the server until a server is
+started in this process.
 """
 
-from clients.testing.servers import (
-    UP, ServerProcess, cayuga_command, cayuga_env, free_port, running_server, server_settings,
-)
-from clients.testing.stock import (
-    STOCK, increasing_cel, increasing_query, increasing_stream, random_walk, rise_query, runup_query, stock, symbols,
-    write_queries, write_ticks,
-)
-from clients.testing.waiting import WaitTimeout, wait_until
-from clients.testing.witnesses import collect, logged_witnesses
+from __future__ import annotations
 
-__all__ = [
-    "STOCK", "UP", "ServerProcess", "WaitTimeout", "cayuga_command", "cayuga_env", "collect", "free_port",
-    "increasing_cel", "increasing_query", "increasing_stream", "logged_witnesses", "random_walk", "rise_query",
-    "running_server", "runup_query", "server_settings", "stock", "symbols", "wait_until", "write_queries",
-    "write_ticks",
-]
+import importlib
+
+#: Each public name and the submodule that defines it.
+_SOURCES = {
+    **dict.fromkeys(("UP", "ServerProcess", "cayuga_command", "cayuga_env", "free_port", "running_server",
+                     "server_settings"), "servers"),
+    **dict.fromkeys(("STOCK", "increasing_cel", "increasing_query", "increasing_stream", "random_walk", "rise_query",
+                     "runup_query", "stock", "symbols", "write_queries", "write_ticks"), "market"),
+    **dict.fromkeys(("WaitTimeout", "wait_until"), "waiting"),
+    **dict.fromkeys(("collect", "logged_witnesses"), "witnesses"),
+}
+
+__all__ = sorted(_SOURCES)
+
+
+def __getattr__(name: str):
+    module = _SOURCES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'clients.testing' has no attribute {name!r}; it has {', '.join(__all__)}")
+    value = getattr(importlib.import_module(f"clients.testing.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,5 +1,6 @@
-"""The ``Stock`` stream: its schema, seeded event generators, and a few
-ready-made automata over it, for tests and benchmarks.
+"""A stock market for tests and benchmarks: the ``Stock`` stream's schema,
+seeded event generators, and a few ready-made queries over it (as automata
+and as CEL).
 
 Events are :class:`air.engine.Event` records (feed them to an
 :class:`air.engine.Engine`, or write them with :func:`write_ticks` for
