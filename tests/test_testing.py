@@ -10,18 +10,17 @@ import json
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 import clients.testing
 from clients.client import CayugaClient
 from clients.testing import (
-    STOCK, ServerProcess, WaitTimeout, cayuga_env, collect, increasing_cel, logged_witnesses, random_walk,
+    RISING, STOCK, ServerProcess, WaitTimeout, cayuga_env, collect, increasing_cel, logged_witnesses, random_walk,
     running_server, stock, symbols, wait_until, write_queries, write_ticks,
 )
 
-RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
-          "NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
 
 
 def _cayuga_threads() -> list[str]:
@@ -135,5 +134,11 @@ def test_every_public_name_is_what_it_names_once_every_submodule_is_loaded():
     for sub in ("market", "servers", "waiting", "witnesses"):
         importlib.import_module(f"clients.testing.{sub}")
     assert not [n for n in clients.testing.__all__ if isinstance(getattr(clients.testing, n), types.ModuleType)]
-    with pytest.raises(AttributeError, match="has no attribute 'nothing'; it has STOCK, "):
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'; it has RISING, STOCK, "):
         clients.testing.nothing  # noqa: B018
+
+
+def test_rising_is_the_query_of_the_readme_and_of_the_server_benchmark():
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "clients" / "bench" / "queries" / "rising.cel").read_text() == RISING + "\n"
+    assert RISING in (root / "README.md").read_text().replace("\n", " ")

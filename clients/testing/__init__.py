@@ -6,7 +6,8 @@ collecting witnesses.
   process), :class:`ServerProcess` (``cayuga serve`` as a child process, to
   kill and restart), :func:`cayuga_command` and :func:`cayuga_env` for other
   ``cayuga`` commands, :func:`free_port`;
-- :mod:`clients.testing.market`: the ``Stock`` stream (:data:`STOCK`), one event
+- :mod:`clients.testing.market`: the ``Stock`` stream (:data:`STOCK`), the
+  README's first query (:data:`RISING`), one event
   as JSON (:func:`stock`), seeded generators (:func:`random_walk`,
   :func:`increasing_stream`, :func:`write_ticks`), ready-made automata and
   their CEL (:func:`increasing_cel`, :func:`write_queries`);
@@ -42,7 +43,7 @@ import importlib
 _SOURCES = {
     **dict.fromkeys(("UP", "ServerProcess", "cayuga_command", "cayuga_env", "free_port", "running_server",
                      "server_settings"), "servers"),
-    **dict.fromkeys(("STOCK", "increasing_cel", "increasing_query", "increasing_stream", "random_walk", "rise_query",
+    **dict.fromkeys(("RISING", "STOCK", "increasing_cel", "increasing_query", "increasing_stream", "random_walk", "rise_query",
                      "runup_query", "stock", "symbols", "write_queries", "write_ticks"), "market"),
     **dict.fromkeys(("WaitTimeout", "wait_until"), "waiting"),
     **dict.fromkeys(("collect", "logged_witnesses"), "witnesses"),

@@ -23,6 +23,10 @@ from air.model import (
 
 #: ``Stock(Name string, Price float, Volume int)``, the stream of the examples and benchmarks.
 STOCK = StreamSchema("Stock", (Attribute("Name", "string"), Attribute("Price", "float"), Attribute("Volume", "int")))
+#: The README's first subscription (and ``cayuga bench server``'s ``rising``): a quote, then
+#: the next quote of the same symbol at least 5% higher.
+RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
+          "NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
 
 
 def stock(name: str, price: float, volume: int, t0: int, t1: int | None = None) -> dict:

@@ -32,9 +32,8 @@ from pathlib import Path
 
 import httpx
 
-from clients.bench.server_e2e import QUERIES
 from clients.client import CayugaClient
-from clients.testing import cayuga_command, cayuga_env, write_ticks
+from clients.testing import RISING, cayuga_command, cayuga_env, write_ticks
 from tests.server.test_crash import Server, expected_witnesses, start_watchers
 from tests.server.tmpfs import fill, free_space, tmpfs
 
@@ -76,7 +75,7 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
     write_ticks(ticks, EVENTS, 40, seed=19)
     qdir = tmp_path / "queries"
     qdir.mkdir()
-    (qdir / "rising.cel").write_text((QUERIES / "rising.cel").read_text())
+    (qdir / "rising.cel").write_text(RISING + "\n")
     (qdir / "half.cel").write_text(HALF)
     order = [qdir / "rising.cel", qdir / "half.cel"]
     expected = expected_witnesses(ticks, order)
