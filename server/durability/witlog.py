@@ -14,13 +14,14 @@ segment is framed by :mod:`server.durability.framing`: the file header
 length and body><body>`` with body ``<u8 kind><u64 seq><u16 len(sid)><u16
 len(stream)> sid stream payload`` (little-endian). Segments written before
 that framing (the same records, no file header) are still read; the newest of
-them is sealed when the log is opened and the log goes on in a new one. Kind 2, what :meth:`WitnessLog.append` writes, holds one
-batch: its payload is the batch's witnesses as msgpack, four arrays
-``[sids, seqs, streams, payloads]`` (one encoding and one CRC per batch: the
-engine thread spends ~0.2 µs a witness on the log); kind 0 is a single
-witness (readers accept it); kind 1, the first record of every segment, is a
-checkpoint: the last seq of every subscription so far (JSON), so that the
-sequence numbers survive the deletion of old segments.
+them is sealed when the log is opened and the log goes on in a new one. Kind
+2, what :meth:`WitnessLog.append` writes, holds one batch: its payload is the
+batch's witnesses as msgpack, four arrays ``[sids, seqs, streams, payloads]``
+(one encoding and one CRC per batch: the engine thread spends ~0.2 µs a
+witness on the log); kind 0 is a single witness (readers accept it); kind 1,
+the first record of every segment, is a checkpoint: the last seq of every
+subscription so far (JSON), so that the sequence numbers survive the deletion
+of old segments.
 
 **Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
 at most about ``segment_bytes``; the newest is appended to. A segment that is
@@ -113,7 +114,9 @@ class _Segment:
     subs: dict[str, _Sub] = field(default_factory=dict)
     streams: dict[str, set[str]] = field(default_factory=dict)
     sealed: bool = False
-    start: int = framing.HEADER.size  # offset of its first record: 0 in a segment of the older framing (version 1)
+    # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
+    # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
+    start: int = framing.HEADER.size
 
     @property
     def index_path(self) -> Path:
