@@ -128,16 +128,28 @@ class Scan:
         self.legacy, self.min_length, self.max_length = legacy, min_length, max_length
 
     def __iter__(self) -> Iterator[tuple[int, bytes | memoryview]]:
+        # unframe() inlined: this loop reads every record of a log when it is opened
         buf, end, legacy, lo, hi = self.buf, self.end, self.legacy, self.min_length, self.max_length
+        unpack, crc32, size = FRAME.unpack_from, _crc32, FRAME.size
         pos = self.good
         while pos < end:
-            try:
-                payload, nxt = unframe(buf, pos, end, legacy=legacy, min_length=lo, max_length=hi)
-            except BadRecord as exc:
-                self.problem = str(exc)
-                return
+            start = pos + size
+            if start > end:
+                break
+            n, crc = unpack(buf, pos)
+            nxt = start + n
+            if n < lo or n > hi or nxt > end:
+                break
+            payload = buf[start:nxt]
+            if (crc32(payload) if legacy else crc32(payload, crc32(buf[pos:start - 4]))) != crc:
+                break
             yield pos, payload
             pos = self.good = nxt
+        if pos < end:
+            try:  # says why
+                unframe(buf, pos, end, legacy=legacy, min_length=lo, max_length=hi)
+            except BadRecord as exc:
+                self.problem = str(exc)
 
 
 def walk(buf: bytes | memoryview, pos: int, end: int) -> Iterator[bytes | memoryview]:
