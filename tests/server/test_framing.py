@@ -16,9 +16,11 @@ import zlib
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from air.engine import Event
-from server.durability.framing import FramingError
+from server.durability.framing import FramingError, Scan, frame
 from server.durability.journal import Journal, segment_name
 from server.durability.snapshot import MAGIC, SnapshotError, SnapshotStore, decode, encode
 from server.durability.witlog import WitnessLog
@@ -126,6 +128,34 @@ def test_a_snapshot_in_several_records_reads_back_and_refuses_every_tear_and_fli
             decode(bytes(bad))
 
 
+@settings(max_examples=300, deadline=None)
+@given(payloads=st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=8), data=st.data())
+def test_the_scan_yields_the_records_before_the_first_damaged_one_and_never_a_damaged_one(payloads, data):
+    """Records framed by this test's own code; torn at any offset or one byte
+    flipped: the scan yields exactly the whole records before the damage, and
+    ``good`` is where they end."""
+    frames = []
+    for p in payloads:
+        length = struct.pack("<I", len(p))
+        frames.append(length + struct.pack("<I", zlib.crc32(p, zlib.crc32(length))) + p)
+    assert [frame(p) for p in payloads] == frames
+    buf = b"".join(frames)
+    ends = [sum(map(len, frames[:k + 1])) for k in range(len(frames))]
+    at = data.draw(st.integers(0, len(buf) - 1), label="offset")
+    if data.draw(st.booleans(), label="torn"):
+        damaged = buf[:at]
+    else:
+        damaged = bytearray(buf)
+        damaged[at] ^= 1 << data.draw(st.integers(0, 7), label="bit")
+        damaged = bytes(damaged)
+    whole = sum(1 for e in ends if e <= at)  # the records that end before the damage
+    scan = Scan(damaged)
+    got = [bytes(p) for _, p in scan]
+    assert got == payloads[:whole]
+    assert scan.good == (ends[whole - 1] if whole else 0)
+    assert (scan.problem is None) == (scan.good == len(damaged))
+
+
 def test_a_file_of_another_kind_or_a_newer_framing_is_refused_with_what_it_is(tmp_path):
     (tmp_path / "j").mkdir()
     (tmp_path / "j" / segment_name(1)).write_bytes(b"CAYUGAW\x02" + b"\0" * 20)
@@ -217,9 +247,11 @@ def test_a_newest_older_journal_segment_of_only_its_header_is_replaced_keeping_t
     assert j.append([ev(8)], "c", 9) == 6
     j.close()
     assert not list(d.glob("*.new"))
+    (d / (segment_name(7) + ".new")).write_bytes(b"CAYUGAJ\x02")  # a replacement a crash left behind
     (d / segment_name(4)).unlink()  # the new segment's header holds the table
     j = Journal(d, "write")
     assert j.senders == {"a": 3, "b": 5, "c": 9} and [p for p, *_ in j.replay(0)] == [6]
+    assert not list(d.glob("*.new"))
     j.close()
 
 
