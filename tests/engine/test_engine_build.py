@@ -8,7 +8,7 @@ import gc
 
 from air.engine import BUILD, Engine, Event
 from air.engine import network
-from clients.bench.workloads import STOCK, rise_query
+from clients.testing import STOCK, rise_query
 
 
 def test_the_modules_know_which_build_they_are():

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.conftest import FUZZ_NET, healthy
-from tests.waiting import wait_until
+from clients.testing import wait_until
 from server.observability.counters import Count
+from tests.fuzz.conftest import FUZZ_NET, healthy
 
 SENTINEL = b'{"stream": "Sentinel", "t1": 1}'
 GOOD = json.dumps({"stream": "Stock", "t1": 1, "Name": "IBM", "Price": 1.5, "Volume": 3}).encode()

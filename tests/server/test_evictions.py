@@ -13,10 +13,10 @@ import time
 import pytest
 
 from clients.client import CayugaClient
+from clients.testing import wait_until
+from server.observability.counters import Count
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
-from tests.waiting import wait_until
-from server.observability.counters import Count
 
 PAIRS = "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
 

@@ -10,12 +10,12 @@ import pytest
 
 from air.engine import Event
 from clients.client import CayugaClient
+from clients.testing import wait_until
 from server.daemon import Daemon
 from server.durability.journal import Journal
 from server.durability.snapshot import MAGIC, SnapshotError, SnapshotFile, SnapshotStore, decode, encode
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, collect, make_settings, stock
-from tests.waiting import wait_until
 
 STATE = {"version": 1, "fed": 7, "journal": 3, "values": [("IBM", 1.5, 2, True, None)] * 3}
 
