@@ -146,6 +146,11 @@ class Loader:
         #: Stage through templates kept per shape (off: a template per automaton, the reference).
         self.cache_templates = True
 
+    @property
+    def template_count(self) -> int:
+        """How many templates staging keeps (one per shape of automaton, up to TEMPLATES_MAX)."""
+        return len(self._templates)
+
     # ------------------------------------------------------------------ shapes
 
     def _canon_schema(self, attrs: tuple) -> tuple:
