@@ -38,7 +38,7 @@ from air.engine.codegen import (
     BindError, FnTemplate, Scope, compile_atoms, compile_predicate, compile_schema_map, convert_const, eq_key,
     split_clause, split_inequality,
 )
-from air.engine.network import NEdge, Node, Output, StreamPlan
+from air.engine.network import NEdge, Node, StreamPlan
 
 
 class LoadError(ValueError):
@@ -579,7 +579,7 @@ class Loader:
         for node, (name, kind) in stage.outputs:
             if not node.outputs:
                 node.outputs = []
-            node.outputs.append(Output(name, kind, owner, gen))
+            node.outputs.append((name, kind, owner, gen))  # see Node.outputs
 
     def release(self, holding: Holding) -> list[Node]:
         """Undo one owner's share; returns the nodes that no longer exist."""
@@ -613,7 +613,7 @@ class Loader:
                 continue
             seen.add(id(node))
             del node.owners[owner]
-            node.outputs = [o for o in node.outputs if o.owner != owner] or ()
+            node.outputs = [o for o in node.outputs if o[2] != owner] or ()  # (stream, kind, owner, gen)
             if node.owners:
                 # owners are held in the order they came, so the first is the oldest: O(1), where
                 # min() over the shared start node's owners cost the whole network per removal

@@ -32,8 +32,6 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from operator import attrgetter, itemgetter
 
-from typing import NamedTuple
-
 from air.engine.instance import *  # noqa: F403,F405 - the slot names; C constants when compiled (instance.pxd)
 from air.model import State
 
@@ -56,16 +54,6 @@ def new_instance(values: tuple, t0, t1, born: int) -> list:
     """The one way to make an automaton instance: a list with the slots
     :mod:`air.engine.instance` names (the epoch has not affected it yet)."""
     return [values, t0, t1, born, False]
-
-
-class Output(NamedTuple):
-    """A witness a node emits when an instance reaches it (``Node.outputs``;
-    the loader makes them, ``Engine._emit`` reads them)."""
-
-    stream: str
-    kind: str  # "OUT" or "RESUB"
-    owner: str
-    gen: int  # the owner's generation: instances born earlier are not its witnesses
 
 
 def untrack_instances(insts: list) -> None:
@@ -242,7 +230,9 @@ class Node:
         # made when needed (most nodes have neither an FR index nor merged children nor outputs)
         self.fr_scan: dict[NEdge, None] | None = None
         self.children: dict[object, NEdge] | None = None  # merge key -> edge, for merged children
-        self.outputs: list[Output] | tuple = ()
+        # (stream, kind, owner, owner generation): a plain tuple, not a named one: the event loop
+        # unpacks one per witness, and Cython and CPython unpack only an exact tuple fast
+        self.outputs: list[tuple[str, str, str, int]] | tuple = ()
         self.instances: list[list] = []  # without an AI index
         self.buckets: dict[object, list[list]] = _NO_BUCKETS  # with one (the loader makes it)
         self.pending: list[list] = []
