@@ -20,7 +20,7 @@ conversions JSON does not make (a number in a string, ``"true"`` for a bool)
 are applied and every error gets its own precise message. Both paths accept
 and refuse exactly the same lines (``tests/server/test_formats.py``).
 
-Values follow SPEC §2: ``int`` is 64-bit, ``float`` is finite (``NaN`` and
+Values follow docs/design/semantics.md#data-model: ``int`` is 64-bit, ``float`` is finite (``NaN`` and
 ``Infinity`` are not JSON and are refused, as are numbers out of range),
 strings are valid UTF-8, and timestamps are numbers or ISO-8601 times.
 """

@@ -33,17 +33,18 @@ from server.daemon import Daemon
 log = logging.getLogger("cayuga.serve")
 
 #: WebSocket compression (permessage-deflate) is off: compressing every message
-#: took the server's event loop so long that watchers of a 1M-tick replay fell
-#: more than ``client_buffer`` witnesses behind and were cut (BENCHMARKS.md,
-#: round 5); witnesses go to clients on a local network, where it saves little.
+#: held the server's event loop so long that watchers of a fast replay fell more
+#: than ``client_buffer`` witnesses behind and were cut; witnesses go to clients
+#: on a local network, where it saves little (BENCHMARKS.md, "Round 5
+#: (2026-11-26): the server path", "What changed, each measured").
 WS_DEFLATE = False
 
 #: The GIL switch interval of a ``cayuga serve`` process (Python's default is
 #: 5 ms). The receiver threads, the engine thread and the event loop share one
-#: GIL; with 20 ms fewer forced hand-overs between the two busy threads left more
-#: for the work: a 1M-tick replay with two watchers took 7.9-8.3 s end to end
-#: against 11.7-17.0 s at 5 ms and 9.8-11.1 s at 50 ms, interleaved runs, and
-#: latency at 10K and 50K events/s was no worse (BENCHMARKS.md, round 5).
+#: GIL; with 20 ms fewer forced hand-overs between the two busy threads leave
+#: more for the work: replays ran faster than at 5 ms or at 50 ms, and latency
+#: was no worse (BENCHMARKS.md, "Round 5 (2026-11-26): the server path", "What
+#: changed, each measured").
 GIL_SWITCH_INTERVAL = 0.02
 
 #: Once drained, seconds uvicorn waits for HTTP connections to close before it

@@ -1,8 +1,9 @@
 """Loading many per-symbol CEL queries: offline, over REST in batches, and on a restart.
 
-The query is 001 §5.1's "ten consecutive increasing prices" of one symbol,
-written in CEL with ``--length - 1`` NEXT levels; it compiles to exactly the
-automaton of ``cayuga bench increasing`` (clients/bench/workloads.py:increasing_query)::
+The query is the "ten consecutive increasing prices" of one symbol
+(docs/design/workloads.md#increasing-prices), written in CEL with
+``--length - 1`` NEXT levels; it compiles to exactly the automaton of
+``cayuga bench increasing`` (clients/bench/workloads.py:increasing_query)::
 
     SELECT First, Price AS Last FROM (... (SELECT Price AS First, Price AS Last
       FROM FILTER{Name = 'SYM'}(Stock)) NEXT{$2.Name = 'SYM' AND $2.Price > $1.Last} Stock ...)

@@ -1,11 +1,14 @@
 """Workload generators for the benchmarks, built directly as model automata.
 
-* :func:`edbt` — the technical benchmark of 002 §4.1 (Table 3): a stream of
-  8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3`` continuous in
-  [0, 100)), subscriptions from the templates LinearStat, LinearDyn, Filter,
-  NonDeterministic and NonDeterministicAgg with Zipf-skewed constants.
-* :func:`increasing` — 001 §5.1: one static "ten consecutive increasing
-  prices" query per stock symbol over a stream whose prices only rise.
+* :func:`edbt` — the technical benchmark
+  (docs/design/workloads.md#technical-benchmark, the paper's Table 3): a
+  stream of 8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3``
+  continuous in [0, 100)), subscriptions from the templates LinearStat,
+  LinearDyn, Filter, NonDeterministic and NonDeterministicAgg with
+  Zipf-skewed constants.
+* :func:`increasing` — docs/design/workloads.md#increasing-prices: one static
+  "ten consecutive increasing prices" query per stock symbol over a stream
+  whose prices only rise.
 * :func:`rise` — one query: the next quote of the same symbol at least 5% higher.
 * :func:`runup` — one query: a Kleene run-up (FOLD) of at least 5 rising quotes.
 
@@ -88,7 +91,7 @@ def _edbt_step(zipf_attr: Zipf, zipf_val: Zipf, zipf_range: Zipf, att: int, v: i
 
 
 def edbt_subscription(template: str, zipfs) -> Automaton:
-    """One subscription of ``template`` (002 §4.1)."""
+    """One subscription of ``template`` (docs/design/workloads.md#technical-benchmark)."""
     z_attr, z_val1, z_val2, z_val3, z_r1, z_r2, z_r3 = zipfs
     att = z_attr() % 4
     v = z_val1()
@@ -203,7 +206,7 @@ def symbols(k: int) -> list[str]:
 
 
 def increasing_query(symbol: str, length: int = 10) -> Automaton:
-    """Ten consecutive increasing prices of one symbol (001 §5.1), as in CEL::
+    """Ten consecutive increasing prices of one symbol (docs/design/workloads.md#increasing-prices), as in CEL::
 
         SELECT * FROM FILTER{Name = 'SYM'}(Stock)
           NEXT{Name = 'SYM' ; Price > $1.Price} Stock  ... (length - 1 times)
@@ -225,7 +228,7 @@ def increasing_query(symbol: str, length: int = 10) -> Automaton:
 
 
 def increasing_stream(n_symbols: int, events: int, seed: int = 1) -> list[Event]:
-    """Prices rise monotonically per symbol (001 §5.1); symbols drawn uniformly."""
+    """Prices rise monotonically per symbol (docs/design/workloads.md#increasing-prices); symbols drawn uniformly."""
     rng = random.Random(seed)
     names = symbols(n_symbols)
     price = [10.0 + rng.random() * 90 for _ in names]
