@@ -46,8 +46,7 @@ from collections import deque
 from operator import attrgetter, itemgetter, le
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from air.engine.network import untrack_events
-from air.engine import Event
+from air.engine import Event, untrack_events
 from server.durability.diskfull import DiskFull
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,4 +1,4 @@
-"""Indexes and state merging never change results (SPEC §6).
+"""Indexes and state merging never change results (docs/design/semantics.md#indexes-and-state-merging).
 
 Every switch combination must produce the same witness multiset, per owner,
 as the plain engine, on the conformance AIR files, on random automata over

@@ -69,7 +69,7 @@ def _stream(values) -> list[Event]:
 
 
 def _has_sorted_index(eng: Engine) -> bool:
-    return any(n.iq is not None for h in eng._loaded.values() for _a, _s, n in h.states)
+    return any(n.iq is not None for h in eng.holdings().values() for _a, _s, n in h.states)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

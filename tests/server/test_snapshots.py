@@ -72,8 +72,9 @@ def test_a_running_server_forks_snapshots_and_a_restart_keeps_its_partial_matche
         assert state["fed"] == 3 and sid in state["engine"]["owners"]
         # epoch 3 is still open: the instance of 12 was consumed by 13 (marked, deleted when the epoch
         # closes) and the instance of 13 is pending
-        [(_names, installed, pending)] = state["engine"]["nodes"]
-        assert [(i[0], i[4]) for i in installed] == [((12.0,), True)] and [p[0] for p in pending] == [(13.0,)]
+        [node] = state["engine"]["nodes"]  # layout: air/engine/state.py
+        assert [(i[0], i[4]) for i in node["installed"]] == [((12.0,), True)]  # (values, ..., affected)
+        assert [p[0] for p in node["pending"]] == [(13.0,)]
         assert not [p for p in os.listdir(d.snapshots.directory) if p.endswith(".tmp")]
     with RunningServer(settings) as srv, CayugaClient(srv.base_url) as c:
         assert srv.daemon.recovered.get("instances") == 2
