@@ -324,6 +324,10 @@ class Daemon:
             raise failure from None
         self.disk.recovered("store")
 
+    def epoch(self) -> float | None:
+        """The engine's current epoch (stream time units), None before the first event."""
+        return self._epoch
+
     def epoch_lag(self) -> float:
         return 0.0 if self._epoch is None else max(self.now() - self._epoch, 0.0)
 
