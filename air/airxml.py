@@ -3,7 +3,7 @@
 Reading is hardened: documents are bounded in size, DOCTYPEs (and so entity
 declarations) are refused, no entity is expanded and nothing is fetched from
 the network. Each document is validated against ``air/air.xsd`` with lxml and
-then checked for the structural rules of SPEC §5; every error names the
+then checked for the structural rules of docs/design/air-format.md; every error names the
 element, its line and what to fix.
 """
 

@@ -20,7 +20,7 @@ conversions JSON does not make (a number in a string, ``"true"`` for a bool)
 are applied and every error gets its own precise message. Both paths accept
 and refuse exactly the same lines (``tests/server/test_formats.py``).
 
-Values follow SPEC §2: ``int`` is 64-bit, ``float`` is finite (``NaN`` and
+Values follow docs/design/semantics.md#data-model: ``int`` is 64-bit, ``float`` is finite (``NaN`` and
 ``Infinity`` are not JSON and are refused, as are numbers out of range),
 strings are valid UTF-8, and timestamps are numbers or ISO-8601 times.
 """
@@ -180,6 +180,12 @@ class Batch:
         self._lines = lines
         self._first = first
 
+    @property
+    def typed(self) -> bool:
+        """Whether the block took the typed path: every non-blank line became an
+        event, in order, and no line was decoded on its own."""
+        return self._lines is not None
+
     def line_of(self, i: int) -> int:
         if self._numbers is None:  # fast path: every non-blank line became an event, in order
             self._numbers = [self._first + n for n, line in enumerate(self._lines or ()) if _NONBLANK.match(line)]
@@ -293,6 +299,12 @@ class JsonDecoder(Decoder):
         self._block: msgspec.json.Decoder | None = None
         for name in streams:
             self._learn(name)
+
+    @property
+    def typed_streams(self) -> frozenset[str]:
+        """The streams this decoder has a typed record for (those given as
+        ``streams``, and those met since, while declared as they were)."""
+        return frozenset(self._known)
 
     # -- one line: the precise path
     def decode(self, line: str | bytes) -> Event | None:

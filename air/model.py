@@ -2,7 +2,7 @@
 
 An :class:`Automaton` is a set of :class:`State` objects. Every non-start state
 has a filter predicate, at most one rebind edge and any number of forward edges
-(SPEC §4). Predicates are kept in disjunctive normal form: a :class:`Predicate`
+(docs/design/semantics.md#automata). Predicates are kept in disjunctive normal form: a :class:`Predicate`
 is an OR of :class:`Clause`, each an AND of atoms. Expressions used by complex
 atoms and computed schema-map entries are small trees of :mod:`air.expr`
 nodes. Nothing here knows how it is executed; the engine compiles it.

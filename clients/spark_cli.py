@@ -260,7 +260,8 @@ def sink(subscription, stream, output, url, token, count, idle_timeout, batch_si
               help="Share of all events that go to the single hottest symbol (0: uniform).")
 @click.option("--masters", default="local[1],local[2]", show_default=True, help="Comma-separated Spark masters.")
 @click.option("--query", "query", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CEL query (default: ten consecutive increasing prices per symbol, 001 §5.1).")
+              help="CEL query (default: ten consecutive increasing prices per symbol, "
+                   "docs/design/workloads.md#increasing-prices).")
 @click.option("--workdir", default="bench-spark", show_default=True, help="Where the input and outputs go.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the generated input.")
 def bench(n_events, symbols, skew, masters, query, workdir, seed) -> None:

@@ -33,17 +33,18 @@ from server.daemon import Daemon
 log = logging.getLogger("cayuga.serve")
 
 #: WebSocket compression (permessage-deflate) is off: compressing every message
-#: took the server's event loop so long that watchers of a 1M-tick replay fell
-#: more than ``client_buffer`` witnesses behind and were cut (BENCHMARKS.md,
-#: round 5); witnesses go to clients on a local network, where it saves little.
+#: held the server's event loop so long that watchers of a fast replay fell more
+#: than ``client_buffer`` witnesses behind and were cut; witnesses go to clients
+#: on a local network, where it saves little (BENCHMARKS.md, "Round 5
+#: (2026-11-26): the server path", "What changed, each measured").
 WS_DEFLATE = False
 
 #: The GIL switch interval of a ``cayuga serve`` process (Python's default is
 #: 5 ms). The receiver threads, the engine thread and the event loop share one
-#: GIL; with 20 ms fewer forced hand-overs between the two busy threads left more
-#: for the work: a 1M-tick replay with two watchers took 7.9-8.3 s end to end
-#: against 11.7-17.0 s at 5 ms and 9.8-11.1 s at 50 ms, interleaved runs, and
-#: latency at 10K and 50K events/s was no worse (BENCHMARKS.md, round 5).
+#: GIL; with 20 ms fewer forced hand-overs between the two busy threads leave
+#: more for the work: replays ran faster than at 5 ms or at 50 ms, and latency
+#: was no worse (BENCHMARKS.md, "Round 5 (2026-11-26): the server path", "What
+#: changed, each measured").
 GIL_SWITCH_INTERVAL = 0.02
 
 #: Once drained, seconds uvicorn waits for HTTP connections to close before it
@@ -151,7 +152,8 @@ def _write_port_file(path: str, http_port: int, tcp_port: int) -> None:
     os.replace(tmp, path)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_http(host: str, port: int) -> socket.socket:
+    """The HTTP listening socket, bound and inheritable, for uvicorn to serve on."""
     # IPPROTO_TCP, not the default 0: asyncio turns Nagle off (TCP_NODELAY) only on
     # accepted sockets whose proto says TCP. With proto 0 every keep-alive HTTP
     # response waited for the client's delayed ACK: 44 ms a request instead of 0.5 ms.
@@ -171,7 +173,7 @@ class RunningServer:
         self.settings = settings
         self.daemon = Daemon(settings)
         self.app = create_app(settings, self.daemon)
-        self._sock = _bind(settings.host, settings.http_port)
+        self._sock = bind_http(settings.host, settings.http_port)
         config = uvicorn_config(self.app, settings, self.daemon.counters, access_log=False)
         self.server = CayugaServer(config, self.daemon, self.app.state.draining)
         self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
@@ -235,7 +237,7 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     ensure_descriptors(settings)
     daemon = Daemon(settings)
     app = create_app(settings, daemon)
-    sock = _bind(settings.host, settings.http_port)
+    sock = bind_http(settings.host, settings.http_port)
     server = CayugaServer(uvicorn_config(app, settings, daemon.counters), daemon, app.state.draining)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)

@@ -145,7 +145,7 @@ def test_a_directory_of_per_symbol_queries_loads_in_name_order_with_one_shape(tm
     """`--query DIR` takes the directory's .cel and .xml files in name order;
     queries that differ only in constants are bound from one compiled shape
     and give each its own witnesses."""
-    from clients.bench.loading import increasing_cel, write_queries
+    from clients.testing import increasing_cel, write_queries
 
     d = tmp_path / "q"
     write_queries(d, 30, length=3)

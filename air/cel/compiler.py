@@ -1,4 +1,4 @@
-"""CEL -> Cayuga automata (000 §3), following the original compiler's conventions.
+"""CEL -> Cayuga automata (docs/design/semantics.md#automata), following the original compiler's conventions.
 
 A left-associated stream expression becomes one automaton: a START state
 reading the leftmost input, one state per NEXT or FOLD, and an end state that
@@ -74,7 +74,7 @@ def _const_text(v: object) -> str:
 
 
 def _atom(c: Compare):
-    """Classify one comparison over EV/NODE references (SPEC §5)."""
+    """Classify one comparison over EV/NODE references (docs/design/air-format.md)."""
     left, right, op = c.left, c.right, c.op
     if isinstance(left, Duration):
         return DurationAtom(left.of, op, float(right.value))  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""Recursive-descent parser for CEL (SPEC §3).
+"""Recursive-descent parser for CEL (docs/design/semantics.md#cel).
 
 ``parse(text)`` returns a :class:`~air.cel.ast.Query` or raises the first
 :class:`CelSyntaxError`. ``parse_all(text)`` collects up to ``max_errors``
@@ -188,7 +188,7 @@ class _Parser:
             tok = ts.peek
             if ts.at_kw("NEXT"):
                 ts.next()
-                # the braces may be omitted: "S NEXT S" (000 §2.2)
+                # the braces may be omitted: "S NEXT S" (docs/design/semantics.md#cel)
                 pred = self._braced_pred("NEXT", required=False) if ts.at_op("{") else None
                 left = ast.Next(left, pred, self._unary(), tok.line, tok.column)
             elif ts.at_kw("FOLD"):

@@ -12,7 +12,7 @@ plan are :mod:`air.expr` trees whose references are resolved and typed:
 * :class:`Duration`: ``DUR``, always the left operand of a comparison with a
   numeric literal already converted to the configured time unit.
 
-Renaming (000 §2.2): in ``R NEXT S`` every attribute ``a`` of R becomes
+Renaming (docs/design/semantics.md#cel): in ``R NEXT S`` every attribute ``a`` of R becomes
 ``a_1`` when R and S share any name; in ``R FOLD S`` shared attributes keep
 R's value as ``a_1`` and the last iteration's as ``a``. A remaining duplicate
 is a :class:`CelSchemaError`, as is a violated FOLD schema inclusion.

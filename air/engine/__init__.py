@@ -47,10 +47,12 @@ def _choose() -> str:
 #: ``"compiled"`` or ``"python"``: which build of the engine this process runs.
 BUILD = _choose()
 
+from air.engine.errors import EngineError, LateEvent  # noqa: E402
 from air.engine.functions import FunctionRegistry, contains, similarity  # noqa: E402
-from air.engine.runtime import Emission, Engine, EngineError, EngineStats, Event, LateEvent  # noqa: E402
+from air.engine.network import untrack_events  # noqa: E402
+from air.engine.runtime import Emission, Engine, EngineStats, Event  # noqa: E402
 
 __all__ = [
     "BUILD", "Emission", "Engine", "EngineError", "EngineStats", "Event", "FunctionRegistry", "LateEvent",
-    "contains", "similarity",
+    "contains", "similarity", "untrack_events",
 ]

@@ -46,10 +46,14 @@ def compiled_paths(name: str, where: Path = HERE) -> list[Path]:
 STAMP = "compiled.json"
 
 
+#: Declarations every compiled module cimports (the instance slot names as C constants).
+SHARED_PXD = ("instance.pxd",)
+
+
 def source_digest(name: str, where: Path = HERE) -> str:
-    """SHA-256 of a module's ``.py`` and ``.pxd``, as they are now."""
+    """SHA-256 of a module's ``.py`` and ``.pxd`` and of :data:`SHARED_PXD`, as they are now."""
     h = hashlib.sha256()
-    for p in (where / f"{name}.py", where / f"{name}.pxd"):
+    for p in (where / f"{name}.py", where / f"{name}.pxd", *(where / s for s in SHARED_PXD)):
         if p.exists():
             h.update(p.read_bytes())
     return h.hexdigest()
@@ -76,7 +80,8 @@ def stale(name: str, where: Path = HERE) -> bool:
             return json.loads(stamp.read_text()).get(name) != source_digest(name, where)
         except (OSError, ValueError):
             return True
-    newest_source = max(p.stat().st_mtime for p in (where / f"{name}.py", where / f"{name}.pxd") if p.exists())
+    newest_source = max(p.stat().st_mtime for p in (where / f"{name}.py", where / f"{name}.pxd",
+                                                    *(where / s for s in SHARED_PXD)) if p.exists())
     return min(p.stat().st_mtime for p in built) < newest_source
 
 

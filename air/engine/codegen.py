@@ -285,7 +285,7 @@ def compile_schema_map(entries, dest: Sequence[Attribute], scope: Scope) -> Call
 
 
 def split_clause(clause: Clause, scope: Scope) -> tuple[list[tuple[int, object]], list[tuple[int, int]], list]:
-    """Split one conjunctive clause for indexing (002 §3.1, 000 §4.3.3).
+    """Split one conjunctive clause for indexing (docs/design/semantics.md#indexes-and-state-merging).
 
     Returns ``(static_eq, dynamic_eq, rest)``: ``static_eq`` holds
     ``(event attribute index, typed constant)`` for each ``e.a = CONST`` atom,

@@ -146,6 +146,11 @@ class Loader:
         #: Stage through templates kept per shape (off: a template per automaton, the reference).
         self.cache_templates = True
 
+    @property
+    def template_count(self) -> int:
+        """How many templates staging keeps (one per shape of automaton, up to TEMPLATES_MAX)."""
+        return len(self._templates)
+
     # ------------------------------------------------------------------ shapes
 
     def _canon_schema(self, attrs: tuple) -> tuple:
@@ -574,7 +579,7 @@ class Loader:
         for node, (name, kind) in stage.outputs:
             if not node.outputs:
                 node.outputs = []
-            node.outputs.append((name, kind, owner, gen))
+            node.outputs.append((name, kind, owner, gen))  # see Node.outputs
 
     def release(self, holding: Holding) -> list[Node]:
         """Undo one owner's share; returns the nodes that no longer exist."""
@@ -608,7 +613,7 @@ class Loader:
                 continue
             seen.add(id(node))
             del node.owners[owner]
-            node.outputs = [o for o in node.outputs if o[2] != owner] or ()
+            node.outputs = [o for o in node.outputs if o[2] != owner] or ()  # (stream, kind, owner, gen)
             if node.owners:
                 # owners are held in the order they came, so the first is the oldest: O(1), where
                 # min() over the shared start node's owners cost the whole network per removal

@@ -7,10 +7,14 @@
 
 cimport cython
 
+from air.engine.instance cimport *
+
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
     bint PyObject_IS_GC(object)
 
+
+cpdef list new_instance(values, t0, t1, born)
 
 @cython.locals(inst=list)
 cpdef untrack_instances(list insts)

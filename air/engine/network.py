@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from operator import attrgetter, itemgetter
 
+from air.engine.instance import *  # noqa: F403,F405 - the slot names; C constants when compiled (instance.pxd)
 from air.model import State
 
 try:
@@ -49,16 +50,10 @@ FR_MIN_EDGES = 6
 seq_of = attrgetter("seq")
 
 
-def Instance(values: tuple, t0, t1, born: int = 0) -> list:
-    """An automaton instance, as a list (cheaper to make than an object):
-    ``[values, t0, t1, born, dead]`` — stored values in the node's schema, its
-    interval, the generation its run began in, and whether the current epoch
-    affected it. Index with :data:`VALUES`, :data:`T0`, :data:`T1`,
-    :data:`BORN`, :data:`DEAD`."""
+def new_instance(values: tuple, t0, t1, born: int) -> list:
+    """The one way to make an automaton instance: a list with the slots
+    :mod:`air.engine.instance` names (the epoch has not affected it yet)."""
     return [values, t0, t1, born, False]
-
-
-VALUES, T0, T1, BORN, DEAD = range(5)
 
 
 def untrack_instances(insts: list) -> None:
@@ -71,7 +66,7 @@ def untrack_instances(insts: list) -> None:
     if COMPILED:
         for inst in insts:
             PyObject_GC_UnTrack(inst)
-            PyObject_GC_UnTrack(inst[0])
+            PyObject_GC_UnTrack(inst[VALUES])
 
 
 def untrack_events(events) -> None:
@@ -96,7 +91,7 @@ class SortedBucket:
     list of plain numbers (bisecting ``(key, cid, instance)`` tuples cost three
     times as much); ``rest`` holds ``(cid, instance)`` for instances whose key is
     not a number (or NaN, or raised), which every event must check. An
-    installed instance carries its key and cid at indexes 5 and 6."""
+    installed instance carries its key and cid in slots SORT_KEY and SORT_CID."""
 
     __slots__ = ("keys", "cids", "insts", "rest")
 
@@ -124,7 +119,7 @@ class SortedBucket:
         return [i for _c, i in pairs]
 
     def remove(self, inst: list) -> None:
-        key, cid = inst[5], inst[6]
+        key, cid = inst[SORT_KEY], inst[SORT_CID]
         if key is None:
             self.rest.remove((cid, inst))
             return
@@ -136,12 +131,12 @@ class SortedBucket:
 
     def keep_born_since(self, gen: int) -> None:
         """Drop the instances whose run began before generation ``gen``."""
-        kept = [j for j, inst in enumerate(self.insts) if inst[3] >= gen]
+        kept = [j for j, inst in enumerate(self.insts) if inst[BORN] >= gen]
         if len(kept) != len(self.insts):
             self.keys = [self.keys[j] for j in kept]
             self.cids = [self.cids[j] for j in kept]
             self.insts = [self.insts[j] for j in kept]
-        self.rest = [x for x in self.rest if x[1][3] >= gen]
+        self.rest = [(cid, inst) for cid, inst in self.rest if inst[BORN] >= gen]
 
 
 _first = itemgetter(0)
@@ -235,7 +230,9 @@ class Node:
         # made when needed (most nodes have neither an FR index nor merged children nor outputs)
         self.fr_scan: dict[NEdge, None] | None = None
         self.children: dict[object, NEdge] | None = None  # merge key -> edge, for merged children
-        self.outputs: list[tuple[str, str, str, int]] | tuple = ()  # (stream, kind, owner, owner generation)
+        # (stream, kind, owner, owner generation): a plain tuple, not a named one: the event loop
+        # unpacks one per witness, and Cython and CPython unpack only an exact tuple fast
+        self.outputs: list[tuple[str, str, str, int]] | tuple = ()
         self.instances: list[list] = []  # without an AI index
         self.buckets: dict[object, list[list]] = _NO_BUCKETS  # with one (the loader makes it)
         self.pending: list[list] = []
@@ -327,7 +324,7 @@ class Node:
     def purge_older_than(self, gen: int) -> None:
         """Drop instances no remaining owner may see (their run began before
         every remaining owner was added)."""
-        self.pending = [i for i in self.pending if i[3] >= gen]
+        self.pending = [i for i in self.pending if i[BORN] >= gen]
         if self.ai_ev >= 0 and self.iq is not None:
             for key in list(self.buckets):
                 b = self.buckets[key]
@@ -337,18 +334,18 @@ class Node:
             self.count = sum(len(b) for b in self.buckets.values())
         elif self.ai_ev >= 0:
             for key in list(self.buckets):
-                kept = [i for i in self.buckets[key] if i[3] >= gen]
+                kept = [i for i in self.buckets[key] if i[BORN] >= gen]
                 if kept:
                     self.buckets[key] = kept
                 else:
                     del self.buckets[key]
             self.count = sum(len(b) for b in self.buckets.values())
         else:
-            self.instances = [i for i in self.instances if i[3] >= gen]
+            self.instances = [i for i in self.instances if i[BORN] >= gen]
             self.count = len(self.instances)
-        self.ndead = sum(1 for i in self.all_instances() if i[4])
+        self.ndead = sum(1 for i in self.all_instances() if i[DEAD])
         if self.iq is not None and self.dead_keys:  # the affected instances still held
-            self.dead_keys = [i for i in self.dead_keys if i[3] >= gen] or None
+            self.dead_keys = [i for i in self.dead_keys if i[BORN] >= gen] or None
 
 
 #: Shared by every node without an AI index; never written.

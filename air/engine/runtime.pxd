@@ -7,7 +7,8 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-from air.engine.network cimport EqIndex, NEdge, Node, SortedBucket, StreamPlan, untrack_instances
+from air.engine.instance cimport *
+from air.engine.network cimport EqIndex, NEdge, Node, SortedBucket, StreamPlan, new_instance, untrack_instances
 
 
 cdef extern from *:

@@ -14,7 +14,6 @@ The engine is single-threaded by design: exactly one thread may call
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -23,19 +22,16 @@ from operator import itemgetter
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
 
+from air.engine import eviction, introspect
+from air.engine import state as engine_state
 from air.engine.codegen import BindError
+from air.engine.errors import EngineError, LateEvent
 from air.engine.functions import FunctionRegistry
+from air.engine.instance import *  # noqa: F403,F405 - the slot names; C constants when compiled (instance.pxd)
+from air.engine.introspect import LiveInstance
 from air.engine.loader import Holding, LoadError, Loader, Options
-from air.engine.network import COMPILED, Node, SortedBucket, seq_of, untrack_instances
+from air.engine.network import COMPILED, Node, SortedBucket, new_instance, seq_of, untrack_instances
 from air.model import Automaton, StreamSchema
-
-
-class EngineError(ValueError):
-    """A request the engine cannot honour (unknown stream, clashing schema, ...)."""
-
-
-class LateEvent(EngineError):
-    """An event older than the epoch already being processed."""
 
 
 class Event:
@@ -129,11 +125,6 @@ def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
 
 
 _first = itemgetter(0)
-
-
-def _evict_key(entry: tuple) -> tuple:
-    """(t0, t1, state, position) of an eviction candidate: see Engine.evict_oldest."""
-    return entry[:4]
 
 
 class _StreamView(Mapping):
@@ -328,15 +319,6 @@ class Engine:
             if not owners:
                 del self._published[name]
 
-    def plan_stats(self) -> dict[str, int]:
-        """Size of the query network: nodes and edges after merging, the
-        states and edges the loaded automata have, and active nodes."""
-        states = sum(len(h.states) for h in self._loaded.values())
-        edges = sum(len(h.edges) for h in self._loaded.values())
-        active = sum(p.an_index.size + len(p.active_scan) for p in self._net.plans.values())
-        return {"nodes": self._net.nodes, "edges": self._net.edges, "states": states,
-                "automaton_edges": edges, "active_nodes": active}
-
     # ------------------------------------------------------------------ running
 
     @property
@@ -398,7 +380,7 @@ class Engine:
                             if node.active:
                                 node.plan.set_active(node, False)
                         continue
-                    node.instances = [i for i in node.instances if not i[4]]
+                    node.instances = [i for i in node.instances if not i[DEAD]]
                     node.count -= ndead
                     node.ndead = 0
                 if pending:
@@ -417,10 +399,10 @@ class Engine:
                         b = buckets.get(key)
                         if b is None:
                             continue
-                        if len(b) == 1 and b[0][4]:
+                        if len(b) == 1 and b[0][DEAD]:
                             del buckets[key]
                         else:
-                            kept = [i for i in b if not i[4]]
+                            kept = [i for i in b if not i[DEAD]]
                             if kept:
                                 buckets[key] = kept
                             else:
@@ -432,7 +414,7 @@ class Engine:
                     buckets = node.buckets
                     k = node.ai_node
                     for inst in pending:
-                        key = inst[0][k]
+                        key = inst[VALUES][k]
                         b = buckets.get(key)
                         if b is None:
                             buckets[key] = [inst]
@@ -452,7 +434,7 @@ class Engine:
         k = node.ai_node
         if node.ndead:
             for inst in node.dead_keys:
-                key = inst[0][k]
+                key = inst[VALUES][k]
                 b = buckets[key]
                 b.remove(inst)
                 if not b.keys and not b.rest:
@@ -465,17 +447,18 @@ class Engine:
             keyf = node.iq[2]
             cids = self._cids
             for inst in pending:
-                key = inst[0][k]
+                key = inst[VALUES][k]
                 b = buckets.get(key)
                 if b is None:
                     b = buckets[key] = SortedBucket()
                 cid = next(cids)
                 try:
-                    v = keyf(inst[0])
+                    v = keyf(inst[VALUES])
                     t = type(v)
                     ok = (t is float and v == v) or t is int
                 except Exception:  # noqa: BLE001 - the filter will raise again for each event
                     ok = False
+                # the instance's SORT_KEY and SORT_CID slots
                 if ok:
                     inst.append(v)
                     inst.append(cid)
@@ -549,7 +532,7 @@ class Engine:
                     run = edge.run
                     if run is None or run(e, (), et0, et1, et0):
                         dest = edge.dest
-                        new = [edge.smap(e, ()), et1 if edge.resets else et0, et1, gen, False]
+                        new = new_instance(edge.smap(e, ()), et1 if edge.resets else et0, et1, gen)
                         if dest.stream is not None:
                             if not dest.dirty:
                                 dest.dirty = True
@@ -579,15 +562,15 @@ class Engine:
             rebind = node.rebind
             forwards = node.forwards if node.fr is None else node.fr_candidates(e)
             for inst in insts:
-                if overlap and et0 <= inst[2]:
+                if overlap and et0 <= inst[T1]:
                     continue  # the event overlaps the instance: not affected
-                n = inst[0]
-                nt0 = inst[1]
+                n = inst[VALUES]
+                nt0 = inst[T0]
                 try:
                     if filt is not None and not filt(e, n, et0, et1, nt0):
                         continue
-                    if not inst[4]:
-                        inst[4] = True
+                    if not inst[DEAD]:
+                        inst[DEAD] = True
                         node.ndead += 1
                         if node.iq is not None:
                             if node.dead_keys is None:
@@ -605,7 +588,7 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001 - the filter failed: the instance is not affected
                     self._eval_error(node.label, exc)
                     continue
-                born = inst[3]
+                born = inst[BORN]
                 # A failing expression costs only its own edge (its predicate counts as false), never
                 # the instance's other edges; a rebind edge that fails, like a false rebind predicate,
                 # lets no forward edge fire.
@@ -614,7 +597,7 @@ class Engine:
                         run = rebind.pred
                         if run is not None and not run(e, n, et0, et1, nt0):
                             continue
-                        new = [rebind.smap(e, n), et1 if rebind.resets else nt0, et1, born, False]
+                        new = new_instance(rebind.smap(e, n), et1 if rebind.resets else nt0, et1, born)
                     except Exception as exc:  # noqa: BLE001
                         self._eval_error(node.label, exc)
                         continue
@@ -631,7 +614,7 @@ class Engine:
                         run = edge.run
                         if not ((run is None or run(e, n, et0, et1, nt0)) and born >= edge.min_gen):
                             continue
-                        new = [edge.smap(e, n), et1 if edge.resets else nt0, et1, born, False]
+                        new = new_instance(edge.smap(e, n), et1 if edge.resets else nt0, et1, born)
                     except Exception as exc:  # noqa: BLE001
                         self._eval_error(node.label, exc)
                         continue
@@ -646,7 +629,7 @@ class Engine:
 
     def _emit(self, dest: Node, inst: list) -> None:
         """Witnesses of an instance that reached ``dest``, one per output stream."""
-        values, t0, t1, born = inst[0], inst[1], inst[2], inst[3]
+        values, t0, t1, born = inst[VALUES], inst[T0], inst[T1], inst[BORN]
         for name, kind, owner, gen in dest.outputs:
             if born < gen:
                 continue  # the run began before this owner subscribed
@@ -662,299 +645,57 @@ class Engine:
         self.stats.eval_errors += 1
         self.stats.last_eval_error = f"{where}: {type(exc).__name__}: {exc}"
 
-    # ------------------------------------------------------------------ limits
+    # ------------------------------------------------------------------ beside the loop
+    # (not on the event path: plain Python in both builds, in the modules named)
+
+    def holding(self, owner: str) -> Holding:
+        """What ``owner`` holds in the network (its generation, and its states as
+        ``(automaton, state id, node)``); :class:`EngineError` if it has nothing loaded."""
+        holding = self._loaded.get(owner)
+        if holding is None:
+            raise EngineError(f"no automata loaded for owner {owner!r}")
+        return holding
+
+    def holdings(self) -> dict[str, Holding]:
+        """Every owner's :class:`Holding`, in the order they were added (the engine's own: read only)."""
+        return self._loaded
+
+    @property
+    def network(self) -> Loader:
+        """The query network: nodes, edges, stream plans and the templates staging keeps."""
+        return self._net
 
     def evict_oldest(self, owner: str, keep: int, shared: bool = False) -> int:
-        """Remove ``owner``'s oldest instances until it sees at most ``keep``
-        (as :meth:`instance_count` counts: installed and pending); returns how
-        many instances were removed. Call it between events (mid-epoch too).
-
-        *Oldest* is the order of the key ``(t0, t1, state, position)``: start
-        time first; then ``t1``, the epoch the instance was made in (so the
-        order of epochs it was installed in); then the owner's state, in the
-        order :meth:`instances` lists them; then its place in that state's
-        list (:meth:`instances` with ``pending=True``: installed in the
-        node's order, then pending in the order they were made). The key
-        depends only on the engine's state, never on the clock, so a replay
-        that calls this at the same point removes the same instances.
-
-        Merged nodes (network.py) hold instances other owners may see too:
-        an instance is *shared* when another live owner of its node sees it
-        (that owner's generation is no later than the instance's ``born``).
-        Evicting a shared instance changes that owner's results, so the
-        oldest instances only ``owner`` sees go first; shared ones are
-        evicted only with ``shared`` (oldest first, after every unshared one
-        is gone) and only as far as still needed to reach ``keep``: the other
-        owners seeing them lose them too (counted in
-        ``stats.evicted_shared``). Without ``shared``, ``owner`` may still see
-        more than ``keep`` afterwards. An instance the current epoch affected
-        may go too: the epoch's bookkeeping (``ndead``, ``dead_keys``) follows."""
-        holding = self._loaded.get(owner)
-        if holding is None:
-            raise EngineError(f"no automata loaded for owner {owner!r}")
-        g = holding.gen
-        gens = self._net.owner_gen
-        mult: dict[int, int] = {}  # node -> how many of owner's states it stands for
-        nodes: list[Node] = []
-        for _ai, _sid, node in holding.states:
-            if node.stream is None or node.is_start:
-                continue
-            if id(node) in mult:
-                mult[id(node)] += 1
-            else:
-                mult[id(node)] = 1
-                nodes.append(node)
-        seen = 0
-        own: list[tuple] = []
-        common: list[tuple] = []
-        for si, node in enumerate(nodes):
-            if not (node.count or node.pending):
-                continue
-            others = min((gens[o] for o in node.owners if o != owner), default=None)
-            pos = 0
-            for inst in itertools.chain(node.all_instances(), node.pending):
-                if inst[3] >= g:
-                    seen += mult[id(node)]
-                    entry = (inst[1], inst[2], si, pos, inst)
-                    if others is not None and inst[3] >= others:
-                        common.append(entry)
-                    else:
-                        own.append(entry)
-                pos += 1
-        if seen <= keep:
-            return 0
-        victims: dict[int, list] = {}
-        n_shared = 0
-        for group, is_shared in ((own, False), (common, True)):
-            if seen <= keep or (is_shared and not shared):
-                break
-            group.sort(key=_evict_key)
-            for entry in group:
-                if seen <= keep:
-                    break
-                node = nodes[entry[2]]
-                seen -= mult[id(node)]
-                victims.setdefault(entry[2], []).append(entry[4])
-                n_shared += is_shared
-        removed = 0
-        for si, insts in victims.items():
-            removed += self._evict_from(nodes[si], insts)
-        self.stats.evicted += removed
-        self.stats.evicted_shared += n_shared
-        return removed
-
-    def _evict_from(self, node: Node, insts: list) -> int:
-        """Take ``insts`` (installed or pending instances of ``node``) out of
-        every structure that holds them; keeps ``count``, ``ndead``,
-        ``dead_keys`` and the active flag right."""
-        gone = {id(i) for i in insts}
-        installed = insts
-        if node.pending:
-            waiting = {id(i) for i in node.pending}
-            installed = [i for i in insts if id(i) not in waiting]
-            if len(installed) != len(insts):
-                node.pending[:] = [i for i in node.pending if id(i) not in gone]
-        n_inst = 0
-        n_dead = 0
-        if node.ai_ev < 0:
-            before = len(node.instances)
-            kept = []
-            for i in node.instances:
-                if id(i) in gone:
-                    n_dead += i[4]
-                else:
-                    kept.append(i)
-            node.instances[:] = kept
-            n_inst = before - len(kept)
-        else:
-            k = node.ai_node
-            buckets = node.buckets
-            for key in dict.fromkeys(i[0][k] for i in installed):
-                b = buckets.get(key)
-                if b is None:
-                    continue
-                if node.iq is not None:
-                    for i in b.ordered():
-                        if id(i) in gone:
-                            b.remove(i)
-                            n_inst += 1
-                            n_dead += i[4]
-                    empty = not len(b)
-                else:
-                    kept = [i for i in b if id(i) not in gone]
-                    for i in b:
-                        if id(i) in gone:
-                            n_inst += 1
-                            n_dead += i[4]
-                    if kept:
-                        buckets[key] = kept
-                    empty = not kept
-                if empty:
-                    del buckets[key]
-        node.count -= n_inst
-        if n_dead:
-            node.ndead -= n_dead
-            if node.iq is not None:
-                node.dead_keys = [i for i in node.dead_keys if id(i) not in gone] or None
-            if not node.ndead:
-                node.dead_keys = None
-        if node.active and node.count == 0 and not node.is_start:
-            node.plan.set_active(node, False)
-        return len(insts)
-
-    # ------------------------------------------------------------------ snapshots
+        """Remove ``owner``'s oldest instances until it sees at most ``keep``;
+        returns how many went. See :func:`air.engine.eviction.evict_oldest`."""
+        return eviction.evict_oldest(self, owner, keep, shared)
 
     def export_state(self) -> dict:
-        """The processing state as plain data (for a snapshot; see
-        server/durability/snapshot.py): every instance of every node, installed (with
-        whether the current epoch affected it) and pending, in the order the
-        node keeps them, named by the ``(owner, automaton, state id)`` of every
-        owner state the node stands for; each owner's generation; the epoch.
-        Nothing here refers to nodes, edges or compiled code, so it loads into
-        an engine built afresh from the same subscriptions. Call it on the
-        engine thread between events, or on a forked copy of it."""
-        named: dict[int, list] = {}
-        nodes: dict[int, Node] = {}
-        owners: dict[str, int] = {}
-        for owner, holding in self._loaded.items():
-            owners[owner] = holding.gen
-            for ai, sid, node in holding.states:
-                if node.stream is None or node.is_start:
-                    continue  # hold no instances
-                key = id(node)
-                if key not in nodes:
-                    nodes[key] = node
-                    named[key] = []
-                named[key].append((owner, ai, sid))
-        held = []
-        for key, node in nodes.items():
-            if node.count or node.pending:
-                held.append((named[key], [(i[0], i[1], i[2], i[3], i[4]) for i in node.all_instances()],
-                             [(i[0], i[1], i[2], i[3]) for i in node.pending]))
-        return {"version": 1, "epoch": self._epoch, "closed": self._closed, "installed_t1": self._installed_t1,
-                "epoch_events": self._epoch_events, "owners": owners, "stats": dataclasses.asdict(self.stats),
-                "nodes": held}
+        """The processing state as plain data, for a snapshot: see :mod:`air.engine.state`."""
+        return engine_state.export_state(self)
 
     def import_state(self, state: dict) -> dict[str, int]:
-        """Load what :meth:`export_state` gave into this engine, whose owners
-        must have been added afresh in their original order (with no event fed
-        since). Owners that are gone are skipped (their instances with them);
-        generations are mapped onto the new ones, so each owner sees exactly
-        the instances it saw. Returns counts: instances loaded, nodes skipped
-        and clashes (two saved nodes that are one node now: a merge the saved
-        network did not have)."""
-        if state.get("version") != 1:
-            raise EngineError(f"unknown engine state version {state.get('version')!r}")
-        live = sorted((g, o) for o, g in state["owners"].items() if o in self._loaded)
-        old_gens = [g for g, _o in live]
-        new_gens = [self._loaded[o].gen for _g, o in live]
-        if new_gens != sorted(new_gens):
-            raise EngineError("owners were added again in another order than they were saved in")
+        """Load what :meth:`export_state` gave (any version) into this engine,
+        whose owners were added afresh in their original order; returns counts.
+        See :func:`air.engine.state.import_state`."""
+        return engine_state.import_state(self, state)
 
-        def born(b: int) -> int:  # the generation of the newest live owner added no later than b
-            i = bisect_right(old_gens, b)
-            return new_gens[i - 1] if i else 0
-
-        where: dict[str, dict] = {}
-        filled: dict[int, Node] = {}
-        dead: list[tuple[Node, list]] = []
-        pend: list[tuple[Node, list]] = []
-        loaded = skipped = clashes = 0
-        for names, installed, pending in state["nodes"]:
-            node = None
-            for owner, ai, sid in names:
-                if owner not in self._loaded:
-                    continue
-                states = where.get(owner)
-                if states is None:
-                    states = where[owner] = {(a, s): n for a, s, n in self._loaded[owner].states}
-                node = states.get((ai, sid))
-                if node is not None:
-                    break
-            if node is None:
-                skipped += 1
-                continue
-            if id(node) in filled:
-                clashes += 1
-            filled[id(node)] = node
-            insts = [[v, t0, t1, born(b), False] for v, t0, t1, b, _d in installed]
-            node.pending.extend(insts)
-            dead += [(node, inst) for inst, saved in zip(insts, installed) if saved[4]]
-            pend.append((node, [[v, t0, t1, born(b), False] for v, t0, t1, b in pending]))
-            loaded += len(installed) + len(pending)
-        # install the saved instances as an epoch's close would, then put back what the epoch in
-        # progress had: its affected marks and its pending instances
-        self._dirty = list(filled.values())
-        for node in self._dirty:
-            node.dirty = True
-        self._closed = False
-        self.close_epoch()
-        for node, inst in dead:
-            inst[4] = True
-            node.ndead += 1
-            if node.iq is not None or node.ai_ev >= 0:
-                if node.dead_keys is None:
-                    node.dead_keys = []
-                node.dead_keys.append(inst if node.iq is not None else inst[0][node.ai_node])
-            if not node.dirty:
-                node.dirty = True
-                self._dirty.append(node)
-        for node, insts in pend:
-            if insts:
-                node.pending.extend(insts)
-                if not node.dirty:
-                    node.dirty = True
-                    self._dirty.append(node)
-        self._epoch = state["epoch"]
-        self._closed = state["closed"]
-        self._installed_t1 = state["installed_t1"]
-        self._epoch_events = state["epoch_events"]
-        for k, v in state["stats"].items():
-            setattr(self.stats, k, v)
-        return {"instances": loaded, "skipped": skipped, "clashes": clashes}
-
-    # ------------------------------------------------------------------ inspection
-
-    def instances(self, owner: str, pending: bool = False) -> dict[str, list[tuple[tuple, object, object]]]:
-        """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``,
-        in the order the node keeps them; with ``pending``, followed by those
-        the current epoch made (installed when it closes), in the order made."""
-        holding = self._loaded.get(owner)
-        if holding is None:
-            raise EngineError(f"no automata loaded for owner {owner!r}")
-        out: dict[str, list] = {}
-        for ai, sid, node in holding.states:
-            if node.stream is None or node.is_start:
-                continue
-            insts = node.all_instances() + node.pending if pending else node.all_instances()
-            out[f"{ai}/{sid}"] = [(i[0], i[1], i[2]) for i in insts if i[3] >= holding.gen]
-        return out
+    def instances(self, owner: str, pending: bool = False) -> dict[str, list[LiveInstance]]:
+        """Live instances of ``owner`` by state key ``"<automaton>/<state id>"``
+        (with ``pending``, those the current epoch made too): see
+        :func:`air.engine.introspect.instances`."""
+        return introspect.instances(self, owner, pending)
 
     def instance_count(self, owner: str | None = None) -> int:
         """Installed and pending instances of ``owner`` (as if nothing were
         merged), or of the whole network."""
-        if owner is None:
-            return sum(n.count + len(n.pending) for n in {id(n): n for h in self._loaded.values()
-                                                          for _a, _s, n in h.states}.values())
-        holding = self._loaded.get(owner)
-        if holding is None:
-            raise EngineError(f"no automata loaded for owner {owner!r}")
-        g = holding.gen
-        return sum(_owned_count(node, g) for _ai, _sid, node in holding.states)
+        return introspect.instance_count(self, owner)
 
     def state_counts(self, owner: str) -> dict[str, int]:
         """Installed and pending instances of ``owner`` per state key
-        ``"<automaton>/<state id>"`` (as :meth:`instances` names them; start
-        states hold none). Read-only; call it on the thread that feeds events."""
-        holding = self._loaded.get(owner)
-        if holding is None:
-            raise EngineError(f"no automata loaded for owner {owner!r}")
-        g = holding.gen
-        return {f"{ai}/{sid}": _owned_count(node, g) for ai, sid, node in holding.states}
+        ``"<automaton>/<state id>"``. Read-only; call it on the thread that feeds events."""
+        return introspect.state_counts(self, owner)
 
-
-def _owned_count(node: Node, gen: int) -> int:
-    """Instances at ``node`` (installed and pending) born in generation ``gen`` or later."""
-    if not (node.count or node.pending):
-        return 0
-    return sum(1 for i in node.all_instances() if i[3] >= gen) + sum(1 for i in node.pending if i[3] >= gen)
+    def plan_stats(self) -> dict[str, int]:
+        """Size of the query network: see :func:`air.engine.introspect.plan_stats`."""
+        return introspect.plan_stats(self)

@@ -25,7 +25,7 @@ import time
 from air.cel import compile_cel
 from air.engine import Engine
 from clients.bench.runner import peak_rss_mb, percentile
-from clients.bench.workloads import STOCK, random_walk, symbols
+from clients.testing.market import STOCK, random_walk, symbols
 
 QUERY = ("SELECT Name, Price_1 AS First, Price AS Second FROM FILTER{{Name = '{s}'}}(Stock) "
          "NEXT{{$1.Name = $2.Name AND $2.Price > 1.02 * $1.Price}} Stock PUBLISH Up_{s}")

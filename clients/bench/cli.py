@@ -8,6 +8,7 @@ import click
 
 from clients.bench.runner import engine_options, run_workload, sweep_summary
 from clients.bench import workloads as wl
+from clients.testing.market import STOCK, random_walk, rise_query, runup_query
 
 
 def _switches(f):
@@ -46,7 +47,7 @@ def bench() -> None:
 @_switches
 def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index,
          seed, profile, pause):
-    """The technical benchmark of 002 §4.1 (Table 3) for one template."""
+    """The technical benchmark of docs/design/workloads.md#technical-benchmark (Table 3) for one template."""
     w = wl.edbt(template, subscriptions, events, seed=seed, zipf=tuple(zipf))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), template=template)
@@ -62,7 +63,7 @@ def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index,
 def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_index, no_instance_index,
                no_sorted_index, seed,
                profile, pause):
-    """001 §5.1: K static "ten consecutive increasing prices" queries."""
+    """docs/design/workloads.md#increasing-prices: K static "ten consecutive increasing prices" queries."""
     w = wl.increasing(queries, events, length=length, seed=seed, stream_symbols=n_symbols)
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), queries=queries, symbols=n_symbols or queries)
@@ -74,7 +75,7 @@ def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_ind
 @_switches
 def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed, profile, pause):
     """One query: the next quote of the same symbol at least 5% higher."""
-    w = wl.Workload("rise", (wl.STOCK,), [wl.rise_query()], wl.random_walk(n_symbols, events, seed))
+    w = wl.Workload("rise", (STOCK,), [rise_query()], random_walk(n_symbols, events, seed))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
 
@@ -88,7 +89,7 @@ def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, 
 def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed,
           profile, pause):
     """One query: a Kleene run-up (FOLD) of at least --min-length rising quotes."""
-    w = wl.Workload("runup", (wl.STOCK,), [wl.runup_query(min_length)], wl.random_walk(n_symbols, events, seed))
+    w = wl.Workload("runup", (STOCK,), [runup_query(min_length)], random_walk(n_symbols, events, seed))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
 
@@ -99,7 +100,7 @@ def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_ins
 @click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
 def increasing_sweep(ks, events, length, seed):
-    """The K-sweep of 001 §5.1: `increasing` for each K (one static query per
+    """The K-sweep of docs/design/workloads.md#increasing-prices: `increasing` for each K (one static query per
     symbol); ``events_per_second`` is the largest K's, ``flatness`` the
     smallest K's throughput over the largest K's (target: at most 2)."""
     runs = []

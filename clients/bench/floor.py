@@ -16,7 +16,7 @@ import gc
 import time
 
 from clients.bench.runner import sweep_summary
-from clients.bench.workloads import increasing_stream
+from clients.testing.market import increasing_stream
 
 
 def run_floor(events: list, length: int = 10) -> tuple[int, float]:

@@ -1,8 +1,9 @@
 """Loading many per-symbol CEL queries: offline, over REST in batches, and on a restart.
 
-The query is 001 §5.1's "ten consecutive increasing prices" of one symbol,
-written in CEL with ``--length - 1`` NEXT levels; it compiles to exactly the
-automaton of ``cayuga bench increasing`` (clients/bench/workloads.py:increasing_query)::
+The query is the "ten consecutive increasing prices" of one symbol
+(docs/design/workloads.md#increasing-prices), written in CEL with
+``--length - 1`` NEXT levels; it compiles to exactly the automaton of
+``cayuga bench increasing`` (clients/testing/market.py:increasing_query)::
 
     SELECT First, Price AS Last FROM (... (SELECT Price AS First, Price AS Last
       FROM FILTER{Name = 'SYM'}(Stock)) NEXT{$2.Name = 'SYM' AND $2.Price > $1.Last} Stock ...)
@@ -28,31 +29,9 @@ import platform
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 from clients.bench.runner import metric, peak_rss_mb
-from clients.bench.workloads import STOCK, symbols
-
-
-def increasing_cel(symbol: str, length: int = 10) -> str:
-    """The CEL text of one symbol's "``length`` consecutive increasing prices"."""
-    text = f"SELECT Price AS First, Price AS Last FROM FILTER{{Name = '{symbol}'}}(Stock)"
-    for _ in range(1, length):
-        text = (f"SELECT First, Price AS Last FROM ({text})\n"
-                f"  NEXT{{$2.Name = '{symbol}' AND $2.Price > $1.Last}} Stock")
-    return f"{text}\nPUBLISH Up_{symbol}\n"
-
-
-def write_queries(directory: str | Path, queries: int, length: int = 10) -> list[Path]:
-    """One ``<symbol>.cel`` file per symbol in ``directory``."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    out = []
-    for s in symbols(queries):
-        p = d / f"{s}.cel"
-        p.write_text(increasing_cel(s, length), encoding="utf-8")
-        out.append(p)
-    return out
+from clients.testing.market import STOCK, increasing_cel, symbols, write_queries
 
 
 def _ms(xs: list[float]) -> float:

@@ -1,4 +1,5 @@
-"""Why the event queue uses heapq: push/pop timing against SortedList (see server/ingest/queue.py)."""
+"""Why the event queue uses heapq: push/pop timing against SortedList (see server/ingest/queue.py;
+the figures are in BENCHMARKS.md, "The event queue: heapq against SortedList")."""
 import heapq, itertools, random, time
 from sortedcontainers import SortedList
 N=1_000_000

@@ -1,7 +1,8 @@
 """Events/s the README's Rising query gets beside a runaway FOLD (its rebind
 always true: an instance per event, each visited by every later event), for
 several max_instances_per_subscription values; the shipped config.yaml
-otherwise. The figures config.yaml's comment on the default quotes (issue 19).
+otherwise. Its figures, behind the default (config.yaml), are in BENCHMARKS.md,
+"Runaway queries and max_instances_per_subscription" (issue 19).
 
     python clients/bench/runaway.py 1000000,10000,3000,1000,300 [RUNAWAY_CEL]
 

@@ -24,55 +24,28 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import platform
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from clients.bench.runner import metric, percentile
-from clients.bench.workloads import random_walk
 from clients.client import CayugaClient
+from clients.testing import cayuga_command, cayuga_env, free_port, write_ticks
 
 QUERIES = Path(__file__).resolve().parent / "queries"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cayuga(*args: str) -> list[str]:
-    """The ``cayuga`` command as a user runs it, with this interpreter."""
-    return [sys.executable, "-m", "clients.cli", *args]
-
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def write_ticks(path: Path, events: int, symbols: int, seed: int = 1) -> None:
-    """JSON lines of a random walk with a slight upward drift (clients/bench/workloads.py)."""
-    with open(path, "w", encoding="utf-8") as f:
-        for e in random_walk(symbols, events, seed):
-            name, price, volume = e.values
-            f.write(f'{{"stream": "Stock", "t0": {e.t0}, "t1": {e.t1}, "Name": "{name}", '
-                    f'"Price": {price!r}, "Volume": {volume}}}\n')
 
 
 @contextlib.contextmanager
 def server_process(data_dir: Path, **settings):
     """``cayuga serve`` in a child process on free loopback ports; yields a client."""
-    http, tcp = _free_port(), _free_port()
-    env = {**_env(), "CAYUGA_LOG_LEVEL": "warning", **{f"CAYUGA_{k.upper()}": str(v) for k, v in settings.items()}}
-    proc = subprocess.Popen(_cayuga("serve", "--http-port", str(http), "--tcp-port", str(tcp), "--data-dir",
-                                    str(data_dir)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    http, tcp = free_port(), free_port()
+    env = {**cayuga_env(), "CAYUGA_LOG_LEVEL": "warning",
+           **{f"CAYUGA_{k.upper()}": str(v) for k, v in settings.items()}}
+    proc = subprocess.Popen(cayuga_command("serve", "--http-port", str(http), "--tcp-port", str(tcp), "--data-dir",
+                                           str(data_dir)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     client = CayugaClient(f"http://127.0.0.1:{http}", timeout=60)
     try:
         deadline = time.monotonic() + 60
@@ -114,9 +87,9 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
 
         # offline, the same file and queries, whole process; one run per query for its own witnesses
         start = perf()
-        offline = subprocess.run(_cayuga("run", *[a for q in qfiles for a in ("--query", str(q))], "--events",
-                                         str(ticks), "--output", str(tmp / "offline.jsonl")),
-                                 env=_env(), capture_output=True, text=True)
+        offline = subprocess.run(cayuga_command("run", *[a for q in qfiles for a in ("--query", str(q))],
+                                                "--events", str(ticks), "--output", str(tmp / "offline.jsonl")),
+                                 env=cayuga_env(), capture_output=True, text=True)
         offline_s = perf() - start
         if offline.returncode != 0:
             raise RuntimeError(offline.stderr[-2000:])
@@ -134,8 +107,8 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                 want = sum(len(expected.get(o, ())) for o in sub["outputs"])
                 out = open(tmp / f"watch{i}.jsonl", "wb")
                 count = ("--count", str(want)) if want else ()  # a watcher of nothing runs until the end
-                p = subprocess.Popen(_cayuga("watch", sub["id"], "--url", client.base_url, *count),
-                                     env=_env(), stdout=out, stderr=subprocess.PIPE)
+                p = subprocess.Popen(cayuga_command("watch", sub["id"], "--url", client.base_url, *count),
+                                     env=cayuga_env(), stdout=out, stderr=subprocess.PIPE)
                 watch_procs.append((p, out, sub, want))
             deadline = time.monotonic() + 30
             while metric(client, "cayuga_clients") < watchers:
@@ -143,7 +116,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                     raise RuntimeError("the watchers did not connect")
                 time.sleep(0.02)
             start = perf()
-            send = subprocess.run(_cayuga("send", str(ticks), "--url", client.base_url), env=_env(),
+            send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
                                   capture_output=True, text=True)
             sent_s = perf() - start
             done = [sent_s]

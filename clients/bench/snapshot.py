@@ -71,8 +71,7 @@ def restart(data_dir: str) -> dict:
 
 
 def run(instances: int, subscriptions: int, data_dir: str) -> dict:
-    from clients.bench.loading import increasing_cel
-    from clients.bench.workloads import symbols
+    from clients.testing.market import increasing_cel, symbols
     from clients.client import CayugaClient
     from server.serve import RunningServer
 

@@ -1,13 +1,18 @@
 """Workload generators for the benchmarks, built directly as model automata.
 
-* :func:`edbt` — the technical benchmark of 002 §4.1 (Table 3): a stream of
-  8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3`` continuous in
-  [0, 100)), subscriptions from the templates LinearStat, LinearDyn, Filter,
-  NonDeterministic and NonDeterministicAgg with Zipf-skewed constants.
-* :func:`increasing` — 001 §5.1: one static "ten consecutive increasing
-  prices" query per stock symbol over a stream whose prices only rise.
-* :func:`rise` — one query: the next quote of the same symbol at least 5% higher.
-* :func:`runup` — one query: a Kleene run-up (FOLD) of at least 5 rising quotes.
+* :func:`edbt` — the technical benchmark
+  (docs/design/workloads.md#technical-benchmark, the paper's Table 3): a
+  stream of 8 attributes (``D0..D3`` discrete, domain 100; ``C0..C3``
+  continuous in [0, 100)), subscriptions from the templates LinearStat,
+  LinearDyn, Filter, NonDeterministic and NonDeterministicAgg with
+  Zipf-skewed constants.
+* :func:`increasing` — docs/design/workloads.md#increasing-prices: one static
+  "ten consecutive increasing prices" query per stock symbol over a stream
+  whose prices only rise.
+
+The Stock stream, its event generators and its ready-made queries
+(``increasing_query``, ``rise_query``, ``runup_query``) are in
+:mod:`clients.testing.market`, public for users' tests.
 
 All randomness comes from ``random.Random(seed)``: the same arguments give the
 same automata and events.
@@ -19,12 +24,13 @@ import bisect
 import random
 from dataclasses import dataclass
 
+from air.engine import Event
 from air.expr import Binary, Compare, Literal, Ref
 from air.model import (
-    Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom, DynamicAtom, Edge, OutputStream,
-    Predicate, Rename, State, StaticAtom, StreamSchema,
+    Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom, Edge, OutputStream, Predicate, Rename, State,
+    StaticAtom, StreamSchema,
 )
-from air.engine import Event
+from clients.testing.market import STOCK, increasing_query, increasing_stream, symbols
 
 TEMPLATES = ("LinearStat", "LinearDyn", "Filter", "NonDeterministic", "NonDeterministicAgg")
 
@@ -88,7 +94,7 @@ def _edbt_step(zipf_attr: Zipf, zipf_val: Zipf, zipf_range: Zipf, att: int, v: i
 
 
 def edbt_subscription(template: str, zipfs) -> Automaton:
-    """One subscription of ``template`` (002 §4.1)."""
+    """One subscription of ``template`` (docs/design/workloads.md#technical-benchmark)."""
     z_attr, z_val1, z_val2, z_val3, z_r1, z_r2, z_r3 = zipfs
     att = z_attr() % 4
     v = z_val1()
@@ -195,106 +201,8 @@ def edbt(template: str, subscriptions: int, events: int, seed: int = 1,
 
 # --------------------------------------------------------------------------- stock workloads
 
-STOCK = StreamSchema("Stock", (Attribute("Name", "string"), Attribute("Price", "float"), Attribute("Volume", "int")))
-
-
-def symbols(k: int) -> list[str]:
-    return [f"S{i:05d}" for i in range(k)]
-
-
-def increasing_query(symbol: str, length: int = 10) -> Automaton:
-    """Ten consecutive increasing prices of one symbol (001 §5.1), as in CEL::
-
-        SELECT * FROM FILTER{Name = 'SYM'}(Stock)
-          NEXT{Name = 'SYM' ; Price > $1.Price} Stock  ... (length - 1 times)
-
-    States M1..M{length-1} store the first and the last price; every event of
-    the symbol affects them (static filter ``Name = 'SYM'``, AN-indexed)."""
-    attrs = (Attribute("First", "float"), Attribute("Last", "float"))
-    name_is = StaticAtom("Name", "=", symbol)
-    rising = DynamicAtom("Price", ">", "Last")
-    step_map = (Rename("NODE", "First", "First"), Rename("EV", "Price", "Last"))
-    states = [State("0", True, "Stock", forwards=(
-        Edge("M1", _clause(name_is), (Rename("EV", "Price", "First"), Rename("EV", "Price", "Last"))),))]
-    for i in range(1, length):
-        dest = f"M{i + 1}" if i < length - 1 else "E"
-        states.append(State(f"M{i}", False, "Stock", attrs, filter=_clause(name_is),
-                            forwards=(Edge(dest, _clause(rising), step_map),)))
-    states.append(State("E", False, None, attrs, outputs=(OutputStream(f"Up_{symbol}", "OUT"),)))
-    return Automaton(tuple(states), f"increasing-{symbol}")
-
-
-def increasing_stream(n_symbols: int, events: int, seed: int = 1) -> list[Event]:
-    """Prices rise monotonically per symbol (001 §5.1); symbols drawn uniformly."""
-    rng = random.Random(seed)
-    names = symbols(n_symbols)
-    price = [10.0 + rng.random() * 90 for _ in names]
-    out = []
-    for t in range(1, events + 1):
-        i = rng.randrange(n_symbols)
-        price[i] += 0.01 + rng.random()
-        out.append(Event("Stock", (names[i], price[i], rng.randrange(100, 10000)), t, t))
-    return out
-
-
 def increasing(queries: int, events: int, length: int = 10, seed: int = 1, stream_symbols: int | None = None
                ) -> Workload:
     autos = [increasing_query(s, length) for s in symbols(queries)]
     evs = increasing_stream(stream_symbols or queries, events, seed)
     return Workload("increasing", (STOCK,), autos, evs)
-
-
-def random_walk(n_symbols: int, events: int, seed: int = 1, down: float = 0.01, up: float = 0.015
-                ) -> list[Event]:
-    """Each tick moves one uniformly chosen symbol's price by a factor in
-    [1 - down, 1 + up] (a slight upward drift)."""
-    rng = random.Random(seed)
-    names = symbols(n_symbols)
-    price = [10.0 + rng.random() * 90 for _ in names]
-    out = []
-    for t in range(1, events + 1):
-        i = rng.randrange(n_symbols)
-        price[i] *= 1.0 - down + rng.random() * (down + up)
-        out.append(Event("Stock", (names[i], price[i], rng.randrange(100, 10000)), t, t))
-    return out
-
-
-def rise_query(factor: float = 1.05) -> Automaton:
-    """The next quote of the same symbol at least 5% higher::
-
-        SELECT * FROM Stock NEXT{$2.Name = $1.Name AND $2.Price >= 1.05 * $1.Price} Stock
-    """
-    a = (Attribute("Name", "string"), Attribute("Price", "float"))
-    end = a + (Attribute("Price2", "float"),)
-    higher = ComplexAtom(Compare(">=", Ref("Price", "EV"), Binary("*", Literal(factor), Ref("Price", "NODE"))))
-    states = (
-        State("0", True, "Stock", forwards=(Edge("A", Predicate(), (Rename("EV", "Name", "Name"),
-                                                                    Rename("EV", "Price", "Price"))),)),
-        State("A", False, "Stock", a, filter=_clause(DynamicAtom("Name", "=", "Name"), higher),
-              forwards=(Edge("E", Predicate(), _keep(("Name", "Price")) + (Rename("EV", "Price", "Price2"),)),)),
-        State("E", False, None, end, outputs=(OutputStream("Rise", "OUT"),)),
-    )
-    return Automaton(states, "rise")
-
-
-def runup_query(min_len: int = 5) -> Automaton:
-    """A Kleene run-up: at least ``min_len`` consecutive rising quotes of a symbol::
-
-        SELECT * FROM Stock FOLD{$2.Name = $.Name, $2.Price > $.Price, $.Count >= 4} Stock
-    """
-    a = (Attribute("Name", "string"), Attribute("First", "float"), Attribute("Last", "float"),
-         Attribute("Count", "int"))
-    rising = DynamicAtom("Price", ">", "Last")
-    step = (Rename("NODE", "Name", "Name"), Rename("NODE", "First", "First"), Rename("EV", "Price", "Last"),
-            Computed(Binary("+", Ref("Count", "NODE"), Literal(1)), "Count"))
-    states = (
-        State("0", True, "Stock", forwards=(Edge("A", Predicate(), (
-            Rename("EV", "Name", "Name"), Rename("EV", "Price", "First"), Rename("EV", "Price", "Last"),
-            Computed(Literal(1), "Count"))),)),
-        State("A", False, "Stock", a, filter=_clause(DynamicAtom("Name", "=", "Name")),
-              rebind=Edge("A", _clause(rising), step),
-              forwards=(Edge("E", _clause(rising, ComplexAtom(Compare(">=", Ref("Count", "NODE"),
-                                                                       Literal(min_len - 1)))), step),)),
-        State("E", False, None, a, outputs=(OutputStream("RunUp", "OUT"),)),
-    )
-    return Automaton(states, "runup")

@@ -1,6 +1,6 @@
 """Scale measurement of the distributed run (``cayuga spark bench``).
 
-Workload (001 §5.1): a Stock stream over ``symbols`` ticker symbols, each a
+Workload (docs/design/workloads.md#increasing-prices): a Stock stream over ``symbols`` ticker symbols, each a
 symmetric random walk; the query finds ten (or more)
 consecutive increasing prices of one symbol — a FOLD whose filter
 ``$2.Name = $.Name`` makes ``Name`` the partition key. ``skew`` sends that

@@ -1,4 +1,4 @@
-"""Partition keys and execution stages for distributed Cayuga (001 §3.1, row scaling).
+"""Partition keys and execution stages for distributed Cayuga (docs/design/semantics.md#distribution, row scaling).
 
 Pure planning over the automaton model: no Spark, no I/O.
 

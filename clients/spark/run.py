@@ -1,4 +1,4 @@
-"""Distributed batch execution: the engine inside Spark executors (001 §3.1).
+"""Distributed batch execution: the engine inside Spark executors (docs/design/semantics.md#distribution).
 
 1. The queries are loaded and checked exactly as ``cayuga run`` loads them
    (one owner per query file, later files may read earlier outputs).

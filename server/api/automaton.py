@@ -21,7 +21,7 @@ from server.api.deps import DaemonDep, require_token
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)])
 
-#: Binding strength of arithmetic operators (SPEC §3: ^ and % above * and /, above + and -).
+#: Binding strength of arithmetic operators (docs/design/semantics.md#cel: ^ and % above * and /, above + and -).
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 3, "%": 3}
 
 

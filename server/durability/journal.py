@@ -7,9 +7,12 @@ journal order. No sockets, no threads but the flusher, no FastAPI.
 
 **Files.** ``directory/`` holds segments named by the position of their first
 record, zero-padded to 20 digits (``00000000000000000001.journal``). A new
-segment starts once the current one holds ``segment_bytes`` or more. Records
-are framed as ``<u32 little-endian length><u32 CRC32 of the payload><payload>``
-(``zlib.crc32``); a payload is MessagePack (msgspec):
+segment starts once the current one holds ``segment_bytes`` or more. A segment
+is framed by :mod:`server.durability.framing`: the file header ``CAYUGA J`` and
+version 2, then records ``<u32 length><u32 CRC32 of length and payload><payload>``.
+Segments written before that framing (no file header, the CRC of the payload
+alone) are still read; the newest of them is never appended to again: the
+journal goes on in a new segment. A payload is MessagePack (msgspec):
 
 - the first record of every segment is its *header*, a map
   ``{"first": position, "senders": {sender: lines_done}}``: the whole sender
@@ -68,10 +71,8 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import time
-import zlib
 from bisect import bisect_left
 from operator import attrgetter
 from pathlib import Path
@@ -80,13 +81,16 @@ from typing import Any, Iterator, Optional
 import msgspec
 
 from air.engine import Event
+from server.durability import framing
 from server.durability.diskfull import DiskFull, DiskState
+from server.durability.framing import Scan, walk
 
 log = logging.getLogger("cayuga.journal")
 
 MODES = ("fsync", "write")
 SUFFIX = ".journal"
-_FRAME = struct.Struct("<II")
+NAMES = framing.SegmentNames("", 20, SUFFIX)
+_NEW = ".new"
 _FIELDS = attrgetter("stream", "values", "t0", "t1")
 #: Buckets of the sync latency histogram (seconds).
 SYNC_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
@@ -109,28 +113,23 @@ _header = msgspec.msgpack.Decoder(_Header).decode
 
 
 def segment_name(first: int) -> str:
-    return f"{first:020d}{SUFFIX}"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` (a short write, as a full disk gives, goes on where it stopped)."""
-    view, done = memoryview(data), 0
-    while done < len(data):
-        done += os.write(fd, view[done:])
-
-
-def _frame(payload: bytes) -> bytes:
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    return NAMES.name(first)
 
 
 class _Segment:
-    __slots__ = ("first", "path", "records", "size")
+    __slots__ = ("first", "path", "records", "size", "start")
 
-    def __init__(self, first: int, path: Path, records: int = 0, size: int = 0) -> None:
+    def __init__(self, first: int, path: Path, records: int = 0, size: int = 0,
+                 start: int = framing.HEADER.size) -> None:
         self.first = first  # position of its first record
         self.path = path
         self.records = records
         self.size = size  # bytes of good records (what replay reads)
+        self.start = start  # offset of its header record: 0 in a segment of the older framing (version 1)
+
+    @property
+    def legacy(self) -> bool:
+        return self.start == 0
 
 
 class Journal:
@@ -179,8 +178,17 @@ class Journal:
             self.appended = self._next_first - 1
             self._synced = self.appended
             self._fd = self._create(self._next_first)
+        elif last.legacy:  # written before framing version 2: go on in a new segment, in version 2
+            if durability == "fsync":  # as the active segment would have been
+                fd = os.open(last.path, os.O_RDONLY)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            replacing = not last.records  # its name is the next position: the new segment takes its place
+            self._fd = self._create(self.appended + 1, replacing)
         else:
-            self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = framing.open_segment(last.path)
             if durability == "fsync":
                 os.fdatasync(self._fd)
         self._flusher: threading.Thread | None = None
@@ -192,18 +200,19 @@ class Journal:
     # ------------------------------------------------------------------ recovery
 
     def _recover(self) -> None:
-        found = []
-        for p in self.directory.iterdir():
-            if p.name.endswith(SUFFIX) and p.name[:-len(SUFFIX)].isdigit():
-                found.append((int(p.name[:-len(SUFFIX)]), p))
-        found.sort()
+        for p in self.directory.glob("*" + SUFFIX + _NEW):  # a replacement not renamed into place: a crash
+            p.unlink()
+        found = NAMES.listing(self.directory)
         table: dict[str, int] | None = None
         expected = None  # the first position the next segment must have
         for k, (first, path) in enumerate(found):
             data = path.read_bytes()
-            good, records, header, problem = self._scan(data, first)
+            start = framing.file_kind(data, framing.JOURNAL, str(path))
+            good, records, header, problem = self._scan(data, first, start)
             if not data:
                 problem = "an empty segment"
+            elif header is None and problem is None:
+                problem = "no segment header"
             self._next_first = first
             if expected is not None and first != expected and problem is None:
                 problem = f"starts at position {first}, but the previous segment ends at {expected - 1}"
@@ -211,8 +220,8 @@ class Journal:
             if header is not None:
                 if table is None:
                     table = dict(header.senders)
-                seg = _Segment(first, path, records, good)
-                self._fold(data, good, table)
+                seg = _Segment(first, path, records, good, start)
+                self._fold(data, start, good, table)
             if problem is not None:
                 self._cut(path, good, len(data), problem, [p for _, p in found[k + 1:]])
                 if header is None:  # nothing good in it: its name will be taken again
@@ -227,19 +236,12 @@ class Journal:
             last = self._segments[-1]
             self.appended = last.first + last.records - 1
 
-    def _scan(self, data: bytes, first: int) -> tuple[int, int, _Header | None, str | None]:
-        """(bytes of good records, event records, header, why it stopped or None)."""
-        off, records, header, n = 0, 0, None, len(data)
-        frame = _FRAME.unpack_from
-        while off < n:
-            if n - off < 8:
-                return off, records, header, f"a record header cut short ({n - off} of 8 bytes)"
-            length, crc = frame(data, off)
-            if length == 0 or off + 8 + length > n:
-                return off, records, header, f"a record of {length} bytes where {n - off - 8} remain"
-            payload = data[off + 8:off + 8 + length]
-            if zlib.crc32(payload) != crc:
-                return off, records, header, "a CRC mismatch"
+    def _scan(self, data: bytes, first: int, start: int) -> tuple[int, int, _Header | None, str | None]:
+        """(bytes of good records, event records, header, why it stopped or None),
+        the records from ``start`` (0: a segment of framing version 1)."""
+        records, header = 0, None
+        scan = Scan(data, start, legacy=start == 0)
+        for off, payload in scan:
             if header is None:
                 try:
                     header = _header(payload)
@@ -255,27 +257,23 @@ class Journal:
                 except msgspec.DecodeError:
                     return off, records, header, "an undecodable record"
                 records += 1
-            off += 8 + length
-        return off, records, header, None
+        return scan.good, records, header, scan.problem
 
     @staticmethod
-    def _fold(data: bytes, end: int, table: dict[str, int]) -> None:
-        """Fold the (sender, lines_done) of the event records in ``data[:end]`` into ``table``."""
-        off = 8 + _FRAME.unpack_from(data, 0)[0]  # past the header
-        while off < end:
-            length = _FRAME.unpack_from(data, off)[0]
-            sender, done, _ = _peek(data[off + 8:off + 8 + length])
+    def _fold(data: bytes, start: int, end: int, table: dict[str, int]) -> None:
+        """Fold the (sender, lines_done) of the event records in ``data[start:end]`` into ``table``."""
+        records = walk(data, start, end)
+        next(records)  # the header
+        for payload in records:
+            sender, done, _ = _peek(payload)
             if sender is not None and done is not None:
                 table[sender] = done
-            off += 8 + length
 
     def _cut(self, path: Path, good: int, size: int, problem: str, later: list[Path]) -> None:
         dropped = size - good
         self.torn += 1
         self.torn_bytes += dropped
-        with open(path, "r+b") as fh:
-            fh.truncate(good)
-            os.fsync(fh.fileno())
+        framing.cut_tail(path, good)
         for p in later:
             dropped += p.stat().st_size
             p.rename(p.with_name(p.name + ".dropped"))
@@ -285,30 +283,39 @@ class Journal:
 
     # ------------------------------------------------------------------ appending
 
-    def _create(self, first: int) -> int:
+    def _create(self, first: int, replacing: bool = False) -> int:
         """Start a segment whose first record will be ``first`` (under the lock, or in __init__);
-        one that cannot be written is removed again (:class:`DiskFull`)."""
+        one that cannot be written is removed again (:class:`DiskFull`). ``replacing``: the
+        newest segment, of the older framing and without records, has that name; the new one
+        is written beside it (``.new``) and takes its place only once written whole."""
         path = self.directory / segment_name(first)
-        head = _frame(_encode({"first": first, "senders": self.senders}))
+        target = path.with_name(path.name + _NEW) if replacing else path
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            fd = framing.open_new(target)
         except OSError as exc:
             raise DiskFull.from_os("journal", "a new journal segment could not be created", path, exc) from None
         try:
-            _write_all(fd, head)
+            size = framing.start_segment(fd, target, framing.JOURNAL,
+                                         _encode({"first": first, "senders": self.senders}))
+            if replacing:
+                try:
+                    os.replace(target, path)
+                except OSError:
+                    os.close(fd)
+                    target.unlink(missing_ok=True)
+                    raise
         except OSError as exc:
-            os.close(fd)
-            path.unlink(missing_ok=True)
             raise DiskFull.from_os("journal", "a new journal segment could not be written", path, exc) from None
-        self._segments.append(_Segment(first, path, 0, len(head)))
+        if replacing:
+            self._segments.pop()
+        self._segments.append(_Segment(first, path, 0, size))
         self._dir_dirty = True
         return fd
 
     def append(self, events: list[Event], sender: str | None = None, lines_done: int | None = None) -> int:
         """Append one record (written whole, or cut back and refused with
         :class:`DiskFull`); returns its position."""
-        payload = _encode((sender, lines_done, list(map(_FIELDS, events))))
-        record = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+        record = framing.frame(_encode((sender, lines_done, list(map(_FIELDS, events)))))
         with self._lock:
             if self._closed:
                 raise ValueError("the journal is closed")
@@ -322,7 +329,7 @@ class Journal:
                     self._rotate()
                     seg = self._segments[-1]
                 try:
-                    _write_all(self._fd, record)
+                    framing.write_all(self._fd, record)
                 except OSError as exc:
                     self._cut_back(seg.size)
                     raise DiskFull.from_os("journal", "the journal could not be written", seg.path, exc) from None
@@ -435,11 +442,7 @@ class Journal:
             self._cond.notify_all()
 
     def _fsync_dir(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        framing.fsync_dir(self.directory)
 
     # ------------------------------------------------------------------ reading, trimming, closing
 
@@ -448,21 +451,18 @@ class Journal:
         position above ``after``, in order (the records appended before the
         call; meant for start-up, before new appends begin)."""
         with self._lock:
-            segs = [(s.first, s.path, s.records, s.size) for s in self._segments]
-        for k, (first, path, records, size) in enumerate(segs):
+            segs = [(s.first, s.path, s.records, s.size, s.start) for s in self._segments]
+        for first, path, records, size, start in segs:
             if not records or first + records - 1 <= after:
                 continue
             with open(path, "rb") as fh:
                 data = fh.read(size)
-            off = 8 + _FRAME.unpack_from(data, 0)[0]
-            pos = first
-            while off < size:
-                length = _FRAME.unpack_from(data, off)[0]
+            payloads = walk(data, start, size)
+            next(payloads)  # the header
+            for pos, payload in enumerate(payloads, first):
                 if pos > after:
-                    sender, done, evs = _record(data[off + 8:off + 8 + length])
+                    sender, done, evs = _record(payload)
                     yield pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done
-                off += 8 + length
-                pos += 1
 
     def truncate_before(self, pos: int) -> int:
         """Delete the segments whose records all come before ``pos`` (covered by

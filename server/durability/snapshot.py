@@ -24,10 +24,15 @@ port from a restarted server), never collects garbage, and leaves with
 the newest ``keep`` snapshots and tells ``after_publish`` the oldest kept
 one's journal position, before which journal segments may go.
 
-File format: ``MAGIC``, payload length (8 bytes, big-endian), CRC-32 of the
-payload (4 bytes), payload (a pickle of plain data: tuples, lists, dicts,
-numbers, strings). A file that is short, has another magic or fails its CRC
-is reported and skipped, never loaded.
+File format (:mod:`server.durability.framing`): the file header ``CAYUGA S``
+and version 2 (``MAGIC``), then records: the first holds the payload's length
+(8 bytes, little-endian), the others the payload in order, in pieces of at
+most ``CHUNK`` bytes (a record's length is 32 bits). The payload is a pickle of
+plain data: tuples, lists, dicts, numbers, strings. Snapshots written before
+that framing (``LEGACY_MAGIC``, payload length as 8 bytes big-endian, CRC-32
+of the payload as 4, the payload) are still loaded. A file that is short, has
+another magic, fails a CRC or holds less or more than its length is reported
+and skipped, never loaded.
 
 A snapshot that cannot be written (a full disk: the child exits with
 ``EXIT_NO_SPACE``, any other failure with 1) leaves no file behind -- its
@@ -54,12 +59,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from server.durability import framing
 from server.durability.diskfull import NO_SPACE, DiskFull, DiskState
 
 log = logging.getLogger("cayuga.snapshot")
 
-MAGIC = b"CAYUGASNAP1\n"
-_HEAD = struct.Struct(">QI")
+MAGIC = framing.file_header(framing.SNAPSHOT)
+#: The payload is written in records of at most this many bytes.
+CHUNK = 1 << 30
+_SIZE = struct.Struct("<Q")
+#: Snapshots written before the one framing: this magic, ``>Q`` length, ``>I`` CRC32, the payload.
+LEGACY_MAGIC = b"CAYUGASNAP1\n"
+_LEGACY_HEAD = struct.Struct(">QI")
 _NAME = re.compile(r"^snapshot-(\d{10})-j(\d{20})\.bin$")
 
 try:
@@ -83,18 +94,50 @@ class SnapshotFile:
     journal: int  # the journal position the snapshot covers (replay starts after it)
 
 
-def encode(state: dict) -> bytes:
+def encode(state: dict, chunk: int = CHUNK) -> bytes:
+    """The snapshot file of ``state`` (see the module docstring)."""
     payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-    return MAGIC + _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+    size = _SIZE.pack(len(payload))
+    parts = [MAGIC, framing.frame(size)]
+    view = memoryview(payload)
+    for at in range(0, len(payload), chunk):
+        piece = view[at:at + chunk]
+        parts += (framing.frame_head(piece), piece)
+    return b"".join(parts)
 
 
 def decode(data: bytes, where: str = "snapshot") -> dict:
-    if not data.startswith(MAGIC):
+    """The state in a snapshot file's bytes; :class:`SnapshotError` when they are not whole."""
+    if data.startswith(LEGACY_MAGIC):
+        return _decode_legacy(data, where)
+    try:
+        start = framing.file_kind(data, framing.SNAPSHOT, where)
+    except framing.FramingError as exc:
+        raise SnapshotError(str(exc)) from None
+    if not start:
         raise SnapshotError(f"{where}: not a snapshot (no {MAGIC!r} header)")
-    head = len(MAGIC) + _HEAD.size
+    scan = framing.Scan(memoryview(data), start)
+    records = iter(scan)
+    _, head = next(records, (0, b""))
+    if len(head) != _SIZE.size:
+        raise SnapshotError(f"{where}: truncated or corrupt in its header "
+                            f"({scan.problem or f'a first record of {len(head)} bytes'})")
+    size = _SIZE.unpack(head)[0]
+    pieces = [piece for _, piece in records]
+    if scan.problem is not None:
+        raise SnapshotError(f"{where}: {scan.problem} at offset {scan.good} (the file is torn or corrupt)")
+    got = sum(map(len, pieces))
+    if got != size:
+        raise SnapshotError(f"{where}: truncated: {got} of {size} payload bytes")
+    return pickle.loads(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+
+
+def _decode_legacy(data: bytes, where: str) -> dict:
+    """A snapshot written before the one framing (``LEGACY_MAGIC``)."""
+    head = len(LEGACY_MAGIC) + _LEGACY_HEAD.size
     if len(data) < head:
         raise SnapshotError(f"{where}: truncated in its header ({len(data)} bytes)")
-    size, crc = _HEAD.unpack_from(data, len(MAGIC))
+    size, crc = _LEGACY_HEAD.unpack_from(data, len(LEGACY_MAGIC))
     payload = data[head:]
     if len(payload) != size:
         raise SnapshotError(f"{where}: truncated: {len(payload)} of {size} payload bytes")
@@ -106,20 +149,11 @@ def decode(data: bytes, where: str = "snapshot") -> dict:
 def _write_file(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        framing.write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
 
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SnapshotStore:
@@ -153,7 +187,7 @@ class SnapshotStore:
         """Move a written snapshot into place, drop all but the newest
         ``keep``; returns the ones kept (newest first)."""
         os.replace(tmp, final)
-        _fsync_dir(self.directory)
+        framing.fsync_dir(self.directory)
         files = self.files()
         for old in files[self.keep:]:
             old.path.unlink(missing_ok=True)

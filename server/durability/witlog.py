@@ -9,15 +9,19 @@ threads) read what is already appended, each with its own file handles.
 **Records.** Witnesses ``(subscription id, seq, stream, payload)``; ``seq``
 numbers the witnesses of one subscription 1, 2, 3, ... (the daemon gives
 them); the payload is the witness JSON exactly as clients get it. On disk a
-record is ``<u32 body length><u32 CRC32 of length and body><body>`` with body
-``<u8 kind><u64 seq><u16 len(sid)><u16 len(stream)> sid stream payload``
-(little-endian). Kind 2, what :meth:`WitnessLog.append` writes, holds one
-batch: its payload is the batch's witnesses as msgpack, four arrays
-``[sids, seqs, streams, payloads]`` (one encoding and one CRC per batch: the
-engine thread spends ~0.2 µs a witness on the log); kind 0 is a single
-witness (readers accept it); kind 1, the first record of every segment, is a
-checkpoint: the last seq of every subscription so far (JSON), so that the
-sequence numbers survive the deletion of old segments.
+segment is framed by :mod:`server.durability.framing`: the file header
+``CAYUGA W`` and version 2, then records ``<u32 body length><u32 CRC32 of
+length and body><body>`` with body ``<u8 kind><u64 seq><u16 len(sid)><u16
+len(stream)> sid stream payload`` (little-endian). Segments written before
+that framing (the same records, no file header) are still read; the newest of
+them is sealed when the log is opened and the log goes on in a new one. Kind
+2, what :meth:`WitnessLog.append` writes, holds one batch: its payload is the
+batch's witnesses as msgpack, four arrays ``[sids, seqs, streams, payloads]``
+(one encoding and one CRC per batch: the engine thread spends ~0.2 µs a
+witness on the log); kind 0 is a single witness (readers accept it); kind 1,
+the first record of every segment, is a checkpoint: the last seq of every
+subscription so far (JSON), so that the sequence numbers survive the deletion
+of old segments.
 
 **Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
 at most about ``segment_bytes``; the newest is appended to. A segment that is
@@ -61,19 +65,19 @@ import os
 import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import msgspec
 
+from server.durability import framing
 from server.durability.diskfull import DiskFull, DiskState
+from server.durability.framing import FRAME, BadRecord, Scan
 
 log = logging.getLogger("cayuga.witlog")
 
-_HDR = struct.Struct("<II")  # body length, CRC32 of (length, body)
-_LEN = struct.Struct("<I")
+NAMES = framing.SegmentNames("wit-", 12, ".log")
 _BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
 _WITNESS, _CHECKPOINT, _BATCH = 0, 1, 2
 _pack = msgspec.msgpack.Encoder().encode
@@ -110,6 +114,9 @@ class _Segment:
     subs: dict[str, _Sub] = field(default_factory=dict)
     streams: dict[str, set[str]] = field(default_factory=dict)
     sealed: bool = False
+    # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
+    # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
+    start: int = framing.HEADER.size
 
     @property
     def index_path(self) -> Path:
@@ -117,44 +124,36 @@ class _Segment:
 
 
 def _name(number: int) -> str:
-    return f"wit-{number:012d}.log"
+    return NAMES.name(number)
 
 
-def _parse(buf: bytes | memoryview, pos: int, end: int):
-    """The record at ``pos``: (kind, seq, sid, stream, payload, next pos), or
-    None when it is incomplete or corrupt."""
-    if end - pos < _HDR.size:
-        return None
-    n, crc = _HDR.unpack_from(buf, pos)
-    start = pos + _HDR.size
-    if n < _BODY.size or n > MAX_RECORD or start + n > end:
-        return None
-    body = buf[start:start + n]
-    if zlib.crc32(body, zlib.crc32(_LEN.pack(n))) != crc:
-        return None
+def _body(body: bytes | memoryview):
+    """A record's body: (kind, seq, sid, stream, payload), or None when it is not one."""
     kind, seq, ls, lt = _BODY.unpack_from(body, 0)
     o = _BODY.size
-    if kind not in (_WITNESS, _CHECKPOINT, _BATCH) or o + ls + lt > n:
+    if kind not in (_WITNESS, _CHECKPOINT, _BATCH) or o + ls + lt > len(body):
         return None
     try:
         sid = bytes(body[o:o + ls]).decode()
         stream = bytes(body[o + ls:o + ls + lt]).decode()
     except UnicodeDecodeError:
         return None
-    return kind, seq, sid, stream, body[o + ls + lt:], start + n
+    return kind, seq, sid, stream, body[o + ls + lt:]
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` (after a short write, the rest)."""
-    view, done = memoryview(data), 0
-    while done < len(data):
-        done += os.write(fd, view[done:])
+def _parse(buf: bytes | memoryview, pos: int, end: int):
+    """The record at ``pos``: (kind, seq, sid, stream, payload, next pos), or
+    None when it is incomplete or corrupt."""
+    try:
+        body, nxt = framing.unframe(buf, pos, end, min_length=_BODY.size, max_length=MAX_RECORD)
+    except BadRecord:
+        return None
+    rec = _body(body)
+    return None if rec is None else (*rec, nxt)
 
 
 def _encode(kind: int, seq: int, sid: bytes, stream: bytes, payload: bytes) -> bytes:
-    body = _BODY.pack(kind, seq, len(sid), len(stream)) + sid + stream + payload
-    n = len(body)
-    return _HDR.pack(n, zlib.crc32(body, zlib.crc32(_LEN.pack(n)))) + body
+    return framing.frame(_BODY.pack(kind, seq, len(sid), len(stream)) + sid + stream + payload)
 
 
 class WitnessLog:
@@ -196,7 +195,7 @@ class WitnessLog:
     # ------------------------------------------------------------------ opening
 
     def _open(self) -> None:
-        numbers = sorted(int(p.name[4:16]) for p in self.dir.glob("wit-*.log") if p.name[4:16].isdigit())
+        numbers = [n for n, _ in NAMES.listing(self.dir)]
         for p in self.dir.glob("wit-*.idx"):  # indexes of segments deleted before their index
             if not p.with_suffix(".log").exists():
                 p.unlink(missing_ok=True)
@@ -206,8 +205,16 @@ class WitnessLog:
                 self._scan(seg)
             seg.newest = seg.path.stat().st_mtime
             self._segments.append(seg)
+        last = self._segments[-1] if self._segments else None
+        if last is not None and not last.sealed and last.size <= last.start:  # nothing but a file header, if that
+            self._segments.pop()
+            last.path.unlink()
+            last.index_path.unlink(missing_ok=True)
+        elif last is not None and not last.sealed and last.start == 0:  # the older framing: go on in a new one
+            self._seal()
+            self._unsynced.append(last.path)  # as the active segment would have been, by sync()
         if self._segments and not self._segments[-1].sealed:
-            self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
+            self._fd = framing.open_segment(self._segments[-1].path)
         else:
             self._new_segment()
 
@@ -231,10 +238,12 @@ class WitnessLog:
 
     def _read_checkpoint(self, seg: _Segment) -> None:
         with open(seg.path, "rb") as f:
-            head = f.read(_HDR.size)
-            if len(head) < _HDR.size:
+            head = f.read(framing.HEADER.size + FRAME.size)
+            seg.start = start = framing.file_kind(head, framing.WITNESS_LOG, str(seg.path))
+            if len(head) < start + FRAME.size:
                 return
-            buf = head + f.read(_HDR.unpack_from(head, 0)[0])
+            f.seek(start)
+            buf = f.read(FRAME.size + FRAME.unpack_from(head, start)[0])
         rec = _parse(buf, 0, len(buf))
         if rec is not None and rec[0] == _CHECKPOINT:
             self._merge_checkpoint(rec[4])
@@ -247,12 +256,15 @@ class WitnessLog:
     def _scan(self, seg: _Segment) -> None:
         """Index a segment by reading it; cut off a torn or corrupt tail."""
         data = seg.path.read_bytes()
-        pos, end = 0, len(data)
-        while pos < end:
-            rec = _parse(data, pos, end)
+        seg.start = framing.file_kind(data, framing.WITNESS_LOG, str(seg.path))
+        end = len(data)
+        scan = Scan(data, seg.start, min_length=_BODY.size, max_length=MAX_RECORD)
+        pos = seg.start
+        for pos, body in scan:
+            rec = _body(body)
             if rec is None:
                 break
-            kind, seq, sid, stream, payload, nxt = rec
+            kind, seq, sid, stream, payload = rec
             if kind == _CHECKPOINT:
                 try:
                     self._merge_checkpoint(payload)
@@ -267,15 +279,13 @@ class WitnessLog:
                     self._index(seg, esid, eseq, estream, pos)
             else:
                 self._index(seg, sid, seq, stream, pos)
-            pos = nxt
+        else:
+            pos = scan.good
         if pos < end:
             log.warning("witness log %s: %d bytes of a torn or corrupt tail cut off at offset %d",
                         seg.path.name, end - pos, pos)
             self.truncated += end - pos
-            with open(seg.path, "r+b") as f:
-                f.truncate(pos)
-                f.flush()
-                os.fsync(f.fileno())
+            framing.cut_tail(seg.path, pos)
         seg.size = pos
 
     def _index(self, seg: _Segment, sid: str, seq: int, stream: str, off: int) -> None:
@@ -297,31 +307,20 @@ class WitnessLog:
     def _new_segment(self) -> None:
         number = self._segments[-1].number + 1 if self._segments else 1
         seg = _Segment(number, self.dir / _name(number), newest=self.clock())
-        checkpoint = _encode(_CHECKPOINT, 0, b"", b"", json.dumps(self._last, separators=(",", ":")).encode())
-        fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, checkpoint)
-        except OSError:  # none is left behind: the next append starts it again
-            os.close(fd)
-            seg.path.unlink(missing_ok=True)
-            raise
+        checkpoint = _BODY.pack(_CHECKPOINT, 0, 0, 0) + json.dumps(self._last, separators=(",", ":")).encode()
+        fd = framing.open_new(seg.path)
+        # one that cannot be written is removed: the next append starts it again
+        seg.size = framing.start_segment(fd, seg.path, framing.WITNESS_LOG, checkpoint)
         self._dir_dirty = True
-        seg.size = len(checkpoint)
         with self._lock:
             self._segments.append(seg)
         self._fd = fd
 
     def _fsync_dir(self) -> None:
         try:
-            dfd = os.open(self.dir, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
+            framing.fsync_dir(self.dir)
         except OSError:
             pass
-        finally:
-            os.close(dfd)
 
     def _seal(self) -> None:
         """Close the active segment for writing and write its index."""
@@ -393,7 +392,7 @@ class WitnessLog:
             seg = self._segments[-1]
             off = seg.size
             try:
-                _write_all(self._fd, rec)
+                framing.write_all(self._fd, rec)
             except OSError:
                 self._cut_back(off)
                 raise
@@ -650,8 +649,8 @@ class Cursor:
             f = self._file
             f.seek(pos)
             buf = f.read(min(end - pos, max(max_bytes - size, 1 << 16)))
-            if len(buf) >= _HDR.size:  # a first record longer than that: read it whole
-                need = _HDR.size + _HDR.unpack_from(buf, 0)[0]
+            if len(buf) >= FRAME.size:  # a first record longer than that: read it whole
+                need = FRAME.size + FRAME.unpack_from(buf, 0)[0]
                 if len(buf) < need <= end - pos:
                     buf += f.read(need - len(buf))
             view, p, n = memoryview(buf), 0, len(buf)

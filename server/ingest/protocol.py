@@ -2,7 +2,7 @@
 (:mod:`server.ingest.tcp`) and the clients that speak it (``cayuga send``).
 
 The protocol itself -- header lines, formats, acknowledgements, the replies
-to a bad line -- is described in the receiver's module docstring."""
+to a bad line -- is docs/protocol.md."""
 
 from __future__ import annotations
 

@@ -2,18 +2,19 @@
 
 Events are ordered by detection time ``t1`` (ties keep arrival order). An
 event may leave only when ``t1 < now - T``, so events that arrive out of order
-by less than ``T`` are put back in order (000 §4.2). An event older than one
-already released is dropped and counted. The queue is bounded: producers block
-(TCP backpressure) while it is full.
+by less than ``T`` are put back in order
+(docs/design/semantics.md#the-priority-queue). An event older than one already
+released is dropped and counted. The queue is bounded: producers block (TCP
+backpressure) while it is full.
 
 Receivers hand over whole decoded blocks (:meth:`DelayQueue.put_batch`). A
 block already in ``t1`` order that starts no earlier than the queue's newest
 in-order event -- what a live feed or a replayed file sends -- is appended as
 it is to a FIFO of *runs*, and released by slicing: no per-event heap work.
-Only events that arrive out of order go through a heap (``heapq``: 1M
-nearly-ordered pushes with a standing depth of 1000, then a full drain, take
-0.39 s against 0.88 s for ``sortedcontainers.SortedList``; ``python
-clients/bench/queue_choice.py``). Release merges the two by ``(t1, arrival)``.
+Only events that arrive out of order go through a heap: ``heapq``, which
+takes less than half the time of ``sortedcontainers.SortedList`` on nearly
+ordered input (BENCHMARKS.md, "The event queue: heapq against SortedList").
+Release merges the two by ``(t1, arrival)``.
 
 With ``event_time`` the clock is the events' own: the watermark is the newest
 ``t1`` received, and an event leaves once ``t1 <= newest - T`` (replays of old
@@ -45,8 +46,7 @@ from collections import deque
 from operator import attrgetter, itemgetter, le
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from air.engine.network import untrack_events
-from air.engine import Event
+from air.engine import Event, untrack_events
 from server.durability.diskfull import DiskFull
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,77 +1,16 @@
 """TCP event receivers: one listener thread, one thread per connection.
 
-Protocol (documented in the README): the client sends one event per line, as
-JSON lines by default. A first line ``#format cayuga`` or ``#format csv``
-(``#format jsonl`` too) selects another format for the rest of the
-connection; with CSV the next line is the header. A line that cannot become
-an event gets one line back on the same connection::
+Each connection reads header lines (``#token``, ``#format``, ``#sender``,
+``#ack``, ``#from``), then decodes whatever whole lines one read brings as one
+block (``Decoder.decode_batch``), applies the client limits, and queues the
+block (``DelayQueue.put_batch``), blocking while the queue is full so that TCP
+flow control slows the sender. Bad lines get an ``error line N:`` reply and
+the connection goes on; with ``#sender``/``#ack`` the lines are numbered per
+sender across connections and acknowledged once durable.
 
-    error line 7: attribute 'Price' must be float, got 'cheap'
-
-and is counted; the connection stays open. A client that does not read these
-lines (one cannot be sent within POLL seconds) is sent no more of them on that
-connection; they are still counted. Events without timestamps get point
-timestamps from the server clock. When the queue is full the receiver stops
-reading until there is room, so TCP flow control pushes back on the sender.
-
-Limits, each refusal counted (``cayuga_tcp_refusals_total{reason}``): at most
-``max_connections`` connections and ``max_connections_per_address`` from one
-client address (a refused client gets ``error: ...`` and is closed); a
-connection that sends no complete line for ``idle_timeout`` seconds is closed
-with ``error: idle ...``. With ``auth_tokens`` set, the first line must be
-``#token <token>`` (then ``#format`` may follow), within ``AUTH_SECONDS``;
-otherwise the client gets ``error line 1: ...`` and is closed. An event whose
-``t1`` is more than ``max_future`` seconds ahead of the clock, or with a string
-value longer than ``max_value_bytes``, gets an error line like any bad line.
-
-**Acknowledged ingestion.** Two more header lines may come first (with
-``#token`` and ``#format``, in any order after ``#token``):
-
-- ``#sender <id>`` (1-128 characters of ``[A-Za-z0-9._:-]``): the server
-  answers ``#resume <N>``, N being the data lines of this sender already
-  journaled (:attr:`Journal.senders`; in memory with ``durability: off``), and
-  numbers this connection's data lines from N+1 on. The client may then send
-  ``#from <K>`` (K <= N): its first data line is the sender's line K+1; the
-  server drops lines K+1..N as duplicates (``cayuga_tcp_duplicates_dropped``).
-  K > N is refused (``error: #from K is beyond ...``) and the connection
-  closed. A second live connection with the id of one still open is refused
-  (``error: sender <id> is already connected ...``) and closed: the older one
-  keeps its place until it ends (it may still be queuing lines; the client
-  retries). Each data line must end with a newline: when the connection ends
-  inside a line (the client was cut off in the middle of a write), that part
-  is not taken nor counted, so the next ``#resume`` asks for the line again.
-- ``#ack``: the server writes ``#ack <n>`` lines, n being the cumulative data
-  lines of this sender that are *durable* (journaled and synced per the
-  ``durability`` setting; refused lines count as handled once their block is).
-  After each block it acknowledges what is already durable without waiting;
-  when there is nothing more to read yet it waits (at most POLL) for the rest
-  to become durable and acknowledges it; at EOF it waits (at most
-  FINAL_ACK_SECONDS) and acknowledges the rest before closing. Acks are
-  cumulative and sent without blocking: a client that does not read them gets
-  only the newest one once its socket has room again, and never holds up
-  anything.
-
-**A full disk.** When the journal cannot be written (a full disk, any
-OSError: see journal.py), the block's events from the first one that did not
-make it are not accepted, the client gets one line::
-
-    error: disk full: the journal could not be written (No space left on device); nothing from line N on was accepted; retry later
-
-and the connection is closed (after the client's remaining input is read for
-at most DISK_FULL_DRAIN_SECONDS, so that the line is not lost to a reset);
-counted in ``cayuga_disk_full_refusals_total{source="tcp"}``, logged once per
-episode (server/durability/diskfull.py). N is the sender's line the server continues
-from: a ``#sender`` client reconnects and gets ``#resume N-1``.
-
-With ``#sender`` or ``#ack``, the line numbers of ``error line N:`` count the
-sender's data lines (header lines excluded, from N+1 after ``#resume N``, or
-K+1 after ``#from K``): the numbers of a file's lines when a client sends a
-file. Without them they count every line of the connection, as before, and
-events are still journaled (with no sender).
-
-Whatever whole lines one read brings (up to :data:`RECV_BYTES`) are decoded as
-one block (``Decoder.decode_batch``) and queued as one block
-(``DelayQueue.put_batch``); line numbers count over the whole connection.
+The protocol a client implements -- headers, formats, every reply and
+refusal, acknowledgements, limits, a full disk -- is docs/protocol.md
+(``tests/server/test_protocol_doc.py`` keeps it in step with this module).
 """
 
 from __future__ import annotations

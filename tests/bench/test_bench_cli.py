@@ -76,13 +76,13 @@ def test_floor_loop_finds_what_the_engine_finds(k):
     on prices that fall as well as rise its matches equal the engine's."""
     from air.engine import Engine
     from clients.bench.floor import run_floor
-    from clients.bench import workloads as wl
+    from clients.testing import STOCK, increasing_query, random_walk, symbols
 
-    events = wl.random_walk(k, 3000, seed=7, down=0.02, up=0.03)
+    events = random_walk(k, 3000, seed=7, down=0.02, up=0.03)
     eng = Engine()
-    eng.declare(wl.STOCK)
-    for sym in wl.symbols(k):
-        eng.add(wl.increasing_query(sym, 4), owner=sym)
+    eng.declare(STOCK)
+    for sym in symbols(k):
+        eng.add(increasing_query(sym, 4), owner=sym)
     engine_matches = len(eng.run(events))
     floor_matches, _ = run_floor(events, 4)
     assert engine_matches == floor_matches > 0

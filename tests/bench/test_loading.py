@@ -7,8 +7,8 @@ from collections import Counter
 
 from air.cel import compile_cel
 from air.engine import Engine
-from clients.bench.loading import increasing_cel, offline
-from clients.bench.workloads import STOCK, increasing_query, increasing_stream, symbols
+from clients.bench.loading import offline
+from clients.testing import STOCK, increasing_cel, increasing_query, increasing_stream, symbols
 
 
 def _witnesses(automata, events) -> Counter:

@@ -86,7 +86,7 @@ def test_same_witnesses_as_the_original_air(name, paths):
 
 
 EXTRA = [
-    # 000 §2.2 examples (decorators as the paper intends them)
+    # the system paper's CEL examples (docs/design/semantics.md#cel; decorators as the paper intends them)
     "SELECT IBMPrice, Price AS MSFTPrice FROM IBMStock NEXT{Name='MSFT'} (Stock)",
     "SELECT Name FROM (SELECT Price FROM Stock) NEXT{$1.Price = $2.Price} (Stock)",
     "SELECT Price_1 AS IBMPrice1, Price AS IBMPrice2 FROM (FILTER{Name='IBM' AND Price > 83}(Stock)) "
@@ -140,10 +140,11 @@ def test_nested_publish_emits_both_streams():
         ("Ibm", "OUT", (80.0,), 1, 1), ("Up", "OUT", (80.0, "Y", 85.0, 1), 1, 3)]
 
 
-# --------------------------------------------------------------------------- 000 §3.1
+# ---------------------------------------------------- the paper's example: docs/design/semantics.md#the-running-example
 
 
-# As printed in 000 §3.1, with the paper's typos fixed: its decorators ($.Name = $.Name) and
+# As printed in the system paper (docs/design/semantics.md#the-running-example), with its typos
+# fixed: its decorators ($.Name = $.Name) and
 # the renaming the NEXT applies to its left input (Name is shared, so MaxPrice -> MaxPrice_1).
 EXAMPLE_9 = """
 SELECT Name, MaxPrice_1 AS MaxPrice, MinPrice_1 AS MinPrice, Price AS FinalPrice

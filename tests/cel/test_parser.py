@@ -57,7 +57,7 @@ def test_filter_binds_tighter_than_next(text):
 
 
 def test_next_and_fold_are_left_associative():
-    # NEXT's braces may be omitted ("S NEXT S", 000 §2.2)
+    # NEXT's braces may be omitted ("S NEXT S", docs/design/semantics.md#cel)
     src = parse("A NEXT B FOLD{,,} C NEXT D").source
     assert isinstance(src, Next) and src.right == StreamRef("D")
     assert isinstance(src.left, Fold) and src.left.right == StreamRef("C")

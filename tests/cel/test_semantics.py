@@ -138,7 +138,8 @@ def test_next_without_shared_names_keeps_them():
 def test_fold_output_schema_of_example_7():
     text = ("SELECT * FROM FILTER{cnt > 10}((SELECT *, 1 AS cnt FROM FILTER{Volume > 10000}(Stock))"
             " FOLD{$2.Name = $.Name, $2.Price > $.Price, $.cnt+1 AS cnt} Stock)")
-    # 000 §2.2 lists (Name_1, Price_1, Volume_1, cnt_1, Name, Price, Volume, cnt); cnt is only in
+    # the system paper's renaming example (docs/design/semantics.md#decorators-and-renaming) lists
+    # (Name_1, Price_1, Volume_1, cnt_1, Name, Price, Volume, cnt); cnt is only in
     # the first input, so by the renaming rule it keeps its name, as the original compiler did (T25)
     assert out_schema(text) == [("Name_1", "string"), ("Price_1", "float"), ("Volume_1", "int"),
                                 ("cnt", "int"), ("Name", "string"), ("Price", "float"), ("Volume", "int")]

@@ -58,7 +58,7 @@ TEMPLATES = [
 ]
 
 
-def _fill(template: str, rnd: random.Random) -> str:
+def fill_template(template: str, rnd: random.Random) -> str:
     def s():
         return "'" + rnd.choice(["IBM", "MSFT", "it''s", "", "1", "Up", "ÄÖ"]) + "'"
 
@@ -88,7 +88,7 @@ def test_random_constants_bind_exactly_as_compiling_alone(seed, template, unit):
     rnd = random.Random(seed)
     cache = ShapeCache()
     for k in range(6):
-        text = _fill(template, rnd)
+        text = fill_template(template, rnd)
         prefix = f"s{k}"
         try:
             own = compile_cel(text, STREAMS, name_prefix=prefix, time_unit_ms=unit)

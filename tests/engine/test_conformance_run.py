@@ -47,8 +47,8 @@ def run_file(name: str, kind: str = "OUT") -> list[dict]:
 
 def by_epoch(rows: list[dict]) -> dict[str, list[tuple]]:
     """Per output stream: its epochs in order, each a multiset of witnesses.
-    SPEC fixes that witnesses come epoch by epoch (detection time); within an
-    epoch the witnesses of a stream are a multiset (SPEC §4.8)."""
+    docs/design/semantics.md#witnesses-and-resubscription fixes that witnesses come epoch by epoch
+    (detection time); within an epoch the witnesses of a stream are a multiset."""
     out: dict[str, list[tuple]] = {}
     for r in rows:
         epochs = out.setdefault(r["stream"], [])

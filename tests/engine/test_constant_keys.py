@@ -104,7 +104,7 @@ def test_the_derived_key_puts_the_state_in_the_an_index():
     for t, sym in enumerate(("IBM", "MSFT", "Dell"), 1):
         eng.feed(Event("Stock", (sym, 10.0, 1), t, t))
     eng.flush()
-    plan = eng._net.plans["Stock"]
+    plan = eng.network.plans["Stock"]
     assert plan.an_index.size == 3 and not plan.active_scan  # none is visited by every event
 
 

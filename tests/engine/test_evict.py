@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from air.cel import compile_cel
 from air.engine import Engine, Event
+from air.engine import instance as slot  # (VALUES below is test_engine_state's strategy)
 from tests.conftest import STOCK
 from tests.engine.test_engine_state import SORTED, SPECS, VALUES, _engine, _feed, _key, _uninterrupted
 from tests.engine.test_indexes_sorted import sorted_automaton
@@ -26,7 +27,7 @@ from tests.engine.test_indexes_support import CONFIGS, random_automaton, stream
 def _nodes(eng: Engine) -> list:
     out = {}
     for owner in eng.owners:
-        for _ai, _sid, node in eng._loaded[owner].states:
+        for _ai, _sid, node in eng.holding(owner).states:
             out.setdefault(id(node), node)
     return list(out.values())
 
@@ -36,13 +37,13 @@ def check_consistent(eng: Engine) -> None:
     for node in _nodes(eng):
         insts = node.all_instances()
         assert node.count == len(insts)
-        assert node.ndead == sum(1 for i in insts if i[4])
+        assert node.ndead == sum(1 for i in insts if i[slot.DEAD])
         if node.iq is not None:
             for b in node.buckets.values():
                 assert len(b.keys) == len(b.cids) == len(b.insts) and len(b)
                 assert b.keys == sorted(b.keys)
             if node.ndead:
-                assert sorted(map(id, node.dead_keys)) == sorted(id(i) for i in insts if i[4])
+                assert sorted(map(id, node.dead_keys)) == sorted(id(i) for i in insts if i[slot.DEAD])
         elif node.ai_ev >= 0:
             assert all(node.buckets.values())
         if node.stream is not None and not node.is_start:
@@ -64,9 +65,9 @@ def model(eng: Engine, owner: str, keep: int, shared: bool) -> tuple[dict, dict]
     independently is the eviction rule applied to them. The engine-independent
     model is test_evict_oldest_matches_an_independent_model_of_the_query below,
     for a query whose instances can be worked out by hand."""
-    h = eng._loaded[owner]
+    h = eng.holding(owner)
     listed = eng.instances(owner, pending=True)
-    gens = {o: eng._loaded[o].gen for o in eng.owners}
+    gens = {o: eng.holding(o).gen for o in eng.owners}
     first: dict[int, int] = {}  # node -> index of the first of owner's states at it
     keys_of: dict[int, list[str]] = {}
     rows = []  # (sort key, shared, node id, instance)
@@ -78,11 +79,11 @@ def model(eng: Engine, owner: str, keep: int, shared: bool) -> tuple[dict, dict]
         if id(node) in first:
             continue
         si = first[id(node)] = len(first)
-        mine = [i for i in node.all_instances() + node.pending if i[3] >= h.gen]
-        assert [(i[0], i[1], i[2]) for i in mine] == listed[key]
+        mine = [i for i in node.all_instances() + node.pending if i[slot.BORN] >= h.gen]
+        assert [(i[slot.VALUES], i[slot.T0], i[slot.T1]) for i in mine] == listed[key]
         others = [gens[o] for o in node.owners if o != owner]
         for pos, inst in enumerate(mine):
-            rows.append(((inst[1], inst[2], si, pos), any(inst[3] >= g for g in others), id(node), inst))
+            rows.append(((inst[slot.T0], inst[slot.T1], si, pos), any(inst[slot.BORN] >= g for g in others), id(node), inst))
     seen = sum(len(v) for v in listed.values())
     order = sorted((r for r in rows if not r[1]), key=lambda r: r[0])
     if shared:
@@ -98,13 +99,13 @@ def model(eng: Engine, owner: str, keep: int, shared: bool) -> tuple[dict, dict]
 
 def _positions_kept(eng: Engine, owner: str, gone: set) -> dict:
     """owner's instances (pending too) per state key, without ``gone``, as instances() lists them."""
-    h = eng._loaded[owner]
+    h = eng.holding(owner)
     out = {}
     for ai, sid, node in h.states:
         if node.stream is None or node.is_start:
             continue
-        out[f"{ai}/{sid}"] = [(i[0], i[1], i[2]) for i in node.all_instances() + node.pending
-                              if i[3] >= h.gen and id(i) not in gone]
+        out[f"{ai}/{sid}"] = [(i[slot.VALUES], i[slot.T0], i[slot.T1]) for i in node.all_instances() + node.pending
+                              if i[slot.BORN] >= h.gen and id(i) not in gone]
     return out
 
 

@@ -1,4 +1,4 @@
-"""Indexes and state merging never change results (SPEC §6).
+"""Indexes and state merging never change results (docs/design/semantics.md#indexes-and-state-merging).
 
 Every switch combination must produce the same witness multiset, per owner,
 as the plain engine, on the conformance AIR files, on random automata over
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from air.engine import Engine, Event
 from clients.bench import workloads as wl
+from clients.testing import STOCK, increasing_query, increasing_stream, random_walk, rise_query, runup_query, symbols
 from tests.conftest import AIR_DIR, PUBLISHERS, air, stock_stream
 from tests.engine.test_indexes_support import (
     CONFIGS, random_automaton, run_config, stream, witnesses,
@@ -95,10 +96,10 @@ def test_benchmark_templates_give_the_same_witnesses_indexed_and_not(template):
         assert got == base, label
 
 
-@pytest.mark.parametrize("maker", [lambda: [wl.rise_query()], lambda: [wl.runup_query(3)],
-                                   lambda: [wl.increasing_query(s, 4) for s in wl.symbols(5)]])
+@pytest.mark.parametrize("maker", [lambda: [rise_query()], lambda: [runup_query(3)],
+                                   lambda: [increasing_query(s, 4) for s in symbols(5)]])
 def test_stock_benchmark_queries_give_the_same_witnesses_indexed_and_not(maker):
-    events = wl.random_walk(5, 600, seed=3, down=0.03, up=0.05)
+    events = random_walk(5, 600, seed=3, down=0.03, up=0.05)
     loads = [(f"q{i}", a) for i, a in enumerate(maker())]
     base = None
     for label in ("all", "no-mqo"):
@@ -111,7 +112,7 @@ def test_stock_benchmark_queries_give_the_same_witnesses_indexed_and_not(maker):
 def test_increasing_query_matches_every_event_after_the_warm_up():
     w = wl.increasing(queries=3, events=300, length=10)
     eng, ems = run_config({}, [(f"q{i}", a) for i, a in enumerate(w.automata)], w.events)
-    per_symbol = {s: sum(1 for e in w.events if e.values[0] == s) for s in wl.symbols(3)}
+    per_symbol = {s: sum(1 for e in w.events if e.values[0] == s) for s in symbols(3)}
     assert len(ems) == sum(max(0, n - 9) for n in per_symbol.values())
     assert all(em.event.values[0] < em.event.values[1] for em in ems)
 
@@ -126,12 +127,12 @@ def test_switches_are_reported():
 
 def test_identical_subscriptions_share_every_state():
     eng = Engine()
-    eng.declare(wl.STOCK)
+    eng.declare(STOCK)
     for i in range(50):
-        eng.add(wl.increasing_query("S00001"), owner=f"q{i}")
+        eng.add(increasing_query("S00001"), owner=f"q{i}")
     plan = eng.plan_stats()
     assert plan["states"] == 50 * 11 and plan["nodes"] == 11 and plan["edges"] == 10
-    eng.run(wl.increasing_stream(2, 60))
+    eng.run(increasing_stream(2, 60))
     for i in range(49):
         eng.remove(f"q{i}")
     assert eng.plan_stats()["nodes"] == 11
@@ -141,6 +142,6 @@ def test_identical_subscriptions_share_every_state():
 
 def test_an_event_on_an_unread_stream_is_ignored():
     eng = Engine()
-    eng.declare(wl.STOCK)
-    eng.add(wl.rise_query(), owner="q")
+    eng.declare(STOCK)
+    eng.add(rise_query(), owner="q")
     assert eng.run([Event("DUAL", (), 1, 1)]) == []

@@ -1,4 +1,4 @@
-"""Subscriptions come and go while events flow over merged states (SPEC §6):
+"""Subscriptions come and go while events flow over merged states (docs/design/semantics.md#indexes-and-state-merging):
 a subscription added late starts empty and never inherits instances created
 before it existed; removing one removes exactly its own work."""
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from air.engine import Engine, Event
 from air.expr import Binary, Compare, Literal, Ref
 from air.model import Automaton, ComplexAtom, DynamicAtom, Edge, OutputStream, Predicate, State, StaticAtom
-from clients.bench import workloads as wl
+from clients.testing import STOCK, random_walk, rise_query
 from tests.engine.test_indexes_support import KEEP, NAMES, NPV, STEP, TAKE, _p, run_config, witnesses
 
 EV_PRICE, EV_VOL, I_P, I_V = Ref("Price", "EV"), Ref("Volume", "EV"), Ref("P", "NODE"), Ref("V", "NODE")
@@ -69,7 +69,7 @@ def _stream(values) -> list[Event]:
 
 
 def _has_sorted_index(eng: Engine) -> bool:
-    return any(n.iq is not None for h in eng._loaded.values() for _a, _s, n in h.states)
+    return any(n.iq is not None for h in eng.holdings().values() for _a, _s, n in h.states)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -111,7 +111,7 @@ def test_sorted_index_with_owners_coming_and_going(ops, values):
     runs = {}
     for label, opts in CONFIGS.items():
         eng = Engine(**opts)
-        eng.declare(wl.STOCK)
+        eng.declare(STOCK)
         got = []
         eng.on_emit = got.append
         it = iter(events)
@@ -134,10 +134,10 @@ def test_sorted_index_with_owners_coming_and_going(ops, values):
 
 
 def test_rise_query_uses_the_sorted_index_and_matches_the_scan():
-    events = wl.random_walk(5, 2000, seed=4, down=0.04, up=0.05)
+    events = random_walk(5, 2000, seed=4, down=0.04, up=0.05)
     base = None
     for label in CONFIGS:
-        eng, ems = run_config(CONFIGS[label], [("q", [wl.rise_query()])], events)
+        eng, ems = run_config(CONFIGS[label], [("q", [rise_query()])], events)
         assert _has_sorted_index(eng) == (label == "all")
         got = (witnesses(ems), sorted(map(repr, eng.instances("q")["0/A"])))
         base = base or got

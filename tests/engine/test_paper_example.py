@@ -1,4 +1,4 @@
-"""The worked example of the Cayuga system paper (000 §3.1, Figures 2-4).
+"""The worked example of the Cayuga system paper (its Figures 2-4; docs/design/semantics.md#the-running-example).
 
 The automaton of Figure 2 is ``examples/example9.xml``; the six events are
 Figure 3; after each event we compare every state's instance set with the
@@ -67,8 +67,8 @@ def test_figure_4_every_intermediate_instance_set_and_the_witness():
 
 
 def test_simultaneous_e6_prime_does_not_change_the_result():
-    """§3.2: a simultaneous e6' = <IBM, 80, 8000> processed before e6 must not
-    make I3 disappear: both see the same instances."""
+    """The paper's simultaneous-event subtlety (docs/design/semantics.md#simultaneity): a
+    simultaneous e6' = <IBM, 80, 8000> processed before e6 must not make I3 disappear: both see the same instances."""
     auto = load_air((ROOT / "examples" / "example9.xml").read_text())
     for order in ([("IBM", 80.0, 8000), ("IBM", 91.0, 9000)], [("IBM", 91.0, 9000), ("IBM", 80.0, 8000)]):
         eng = Engine()

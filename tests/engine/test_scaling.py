@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from air.cel import compile_cel
 from air.engine import Engine
-from clients.bench.workloads import STOCK, increasing_query, symbols
+from clients.testing import STOCK, increasing_query, symbols
 
 PAIRS = ("SELECT Name, Price_1 AS First, Price AS Second FROM FILTER{{Name = '{s}'}}(Stock) "
          "NEXT{{$1.Name = $2.Name AND $2.Price > $1.Price}} Stock PUBLISH P{s}")

@@ -1,4 +1,4 @@
-"""Engine semantics of SPEC §4, one rule per test, with exact expected witnesses."""
+"""Engine semantics of docs/design/semantics.md#automata, one rule per test, with exact expected witnesses."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Simultaneity: the witness multiset does not depend on the order in which
-events that share a detection time are processed (SPEC §4.6)."""
+events that share a detection time are processed (docs/design/semantics.md#simultaneity)."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ EVENTS = [Event("Stock", (n, float(p), v), t, t) for t, (n, p, v) in enumerate(
 
 def run(loads, cache: bool, events=EVENTS, **opts):
     eng = Engine(**opts)
-    eng._net.cache_templates = cache
+    eng.network.cache_templates = cache
     eng.declare(STOCK)
     for owner, autos in loads:
         eng.add(autos, owner=owner)
@@ -75,7 +75,7 @@ def run(loads, cache: bool, events=EVENTS, **opts):
 
 
 def node_of(eng: Engine, owner: str, sid: str):
-    return next(n for _ai, s, n in eng._loaded[owner].states if s == sid)
+    return next(n for _ai, s, n in eng.holding(owner).states if s == sid)
 
 
 def test_automata_differing_in_a_constant_share_a_template_but_not_constants():
@@ -85,12 +85,12 @@ def test_automata_differing_in_a_constant_share_a_template_but_not_constants():
     _, ref = run(loads, False, index=False, merge=False)
     assert got == want == ref
     assert {k[0] for k in got} == {"qA", "qB"}  # C never rises
-    assert len(eng._net._templates) == 1
+    assert eng.network.template_count == 1
     for n in "ABC":  # each owner's filter and keys hold its own constant
         node = node_of(eng, f"q{n}", "1")
         assert node.an == ((0,), n)
         assert n in node.filter_full.__globals__.values()
-        assert eng._loaded[f"q{n}"].edges[0].eq == ((0,), n)
+        assert eng.holding(f"q{n}").edges[0].eq == ((0,), n)
 
 
 def test_an_operator_an_extra_atom_or_a_pattern_of_equal_constants_is_part_of_the_shape():
@@ -100,7 +100,7 @@ def test_an_operator_an_extra_atom_or_a_pattern_of_equal_constants_is_part_of_th
     eng, got = run(loads, True)
     _, ref = run(loads, False, index=False, merge=False)
     assert got == ref
-    assert len(eng._net._templates) == 5
+    assert eng.network.template_count == 5
     assert node_of(eng, "same", "1").an == ((0,), "A")
     assert node_of(eng, "same2", "1").an == ((0,), "B")
     assert node_of(eng, "diff", "1").an is None  # Name = N is then no constant
@@ -111,7 +111,7 @@ def test_a_bad_constant_is_reported_as_when_staged_alone():
     good, bad = two_step("A", volume="1"), two_step("A", volume="x")
     for cache in (True, False):
         eng = Engine()
-        eng._net.cache_templates = cache
+        eng.network.cache_templates = cache
         eng.declare(STOCK)
         eng.add(good, owner="good")
         with pytest.raises(EngineError, match="constant 'x' is not a valid int"):
@@ -142,13 +142,13 @@ def test_a_template_is_dropped_when_a_stream_it_reads_changes_schema():
     eng.declare(STOCK)
     eng.add(publisher("int"), owner="pub")
     eng.add(reader("1"), owner="r1")
-    assert type(eng._loaded["r1"].edges[0].eq[1]) is int
+    assert type(eng.holding("r1").edges[0].eq[1]) is int
     eng.remove("r1")
     eng.remove("pub")
     eng.add(publisher("float"), owner="pub")
     eng.add(reader("2"), owner="r2")  # the same shape: Mid's X is now a float
-    assert eng._loaded["r2"].edges[0].eq == ((0,), 2.0)
-    assert type(eng._loaded["r2"].edges[0].eq[1]) is float
+    assert eng.holding("r2").edges[0].eq == ((0,), 2.0)
+    assert type(eng.holding("r2").edges[0].eq[1]) is float
 
 
 def test_a_template_is_dropped_when_a_function_it_calls_is_registered_again():
@@ -210,7 +210,7 @@ def test_random_automata_of_few_shapes_load_as_when_staged_alone(shapes, loads, 
     results = []
     for cache in (True, False):
         eng = Engine(**CONFIGS[config])
-        eng._net.cache_templates = cache
+        eng.network.cache_templates = cache
         eng.declare(STOCK)
         if batched:  # one add of many automata: merging within the stage
             eng.add([a for _o, a in autos], owner="all")

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from clients.testing import wait_until
 from tests.fuzz.conftest import FUZZ_NET, healthy
-from tests.waiting import wait_until
 
 SENTINEL = b'{"stream": "Sentinel", "t1": 1}'
 GOOD = json.dumps({"stream": "Stock", "t1": 1, "Name": "IBM", "Price": 1.5, "Volume": 3}).encode()

@@ -2,18 +2,19 @@
 that shares nothing with the product (it imports nothing from ``air``,
 ``server``, ``clients`` or ``bench``; tests/oracle/test_independence.py checks).
 
-Written from the papers (000 §3 and §4.3.2, 002 §2.3) and SPEC §2-§5:
+Written from the papers (docs/design/references.md) and the design notes
+(docs/design/semantics.md, docs/design/air-format.md):
 
 - ``air.py`` reads AIR XML with the standard library into plain automata;
 - ``expr.py`` reads and evaluates AIR's expression text (ComplexPred, UDF) and
-  holds the built-in functions CONTAINS and SIMILARITY as SPEC §3 defines them;
+  holds the built-in functions CONTAINS and SIMILARITY as docs/design/semantics.md#cel defines them;
 - ``machine.py`` runs automata over events: epochs, pending instances,
   affected instances deleted at the epoch's end, resubscription in the epoch;
 - ``gen.py`` makes random valid AIR automata and streams for differential fuzzing;
 - ``regen.py`` writes ``tests/golden/witnesses`` from the oracle
   (``python -m tests.oracle.regen``).
 
-The semantics, literally (SPEC §4). For each event ``e`` of an epoch (all events
+The semantics, literally (docs/design/semantics.md#automata). For each event ``e`` of an epoch (all events
 with one ``t1``, plus the witnesses produced in it) and each state reading
 ``e``'s stream:
 
@@ -28,22 +29,25 @@ with one ``t1``, plus the witnesses produced in it) and each state reading
   list until the epoch ends. If its state has output streams, one witness per
   stream is emitted at once and queued as an event of the same epoch.
 
-Conventions this oracle follows where the papers and SPEC leave a choice (each
-re-derived here from SPEC or the README, not copied from the engine):
+Conventions this oracle follows where the papers and docs/design/semantics.md leave a choice (each
+re-derived here from docs/design/semantics.md or the README, not copied from the engine):
 
-1. A non-START state without a ``<FilterEdge>`` has filter predicate TRUE (SPEC §4
-   "TRUE if absent"; 002 §2.3 would draw FALSE — SPEC is the contract).
+1. A non-START state without a ``<FilterEdge>`` has filter predicate TRUE (docs/design/semantics.md#automata
+   "TRUE if absent"; the algebra paper, docs/design/references.md#cayugas-algebra-and-indexes,
+   would draw FALSE — docs/design/semantics.md is the contract).
 2. ``DurationPred Type="EVENT"`` is ``e.t1 - e.t0``; ``Type="COMPOSITE"`` is
-   ``e.t1 - I.t0`` (000 §3.1's θ4, ``e.t1 - A.t0``), also on a DEL edge (the
+   ``e.t1 - I.t0`` (θ4 of the system paper's example, ``e.t1 - A.t0``:
+   docs/design/semantics.md#the-running-example), also on a DEL edge (the
    predicate is evaluated before the new instance exists). Durations are
-   ``t1 - t0`` (SPEC §2), not 002's ``t1 - t0 + 1``.
+   ``t1 - t0`` (docs/design/semantics.md#data-model), not the algebra paper's
+   ``t1 - t0 + 1`` (docs/design/references.md#cayugas-algebra-and-indexes).
 3. A StaticPred's ``Const`` is read as the type of the event attribute it is
    compared with (string as is; int as an int if it reads as one, else float).
-4. Arithmetic: ``int op int`` stays int; ``/`` truncates toward zero (SPEC §3);
+4. Arithmetic: ``int op int`` stays int; ``/`` truncates toward zero (docs/design/semantics.md#cel);
    ``%`` takes the dividend's sign (C, the original's language); ``^`` of ints
    with a non-negative exponent is an int, otherwise a float; anything with a
    float is a float. Unary minus binds tighter than ``^``; ``^`` and ``%`` share
-   one level above ``*`` and ``/`` (SPEC §3).
+   one level above ``*`` and ``/`` (docs/design/semantics.md#cel).
 5. An expression that fails (division by zero, a type clash) makes the whole
    edge predicate false for that event (README "Semantics in one paragraph"),
    and only that edge's: the instance's other edges are still evaluated. A
@@ -55,7 +59,7 @@ re-derived here from SPEC or the README, not copied from the engine):
    the first clause that holds; the engine may order them otherwise (and
    treats an empty clause as TRUE without evaluating the others), so for a
    predicate of several clauses in which an expression fails the result is not
-   fixed by SPEC; the fuzzer puts failing expressions only in one-clause
+   fixed by docs/design/semantics.md; the fuzzer puts failing expressions only in one-clause
    predicates and in schema maps, where every order gives the same result.
    (Provenance: the README gives only the predicate rule. The schema-map part
    was settled after fuzzing found the engine disagreeing — see
@@ -64,7 +68,7 @@ re-derived here from SPEC or the README, not copied from the engine):
    copy a convention.)
 6. A value stored into a ``float`` attribute from an int becomes a float.
 7. A bare name in an expression is the event's attribute if the event has it,
-   else the instance's (SPEC §5).
+   else the instance's (docs/design/air-format.md).
 8. An instance that reaches an end node (no input stream) is not kept: no event
    can ever reach it. A state with output streams and outgoing edges (a
    "partial output", e.g. a nested ``PUBLISH``) emits and keeps its instance.

@@ -1,4 +1,4 @@
-"""The oracle's own AIR reader (SPEC §5), with the standard library's
+"""The oracle's own AIR reader (docs/design/air-format.md), with the standard library's
 ElementTree: AIR text -> plain, immutable automata.
 
 Predicates become ``Pred``: a tuple of clauses (OR), each a tuple of atoms
@@ -10,7 +10,7 @@ An atom is one of
     ("duration", "EVENT"|"COMPOSITE", op, const)
     ("complex", tree)                  an expression tree of tests/oracle/expr.py
 
-The load-time rejections SPEC §5 lists are raised as :class:`OracleAirError`.
+The load-time rejections docs/design/air-format.md lists are raised as :class:`OracleAirError`.
 """
 
 from __future__ import annotations

@@ -2,13 +2,14 @@
 
 AIR carries expressions as text in two places: ``<ComplexPred Expr="...">`` (one
 comparison) and ``<UDF Expr="..." Attr="...">`` (a value for the new instance).
-The language (SPEC §3 and §5): integer, float and 'string' literals; ``EV.a`` (the
+The language (docs/design/semantics.md#cel, docs/design/air-format.md): integer, float and
+'string' literals; ``EV.a`` (the
 event's attribute), ``NODE.a`` (the instance's), a bare ``a`` (the event's if the
 event has it, else the instance's); ``+ - * / % ^``, unary minus, parentheses,
 function calls ``F(x, ...)``; comparisons ``= != <> < <= > >=``.
 
 Precedence, lowest first: comparison; ``+ -``; ``* /``; ``^ %``; unary minus;
-atoms. Every binary operator is left-associative (SPEC §3).
+atoms. Every binary operator is left-associative (docs/design/semantics.md#cel).
 
 The syntax tree is plain tuples, evaluated by one recursive function:
 
@@ -154,7 +155,7 @@ def refs(tree) -> list[tuple[str | None, str]]:
 # --------------------------------------------------------------------------- functions
 
 def contains(text: str, pattern: str) -> int:
-    """SPEC §3: 1 if ``pattern`` occurs in ``text``, else 0."""
+    """docs/design/semantics.md#cel: 1 if ``pattern`` occurs in ``text``, else 0."""
     return 1 if pattern in text else 0
 
 
@@ -163,7 +164,7 @@ def _grams(s: str) -> Counter:
 
 
 def similarity(a: str, b: str) -> float:
-    """SPEC §3: the 10-character substrings common to both strings (as
+    """docs/design/semantics.md#cel: the 10-character substrings common to both strings (as
     multisets), divided by the smaller of their counts; 0 when either string
     is shorter than 10 characters."""
     if len(a) < 10 or len(b) < 10:

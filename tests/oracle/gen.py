@@ -296,7 +296,7 @@ def case(seed: int, max_automata: int = 3, max_events: int = 18, errors: bool = 
         streams.update(published)
         if rng.random() < 0.3:
             # the same automaton again for another owner, publishing under other names: the engine
-            # merges its states with the first one's (SPEC §5), which must change nobody's witnesses
+            # merges its states with the first one's (docs/design/air-format.md), which must change nobody's witnesses
             copy_idx = f"{idx}c"
             copy = re.sub(r'<OutputStreamName Name="([A-Z])[0-9]+', rf'<OutputStreamName Name="\g<1>{copy_idx}', text)
             texts.append(copy)

@@ -1,5 +1,5 @@
 """The oracle's run of AIR automata over events: literal set-of-instances
-semantics, one epoch at a time (SPEC §4; 000 §3 and §4.3.2; 002 §2.3).
+semantics, one epoch at a time (docs/design/semantics.md#automata, docs/design/semantics.md#simultaneity).
 
 Nothing is indexed, merged or cached: every event is offered to every state of
 every automaton that reads its stream, and every instance at such a state is
@@ -16,7 +16,7 @@ from tests.oracle import expr
 from tests.oracle.air import Automaton, OracleAirError, State
 
 #: Resubscription may feed an automaton its own output; the engine's automata
-#: from CEL never loop (000 §4.3.2), a hand-written AIR may: stop there.
+#: from CEL never loop (docs/design/semantics.md#simultaneity), a hand-written AIR may: stop there.
 MAX_EVENTS_PER_EPOCH = 200_000
 
 
@@ -94,7 +94,7 @@ class Oracle:
     def add(self, automata, owner: str, at=None) -> None:
         """Automata of ``owner``; with ``at``, registered while events flow: they
         take part from the first epoch with ``t1 >= at`` on, starting empty
-        (SPEC §6: a subscription never inherits instances made before it)."""
+        (docs/design/semantics.md#indexes-and-state-merging: a subscription never inherits instances made before it)."""
         autos = [automata] if isinstance(automata, Automaton) else list(automata)
         for auto in autos:
             for s in auto.states:

@@ -1,6 +1,7 @@
 """The oracle itself, against results worked out by hand from the papers and
-SPEC (no engine involved): 000 §3.1's Example 9 (Figures 3 and 4), 000 §3.2's
-simultaneous e'6, and one small automaton per rule of SPEC §4/§5."""
+the design notes (no engine involved): the system paper's Example 9 (its Figures 3 and 4;
+docs/design/semantics.md#the-running-example), its simultaneous e'6, and one small automaton
+per rule of docs/design/semantics.md#automata and docs/design/air-format.md."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def pred(*atoms) -> str:
     return "<EvalFunc><PredClause>" + "".join(atoms) + "</PredClause></EvalFunc>"
 
 
-# 000 §3.1, Figure 2, from F1..F6 and θ1..θ6 as printed (θ2 is A's filter predicate,
+# The system paper's Figure 2 (docs/design/semantics.md#the-running-example), from F1..F6 and
+# θ1..θ6 as printed (θ2 is A's filter predicate,
 # θ3 the rebind predicate, θ4 the forward predicate; θ5 B's filter, θ6 B's forward).
 EXAMPLE_9 = f"""<NFA>
 <Node NodeID="Q0" NodeType="START" InputStreamName="Stock">
@@ -94,7 +96,8 @@ def test_example_9_figure_4_row_by_row():
 
 @pytest.mark.parametrize("before", [True, False])
 def test_simultaneous_e6_prime_changes_nothing(before):
-    """000 §3.2: e'6 = <IBM, 80, 8000> at 9:24 fails θ6 for I3, yet I3 with e6 still matches."""
+    """docs/design/semantics.md#simultaneity: e'6 = <IBM, 80, 8000> at 9:24 fails θ6 for I3,
+    yet I3 with e6 still matches."""
     e6p = ev("IBM", 80, 8000, at(9, 24))
     events = FIGURE_3[:5] + ([e6p, FIGURE_3[5]] if before else [FIGURE_3[5], e6p])
     ws = oracle(EXAMPLE_9).run(events)

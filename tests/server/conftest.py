@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from clients.client import CayugaClient
-from server.config import load_settings
+from clients.testing import WaitTimeout, server_settings, wait_until
+from clients.testing import collect, stock  # noqa: F401  (the tests of this folder take them from here)
 from server.serve import RunningServer
-from tests.waiting import WaitTimeout, wait_until
 
 
 def cayuga_threads() -> list[str]:
@@ -25,9 +25,8 @@ def assert_no_cayuga_threads(timeout: float = 10.0) -> None:
 
 
 def make_settings(tmp_path, **kw):
-    base = dict(data_dir=tmp_path / "data", http_port=0, tcp_port=0, log_level="warning", shutdown_timeout=5)
-    base.update(kw)
-    return load_settings(None, **base)
+    """:func:`clients.testing.server_settings` with the data in ``tmp_path/data`` unless ``data_dir`` is given."""
+    return server_settings(kw.pop("data_dir", tmp_path / "data"), **kw)
 
 
 @pytest.fixture
@@ -55,16 +54,3 @@ def server(start_server):
 def client(server):
     with CayugaClient(server.base_url) as c:
         yield c
-
-
-def stock(name, price, vol, t0, t1=None) -> dict:
-    return {"stream": "Stock", "t0": t0, "t1": t0 if t1 is None else t1, "Name": name, "Price": price, "Volume": vol}
-
-
-def collect(matches, n: int) -> list[dict]:
-    out = []
-    for w in matches:
-        out.append(w)
-        if len(out) == n:
-            break
-    return out

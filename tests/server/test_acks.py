@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from air.engine import Event
+from clients.testing import wait_until
 from server.durability.journal import Journal
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
-from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 

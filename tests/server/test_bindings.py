@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from air.cel.shapes import BoundQuery, ShapeCache
 from air.cel import CelError, compile_cel
 from air.engine import Engine, EngineError, Event
-from clients.bench.loading import increasing_cel
 from clients.client import CayugaClient
+from clients.testing import increasing_cel
 from server.durability.store import Store
 from server.serve import RunningServer
 from server.subscriptions.prepared import Preparer
 from tests.cel.corpus import STREAMS
 from tests.cel.test_equivalence import events
-from tests.cel.test_shapes import TEMPLATES, _fill
+from tests.cel.test_shapes import TEMPLATES, fill_template
 from tests.server.conftest import assert_no_cayuga_threads, collect, make_settings, stock
 
 
@@ -93,7 +93,7 @@ def _restore(texts: list[tuple[str, str]], unit: float = 1.0):
        st.sampled_from([1.0, 1000.0]))
 def test_random_queries_restored_from_bindings_make_the_same_network_and_witnesses(seed, templates, unit):
     rnd = random.Random(seed)
-    texts = [(f"s{k}", _fill(rnd.choice(templates), rnd)) for k in range(14)]
+    texts = [(f"s{k}", fill_template(rnd.choice(templates), rnd)) for k in range(14)]
     ref, fast, _prep, kept = _restore(texts, unit)
     assert fast.plan_stats() == ref.plan_stats()
     evs = events(seed % 4)

@@ -9,11 +9,11 @@ import pytest
 from air.engine import Engine, Event
 from air.expr import parse_air_expr
 from clients.client import CayugaAPIError, CayugaClient
+from clients.testing import wait_until
 from server.api.automaton import expr_text
 from server.console import vendor
 from tests.conftest import STOCK
 from tests.server.conftest import stock
-from tests.waiting import wait_until
 
 RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
           "NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")

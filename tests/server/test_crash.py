@@ -38,12 +38,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
-from websockets.sync.client import connect
 
-from clients.bench.server_e2e import QUERIES, _cayuga, _env, _free_port, write_ticks
 from clients.client import CayugaClient
+from clients.testing import (
+    RISING, UP, ServerProcess, cayuga_command, cayuga_env, logged_witnesses, wait_until, write_ticks,
+)
 
 EVENTS = int(os.environ.get("CAYUGA_CRASH_EVENTS", "200000"))
 KILLS = int(os.environ.get("CAYUGA_CRASH_KILLS", "5"))
@@ -58,63 +58,23 @@ CLIMB = ("SELECT * FROM (SELECT Name, Price FROM FILTER{Volume >= 9000}(Stock))\
 #: (query file, stream watched): NEXT, FOLD, and a chain reading another's output (resubscription)
 WATCHED = {"rising.cel": "Rising", "climb.cel": "Climb", "big_pair.cel": "BigPair"}
 #: The README's first subscription and what its watcher prints for examples/example9.jsonl.
-README_QUERY = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
-                "NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
+README_QUERY = RISING
 README_WITNESSES = [
     {"stream": "Rising", "t0": 33300000, "t1": 33840000, "Name": "IBM", "Before": 85.0, "After": 91.0},
     {"stream": "Rising", "t0": 33660000, "t1": 33840000, "Name": "IBM", "Before": 81.0, "After": 91.0},
 ]
-#: /health's status of a server that is up ("warning": one subscription holds the engine back, e.g. its
-#: queue is more than half full while it replays)
-UP = ("ok", "warning")
 #: Settings beside the shipped config.yaml, per profile (the ports and data directory are always given).
 PROFILES = {"defaults": {}, "fast-snapshots": {"CAYUGA_SNAPSHOT_SECONDS": "0.3", "CAYUGA_SNAPSHOT_EVENTS": "30000"}}
 
 
 def wait_for(what: str, pred, timeout: float, step: float = 0.02):
     """Poll ``pred`` until it returns something true; fail saying what was awaited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(step)
+    return wait_until(pred, timeout, what=what, interval=step)
 
 
-class Server:
-    """``cayuga serve`` as a process on fixed ports, killed and started again."""
-
-    def __init__(self, data_dir: Path, log: Path, settings: dict[str, str]) -> None:
-        self.data_dir, self.log = data_dir, log
-        self.http, self.tcp = _free_port(), _free_port()
-        self.url = f"http://127.0.0.1:{self.http}"
-        self.proc: subprocess.Popen | None = None
-        # CAYUGA_* of the environment this test runs in must not change the shipped defaults
-        base = {k: v for k, v in _env().items() if not k.startswith("CAYUGA_") or k == "CAYUGA_ENGINE"}
-        self.env = {**base, "CAYUGA_LOG_LEVEL": "info", **settings}
-        self.http_client = httpx.Client(base_url=self.url, timeout=10)
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            log.write(b"---- start\n")
-            self.proc = subprocess.Popen(
-                _cayuga("serve", "--http-port", str(self.http), "--tcp-port", str(self.tcp), "--data-dir",
-                        str(self.data_dir)), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-
-    def health(self) -> dict | None:
-        """/health, or None while the server does not answer."""
-        try:
-            return self.http_client.get("/health").json()
-        except (httpx.HTTPError, ValueError):
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            return None
-
-    def wait_up(self, timeout: float = 60) -> dict:
-        """Until /health says ok and the recovery's replay is over."""
-        return wait_for("the server to come up and finish its recovery",
-                        lambda: (h := self.health()) and h["status"] in UP and not h.get("replay_remaining")
-                        and h, timeout)
+class Server(ServerProcess):
+    """``cayuga serve`` as a process on fixed ports, killed and started again
+    (:class:`clients.testing.ServerProcess`), and what these tests read of it."""
 
     def received(self) -> int:
         """Events this life of the server has accepted (TCP and HTTP)."""
@@ -126,31 +86,10 @@ class Server:
     def logged(self, sid: str, upto: int) -> list[tuple[int, str]]:
         """The subscription's witnesses 1..upto as the server serves them from
         its witness log (``?from=1``), with their numbers."""
-        got: list[tuple[int, str]] = []
-        url = self.url.replace("http://", "ws://") + f"/ws/subscriptions/{sid}?from=1&batch=1000"
-        with connect(url, open_timeout=10) as ws:
-            while upto and (not got or got[-1][0] < upto):
-                for line in ws.recv(timeout=30).split("\n"):
-                    seq, _, body = line.partition(" ")
-                    got.append((int(seq), body))
-        return got
+        return logged_witnesses(self.base_url, sid, upto)
 
     def snapshots(self) -> list[Path]:
         return sorted((self.data_dir / "snapshots").glob("snapshot-*.bin"))
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        self.http_client.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 def test_readme_example_kill_9_before_the_first_snapshot(tmp_path):
@@ -164,9 +103,9 @@ def test_readme_example_kill_9_before_the_first_snapshot(tmp_path):
         srv.start()
         srv.wait_up()
         sid = srv.http_client.post("/subscriptions", json={"cel": README_QUERY}).json()["id"]
-        sent = subprocess.run(_cayuga("send", str(ROOT / "examples" / "example9.jsonl"), "--url", srv.url,
-                                      "--port", str(srv.tcp)), env=srv.env, capture_output=True, text=True,
-                              timeout=60)
+        sent = subprocess.run(cayuga_command("send", str(ROOT / "examples" / "example9.jsonl"), "--url",
+                                             srv.base_url, "--port", str(srv.tcp_port)),
+                              env=srv.env, capture_output=True, text=True, timeout=60)
         assert sent.returncode == 0, sent.stderr
         wait_for("both witnesses in the log", lambda: srv.last_seq(sid) == 2, 30)
         for _ in range(2):
@@ -207,10 +146,7 @@ def test_a_journal_begun_after_logged_witnesses_numbers_on_from_them(tmp_path):
         off.kill()  # no journal, no snapshot: what it had in flight is gone, the log stays
     finally:
         off.stop()
-    srv = Server(data, log, PROFILES["defaults"])
-    srv.http, srv.tcp, srv.url = off.http, off.tcp, off.url
-    srv.http_client.close()
-    srv.http_client = httpx.Client(base_url=srv.url, timeout=10)
+    srv = Server(data, log, PROFILES["defaults"], http_port=off.http_port, tcp_port=off.tcp_port)
     try:
         srv.start()
         srv.wait_up()
@@ -233,10 +169,11 @@ def test_a_journal_begun_after_logged_witnesses_numbers_on_from_them(tmp_path):
     assert "Traceback" not in log.read_text()
 
 
-def _expected(ticks: Path, queries: list[Path]) -> dict[str, Counter]:
+def expected_witnesses(ticks: Path, queries: list[Path]) -> dict[str, Counter]:
     """``cayuga run``'s witnesses per output stream, canonical JSON, as multisets."""
-    out = subprocess.run(_cayuga("run", *[a for q in queries for a in ("--query", str(q))], "--events", str(ticks)),
-                         env=_env(), capture_output=True, text=True, timeout=600, check=True).stdout
+    out = subprocess.run(cayuga_command("run", *[a for q in queries for a in ("--query", str(q))],
+                                        "--events", str(ticks)),
+                         env=cayuga_env(), capture_output=True, text=True, timeout=600, check=True).stdout
     per: dict[str, Counter] = {}
     for line in out.splitlines():
         w = json.loads(line)
@@ -254,9 +191,9 @@ def start_watchers(url: str, ids: dict[str, str], expected: dict[str, Counter], 
         out = open(tmp_path / f"watch-{stream}.jsonl", "wb")
         err = open(tmp_path / f"watch-{stream}.err", "wb")
         files += [out, err]
-        watchers[stream] = subprocess.Popen(_cayuga("watch", ids[qname], "--url", url, "--count",
-                                                    str(sum(expected[stream].values())), "--retry-for", "300"),
-                                            env=_env(), stdout=out, stderr=err)
+        watchers[stream] = subprocess.Popen(cayuga_command("watch", ids[qname], "--url", url, "--count",
+                                                           str(sum(expected[stream].values())), "--retry-for", "300"),
+                                            env=cayuga_env(), stdout=out, stderr=err)
     return watchers
 
 
@@ -292,12 +229,12 @@ def test_every_witness_exactly_once_across_kill_9(tmp_path, profile):
     write_ticks(ticks, EVENTS, 40, seed=SEED)
     qdir = tmp_path / "queries"
     qdir.mkdir()
-    (qdir / "rising.cel").write_text((QUERIES / "rising.cel").read_text())
+    (qdir / "rising.cel").write_text(RISING + "\n")
     (qdir / "climb.cel").write_text(CLIMB)
     (qdir / "big.cel").write_text(BIG)
     (qdir / "big_pair.cel").write_text(BIG_PAIR)
     order = [qdir / n for n in ("rising.cel", "climb.cel", "big.cel", "big_pair.cel")]
-    expected = _expected(ticks, order)
+    expected = expected_witnesses(ticks, order)
     assert all(expected.get(s) for s in WATCHED.values()), {s: sum(c.values()) for s, c in expected.items()}
 
     srv = Server(tmp_path / "data", tmp_path / "server.log", PROFILES[profile])
@@ -307,17 +244,18 @@ def test_every_witness_exactly_once_across_kill_9(tmp_path, profile):
     try:
         srv.start()
         srv.wait_up()
-        with CayugaClient(srv.url, timeout=60) as c:
+        with CayugaClient(srv.base_url, timeout=60) as c:
             ids = {q.name: c.subscribe(cel=q.read_text())["id"] for q in order}
-        watchers = start_watchers(srv.url, ids, expected, WATCHED, tmp_path, files)
+        watchers = start_watchers(srv.base_url, ids, expected, WATCHED, tmp_path, files)
         procs += watchers.values()
         # the watchers follow from the newest witness on: they must be connected before the first event
         wait_for("the three watchers to connect", lambda: (srv.health() or {}).get("clients", 0) >= len(WATCHED), 60)
         send_err = open(tmp_path / "send.err", "wb")
         files.append(send_err)
-        sender = subprocess.Popen(_cayuga("send", str(ticks), "--url", srv.url, "--port", str(srv.tcp), "--rate",
-                                          str(max(EVENTS // 30, 1000)), "--retry-for", "300"),
-                                  env=_env(), stdout=subprocess.DEVNULL, stderr=send_err)
+        sender = subprocess.Popen(cayuga_command("send", str(ticks), "--url", srv.base_url, "--port",
+                                                 str(srv.tcp_port), "--rate", str(max(EVENTS // 30, 1000)),
+                                                 "--retry-for", "300"),
+                                  env=cayuga_env(), stdout=subprocess.DEVNULL, stderr=send_err)
         procs.append(sender)
         plan = ["stream"] * KILLS
         if profile == "fast-snapshots" and KILLS > 2:

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import httpx
 
-from clients.bench.server_e2e import QUERIES, _cayuga, _env, write_ticks
 from clients.client import CayugaClient
-from tests.server.test_crash import Server, _expected, start_watchers
+from clients.testing import RISING, cayuga_command, cayuga_env, write_ticks
+from tests.server.test_crash import Server, expected_witnesses, start_watchers
 from tests.server.tmpfs import fill, free_space, tmpfs
 
 EVENTS = int(os.environ.get("CAYUGA_DISKFULL_EVENTS", "60000"))
@@ -75,17 +75,17 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
     write_ticks(ticks, EVENTS, 40, seed=19)
     qdir = tmp_path / "queries"
     qdir.mkdir()
-    (qdir / "rising.cel").write_text((QUERIES / "rising.cel").read_text())
+    (qdir / "rising.cel").write_text(RISING + "\n")
     (qdir / "half.cel").write_text(HALF)
     order = [qdir / "rising.cel", qdir / "half.cel"]
-    expected = _expected(ticks, order)
+    expected = expected_witnesses(ticks, order)
     assert all(expected.get(s) for s in WATCHED.values())
 
     with tmpfs(tmp_path, SIZE) as mnt:
         srv = Server(mnt / "data", tmp_path / "server.log", {"CAYUGA_SNAPSHOT_SECONDS": "1"})
         procs: list[subprocess.Popen] = []
         files: list = []
-        http = httpx.Client(base_url=srv.url, timeout=30)
+        http = httpx.Client(base_url=srv.base_url, timeout=30)
         statuses: Counter = Counter()
 
         def health() -> dict:
@@ -97,16 +97,16 @@ def test_a_full_disk_refuses_waits_and_resumes_without_losing_or_repeating_a_wit
         try:
             srv.start()
             srv.wait_up()
-            with CayugaClient(srv.url, timeout=60) as c:
+            with CayugaClient(srv.base_url, timeout=60) as c:
                 ids = {q.name: c.subscribe(cel=q.read_text())["id"] for q in order}
-            watchers = start_watchers(srv.url, ids, expected, WATCHED, tmp_path, files)
+            watchers = start_watchers(srv.base_url, ids, expected, WATCHED, tmp_path, files)
             procs += watchers.values()
             # they follow from the newest witness on: connected before the first event, or they miss some
             _wait("the watchers to connect", lambda: health()["clients"] >= len(WATCHED), procs=procs)
             fillers = [fill(mnt, leave=LEAVE, name="filler-1")]
-            sender = subprocess.Popen(_cayuga("send", str(ticks), "--url", srv.url, "--port", str(srv.tcp),
-                                              "--sender-id", "ticks", "--retry-for", "300"),
-                                      env=_env(), stdout=subprocess.DEVNULL,
+            sender = subprocess.Popen(cayuga_command("send", str(ticks), "--url", srv.base_url, "--port",
+                                                     str(srv.tcp_port), "--sender-id", "ticks", "--retry-for", "300"),
+                                      env=cayuga_env(), stdout=subprocess.DEVNULL,
                                       stderr=(send_err := open(tmp_path / "send.err", "wb")))
             files.append(send_err)
             procs.append(sender)

@@ -183,7 +183,7 @@ def test_instance_counts_reach_the_api_and_metrics(client):
     (a bounded slice per loop); the API and /metrics show the counts."""
     subs = [client.subscribe(cel=PAIRS.replace("Pairs", f"Pairs{i}")) for i in range(5)]
     client.post_events([stock("IBM", 10.0, 1, 1), stock("MSFT", 5.0, 1, 2)])  # one run waits per symbol
-    from tests.waiting import wait_until
+    from clients.testing import wait_until
 
     wait_until(lambda: [client.subscription(s["id"])["instances"] for s in subs] == [2] * 5,
                what="2 instances counted for each subscription")

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from clients.client import CayugaClient
+from clients.testing import wait_until
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
-from tests.waiting import wait_until
 
 PAIRS = "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
 

@@ -72,11 +72,19 @@ def test_a_clean_block_takes_the_typed_path_and_keeps_line_numbers():
              b'{"stream": "Temp", "t1": 4, "Room": "A", "Celsius": 20, "Open": true}']
     dec = JsonDecoder(CATALOG, streams=["Stock"])
     batch = dec.decode_batch(b"\n".join(lines) + b"\n", 10)
-    assert batch.errors == [] and batch._numbers is None  # no line was decoded on its own
+    assert batch.errors == [] and batch.typed  # no line was decoded on its own
     assert [batch.line_of(i) for i in range(3)] == [10, 13, 14]
     assert batch.events == [Event("Stock", ("IBM", 84.5, 300), 1, 2), Event("Stock", ("IBM", 84.5, 300), 1, 3),
                             Event("Temp", ("A", 20.0, True), 4, 4)]
-    assert "Temp" in dec._known  # learned from the block itself
+    assert "Temp" in dec.typed_streams  # learned from the block itself
+
+
+def test_a_block_with_a_bad_line_takes_the_precise_path():
+    dec = JsonDecoder(CATALOG, streams=["Stock"])
+    batch = dec.decode_batch(GOOD + b"\n" + b'{"stream": "Stock", "t1": 3}' + b"\n" + GOOD + b"\n", 10)
+    assert not batch.typed and [n for n, _ in batch.errors] == [11]
+    assert [batch.line_of(i) for i in range(2)] == [10, 12]
+    assert dec.typed_streams == {"Stock"}
 
 
 def test_a_stream_whose_declaration_goes_away_is_forgotten():
@@ -87,6 +95,7 @@ def test_a_stream_whose_declaration_goes_away_is_forgotten():
     del catalog["Temp"]
     batch = dec.decode_batch(line, 7)
     assert batch.events == [] and batch.errors == [(7, "unknown stream 'Temp'; declare it first")]
+    assert "Temp" not in dec.typed_streams
     catalog["Temp"] = parse_stream_decl("Temp(Room string)")  # published again, with another schema
     batch = dec.decode_batch(b'{"stream": "Temp", "t1": 4, "Room": "A"}\n')
     assert batch.events == [Event("Temp", ("A",), 4, 4)] and batch.errors == []

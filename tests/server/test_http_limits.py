@@ -24,11 +24,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clients.testing import wait_until
 from server.api.httpguard import GuardedHttpToolsProtocol
 from server.serve import HTTP_CLOSE_SECONDS, descriptors_needed
 from tests.server.conftest import make_settings, stock
 from tests.server.test_lifecycle import stalled_websocket
-from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HALF_HEADER = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.engine import Event
+from server.durability.framing import HEADER
 from server.durability.journal import Journal, segment_name
 from server.ingest.queue import DelayQueue
 
@@ -90,8 +91,9 @@ def test_a_torn_last_record_is_dropped_at_every_cut(tmp_path):
 @pytest.mark.parametrize("where", ["last", "middle", "header"])
 def test_a_flipped_byte_drops_that_record_and_everything_after_it(tmp_path, where):
     d, path, data, last_start = _three_records(tmp_path)
-    header_len = 8 + int.from_bytes(data[:4], "little")
-    offset = {"last": len(data) - 3, "middle": header_len + 12, "header": 10}[where]
+    start = HEADER.size  # the segment's records start after the file header
+    header_len = start + 8 + int.from_bytes(data[start:start + 4], "little")
+    offset = {"last": len(data) - 3, "middle": header_len + 12, "header": start + 10}[where]
     bad = bytearray(data)
     bad[offset] ^= 0x40
     path.write_bytes(bytes(bad))

@@ -15,10 +15,10 @@ import time
 import pytest
 
 from clients.client import CayugaClient
+from clients.testing import wait_until
 from server.serve import RunningServer
 from tests.conftest import ROOT
 from tests.server.conftest import assert_no_cayuga_threads, cayuga_threads, collect, make_settings, stock
-from tests.waiting import wait_until
 
 PAIRS = "SELECT Name, Price_1 AS First, Price AS Second FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
 
@@ -207,9 +207,9 @@ def test_http_socket_says_tcp_so_asyncio_turns_nagle_off():
     keep-alive HTTP response then waited 40 ms for the client's delayed ACK."""
     import socket
 
-    from server.serve import _bind
+    from server.serve import bind_http
 
-    sock = _bind("127.0.0.1", 0)
+    sock = bind_http("127.0.0.1", 0)
     try:
         assert sock.proto == socket.IPPROTO_TCP
     finally:

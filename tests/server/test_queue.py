@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.engine import Event
+from clients.testing import wait_until
 from server.ingest.queue import DelayQueue, QueueClosed
-from tests.waiting import wait_until
 
 
 def ev(t1, t0=None):

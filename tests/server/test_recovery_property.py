@@ -36,7 +36,8 @@ from pathlib import Path
 import pytest
 
 from clients.client import TcpSender
-from tests.server.test_crash import UP, Server, wait_for
+from clients.testing import UP
+from tests.server.test_crash import Server, wait_for
 
 CASES = int(os.environ.get("CAYUGA_RECOVERY_CASES", "3"))
 FIXED_SEED = os.environ.get("CAYUGA_RECOVERY_SEED")
@@ -96,7 +97,7 @@ class Life(Server):
     def start(self) -> None:
         super().start()
         wait_for("the server to come up", lambda: (self.health() or {}).get("status") in UP, 60)
-        self.sender = TcpSender("127.0.0.1", self.tcp, sender_id="prop", ack=True)
+        self.sender = TcpSender("127.0.0.1", self.tcp_port, sender_id="prop", ack=True)
         self.sent = self.sender.resume
 
     def send_upto(self, lines: list[str], upto: int) -> None:

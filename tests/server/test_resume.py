@@ -16,10 +16,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from clients.client import CayugaClient
+from clients.testing import wait_until
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
 from tests.server.test_hostile import metric
-from tests.waiting import wait_until
 
 ALL = "SELECT * FROM Stock PUBLISH All"
 

@@ -10,12 +10,12 @@ import pytest
 
 from air.engine import Event
 from clients.client import CayugaClient
+from clients.testing import wait_until
 from server.daemon import Daemon
 from server.durability.journal import Journal
 from server.durability.snapshot import MAGIC, SnapshotError, SnapshotFile, SnapshotStore, decode, encode
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, collect, make_settings, stock
-from tests.waiting import wait_until
 
 STATE = {"version": 1, "fed": 7, "journal": 3, "values": [("IBM", 1.5, 2, True, None)] * 3}
 
@@ -72,8 +72,9 @@ def test_a_running_server_forks_snapshots_and_a_restart_keeps_its_partial_matche
         assert state["fed"] == 3 and sid in state["engine"]["owners"]
         # epoch 3 is still open: the instance of 12 was consumed by 13 (marked, deleted when the epoch
         # closes) and the instance of 13 is pending
-        [(_names, installed, pending)] = state["engine"]["nodes"]
-        assert [(i[0], i[4]) for i in installed] == [((12.0,), True)] and [p[0] for p in pending] == [(13.0,)]
+        [node] = state["engine"]["nodes"]  # layout: air/engine/state.py
+        assert [(i[0], i[4]) for i in node["installed"]] == [((12.0,), True)]  # (values, ..., affected)
+        assert [p[0] for p in node["pending"]] == [(13.0,)]
         assert not [p for p in os.listdir(d.snapshots.directory) if p.endswith(".tmp")]
     with RunningServer(settings) as srv, CayugaClient(srv.base_url) as c:
         assert srv.daemon.recovered.get("instances") == 2

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 
 from clients.client import CayugaClient
+from clients.testing import waiting
 from tests.conftest import ROOT
 from tests.server.conftest import stock
-from tests import waiting
 from tests.ui.conftest import expect
 
 # The README's query, over three lines, with a typo on the second line.

@@ -1,8 +1,8 @@
 """Waiting on a condition instead of sleeping a fixed time.
 
 A fixed ``time.sleep(0.2)`` is either too long (slow tests) or, on a busy
-2-core machine, too short (flaky tests). :func:`wait_until` polls a condition
-until it holds and fails with a message that says what it waited for.
+machine, too short (flaky tests). :func:`wait_until` polls a condition until
+it holds and fails with a message that says what it waited for.
 """
 
 from __future__ import annotations

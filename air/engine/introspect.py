@@ -1,0 +1,77 @@
+"""Looking into a running engine without changing it: an owner's instances and
+their counts (``Engine.instances``, ``instance_count``, ``state_counts``: the
+API's and metrics' numbers) and the size of the query network
+(``Engine.plan_stats``). Not on the event path: plain Python in both builds.
+Read-only; call it on the thread that feeds events."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from air.engine.instance import BORN, T0, T1, VALUES
+from air.engine.network import Node
+
+if TYPE_CHECKING:
+    from air.engine.runtime import Engine
+
+
+class LiveInstance(NamedTuple):
+    """What :func:`instances` shows of an instance."""
+
+    values: tuple  # stored values, in the state's schema order
+    t0: object
+    t1: object
+
+
+def instances(eng: "Engine", owner: str, pending: bool = False) -> dict[str, list[LiveInstance]]:
+    """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``,
+    in the order the node keeps them; with ``pending``, followed by those
+    the current epoch made (installed when it closes), in the order made."""
+    holding = eng.holding(owner)
+    out: dict[str, list] = {}
+    for ai, sid, node in holding.states:
+        if node.stream is None or node.is_start:
+            continue
+        insts = node.all_instances() + node.pending if pending else node.all_instances()
+        out[f"{ai}/{sid}"] = [LiveInstance(i[VALUES], i[T0], i[T1]) for i in insts if i[BORN] >= holding.gen]
+    return out
+
+
+def instance_count(eng: "Engine", owner: str | None = None) -> int:
+    """Installed and pending instances of ``owner`` (as if nothing were
+    merged), or of the whole network."""
+    if owner is None:
+        return sum(n.count + len(n.pending) for n in {id(n): n for h in eng.holdings().values()
+                                                      for _a, _s, n in h.states}.values())
+    holding = eng.holding(owner)
+    g = holding.gen
+    return sum(owned_count(node, g) for _ai, _sid, node in holding.states)
+
+
+def state_counts(eng: "Engine", owner: str) -> dict[str, int]:
+    """Installed and pending instances of ``owner`` per state key
+    ``"<automaton>/<state id>"`` (as :func:`instances` names them; start
+    states hold none)."""
+    holding = eng.holding(owner)
+    g = holding.gen
+    return {f"{ai}/{sid}": owned_count(node, g) for ai, sid, node in holding.states}
+
+
+def owned_count(node: Node, gen: int) -> int:
+    """Instances at ``node`` (installed and pending) born in generation ``gen`` or later."""
+    if not (node.count or node.pending):
+        return 0
+    return (sum(1 for i in node.all_instances() if i[BORN] >= gen)
+            + sum(1 for i in node.pending if i[BORN] >= gen))
+
+
+def plan_stats(eng: "Engine") -> dict[str, int]:
+    """Size of the query network: nodes and edges after merging, the
+    states and edges the loaded automata have, and active nodes."""
+    holdings = eng.holdings().values()
+    net = eng.network
+    states = sum(len(h.states) for h in holdings)
+    edges = sum(len(h.edges) for h in holdings)
+    active = sum(p.an_index.size + len(p.active_scan) for p in net.plans.values())
+    return {"nodes": net.nodes, "edges": net.edges, "states": states,
+            "automaton_edges": edges, "active_nodes": active}

@@ -1,0 +1,165 @@
+"""Cayuga servers for tests, on free loopback ports with a data directory of
+the test's own: :func:`running_server` runs one inside this process (threads
+named ``cayuga-*``; its :class:`~server.serve.RunningServer` gives the daemon
+and the bound ports), :class:`ServerProcess` runs ``cayuga serve`` as a child
+process that a test can kill with SIGKILL and start again on the same ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+if TYPE_CHECKING:  # the server is imported only when a test starts one in this process
+    from server.config import Settings
+    from server.serve import RunningServer
+
+#: The directory that holds the ``air``, ``server`` and ``clients`` packages
+#: (a checkout's root, or site-packages): a child process imports from it first.
+IMPORT_ROOT = Path(__file__).resolve().parents[2]
+#: /health's status of a server that is up ("warning": something holds it back, e.g.
+#: a subscription's queue more than half full while it replays).
+UP = ("ok", "warning")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick; another process
+    may take it before it is bound: start servers with port 0 when you can)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cayuga_command(*args: str) -> list[str]:
+    """The ``cayuga`` command as a user runs it, with this interpreter:
+    ``subprocess.run(cayuga_command("run", "--query", q), env=cayuga_env())``."""
+    return [sys.executable, "-m", "clients.cli", *args]
+
+
+def cayuga_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment (``base``, by default this process's) for a ``cayuga``
+    child process, importing the same packages as this process."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = str(IMPORT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def server_settings(data_dir: str | Path, **overrides) -> Settings:
+    """Settings for a server in a test: the bundled config.yaml and the
+    environment as ``cayuga serve`` reads them, then ports chosen by the
+    kernel (0), ``data_dir``, log level warning, a 5 s drain, then ``overrides``."""
+    from server.config import load_settings
+
+    base = dict(data_dir=Path(data_dir), http_port=0, tcp_port=0, log_level="warning", shutdown_timeout=5)
+    base.update(overrides)
+    return load_settings(None, **base)
+
+
+@contextlib.contextmanager
+def running_server(data_dir: str | Path, **overrides) -> Iterator[RunningServer]:
+    """A server in this process, started with :func:`server_settings`
+    (``data_dir``, ``overrides``) and stopped (drained) on leaving the block.
+    It yields the :class:`~server.serve.RunningServer`: ``base_url``,
+    ``http_port``, ``tcp_port``."""
+    from server.serve import RunningServer
+
+    srv = RunningServer(server_settings(data_dir, **overrides)).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+class ServerProcess:
+    """``cayuga serve`` as a child process on fixed free ports, with its output
+    in a log file; it can be killed (SIGKILL) and started again on the same
+    ports and data directory.
+
+    ``settings``: environment variables beside the shipped config.yaml (e.g.
+    ``{"CAYUGA_SNAPSHOT_SECONDS": "0.3"}``); the ``CAYUGA_*`` variables of the
+    calling environment are left out (all but ``CAYUGA_ENGINE``), so that a
+    test runs the shipped defaults wherever it runs. ``log`` defaults to
+    ``<data_dir>.log``."""
+
+    def __init__(self, data_dir: str | Path, log: str | Path | None = None,
+                 settings: Mapping[str, str] | None = None, *, http_port: int | None = None,
+                 tcp_port: int | None = None, log_level: str = "info") -> None:
+        self.data_dir = Path(data_dir)
+        self.log = Path(log) if log is not None else self.data_dir.with_name(self.data_dir.name + ".log")
+        self.http_port = http_port or free_port()
+        self.tcp_port = tcp_port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.http_port}"
+        base = {k: v for k, v in cayuga_env().items() if not k.startswith("CAYUGA_") or k == "CAYUGA_ENGINE"}
+        self.env = {**base, "CAYUGA_LOG_LEVEL": log_level, **(settings or {})}
+        self.proc: subprocess.Popen | None = None
+        self.http_client = httpx.Client(base_url=self.base_url, timeout=10)
+
+    def start(self) -> None:
+        """Start the process (it may take a while to answer: see :meth:`wait_up`)."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            log.write(b"---- start\n")
+            self.proc = subprocess.Popen(
+                cayuga_command("serve", "--http-port", str(self.http_port), "--tcp-port", str(self.tcp_port),
+                               "--data-dir", str(self.data_dir)),
+                env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def health(self) -> dict | None:
+        """/health, or None while the server does not answer; raises
+        RuntimeError (with the log's end) when the process has exited."""
+        try:
+            return self.http_client.get("/health").json()
+        except (httpx.HTTPError, ValueError):
+            if self.proc is None or self.proc.poll() is not None:
+                code = None if self.proc is None else self.proc.returncode
+                raise RuntimeError(f"cayuga serve is not running (exit code {code}); its log ends:\n"
+                                   f"{self.log_tail()}") from None
+            return None
+
+    def wait_up(self, timeout: float = 60) -> dict:
+        """Until /health says the server is up and its recovery's replay is over;
+        returns that /health."""
+        from clients.testing.waiting import wait_until
+
+        return wait_until(lambda: (h := self.health()) and h["status"] in UP and not h.get("replay_remaining")
+                          and h, timeout, what="the server to come up and finish its recovery", interval=0.02)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no drain, no shutdown snapshot."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self, timeout: float = 60) -> None:
+        """SIGTERM (a drain), SIGKILL after ``timeout`` s; closes the HTTP client."""
+        self.http_client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        try:
+            self.wait_up()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
