@@ -18,7 +18,7 @@ import time
 import httpx
 
 from tests.conftest import ROOT
-from tests.waiting import wait_until
+from clients.testing import wait_until
 
 #: What a clone holds that the install reads (the Dockerfile copies the same).
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "config.yaml", "air", "server", "clients", "examples")

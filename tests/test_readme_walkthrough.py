@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import ROOT
-from tests.waiting import wait_until
+from clients.testing import wait_until
 
 
 def readme_walkthrough() -> tuple[str, list[str], dict]:

@@ -11,8 +11,8 @@ import socket
 import subprocess
 import sys
 
-from tests.server.conftest import stock
-from tests.server.test_send_cli import ROOT
+from clients.testing import stock
+from tests.conftest import ROOT
 
 RISING = ("SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
           "NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock PUBLISH Rising")
@@ -36,7 +36,7 @@ def three_witnesses(client) -> str:
     events = [stock(n, 10.0, 1, t) for t, n in enumerate(("IBM", "MSFT", "Dell"), 1)]
     events += [stock(n, 11.0, 1, t) for t, n in enumerate(("IBM", "MSFT", "Dell"), 4)]
     client.post_events(events)
-    from tests.waiting import wait_until
+    from clients.testing import wait_until
 
     wait_until(lambda: client.subscription(sid).get("last_seq", 0) == 3, timeout=30, what="three witnesses")
     return sid
