@@ -10,9 +10,9 @@ COPY pyproject.toml setup.py README.md config.yaml ./
 COPY air ./air
 COPY server ./server
 COPY clients ./clients
-COPY bench ./bench
 COPY examples ./examples
-# pip compiles the engine (setup.py); a C compiler only while building.
+# pip compiles the engine (setup.py); a C compiler only while building. The image is the
+# server: Spark (`pip install '.[spark]'`) is not in it.
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install . \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \

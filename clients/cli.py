@@ -12,6 +12,8 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
+from clients.options import url_option
+from clients.words import plural
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -103,8 +105,8 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     for r in result.rejected:
         click.echo(f"{events_path}:{r.line}: rejected: {r.reason}", err=True)
     click.echo(
-        f"cayuga: {result.events} events, {result.witness_count} witnesses, "
-        f"{len(result.rejected)} rejected lines", err=True)
+        f"cayuga: {plural(result.events, 'event')}, {plural(result.witness_count, 'witness')}, "
+        f"{plural(len(result.rejected), 'rejected line')}", err=True)
     sys.exit(1 if result.rejected else 0)
 
 
@@ -140,14 +142,51 @@ def compile_(query, streams, schema_files, output) -> None:
         click.echo(air, nl=False)
 
 
-@main.command()
+class _ServeCommand(click.Command):
+    """``cayuga serve``, whose help ends with every setting and its variable."""
+
+    def format_epilog(self, ctx, formatter) -> None:
+        import os
+
+        import yaml
+
+        from server.config import DEFAULT_CONFIG, ENV_PREFIX, Settings
+
+        try:
+            bundled = Settings(**(yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8")) or {}))
+        except (OSError, ValueError):  # a broken bundled file: the class's own defaults
+            bundled = Settings()
+        rows = []
+        for name in Settings.model_fields:
+            var = f"{ENV_PREFIX}{name.upper()}"
+            value = getattr(bundled, name)
+            shown = "none" if value in ({}, [], None) else "list in the file" if name == "streams" else str(value)
+            here = "" if var not in os.environ else "; set here" if name == "auth_tokens" else \
+                f"; set here: {os.environ[var]}"
+            rows.append((var, f"{name} (bundled: {shown}{here})"))
+        with formatter.section("Settings"):
+            formatter.write_text(
+                f"Each setting is read from the configuration file (--config; default: the bundled "
+                f"{DEFAULT_CONFIG}, whose comments say what each one does), then from its environment "
+                "variable (read as YAML: CAYUGA_AUTH_TOKENS='[a, b]' is a list), then from the flags above. "
+                "Client commands (send, watch, register, spark source/sink) find the server by CAYUGA_URL, "
+                "or by CAYUGA_HOST and CAYUGA_HTTP_PORT when they run beside it.")
+            formatter.write_dl(rows)
+
+
+@main.command(cls=_ServeCommand)
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Configuration file (default: the bundled config.yaml).")
-@click.option("--host", default=None, help="Address to listen on (default from config: 127.0.0.1).")
-@click.option("--http-port", type=int, default=None, help="REST/WebSocket port (0 picks a free one).")
-@click.option("--tcp-port", type=int, default=None, help="TCP event port (0 picks a free one).")
+              help="Configuration file (default: the bundled config.yaml); the settings are listed below.")
+@click.option("--host", default=None, help="Address to listen on (CAYUGA_HOST; default 127.0.0.1).")
+@click.option("--http-port", type=int, default=None,
+              help="REST, WebSocket and console port (CAYUGA_HTTP_PORT; default 8400; 0 picks a free one).")
+@click.option("--tcp-port", type=int, default=None,
+              help="TCP event port (CAYUGA_TCP_PORT; default 8401; 0 picks a free one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="Where streams and subscriptions are stored.")
+              help="The server's state (CAYUGA_DATA_DIR; default ./data): cayuga.sqlite3, the store of declared "
+                   "streams and subscriptions; journal/, the write-ahead journal of accepted events; "
+                   "witnesses/, the witness log clients resume from; snapshots/, the engine's checkpoints. "
+                   "Back it up, move it or delete it as a whole.")
 @click.option("--port-file", type=click.Path(dir_okay=False), default=None,
               help='Once the server accepts connections, write {"http_port": N, "tcp_port": N} (JSON) here: '
                    "the ports it bound, e.g. with --http-port 0 --tcp-port 0.")
@@ -189,9 +228,6 @@ def build_engine(remove) -> None:
             click.echo(f"built {p}")
     except RuntimeError as exc:
         _fail(str(exc), code=1)
-
-
-_URL_HELP = "Base URL of the server's HTTP API."
 
 
 #: Unacknowledged bytes ``cayuga send`` lets out before it waits for acknowledgements.
@@ -289,10 +325,11 @@ def _explain(problem: str, sender_id: str) -> tuple[str, str]:
 
 @main.command()
 @click.argument("events_path", metavar="FILE", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
-@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
+@url_option
 @click.option("--port", "tcp_port", type=int, default=None,
               help="The server's TCP event port (default: asked from the server's /health).")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "cayuga", "csv"]), default="jsonl", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "cayuga", "csv"]), default="jsonl", show_default=True,
+              help="Format of FILE: JSON lines, the original Cayuga lines, or CSV with a header line.")
 @click.option("--rate", type=float, default=None, help="Events per second (default: as fast as possible).")
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None,
               help="API token (or CAYUGA_TOKEN); sent as the connection's first line '#token <token>'.")
@@ -374,8 +411,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 resume = sender.resume
                 if resume > total:
                     sender.abort()
-                    stop(f"the server already has {resume} lines from sender id {sender_id}, more than the "
-                         f"{total} lines of {events_path}: that id was used to send another file (or this one "
+                    stop(f"the server already has {plural(resume, 'line')} from sender id {sender_id}, more than the "
+                         f"{plural(total, 'line')} of {events_path}: that id was used to send another file (or this one "
                          "before it was changed); give --sender-id an id of its own for this file", 1)
                 if had is None:
                     had = resume
@@ -383,14 +420,14 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                         say(f"the server already has lines 1-{resume} of {events_path} (sender id {sender_id}); "
                             f"sending lines {resume + 1}-{total}")
                 elif failing:
-                    say(f"reconnected; the server has {resume} of {total} lines, going on from line {resume + 1}"
-                        if resume < total else f"reconnected; the server has all {total} lines")
+                    say(f"reconnected; the server has {resume} of {plural(total, 'line')}, going on from line {resume + 1}"
+                        if resume < total else f"reconnected; the server has all {plural(total, 'line')}")
                 if progress.acknowledged(resume):
                     failing, backoff = False, 0.1
                 if resume == total:  # nothing to send: no line would bring an #ack
                     sender.close(timeout=1.0)
                     if progress.sent == 0:
-                        stop(f"nothing new to send: the server already has all {total} lines of {events_path} "
+                        stop(f"nothing new to send: the server already has all {plural(total, 'line')} of {events_path} "
                              f"(sender id {sender_id})", 0)
                     break
                 first = resume
@@ -409,11 +446,11 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 problem = ((_last_error(sender) if sender is not None else "")
                            or (str(exc) if isinstance(exc, _Lost) else f"the connection was lost: {exc}"))
                 if _FINAL.match(problem) and not _TAKEN.match(problem):
-                    stop(f"{problem}; {progress.acked} of {total} lines acknowledged", 1)
+                    stop(f"{problem}; {progress.acked} of {plural(total, 'line')} acknowledged", 1)
                 what, todo = _explain(problem, sender_id)
                 if progress.exhausted():
                     stop(f"gave up after {retry_for:g} s of retries: {what}" + (f": {todo}" if todo else "")
-                         + f"; {progress.acked} of {total} lines acknowledged", 1)
+                         + f"; {progress.acked} of {plural(total, 'line')} acknowledged", 1)
                 if not failing:
                     failing = True
                     say(f"{what}; retrying for up to {retry_for:g} s (--retry-for)")
@@ -421,7 +458,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 backoff = min(backoff * 2, 5.0)
                 address = address if tcp_port else None  # the server may come back on another port
     except KeyboardInterrupt:
-        stop(f"interrupted; {progress.acked} of {total} lines acknowledged", 130)
+        stop(f"interrupted; {progress.acked} of {plural(total, 'line')} acknowledged", 130)
     finally:
         client.close()
     bar.close()
@@ -429,7 +466,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
         click.echo(f"{events_path}: {errors[line]}", err=True)
     for e in other:
         click.echo(f"{events_path}: {e}", err=True)
-    click.echo(f"cayuga: sent {total - had} lines, {len(errors)} rejected, {progress.acked} acknowledged", err=True)
+    click.echo(f"cayuga: sent {plural(total - had, 'line')}, {len(errors)} rejected, {progress.acked} acknowledged", err=True)
     sys.exit(1 if errors else 0)
 
 
@@ -572,7 +609,7 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
 
 @main.command()
 @click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
+@url_option
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
 @click.option("--batch", "batch_size", type=click.IntRange(1, 100_000), default=5000, show_default=True,
               help="Subscriptions per request; each request is registered all or nothing.")
@@ -605,7 +642,7 @@ def register(paths, url, token, batch_size) -> None:
                 for e in errors or [{"detail": str(exc)}]:
                     where = chunk[e["index"]][0] if "index" in e else url
                     click.echo(f"{where}: {e.get('detail') or e.get('message') or e.get('msg') or e}", err=True)
-                click.echo(f"cayuga: registered {done} of {len(queries)} queries; the request with "
+                click.echo(f"cayuga: registered {done} of {plural(len(queries), 'query')}; the request with "
                            f"queries {k + 1}-{k + len(chunk)} was refused", err=True)
                 sys.exit(1)
             except (OSError, httpx.HTTPError) as exc:
@@ -614,34 +651,52 @@ def register(paths, url, token, batch_size) -> None:
                 click.echo(f"{sub['id']} {where}")
             done += len(subs)
             bar.update(len(subs))
-    click.echo(f"cayuga: registered {done} queries", err=True)
+    click.echo(f"cayuga: registered {plural(done, 'query')}", err=True)
 
 
 @main.command()
 @click.argument("subscription", required=False)
 @click.option("--stream", default=None, help="Watch an output stream instead of a subscription.")
-@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help=_URL_HELP)
+@url_option
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
 @click.option("--count", type=int, default=None, help="Exit after this many witnesses.")
+@click.option("--from", "from_seq", type=click.IntRange(1), default=None, metavar="N",
+              help="Start at the subscription's witness number N (its seq): the history from the server's "
+                   "witness log, then the live ones. Default: from its newest witness on.")
+@click.option("--from-start", is_flag=True,
+              help="Start at the subscription's first witness (--from 1). A server keeps a bounded witness "
+                   "log: a history it no longer holds ends the command with the seq the log now starts at.")
+@click.option("--seq", "show_seq", is_flag=True,
+              help="Prefix each line with its witness number and a space: '<seq> {...}' (with --stream, "
+                   "'<subscription>:<seq> {...}'); --from takes these numbers.")
 @click.option("--retry-for", type=float, default=300.0, show_default=True,
               help="After a disconnect (server restart, crash, network), keep reconnecting this many seconds; "
                    "it resumes after the last witness printed, so none is printed twice or missed.")
-def watch(subscription, stream, url, token, count, retry_for) -> None:
+def watch(subscription, stream, url, token, count, from_seq, from_start, show_seq, retry_for) -> None:
     """Print the witnesses of a subscription (or stream) as JSON lines.
 
     From the subscription's newest witness on (a stream: from when it is
-    connected), each exactly once: the witnesses carry sequence numbers
-    (not printed), and after a disconnect it reconnects by itself and resumes
-    where it was (the server's witness log holds what was missed). A final
-    failure is one line on standard error and exit status 1."""
+    connected), or from an earlier one with --from N / --from-start, each
+    exactly once: the witnesses carry sequence numbers (printed with --seq),
+    and after a disconnect it reconnects by itself and resumes where it was
+    (the server's witness log holds what was missed). A final failure is one
+    line on standard error and exit status 1."""
     import httpx
 
     from clients.client import CayugaAPIError, CayugaClient
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
+    if from_seq is not None and from_start:
+        _fail("give --from N or --from-start, not both")
+    if stream and (from_seq is not None or from_start):
+        _fail("--from and --from-start take a subscription's witness numbers: watch a SUBSCRIPTION id "
+              "(GET /streams/NAME names the subscriptions that publish the stream)")
     if count is not None and count <= 0:
         return
+    after = None
+    if subscription and (from_start or from_seq is not None):
+        after = {subscription: 0 if from_start else from_seq - 1}
     client = CayugaClient(url, token=token)
     out = sys.stdout.buffer
     n = 0
@@ -650,10 +705,18 @@ def watch(subscription, stream, url, token, count, retry_for) -> None:
         click.echo(f"cayuga: {reason}; reconnecting in {delay:.1f} s", err=True)
 
     try:
-        for _, _, block, k in client.follow_runs(subscription, stream=stream, batch=WATCH_BATCH,
-                                                 retry_for=retry_for, on_retry=retrying):
+        for sid, first, block, k in client.follow_runs(subscription, stream=stream, after=after,
+                                                       batch=WATCH_BATCH, retry_for=retry_for,
+                                                       on_retry=retrying):
+            lines = None
             if count is not None and n + k >= count:
-                block, k = "\n".join(block.split("\n")[:count - n]), count - n
+                lines = block.split("\n")[:count - n]
+                k = count - n
+            if show_seq:
+                tag = "" if subscription else f"{sid}:"
+                lines = [f"{tag}{first + i} {w}" for i, w in enumerate(lines or block.split("\n"))]
+            if lines is not None:
+                block = "\n".join(lines)
             out.write(block.encode() + b"\n")
             out.flush()
             n += k

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import struct
@@ -30,6 +31,33 @@ from websockets.sync.client import connect
 FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410})
 #: The ``<seq> `` that starts each line of a message asked for with seq.
 _SEQ_PREFIX = re.compile(r"^\d+ ", re.MULTILINE)
+
+
+#: The server's address when nothing says otherwise (``cayuga serve``'s defaults).
+DEFAULT_URL = "http://127.0.0.1:8400"
+
+
+def default_url(environ=None) -> str:
+    """The server's base URL from the environment: ``CAYUGA_URL`` when set;
+    else, for a client beside the server, the server's own settings
+    ``CAYUGA_HOST`` (a wildcard address such as 0.0.0.0 means this machine)
+    and ``CAYUGA_HTTP_PORT``; else :data:`DEFAULT_URL`. Raises ValueError
+    when those settings give no address a client can reach."""
+    env = os.environ if environ is None else environ
+    url = (env.get("CAYUGA_URL") or "").strip()
+    if url:
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError(f"CAYUGA_URL={url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8400)")
+        return url.rstrip("/")
+    host = (env.get("CAYUGA_HOST") or "").strip() or "127.0.0.1"
+    port = (env.get("CAYUGA_HTTP_PORT") or "").strip() or "8400"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"CAYUGA_HTTP_PORT={port!r} names no port a client can connect to (1-65535; 0 lets the "
+                         "server pick one): set CAYUGA_URL, or give --url, with the port the server listens on")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 class CayugaAPIError(RuntimeError):
@@ -57,9 +85,11 @@ class SenderRefused(ConnectionError):
 
 
 class CayugaClient:
-    def __init__(self, base_url: str = "http://127.0.0.1:8400", *, token: str | None = None,
+    def __init__(self, base_url: str | None = None, *, token: str | None = None,
                  tcp_port: int | None = None, timeout: float = 30.0) -> None:
-        self.base_url = base_url.rstrip("/")
+        """``base_url`` defaults to :func:`default_url` (``CAYUGA_URL``, or the
+        server's own ``CAYUGA_HOST``/``CAYUGA_HTTP_PORT``, or http://127.0.0.1:8400)."""
+        self.base_url = (base_url or default_url()).rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.token = token
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)

@@ -14,9 +14,12 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError
+from clients.options import url_option
+from clients.words import noun, plural
 
 _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volume int)". Repeatable.'
 _INPUT_FORMATS = ["jsonl", "cayuga", "csv", "parquet", "json"]
+_INPUT_FORMAT_HELP = ("Format of the input. Default: from the file name (.parquet, .csv, .txt = cayuga lines; else JSON lines).")
 _COLUMN_HELP = ("Column mapping ATTR=COLUMN (also stream=, t0=, t1=); repeatable. "
                 "Unmapped attributes use the column of the same name.")
 
@@ -24,6 +27,20 @@ _COLUMN_HELP = ("Column mapping ATTR=COLUMN (also stream=, t0=, t1=); repeatable
 def _fail(message: str, code: int = 2) -> None:
     click.echo(f"cayuga spark: {message}", err=True)
     sys.exit(code)
+
+
+#: What ``cayuga spark ...`` says when pyspark is not installed.
+NO_PYSPARK = ("the Spark connector needs pyspark, which is not installed here (the server does not need it, "
+              "so a plain `pip install cayuga` leaves it out): pip install 'cayuga[spark]' (from a clone: "
+              "pip install -e '.[spark]'); Spark also needs Java 17 or later (java -version)")
+
+
+def _need_pyspark() -> None:
+    """Exit 2 with :data:`NO_PYSPARK` when pyspark cannot be imported (before any work)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        _fail(NO_PYSPARK)
 
 
 def _schemas(streams, schema_files, config_path):
@@ -64,7 +81,7 @@ def _report_rejects(n: int, samples) -> None:
     for where, text, reason in samples:
         click.echo(f"{where}: rejected: {reason}", err=True)
     if n > len(samples):
-        click.echo(f"... and {n - len(samples)} more rejected records", err=True)
+        click.echo(f"... and {n - len(samples)} more rejected {noun(n - len(samples), 'record')}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,7 +128,7 @@ def _session(master: str, app: str) -> _Session:
               help="A query: AIR (.xml) or CEL (.cel). Repeatable; later queries may read earlier outputs.")
 @click.option("--input", "input_path", required=True, help="Events: a file or directory (JSON lines, CSV, Parquet).")
 @click.option("--input-format", type=click.Choice(_INPUT_FORMATS), default=None,
-              help="Default: from the file name (.parquet, .csv, .txt = cayuga lines; else JSON lines).")
+              help=_INPUT_FORMAT_HELP)
 @click.option("--column", "columns", multiple=True, help=_COLUMN_HELP)
 @click.option("--output", "output", required=True, help="Where to write the witnesses.")
 @click.option("--output-format", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True,
@@ -126,6 +143,7 @@ def run(streams, schema_files, config_path, master, queries, input_path, input_f
     imply (one engine per partition); without one the job runs in a single
     partition and says so. Exit code 0, 1 when input records were rejected,
     2 on a usage, schema or query error."""
+    _need_pyspark()
     from air.engine import EngineError
     from clients.spark.io import InputError
     from clients.spark.run import run_distributed, write_jsonl, write_parquet
@@ -148,8 +166,8 @@ def run(streams, schema_files, config_path, master, queries, input_path, input_f
             write_parquet(spark_session, res, output)
         _report_rejects(res.rejected, res.rejected_samples)
         eps = res.events / res.seconds if res.seconds else 0.0
-        click.echo(f"cayuga spark: {res.events} events, {res.witnesses} witnesses, {res.rejected} rejected, "
-                   f"{len([p for p in res.partitions if p.stage == 1])} partitions (skew {res.skew():.2f}), "
+        click.echo(f"cayuga spark: {plural(res.events, 'event')}, {plural(res.witnesses, 'witness')}, {res.rejected} rejected, "
+                   f"{plural(len([p for p in res.partitions if p.stage == 1]), 'partition')} (skew {res.skew():.2f}), "
                    f"{res.seconds:.1f} s ({eps:,.0f} events/s)", err=True)
         res.release()
     finally:
@@ -160,15 +178,16 @@ def run(streams, schema_files, config_path, master, queries, input_path, input_f
 @spark.command()
 @_common
 @click.argument("input_path", metavar="INPUT")
-@click.option("--input-format", type=click.Choice(_INPUT_FORMATS), default=None)
+@click.option("--input-format", type=click.Choice(_INPUT_FORMATS), default=None, help=_INPUT_FORMAT_HELP)
 @click.option("--column", "columns", multiple=True, help=_COLUMN_HELP)
-@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help="The server's HTTP API.")
+@url_option
 @click.option("--port", "tcp_port", type=int, default=None, help="TCP event port (default: asked from /health).")
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
 @click.option("--partitions", type=int, default=None, help="Partitions of the time-ordered sort.")
 def source(streams, schema_files, config_path, master, input_path, input_format, columns, url, tcp_port,
            token, partitions) -> None:
     """Stream the events of INPUT to a server, in detection-time order."""
+    _need_pyspark()
     from clients.client import CayugaClient
     from clients.spark.io import InputError
     from clients.spark.source import stream_to_server
@@ -193,8 +212,8 @@ def source(streams, schema_files, config_path, master, input_path, input_format,
     _report_rejects(res.rejected_input, res.rejected_samples)
     for line in res.server_errors:
         click.echo(f"server: {line}", err=True)
-    click.echo(f"cayuga spark: sent {res.sent} events from {res.partitions} partitions; "
-               f"{res.rejected_input} input records rejected, {len(res.server_errors)} refused by the server",
+    click.echo(f"cayuga spark: sent {plural(res.sent, 'event')} from {plural(res.partitions, 'partition')}; "
+               f"{plural(res.rejected_input, 'input record')} rejected, {len(res.server_errors)} refused by the server",
                err=True)
     sys.exit(1 if res.rejected_input or res.server_errors else 0)
 
@@ -203,15 +222,17 @@ def source(streams, schema_files, config_path, master, input_path, input_format,
 @click.argument("subscription", required=False)
 @click.option("--stream", default=None, help="Watch an output stream instead of a subscription.")
 @click.option("--output", required=True, help="Parquet dataset to append the witnesses to.")
-@click.option("--url", default="http://127.0.0.1:8400", show_default=True, help="The server's HTTP API.")
+@url_option
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
 @click.option("--count", type=int, default=None, help="Stop after this many witnesses.")
 @click.option("--idle-timeout", type=float, default=10.0, show_default=True,
               help="Stop when no witness arrives for this many seconds.")
 @click.option("--batch-size", type=int, default=10_000, show_default=True, help="Witnesses per Parquet append.")
-@click.option("--master", default="local[2]", show_default=True)
+@click.option("--master", default="local[2]", show_default=True,
+              help="Spark master; 'none' leaves it to spark-submit.")
 def sink(subscription, stream, output, url, token, count, idle_timeout, batch_size, master) -> None:
     """Write the witnesses of SUBSCRIPTION (or --stream) as Parquet."""
+    _need_pyspark()
     from clients.client import CayugaAPIError, CayugaClient
     from clients.spark.sink import sink_to_parquet
 
@@ -228,12 +249,13 @@ def sink(subscription, stream, output, url, token, count, idle_timeout, batch_si
                 _fail(str(exc))
     finally:
         session.stop()
-    click.echo(f"cayuga spark: wrote {n} witnesses to {output}", err=True)
+    click.echo(f"cayuga spark: wrote {plural(n, 'witness')} to {output}", err=True)
 
 
 @spark.command()
-@click.option("--events", "n_events", type=int, default=2_000_000, show_default=True)
-@click.option("--symbols", type=int, default=1000, show_default=True)
+@click.option("--events", "n_events", type=int, default=2_000_000, show_default=True,
+              help="Events of the generated input.")
+@click.option("--symbols", type=int, default=1000, show_default=True, help="Distinct stock names in the input.")
 @click.option("--skew", type=float, default=0.0, show_default=True,
               help="Share of all events that go to the single hottest symbol (0: uniform).")
 @click.option("--masters", default="local[1],local[2]", show_default=True, help="Comma-separated Spark masters.")
@@ -241,9 +263,10 @@ def sink(subscription, stream, output, url, token, count, idle_timeout, batch_si
               help="CEL query (default: ten consecutive increasing prices per symbol, "
                    "docs/design/workloads.md#increasing-prices).")
 @click.option("--workdir", default="bench-spark", show_default=True, help="Where the input and outputs go.")
-@click.option("--seed", type=int, default=1)
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the generated input.")
 def bench(n_events, symbols, skew, masters, query, workdir, seed) -> None:
     """Events/s of `spark run` on 1..N cores next to the single engine."""
+    _need_pyspark()
     from clients.spark.bench import run_bench
 
     run_bench(n_events=n_events, symbols=symbols, skew=skew, masters=masters.split(","), query=query,

@@ -322,6 +322,10 @@ class Daemon:
     def disk_status(self) -> dict[str, dict]:
         return self.health.disk_status()
 
+    def epoch(self) -> float | None:
+        """The engine's current epoch (stream time units), None before the first event."""
+        return self.processing.epoch
+
     def epoch_lag(self) -> float:
         return self.health.epoch_lag()
 

@@ -25,7 +25,7 @@ def test_bundled_example_prints_the_papers_witness():
     assert [json.loads(x) for x in r.stdout.splitlines()] == [
         {"stream": "RisingAfterDecline", "t0": 33000000, "t1": 33840000, "Name": "IBM",
          "MaxPrice": 90.0, "MinPrice": 81.0, "FinalPrice": 91.0}]
-    assert "6 events, 1 witnesses, 0 rejected lines" in r.stderr
+    assert "6 events, 1 witness, 0 rejected lines" in r.stderr  # one: singular (issue 23)
 
 
 @pytest.mark.parametrize("fmt, text", [

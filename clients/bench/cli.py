@@ -38,9 +38,10 @@ def bench() -> None:
 
 
 @bench.command()
-@click.option("--template", type=click.Choice(wl.TEMPLATES), default="LinearStat", show_default=True)
-@click.option("--subscriptions", type=int, default=20000, show_default=True)
-@click.option("--events", type=int, default=10000, show_default=True)
+@click.option("--template", type=click.Choice(wl.TEMPLATES), default="LinearStat", show_default=True,
+              help="The EDBT'22 workload template the subscriptions are drawn from.")
+@click.option("--subscriptions", type=int, default=20000, show_default=True, help="Subscriptions to register.")
+@click.option("--events", type=int, default=10000, show_default=True, help="Events to generate.")
 @click.option("--zipf", type=float, nargs=3, default=(1.0, 1.0, 0.8), show_default=True,
               help="zipf1 zipf2 zipf3 of Table 3.")
 @_switches
@@ -54,7 +55,7 @@ def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index,
 
 @bench.command()
 @click.option("--queries", type=int, default=1000, show_default=True, help="One static query per symbol.")
-@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--events", type=int, default=200000, show_default=True, help="Events to generate.")
 @click.option("--symbols", "n_symbols", type=int, default=None,
               help="Symbols in the stream (default: as many as queries).")
 @click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
@@ -69,8 +70,8 @@ def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_ind
 
 
 @bench.command()
-@click.option("--events", type=int, default=1000000, show_default=True)
-@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@click.option("--events", type=int, default=1000000, show_default=True, help="Events to generate.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
 @_switches
 def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed, profile, pause):
     """One query: the next quote of the same symbol at least 5% higher."""
@@ -80,9 +81,10 @@ def rise(events, n_symbols, no_index, no_merge, no_fr_index, no_instance_index, 
 
 
 @bench.command()
-@click.option("--events", type=int, default=1000000, show_default=True)
-@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
-@click.option("--min-length", type=int, default=5, show_default=True)
+@click.option("--events", type=int, default=1000000, show_default=True, help="Events to generate.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
+@click.option("--min-length", type=int, default=5, show_default=True,
+              help="Fewest consecutive rising prices a match needs.")
 @_switches
 def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index, seed,
           profile, pause):
@@ -94,7 +96,7 @@ def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_ins
 
 @bench.command("increasing-sweep")
 @click.option("--ks", default="10,100,1000,10000", show_default=True, help="Comma-separated numbers of queries.")
-@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--events", type=int, default=200000, show_default=True, help="Events to generate.")
 @click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
 def increasing_sweep(ks, events, length, seed):
@@ -114,7 +116,7 @@ def increasing_sweep(ks, events, length, seed):
 
 @bench.command()
 @click.option("--ks", default="10,100,1000,10000", show_default=True, help="Comma-separated numbers of symbols.")
-@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--events", type=int, default=200000, show_default=True, help="Events to generate.")
 @click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
 def floor(ks, events, length, seed):
@@ -126,7 +128,7 @@ def floor(ks, events, length, seed):
 
 @bench.command()
 @click.option("--subscriptions", type=int, default=20000, show_default=True, help="One CEL query per symbol.")
-@click.option("--events", type=int, default=200000, show_default=True)
+@click.option("--events", type=int, default=200000, show_default=True, help="Events to generate.")
 @click.option("--every", type=int, default=100, show_default=True,
               help="Replace one subscription every this many events.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
@@ -138,13 +140,13 @@ def churn(subscriptions, events, every, seed):
 
 @bench.command()
 @click.option("--events", type=int, default=1_000_000, show_default=True, help="Ticks to generate.")
-@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True)
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
 @click.option("--queries", default="rising", show_default=True,
               help="Comma-separated queries of clients/bench/queries/ (rising, mshape).")
 @click.option("--watchers", type=int, default=None, help="cayuga watch processes (default: one per query).")
 @click.option("--file", "file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Send this JSON-lines file instead of generated ticks.")
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
 def server(events, n_symbols, queries, watchers, file, seed):
     """End to end through a real server: cayuga send -> cayuga serve -> cayuga
     watch, against cayuga run on the same file in the same run."""

@@ -89,6 +89,14 @@ class SubscriptionOut(BaseModel):
     websocket: str
 
 
+class SubscriptionCreated(SubscriptionOut):
+    #: Subscriptions registered before with the identical query (same kind and text): this one
+    #: duplicates their witnesses. Register with a ``name`` to get the existing one back instead.
+    same_as: list[str] = []
+    #: False when a subscription with this name and this very query existed and is returned (status 200).
+    registered_now: bool = True
+
+
 class SubscriptionDetail(SubscriptionOut):
     text: str
     air: str

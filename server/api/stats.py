@@ -51,6 +51,14 @@ def stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subscrip
         "queue_depth": len(d.queue),
         "epoch_lag": d.epoch_lag(),  # in stream time units
         "epoch_lag_seconds": d.epoch_lag() * d.settings.time_unit_ms / 1000.0,
+        # the stream's own time (its events' t1, stream units): the newest received, and the floor below
+        # which an event is late (the newest released to the engine); the lag of the epoch behind the
+        # newest event, in seconds of stream time (when events carry their times, e.g. a replay of 1970's)
+        "time_unit_ms": d.settings.time_unit_ms,
+        "stream_time": d.queue.newest,
+        "late_before": d.queue.last_released,
+        "stream_lag_seconds": (None if d.queue.newest is None or d.epoch() is None
+                               else max(d.queue.newest - d.epoch(), 0.0) * d.settings.time_unit_ms / 1000.0),
         "clients": d.hub.client_count,
         "latency_buckets": _latency_buckets(d.latency),
         "streams": per_stream,

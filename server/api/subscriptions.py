@@ -7,8 +7,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from server.api.deps import DaemonDep, require_token
-from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionDetail, SubscriptionIn,
-                                SubscriptionOut, ValidationOut)
+from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionCreated, SubscriptionDetail,
+                                SubscriptionIn, SubscriptionOut, ValidationOut)
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)])
@@ -24,14 +24,37 @@ def _out(d, s: Subscription, detail: bool = False):
     return SubscriptionOut(**common)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SubscriptionOut,
-             responses={400: {"description": "The query has errors; the body lists each with its position"}})
-async def register(body: SubscriptionIn, d: DaemonDep):
+def _identical(d, kind: str, text: str) -> list[Subscription]:
+    """The subscriptions registered with this very query (same kind, same text but for surrounding blanks)."""
+    text = text.strip()
+    return [s for s in list(d.subscriptions.values()) if s.kind == kind and s.text.strip() == text]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SubscriptionCreated,
+             responses={200: {"description": "A subscription with this name and this very query exists: it is "
+                                             "returned, nothing new is registered"},
+                        400: {"description": "The query has errors; the body lists each with its position"}})
+async def register(body: SubscriptionIn, d: DaemonDep, response: Response):
+    """Register a subscription. Registering the identical query again is
+    flagged: without a name (or under another name) a second subscription is
+    made and ``same_as`` lists the earlier ones; with the name of one that
+    has the identical query, that one is returned (200) and nothing is
+    registered, so a named registration can be repeated safely."""
+    def add():
+        same = _identical(d, body.kind, body.text)
+        if body.name:
+            for s in same:
+                if s.name == body.name:
+                    return s, [], False
+        return d.add_subscription(body.kind, body.text, body.name), [s.id for s in same], True
+
     try:
-        sub = await run_in_threadpool(d.add_subscription, body.kind, body.text, body.name)
+        sub, same_as, created = await run_in_threadpool(add)
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
-    return _out(d, sub)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return SubscriptionCreated(**_out(d, sub).model_dump(), same_as=same_as, registered_now=created)
 
 
 @router.post("/batch", status_code=status.HTTP_201_CREATED, response_model=SubscriptionBatchOut,

@@ -9,7 +9,9 @@ import { Matches } from "./matches.js";
 
 const $ = (sel) => document.querySelector(sel);
 const POLL_MS = 1000;
-const LIST_EVERY = 5; // refresh the stream and subscription lists every this many polls
+const LIST_EVERY = 5;
+// Events whose times are further than this from the server clock carry their own times.
+const OWN_TIME_SECONDS = 3600; // refresh the stream and subscription lists every this many polls
 
 // The README's first subscription and the six events of examples/example9.jsonl.
 const EXAMPLE_QUERY = `SELECT Name, Price_1 AS Before, Price AS After
@@ -83,7 +85,15 @@ async function poll() {
   charts.events.push(prev ? rate(s.events, prev.events, dt) : null);
   charts.witnesses.push(prev ? rate(s.witnesses, prev.witnesses, dt) : null);
   charts.queue.push(s.queue_depth);
-  charts.lag.push(s.epoch_lag_seconds);
+  // Events that carry their own times (a replay, the README's 1970 quotes) are behind the wall clock by
+  // however old they are: the lag that means something is then in the stream's own time.
+  const ownTime = s.stream_time !== null && s.stream_time !== undefined
+    && Math.abs(s.stream_time * s.time_unit_ms / 1000 - s.time) > OWN_TIME_SECONDS;
+  charts.lag.label = ownTime ? "epoch lag (stream time)" : "epoch lag";
+  charts.lag.el.title = ownTime
+    ? "how far the engine's epoch is behind the newest event received, in the events' own time (they carry times far from the server clock)"
+    : "how far the engine's epoch is behind the server clock";
+  charts.lag.push(ownTime ? s.stream_lag_seconds : s.epoch_lag_seconds);
   charts.p99.push(percentile(s.latency_buckets, prev && prev.latency_buckets));
   const changed = state.subCount >= 0 && s.subscription_count !== state.subCount;
   if (changed || state.polls % LIST_EVERY === 0) await refreshLists();
@@ -118,15 +128,22 @@ function cell(text, cls) {
   return td;
 }
 
+// A cell for a name or a list of them: cut with an ellipsis when long, the whole text on hover.
+function nameCell(text, cls = "") {
+  const td = cell(text, `${cls} cut`.trim());
+  td.title = text;
+  return td;
+}
+
 function drawStreams(s, prev, dt) {
   const rows = state.streams.map((st) => {
     const tr = document.createElement("tr");
     tr.dataset.stream = st.name;
     const r = prev ? rate(s.streams[st.name] || 0, prev.streams[st.name] || 0, dt) : null;
     const schema = Object.entries(st.schema).map(([k, v]) => `${k} ${v}`).join(", ");
-    tr.append(cell(st.name + (st.kind === "published" ? " ⇐" : ""), "name"), cell(schema, "schema"),
+    tr.append(nameCell(st.name + (st.kind === "published" ? " ⇐" : ""), "name"), nameCell(schema, "schema"),
       cell(st.kind === "declared" ? formatNumber(r) : "", "num"));
-    tr.title = st.kind === "published" ? "published by a subscription" : "declared input stream";
+    tr.dataset.kind = st.kind === "published" ? "published by a subscription" : "declared input stream";
     return tr;
   });
   $("#streams tbody").replaceChildren(...rows);
@@ -146,7 +163,7 @@ function drawSubscriptions(s, prev, dt) {
     del.addEventListener("click", (ev) => { ev.stopPropagation(); removeSubscription(sub.id, del); });
     const last = cell("");
     last.append(del);
-    tr.append(cell(sub.id, "name"), cell(sub.name || ""), cell(sub.outputs.join(", ")),
+    tr.append(nameCell(sub.id, "name"), nameCell(sub.name || ""), nameCell(sub.outputs.join(", ")),
       cell(formatNumber(now.instances), "num"),
       cell(before ? formatNumber(rate(now.witnesses, before.witnesses, dt)) : "–", "num"), last);
     tr.addEventListener("click", () => select(sub.id));
@@ -230,7 +247,16 @@ async function register() {
   $("#register").disabled = true;
   try {
     const sub = await authed(() => api("POST", "/subscriptions", { [queryKind(text)]: text, name }));
-    $("#validation").textContent = `registered as ${sub.id}`;
+    const v = $("#validation");
+    if (sub.same_as && sub.same_as.length) {
+      v.className = "status warning";
+      v.textContent = `registered as ${sub.id}, identical to ${sub.same_as.join(", ")}: the same query, so the same `
+        + `witnesses twice. Delete one of them, or register with a name: the same name and query again `
+        + `returns the existing subscription instead of a new one.`;
+    } else {
+      v.textContent = sub.registered_now === false ? `${sub.id} is already registered under this name with this `
+        + `query: nothing new was registered` : `registered as ${sub.id}`;
+    }
     await refreshLists();
     await select(sub.id);
   } catch (err) {
@@ -267,13 +293,36 @@ async function sendEvents() {
   }
   try {
     const r = await authed(() => api("POST", "/events", events));
-    out.className = `status ${r.rejected.length || r.late ? "invalid" : "valid"}`;
-    out.textContent = [`${r.accepted} accepted, ${r.rejected.length} rejected, ${r.late} late`,
-      ...r.rejected.map((x) => `line ${lineOf[x.index]}: ${x.error}`)].join("\n");
+    out.className = `status ${r.rejected.length ? "invalid" : r.late ? "warning" : "valid"}`;
+    const lines = [`${r.accepted} accepted, ${r.rejected.length} rejected, ${r.late} late`,
+      ...r.rejected.map((x) => `line ${lineOf[x.index]}: ${x.error}`)];
+    if (r.late) lines.push(await lateReason(r.late, events));
+    out.textContent = lines.join("\n");
   } catch (err) {
     out.className = "status invalid";
     out.textContent = err.message;
   }
+}
+
+// Why events were late, and what to do: their times are behind the stream's.
+async function lateReason(n, events) {
+  let floor = null;
+  let unit = 1;
+  try {
+    const s = await api("GET", "/stats?limit=0");
+    [floor, unit] = [s.late_before, s.time_unit_ms];
+  } catch { /* the reason stands without the stream's time */ }
+  const when = (t) => (floor === null ? "" : ` (${new Date(t * unit).toISOString().replace(".000Z", "Z")})`);
+  const times = events.map((e) => e.t1 ?? e.t0).filter((t) => typeof t === "number");
+  const own = times.length ? ` The events sent start at t1 = ${Math.min(...times)}${when(Math.min(...times))}.` : "";
+  const those = n === 1 ? "This event was" : `These ${n} events were`;
+  return `${those} late: dropped, because ${n === 1 ? "its time is" : "their times are"} behind the stream's: `
+    + (floor === null ? "the server has already processed later events."
+      : `the server has already processed events up to t1 = ${floor}${when(floor)}.`)
+    + `${own} A stream moves forward in time only, so an event older than what was processed cannot be `
+    + `matched. Send events with later times, or leave out t0 and t1 so the server stamps them with its `
+    + `clock. The README example's times are fixed: on a server that has seen them it runs once; start `
+    + `a server with an empty data directory to run it again.`;
 }
 
 // ------------------------------------------------------------------ start

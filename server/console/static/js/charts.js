@@ -49,6 +49,10 @@ export class Sparkline {
     parent.append(this.el);
   }
 
+  set label(text) {
+    this.el.querySelector("figcaption").textContent = text;
+  }
+
   push(value) {
     this.values.push(value);
     if (this.values.length > POINTS) this.values.shift();

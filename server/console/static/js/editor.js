@@ -41,6 +41,7 @@ export class Editor {
     this.errors = [];
     this.textarea.addEventListener("input", () => this.changed());
     this.textarea.addEventListener("scroll", () => this.syncScroll());
+    new ResizeObserver(() => this.paint()).observe(this.textarea); // a new width wraps the lines anew
     this.paint();
   }
 
@@ -85,7 +86,9 @@ export class Editor {
     this.paint();
   }
 
-  // Redraw the line numbers and the marks behind the text.
+  // Redraw the marks behind the text and the line numbers. Long lines wrap: the
+  // backdrop holds one block per line, wrapped as the textarea wraps it, and
+  // each line number takes the height its line takes there.
   paint() {
     const text = this.text;
     const starts = lineStarts(text);
@@ -93,18 +96,41 @@ export class Editor {
       .map((e, i) => ({ e, i, span: errorSpan(text, starts, e.line, e.column) }))
       .filter((x) => x.span)
       .sort((a, b) => a.span[0] - b.span[0]);
-    let html = "";
+    const lines = starts.map(() => "");
+    const lineOf = (offset) => {
+      let lo = 0;
+      let hi = starts.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (starts[mid] <= offset) lo = mid; else hi = mid - 1;
+      }
+      return lo;
+    };
+    // plain text from `from` to `to`, split at its newlines into the lines it spans
+    const plain = (from, to) => {
+      let at = from;
+      while (at < to) {
+        const ln = lineOf(at);
+        const end = Math.min(to, ln + 1 < starts.length ? starts[ln + 1] - 1 : text.length);
+        lines[ln] += escapeHtml(text.slice(at, end));
+        at = end + 1; // past the newline
+      }
+    };
     let at = 0;
     for (const { e, i, span } of spans) {
       if (span[0] < at) continue; // overlapping marks: the first wins
-      html += escapeHtml(text.slice(at, span[0]));
-      html += `<mark class="error-mark" data-error="${i}" data-line="${e.line}" data-column="${e.column}">`
-        + `${escapeHtml(text.slice(span[0], span[1]).replace("\n", " "))}</mark>`;
+      plain(at, span[0]);
+      // a mark never crosses a line end: at most it covers the newline, shown as a space
+      lines[lineOf(span[0])] += `<mark class="error-mark" data-error="${i}" data-line="${e.line}" `
+        + `data-column="${e.column}">${escapeHtml(text.slice(span[0], span[1]).replace("\n", " "))}</mark>`;
       at = span[1];
     }
-    this.backdrop.innerHTML = html + escapeHtml(text.slice(at)) + "\n";
+    plain(at, text.length);
+    this.backdrop.innerHTML = lines.map((h) => `<div class="line">${h || "<br>"}</div>`).join("");
     const bad = new Set(this.errors.map((e) => e.line));
-    this.gutter.innerHTML = starts.map((_, i) => (bad.has(i + 1) ? `<b>${i + 1}</b>` : `${i + 1}`)).join("\n");
+    const heights = [...this.backdrop.children].map((d) => d.offsetHeight);
+    this.gutter.innerHTML = starts.map((_, i) => `<div style="height:${heights[i] || 18}px">`
+      + `${bad.has(i + 1) ? `<b>${i + 1}</b>` : i + 1}</div>`).join("");
     this.syncScroll();
   }
 
