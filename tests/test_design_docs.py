@@ -11,10 +11,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Files other helpers of issue 24 were rewriting while the citations were
-#: replaced; the lead runs /work/redesign/cite.py there after merging and then
-#: empties this list.
-NOT_YET = ("server/daemon.py", "air/engine/network.py", "air/engine/runtime.py")
 
 CITATION = re.compile(r"docs/(?:design/)?[\w.-]+\.md(?:#[\w-]+)?")
 #: a link between the notes themselves: (semantics.md#automata)
@@ -69,7 +65,7 @@ def test_no_citation_of_documents_outside_the_repository():
     left = []
     for path in _tracked():
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith(NOT_YET) or rel == "tests/test_design_docs.py":
+        if rel == "tests/test_design_docs.py":
             continue
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if OUTSIDE.search(line):

@@ -1,8 +1,9 @@
 """The engine's query network: merged nodes, edges and the indexes over them.
 
 One :class:`Node` stands for one automaton state, or for several manifestly
-equivalent states of different automata when merging is on (002 §3: same input
-stream, same filter and rebind, reached by the same edge from the same merged
+equivalent states of different automata when merging is on
+(docs/design/semantics.md#indexes-and-state-merging: same input stream, same
+filter and rebind, reached by the same edge from the same merged
 node; all start states of a stream are one node). Every node and edge knows
 its owners; an owner's *generation* (a counter bumped by each
 :meth:`Engine.add`) decides which instances it may see: an instance carries the
@@ -10,7 +11,7 @@ generation current when its run began (``born``), and an owner added later
 never sees it. So a subscription added while events flow starts empty even
 where it shares nodes with older ones.
 
-Indexes (002 §3.3–3.4, 000 §4.3.3), each of which only prunes candidates —
+Indexes (docs/design/semantics.md#indexes-and-state-merging), each of which only prunes candidates —
 the compiled predicates still decide:
 
 * :class:`EqIndex` hashes the static equality atoms of a single-clause

@@ -1,4 +1,4 @@
-"""The epoch-based Cayuga query engine (SPEC §4). No I/O happens here.
+"""The epoch-based Cayuga query engine (docs/design/semantics.md#automata). No I/O happens here.
 
 Events are fed in order of detection time ``t1``. All events with the same
 ``t1`` form an epoch: instances created during an epoch wait on per-state
@@ -165,7 +165,7 @@ class Engine:
     of an inequality filter atom such as ``e.Price >= 1.05 * I.Price``, so that
     only the instances it holds for are visited; on with ``instance_index``
     unless given). None of
-    them changes results, only speed (002 §4.1, Fig. 7)."""
+    them changes results, only speed (docs/design/workloads.md#index-ablation)."""
 
     def __init__(self, functions: FunctionRegistry | None = None,
                  on_emit: Callable[[Emission], None] | None = None, *, merge: bool = True, index: bool = True,
