@@ -47,7 +47,8 @@ def bench() -> None:
 @_switches
 def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index,
          seed, profile, pause):
-    """The technical benchmark of docs/design/workloads.md#technical-benchmark (Table 3) for one template."""
+    """The EDBT 2006 technical benchmark (its Table 3) for one template
+    (docs/design/workloads.md#technical-benchmark)."""
     w = wl.edbt(template, subscriptions, events, seed=seed, zipf=tuple(zipf))
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), template=template)
@@ -63,7 +64,8 @@ def edbt(template, subscriptions, events, zipf, no_index, no_merge, no_fr_index,
 def increasing(queries, events, n_symbols, length, no_index, no_merge, no_fr_index, no_instance_index,
                no_sorted_index, seed,
                profile, pause):
-    """docs/design/workloads.md#increasing-prices: K static "ten consecutive increasing prices" queries."""
+    """K static "ten consecutive increasing prices" queries
+    (docs/design/workloads.md#increasing-prices)."""
     w = wl.increasing(queries, events, length=length, seed=seed, stream_symbols=n_symbols)
     opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
     _emit(run_workload(w, opts, profile=profile, pause=pause), queries=queries, symbols=n_symbols or queries)
@@ -100,8 +102,8 @@ def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_ins
 @click.option("--length", type=int, default=10, show_default=True, help="Consecutive increasing prices.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
 def increasing_sweep(ks, events, length, seed):
-    """The K-sweep of docs/design/workloads.md#increasing-prices: `increasing` for each K (one static query per
-    symbol); ``events_per_second`` is the largest K's, ``flatness`` the
+    """The K-sweep of `increasing` (docs/design/workloads.md#increasing-prices): one run
+    for each K (one static query per symbol); ``events_per_second`` is the largest K's, ``flatness`` the
     smallest K's throughput over the largest K's (target: at most 2)."""
     runs = []
     for k in (int(x) for x in ks.split(",")):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from air.engine import Emission
 from air.formats import witness_bytes
@@ -28,6 +28,23 @@ log = logging.getLogger("cayuga.daemon")
 #: long, doubling up to WITLOG_RETRY_MAX (seconds).
 WITLOG_RETRY_FIRST = 0.1
 WITLOG_RETRY_MAX = 1.0
+
+
+class LogColumns(NamedTuple):
+    """A batch's witnesses for the witness log, as columns (no object per
+    witness for the garbage collector to walk): ``WitnessLog.append_columns(*cols)``."""
+    sids: list
+    seqs: list
+    streams: list
+    payloads: list
+
+
+class ClientColumns(NamedTuple):
+    """A batch's witnesses for one client, as columns; seq 0 for a witness of
+    an internal (RESUB) stream, which is not numbered."""
+    sids: list
+    seqs: list
+    payloads: list
 
 
 class Witnesses:
@@ -53,10 +70,10 @@ class Witnesses:
         self.held: DiskFull | None = None  # the engine thread holds a batch the witness log refused
         self.unlogged = 0  # witnesses a stop abandoned because the witness log could not take them
         # the current batch's witnesses, as columns (no object per witness for the garbage collector):
-        self.outbox: dict[ClientChannel, tuple[list, list, list]] = {}  # per client: sids, seqs, payloads
-        self._logged: tuple[list, list, list, list] = ([], [], [], [])  # sids, seqs, streams, payloads: the log's
-        self._log_add = tuple(c.append for c in self._logged)  # their append methods
-        self._box_add: dict[ClientChannel, tuple] = {}  # the append methods of each client's columns
+        self.outbox: dict[ClientChannel, ClientColumns] = {}  # per client
+        self._logged = LogColumns([], [], [], [])  # the witness log's
+        self._log_add = tuple(c.append for c in self._logged)  # their append methods, in LogColumns' order
+        self._box_add: dict[ClientChannel, tuple] = {}  # the append methods of each client's columns, in order
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self.owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
 
@@ -90,11 +107,11 @@ class Witnesses:
             seqs = self.seq
             seq = seqs[owner] = seqs.get(owner, 0) + 1
             payload = witness_bytes(stream, em.event, self._schema(stream))
-            add = self._log_add
-            add[0](owner)
-            add[1](seq)
-            add[2](stream)
-            add[3](payload)
+            add_sid, add_seq, add_stream, add_payload = self._log_add
+            add_sid(owner)
+            add_seq(seq)
+            add_stream(stream)
+            add_payload(payload)
             chans = self.hub.route(owner, stream, self._is_output)
             if not chans:
                 return
@@ -106,16 +123,15 @@ class Witnesses:
             payload = witness_bytes(stream, em.event, self._schema(stream))
         outbox = self.outbox
         for ch in chans:
-            box = outbox.get(ch)
-            if box is None:
-                sids, nums, payloads = box = ([], [], [])
-                outbox[ch] = box
-                self._box_add[ch] = add = (sids.append, nums.append, payloads.append)
+            if ch in outbox:
+                add_sid, add_seq, add_payload = self._box_add[ch]
             else:
-                add = self._box_add[ch]
-            add[0](owner)
-            add[1](seq)
-            add[2](payload)
+                box = outbox[ch] = ClientColumns([], [], [])
+                self._box_add[ch] = add_sid, add_seq, add_payload = (box.sids.append, box.seqs.append,
+                                                                     box.payloads.append)
+            add_sid(owner)
+            add_seq(seq)
+            add_payload(payload)
 
     def deliver(self) -> bool:
         """The batch's witnesses into the witness log (one write), then to the
@@ -134,15 +150,15 @@ class Witnesses:
         (returns False, logged): the journal still holds its events, so the
         next start produces these witnesses again."""
         logged, outbox = self._logged, self.outbox
-        if not logged[0] and not outbox:
+        if not logged.sids and not outbox:
             return True
-        self._logged, self.outbox, self._box_add = ([], [], [], []), {}, {}
+        self._logged, self.outbox, self._box_add = LogColumns([], [], [], []), {}, {}
         self._log_add = tuple(c.append for c in self._logged)
         wait = WITLOG_RETRY_FIRST
         while True:
             with self.hub.delivery_lock:
                 try:
-                    dropped = self.witlog.append_columns(*logged) if logged[0] else []
+                    dropped = self.witlog.append_columns(*logged) if logged.sids else []
                 except DiskFull as exc:
                     failure = exc
                 else:
@@ -154,23 +170,24 @@ class Witnesses:
             self.held = failure
             self.counters.add(Count.WITNESS_LOG_ERRORS)
             if self._stopping.wait(wait):
-                self.unlogged = len(logged[0])
+                self.unlogged = len(logged.sids)
                 log.error("stopping while the witness log cannot be written (%s): the last batch's %d witnesses "
                           "were neither logged nor delivered, and %d queued events were not processed; the "
                           "journal holds their events, so the next start produces them again (no shutdown "
-                          "snapshot is written)", failure, len(logged[0]), self._queued())
+                          "snapshot is written)", failure, len(logged.sids), self._queued())
                 return False
             wait = min(wait * 2, WITLOG_RETRY_MAX)
 
     @staticmethod
-    def _offer(logged: tuple, outbox: dict, dropped: list[int]) -> None:
+    def _offer(logged: LogColumns, outbox: dict, dropped: list[int]) -> None:
         """Hand a logged batch to the clients (under the delivery lock), but
         the witnesses the log already held (``dropped``)."""
         if dropped:
-            dup = {(logged[0][i], logged[1][i]) for i in dropped}
+            dup = {(logged.sids[i], logged.seqs[i]) for i in dropped}
             for ch, (sids, seqs, payloads) in list(outbox.items()):
                 keep = [i for i, k in enumerate(zip(sids, seqs)) if k not in dup]
-                outbox[ch] = ([sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep])
+                outbox[ch] = ClientColumns([sids[i] for i in keep], [seqs[i] for i in keep],
+                                           [payloads[i] for i in keep])
         for ch, (sids, seqs, payloads) in outbox.items():
             if payloads:
                 ch.offer_many(sids, seqs, payloads)

@@ -76,7 +76,7 @@ import time
 from bisect import bisect_left
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import msgspec
 
@@ -110,6 +110,14 @@ class _Header(msgspec.Struct):
 
 
 _header = msgspec.msgpack.Decoder(_Header).decode
+
+
+class JournalRecord(NamedTuple):
+    """One record of the journal, as :meth:`Journal.replay` gives it back."""
+    position: int  #: its place in the journal (1, 2, ...; never reused)
+    events: list[Event]  #: the events of one accepted block, in arrival order
+    sender: str | None  #: the ``#sender`` id of the connection that sent them, if any
+    lines_done: int | None  #: that sender's data lines journaled up to and with this record
 
 
 def segment_name(first: int) -> str:
@@ -446,10 +454,9 @@ class Journal:
 
     # ------------------------------------------------------------------ reading, trimming, closing
 
-    def replay(self, after: int) -> Iterator[tuple[int, list[Event], str | None, int | None]]:
-        """``(position, events, sender, lines_done)`` of each record with a
-        position above ``after``, in order (the records appended before the
-        call; meant for start-up, before new appends begin)."""
+    def replay(self, after: int) -> Iterator[JournalRecord]:
+        """Each record with a position above ``after``, in order (the records
+        appended before the call; meant for start-up, before new appends begin)."""
         with self._lock:
             segs = [(s.first, s.path, s.records, s.size, s.start) for s in self._segments]
         for first, path, records, size, start in segs:
@@ -462,7 +469,7 @@ class Journal:
             for pos, payload in enumerate(payloads, first):
                 if pos > after:
                     sender, done, evs = _record(payload)
-                    yield pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done
+                    yield JournalRecord(pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done)
 
     def truncate_before(self, pos: int) -> int:
         """Delete the segments whose records all come before ``pos`` (covered by

@@ -284,10 +284,10 @@ class Recovery:
         queue, in journal order (the arrival order they had: the engine then
         takes them in the order it took them before)."""
         records = events = 0
-        for _pos, evs, _sender, _lines in self.journal.replay(after):
-            if evs:
-                self.queue.restore(evs)
-                events += len(evs)
+        for record in self.journal.replay(after):
+            if record.events:
+                self.queue.restore(record.events)
+                events += len(record.events)
             records += 1
         self.recovered.update(replayed_records=records, replayed_events=events)
         if records:
