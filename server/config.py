@@ -162,20 +162,15 @@ class Settings(BaseModel):
 
 
 def import_functions(specs: dict[str, tuple[str, str]]):
-    """A FunctionRegistry of the built-ins plus ``specs`` (see Settings.function_specs)."""
-    import importlib
+    """A FunctionRegistry of the built-ins plus ``specs`` (see Settings.function_specs);
+    a function that cannot be imported is a :class:`ConfigError`."""
+    from air.engine.functions import FunctionImportError
+    from air.engine.functions import import_functions as import_registry
 
-    from air.engine.functions import FunctionRegistry
-
-    reg = FunctionRegistry.default()
-    for name, (path, returns) in specs.items():
-        module, _, attr = path.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"functions.{name}: cannot import {path}: {exc}") from None
-        reg.register(name, fn, returns)
-    return reg
+    try:
+        return import_registry(specs)
+    except FunctionImportError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_settings(path: str | Path | None = None, **overrides) -> Settings:

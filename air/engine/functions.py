@@ -7,10 +7,12 @@ compiler can type-check expressions that use it.
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
+from air.engine.errors import EngineError
 from air.model import normalize_type
 
 
@@ -72,3 +74,21 @@ class FunctionRegistry:
 
     def __contains__(self, name: str) -> bool:
         return name.upper() in self._fns
+
+
+class FunctionImportError(EngineError):
+    """A user function named in the configuration that cannot be imported."""
+
+
+def import_functions(specs: Mapping[str, tuple[str, str]]) -> FunctionRegistry:
+    """A registry of the built-ins plus ``specs``: each name's ``"module:attribute"``
+    and declared return type (the ``functions`` setting; ``Settings.function_specs``)."""
+    reg = FunctionRegistry.default()
+    for name, (path, returns) in specs.items():
+        module, _, attr = path.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise FunctionImportError(f"functions.{name}: cannot import {path}: {exc}") from None
+        reg.register(name, fn, returns)
+    return reg

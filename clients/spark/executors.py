@@ -232,7 +232,7 @@ class RunEngine:
         self.functions = dict(functions or {})
 
     def __call__(self, pidx: int, records: Iterable[tuple]) -> Iterator[tuple]:
-        from server.config import import_functions
+        from air.engine.functions import import_functions
 
         started = time.perf_counter()
         engine = Engine(functions=import_functions(self.functions))

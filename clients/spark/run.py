@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from air.engine import Engine
+from air.engine.functions import import_functions
 from air.model import StreamSchema
 from air.names import name_problem, shown
 from clients.offline import load_engine
 from clients.spark.io import ColumnMapping, read_events
 from clients.spark.partitioning import Owned, Plan, plan_stages
 from clients.spark import executors as X
-from server.config import import_functions
 
 log = logging.getLogger("cayuga.spark")
 

@@ -19,10 +19,13 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports() -> dict[str, set[str]]:
-    """Per module of server/, the server/air/clients modules it imports (every import, anywhere in it)."""
+def _imports(*places: str) -> dict[str, set[str]]:
+    """Per module under ``places`` (server/ by default), the server/air/clients
+    modules it imports (every import, anywhere in it)."""
     graph = {}
-    for path in sorted((ROOT / "server").rglob("*.py")):
+    paths = [p for place in places or ("server",)
+             for p in ([ROOT / place] if place.endswith(".py") else sorted((ROOT / place).rglob("*.py")))]
+    for path in paths:
         found = set()
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -65,3 +68,15 @@ def test_no_import_circles_in_server():
         if mod not in state:
             visit(mod, [])
     assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_the_language_and_the_engine_import_nothing_above_them():
+    bad = [(mod, imp) for mod, imps in _imports("air").items() for imp in imps if imp.split(".")[0] != "air"]
+    assert not bad, bad
+
+
+def test_the_offline_runner_and_spark_need_the_engine_not_the_server():
+    """``cayuga run`` and the Spark executors run the engine (air/) without a server."""
+    graph = _imports("clients/offline.py", "clients/spark")
+    bad = [(mod, imp) for mod, imps in graph.items() for imp in imps if imp.split(".")[0] == "server"]
+    assert not bad, bad

@@ -157,7 +157,7 @@ def test_user_functions_are_imported_in_the_executors(spark, event_files, tmp_pa
                  "FROM Stock NEXT{$1.Name = $2.Name AND NOTIONAL($2.Price, $2.Volume) > "
                  "NOTIONAL($1.Price, $1.Volume)} Stock PUBLISH Bigger")
     functions = {"NOTIONAL": ("cayuga_test_udfs:notional", "float")}
-    from server.config import import_functions
+    from air.engine.functions import import_functions
 
     with open(event_files["jsonl"], encoding="utf-8") as fh:
         expected = run_offline([STOCK], [str(q)], fh, "jsonl", functions=import_functions(functions)).witnesses
