@@ -35,7 +35,13 @@ def _warn(why) -> None:
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that turns a failed compilation into the warning, not an error."""
+    """build_ext that turns a failed compilation into the warning, not an error,
+    and compiles the modules side by side (one per processor: most of an install's time)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
     def run(self):
         try:
