@@ -81,7 +81,7 @@ def _restore(texts: list[tuple[str, str]], unit: float = 1.0):
                 prep.add(fast, autos, sid)
             assert str(info.value) == error
             continue
-        assert prep.add(fast, autos, sid) == ref._loaded[sid].published
+        assert prep.add(fast, autos, sid) == ref.holding(sid).published
         if bq is not None:
             assert bq.outputs == own.outputs and bq.reads() == {
                 s.input_stream for a in own.automata for s in a.states if s.input_stream}
