@@ -127,6 +127,18 @@ def test_readme_example_kill_9_before_the_first_snapshot(tmp_path):
     assert "Traceback" not in srv.log.read_text()
 
 
+def post_readme_example(srv: Server) -> str:
+    """Register the README's first query on ``srv``, post examples/example9.jsonl
+    to ``POST /events`` and wait until both its witnesses are logged; the
+    subscription's id."""
+    sid = srv.http_client.post("/subscriptions", json={"cel": README_QUERY}).json()["id"]
+    lines = (ROOT / "examples" / "example9.jsonl").read_text().splitlines()
+    r = srv.http_client.post("/events", json=[json.loads(x) for x in lines])
+    assert r.status_code == 202, r.text
+    wait_for("both witnesses in the log", lambda: srv.last_seq(sid) == 2, 30)
+    return sid
+
+
 def test_a_journal_begun_after_logged_witnesses_numbers_on_from_them(tmp_path):
     """Witnesses logged while ``durability: off`` kept no journal, then a
     restart with the journal on, new witnesses, kill -9 and a restart that
@@ -138,11 +150,7 @@ def test_a_journal_begun_after_logged_witnesses_numbers_on_from_them(tmp_path):
     try:
         off.start()
         off.wait_up()
-        sid = off.http_client.post("/subscriptions", json={"cel": README_QUERY}).json()["id"]
-        lines = (ROOT / "examples" / "example9.jsonl").read_text().splitlines()
-        r = off.http_client.post("/events", json=[json.loads(x) for x in lines])
-        assert r.status_code == 202, r.text
-        wait_for("both witnesses in the log", lambda: off.last_seq(sid) == 2, 30)
+        sid = post_readme_example(off)
         off.kill()  # no journal, no snapshot: what it had in flight is gone, the log stays
     finally:
         off.stop()

@@ -381,18 +381,14 @@ def test_a_real_server_recovers_a_data_directory_of_the_older_framing(tmp_path):
     one framing: after kill -9 (the journal replayed, its witnesses already in
     the witness log), and after a graceful stop (the snapshot's partial
     matches): the witnesses keep their numbers and new ones number on."""
-    from tests.server.test_crash import PROFILES, README_QUERY, README_WITNESSES, ROOT, Server, wait_for
+    from tests.server.test_crash import PROFILES, README_WITNESSES, Server, post_readme_example, wait_for
 
     data = tmp_path / "data"
     srv = Server(data, tmp_path / "server.log", PROFILES["defaults"])
     try:
         srv.start()
         srv.wait_up()
-        sid = srv.http_client.post("/subscriptions", json={"cel": README_QUERY}).json()["id"]
-        lines = (ROOT / "examples" / "example9.jsonl").read_text().splitlines()
-        r = srv.http_client.post("/events", json=[json.loads(x) for x in lines])
-        assert r.status_code == 202, r.text
-        wait_for("both witnesses in the log", lambda: srv.last_seq(sid) == 2, 30)
+        sid = post_readme_example(srv)
         srv.kill()
         assert to_older_framing(data) == 2  # a journal segment and a witness-log segment
         srv.start()
