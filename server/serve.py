@@ -29,6 +29,7 @@ from server.api.httpguard import GuardedHttpToolsProtocol, HttpGuard
 from server.app import create_app
 from server.config import Settings
 from server.daemon import Daemon
+from server.observability import redact
 
 log = logging.getLogger("cayuga.serve")
 
@@ -95,10 +96,12 @@ def uvicorn_config(app, settings: Settings, counters, access_log: bool = True) -
     """uvicorn's settings for ``app``, with the guarded HTTP protocol."""
     guard = HttpGuard(settings.max_http_connections, settings.http_header_timeout, settings.http_body_timeout,
                       counters)
-    return uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
-                          access_log=access_log, ws_per_message_deflate=WS_DEFLATE,
-                          http=functools.partial(GuardedHttpToolsProtocol, guard=guard),
-                          timeout_graceful_shutdown=HTTP_CLOSE_SECONDS)
+    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                            access_log=access_log, ws_per_message_deflate=WS_DEFLATE,
+                            http=functools.partial(GuardedHttpToolsProtocol, guard=guard),
+                            timeout_graceful_shutdown=HTTP_CLOSE_SECONDS)
+    redact.install()  # after the Config: it configures uvicorn's loggers
+    return config
 
 
 class CayugaServer(uvicorn.Server):

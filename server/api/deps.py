@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, WebSocket, status
@@ -18,6 +19,15 @@ async def get_daemon(request: Request) -> Daemon:
     return request.app.state.daemon
 
 
+def token_ok(token: str | None, tokens) -> bool:
+    """Whether ``token`` is one of ``tokens``, compared in constant time (no timing
+    tells a client how much of a guess was right)."""
+    if not token:
+        return False
+    given = token.encode()
+    return any(hmac.compare_digest(given, t.encode()) for t in tokens)
+
+
 async def require_token(request: Request) -> None:
     """When auth tokens are configured, REST calls need ``Authorization: Bearer <token>``."""
     tokens = request.app.state.daemon.settings.auth_tokens
@@ -25,7 +35,7 @@ async def require_token(request: Request) -> None:
         return
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or token not in tokens:
+    if scheme.lower() != "bearer" or not token_ok(token, tokens):
         raise HTTPException(status.HTTP_401_UNAUTHORIZED,
                             detail="missing or wrong token: send 'Authorization: Bearer <token>' "
                                    "with one of the tokens in the server's auth_tokens setting",
@@ -38,7 +48,7 @@ def ws_token_ok(ws: WebSocket) -> bool:
         return True
     header = ws.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    return (scheme.lower() == "bearer" and token in tokens) or ws.query_params.get("token") in tokens
+    return (scheme.lower() == "bearer" and token_ok(token, tokens)) or token_ok(ws.query_params.get("token"), tokens)
 
 
 DaemonDep = Annotated[Daemon, Depends(get_daemon)]
