@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 from typing import Annotated
 
@@ -42,13 +44,39 @@ async def require_token(request: Request) -> None:
                             headers={"WWW-Authenticate": "Bearer"})
 
 
+#: The WebSocket subprotocol the server picks when a client offers it (the console does).
+WS_SUBPROTOCOL = "cayuga"
+#: A subprotocol carrying the token, base64url-encoded: how a browser, which cannot send
+#: an Authorization header on a WebSocket, authenticates without putting the token in the URL.
+WS_BEARER_PREFIX = "cayuga.bearer."
+
+
+def ws_subprotocol(ws: WebSocket) -> str | None:
+    """The subprotocol to accept ``ws`` with: ``cayuga`` when it is offered, else none."""
+    return WS_SUBPROTOCOL if WS_SUBPROTOCOL in ws.scope.get("subprotocols", ()) else None
+
+
+def _subprotocol_token(ws: WebSocket) -> str | None:
+    for offered in ws.scope.get("subprotocols", ()):
+        if offered.startswith(WS_BEARER_PREFIX):
+            encoded = offered[len(WS_BEARER_PREFIX):]
+            try:
+                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+    return None
+
+
 def ws_token_ok(ws: WebSocket) -> bool:
+    """A WebSocket's token: ``Authorization: Bearer`` (clients), a ``cayuga.bearer.``
+    subprotocol (browsers), or ``?token=`` (older clients; logs show it as ``***``)."""
     tokens = ws.app.state.daemon.settings.auth_tokens
     if not tokens:
         return True
     header = ws.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    return (scheme.lower() == "bearer" and token_ok(token, tokens)) or token_ok(ws.query_params.get("token"), tokens)
+    return ((scheme.lower() == "bearer" and token_ok(token, tokens)) or token_ok(_subprotocol_token(ws), tokens)
+            or token_ok(ws.query_params.get("token"), tokens))
 
 
 DaemonDep = Annotated[Daemon, Depends(get_daemon)]

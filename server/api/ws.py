@@ -51,7 +51,7 @@ import contextlib
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from air.names import shown
-from server.api.deps import ws_token_ok
+from server.api.deps import ws_subprotocol, ws_token_ok
 from server.delivery.hub import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
 from server.durability.witlog import Gone
 from server.observability.counters import Count
@@ -113,7 +113,7 @@ def _fit(reason: str) -> str:
 
 async def _serve(ws: WebSocket, kind: str, key: str) -> None:
     d = ws.app.state.daemon
-    await ws.accept()
+    await ws.accept(subprotocol=ws_subprotocol(ws))
     if not ws_token_ok(ws):
         await ws.close(code=4401, reason="missing or wrong token")
         return

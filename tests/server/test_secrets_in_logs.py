@@ -5,7 +5,11 @@ output must not hold the token. Tokens are compared in constant time."""
 
 from __future__ import annotations
 
+import base64
+
 import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from clients.testing import ServerProcess
@@ -46,3 +50,26 @@ def test_tokens_compare_whole_and_exact():
     assert not token_ok("ab", ["abc"]) and not token_ok("abcd", ["abc"])
     assert not token_ok("", ["abc"]) and not token_ok(None, ["abc"])
     assert token_ok("[0123]", ["[0123]"]) and token_ok("ümlaut", ["ümlaut"])
+
+
+def _bearer(token: str) -> str:
+    return "cayuga.bearer." + base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+
+
+def test_a_browser_sends_the_token_in_a_subprotocol(start_server):
+    """What the console does (a browser's WebSocket has no Authorization header):
+    the server picks ``cayuga`` and takes the token from ``cayuga.bearer.<base64url>``."""
+    srv = start_server(auth_tokens=["sekret", "ümlaut/+="])
+    with httpx.Client(base_url=srv.base_url, headers={"Authorization": "Bearer sekret"}, timeout=10) as c:
+        sid = c.post("/subscriptions", json={"cel": "SELECT * FROM Stock PUBLISH Everything"}).json()["id"]
+        url = f"ws://127.0.0.1:{srv.http_port}/ws/subscriptions/{sid}"
+        for token in ("sekret", "ümlaut/+="):
+            with connect(url, subprotocols=["cayuga", _bearer(token)], open_timeout=10) as ws:
+                assert ws.subprotocol == "cayuga"
+                c.post("/events", json=[{"stream": "Stock", "Name": "IBM", "Price": 1.0, "Volume": 1, "t1": 1}])
+                assert b"IBM" in ws.recv(timeout=10).encode()
+        for offered in (["cayuga", _bearer("wrong")], ["cayuga", "cayuga.bearer.%%%"], ["cayuga"]):
+            with connect(url, subprotocols=offered, open_timeout=10) as ws:
+                with pytest.raises(ConnectionClosed) as info:
+                    ws.recv(timeout=10)
+                assert info.value.rcvd.code == 4401

@@ -96,6 +96,8 @@ def test_docs_render_offline(server, page, shots):
 
 def test_the_console_asks_for_the_token_and_uses_it(start_server, page, shots):
     srv = start_server(auth_tokens=["sekret"])
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
     page.goto(srv.base_url + "/")
     dialog = page.locator("dialog#login")
     expect(dialog).to_be_visible()
@@ -116,6 +118,7 @@ def test_the_console_asks_for_the_token_and_uses_it(start_server, page, shots):
     page.locator("#send-events").click()
     expect(page.locator("#matches tbody tr")).to_have_count(2)
     expect(page.locator("#match-status")).not_to_contain_text("disconnected")
+    assert sockets and not [u for u in sockets if "token" in u or "sekret" in u], sockets  # in a subprotocol
     shots("authorised")
     # delete takes a second click
     delete = page.locator("#subscriptions tbody tr[data-sid=s1] button.delete")

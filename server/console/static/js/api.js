@@ -40,6 +40,16 @@ export function wsUrl(path, params = {}) {
   const url = new URL(path, location.href);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
-  if (token()) url.searchParams.set("token", token());
   return url.href;
+}
+
+// A browser's WebSocket cannot send an Authorization header: the token goes in
+// a subprotocol, "cayuga.bearer.<base64url of the token>", beside "cayuga",
+// which the server picks. Never in the URL, where logs and proxies would keep it.
+export function wsProtocols() {
+  if (!token()) return [];
+  let binary = "";
+  for (const byte of new TextEncoder().encode(token())) binary += String.fromCharCode(byte);
+  const b64url = btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return ["cayuga", `cayuga.bearer.${b64url}`];
 }

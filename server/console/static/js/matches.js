@@ -3,7 +3,7 @@
 // one JSON object per line) so a burst costs few messages; the table is
 // redrawn at most once per frame.
 
-import { wsUrl } from "./api.js";
+import { wsProtocols, wsUrl } from "./api.js";
 
 export const KEEP = 1000; // witnesses kept in memory, newest first
 const SHOW = 200; // rows drawn
@@ -41,7 +41,7 @@ export class Matches {
 
   connect() {
     const sid = this.sid;
-    const ws = new WebSocket(wsUrl(`/ws/subscriptions/${encodeURIComponent(sid)}`, { batch: BATCH }));
+    const ws = new WebSocket(wsUrl(`/ws/subscriptions/${encodeURIComponent(sid)}`, { batch: BATCH }), wsProtocols());
     this.ws = ws;
     this.connection = "connecting…";
     ws.onopen = () => { this.connection = "live"; this.schedule(); };
