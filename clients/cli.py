@@ -339,8 +339,9 @@ def _explain(problem: str, sender_id: str) -> tuple[str, str]:
                    "when the server has it all, sends nothing), and a changed file is sent as new.")
 @click.option("--retry-for", type=click.FloatRange(0), default=60.0, show_default=True,
               help="Seconds to keep trying while no line gets acknowledged: reconnecting with exponential "
-                   "backoff (0.1 s doubling to 5 s) when the connection is lost or refused (the server "
-                   "restarts, another connection holds the sender id, its disk is full), and waiting for a "
+                   "backoff (0.1 s doubling to 5 s, each wait drawn between half and all of it) when the "
+                   "connection is lost or refused (the server restarts, another connection holds the sender "
+                   "id, its disk is full), and waiting for a "
                    f"server that takes no line (a connected server gets at least {MIN_PATIENCE:g} s). Each "
                    "reconnection resumes where the server's journal stands. Then exit 1 with the reason.")
 def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> None:
@@ -362,7 +363,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     server that takes no line); 130 when interrupted."""
     from tqdm import tqdm
 
-    from clients.client import CayugaClient, SenderRefused, TcpSender
+    from clients.client import Backoff, CayugaClient, SenderRefused, TcpSender
     from server.ingest.protocol import SENDER_ID
 
     with click.open_file(events_path, "rb") as fh:
@@ -379,7 +380,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     other: list[str] = []
     progress = _Progress(retry_for)
     had = None  # lines the server had when this run began (#resume of its first connection)
-    backoff = 0.1
+    backoff = Backoff()
     failing = False  # a failure since the last progress (told once, with the retry)
     start = time.monotonic()
     address = None
@@ -423,7 +424,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                     say(f"reconnected; the server has {resume} of {plural(total, 'line')}, going on from line {resume + 1}"
                         if resume < total else f"reconnected; the server has all {plural(total, 'line')}")
                 if progress.acknowledged(resume):
-                    failing, backoff = False, 0.1
+                    failing = False
+                    backoff.reset()
                 if resume == total:  # nothing to send: no line would bring an #ack
                     sender.close(timeout=1.0)
                     if progress.sent == 0:
@@ -442,7 +444,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 if sender is not None:
                     _collect(sender.abort(), errors, other)
                     if progress.acknowledged(sender.acked):
-                        failing, backoff = False, 0.1
+                        failing = False
+                        backoff.reset()
                 problem = ((_last_error(sender) if sender is not None else "")
                            or (str(exc) if isinstance(exc, _Lost) else f"the connection was lost: {exc}"))
                 if _FINAL.match(problem) and not _TAKEN.match(problem):
@@ -454,8 +457,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 if not failing:
                     failing = True
                     say(f"{what}; retrying for up to {retry_for:g} s (--retry-for)")
-                time.sleep(min(backoff, max(retry_for - (time.monotonic() - progress.since), 0)))
-                backoff = min(backoff * 2, 5.0)
+                time.sleep(min(backoff.next(), max(retry_for - (time.monotonic() - progress.since), 0)))
                 address = address if tcp_port else None  # the server may come back on another port
     except KeyboardInterrupt:
         stop(f"interrupted; {progress.acked} of {plural(total, 'line')} acknowledged", 130)

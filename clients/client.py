@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import socket
 import struct
@@ -82,6 +83,26 @@ class SenderRefused(ConnectionError):
     def __init__(self, answer: str) -> None:
         self.answer = answer
         super().__init__(f"the server answered #sender with: {answer}")
+
+
+class Backoff:
+    """Waits between reconnection attempts: doubling from ``first`` to ``cap``
+    seconds, each drawn at random between half of it and all of it ("equal
+    jitter"), so that the clients one server restart cut off do not all come
+    back in the same instant. :meth:`reset` once a connection works again."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0, rand: Callable[[], float] = random.random) -> None:
+        self.first, self.cap, self._rand = first, cap, rand
+        self._step = first
+
+    def reset(self) -> None:
+        self._step = self.first
+
+    def next(self) -> float:
+        """The next wait, in seconds."""
+        step = self._step
+        self._step = min(step * 2, self.cap)
+        return step / 2 + self._rand() * step / 2
 
 
 class CayugaClient:
@@ -242,7 +263,7 @@ class CayugaClient:
         after = dict(after or {})
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         down_since: float | None = None
-        delay = 0.1
+        backoff = Backoff()
         while True:
             try:
                 if subscription and subscription not in after:
@@ -253,7 +274,8 @@ class CayugaClient:
                     frm = ",".join(f"{s}:{n + 1}" for s, n in after.items()) or None
                 url = self.ws_url(subscription, stream=stream, batch=batch, seq=True, from_=frm)
                 with connect(url, additional_headers=headers, open_timeout=10, max_size=None) as ws:
-                    down_since, delay = None, 0.1
+                    down_since = None
+                    backoff.reset()
                     while True:
                         try:
                             msg = ws.recv(timeout=timeout)
@@ -296,12 +318,12 @@ class CayugaClient:
             now = time.monotonic()
             if down_since is None:
                 down_since = now
+            delay = backoff.next()
             if now - down_since + delay > retry_for:
                 raise failure
             if on_retry is not None:
                 on_retry(reason, delay)
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
     # -- TCP
     def tcp_address(self) -> tuple[str, int]:

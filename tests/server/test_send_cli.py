@@ -297,3 +297,17 @@ def test_a_full_disk_is_retried_within_retry_for_then_named(tmp_path):
                             "later: free space on the server and run this again (it resumes); 0 of 10 lines "
                             "acknowledged")
     assert peer.connections >= 2  # it was retried
+
+
+def test_reconnection_waits_double_up_to_the_cap_each_drawn_with_jitter():
+    """Senders and watchers cut off by one server restart must not all return at
+    once: each wait is drawn between half and all of the doubling step."""
+    from clients.client import Backoff
+
+    lo, hi = Backoff(rand=lambda: 0.0), Backoff(rand=lambda: 1.0)
+    assert [round(lo.next(), 3) for _ in range(8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.5, 2.5]
+    assert [round(hi.next(), 3) for _ in range(8)] == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    hi.reset()
+    assert hi.next() == 0.1
+    waits = {round(Backoff().next(), 6) for _ in range(50)}  # the default draws at random
+    assert len(waits) > 40 and all(0.05 <= w <= 0.1 for w in waits)
