@@ -6,7 +6,7 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     CAYUGA_HOST=0.0.0.0 CAYUGA_DATA_DIR=/data
 WORKDIR /app
-COPY pyproject.toml setup.py README.md config.yaml ./
+COPY pyproject.toml setup.py README.md ./
 COPY air ./air
 COPY server ./server
 COPY clients ./clients
@@ -27,4 +27,5 @@ HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
 # SIGTERM (docker stop) drains the queue and notifies clients before exiting 0.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["cayuga"]
-CMD ["serve", "--config", "/app/config.yaml"]
+# the bundled defaults (server/config.yaml, package data); CAYUGA_* variables override them
+CMD ["serve"]

@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
 from air.names import name_problem
 
-#: The configuration shipped with the project, used when none is given.
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config.yaml"
+#: The configuration shipped with the project, used when none is given: package data
+#: beside this module, so a wheel and a checkout load the same defaults.
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "config.yaml"
 
 
 class ConfigError(ValueError):
@@ -177,6 +178,9 @@ def load_settings(path: str | Path | None = None, **overrides) -> Settings:
     """Settings from ``path`` (default: the bundled config.yaml), then the
     environment, then explicit ``overrides`` (e.g. from command-line flags)."""
     p = Path(path) if path is not None else DEFAULT_CONFIG
+    if path is None and not p.exists():  # never run on silently empty defaults (no streams, no limits)
+        raise ConfigError(f"the bundled default configuration {p} is missing: this installation is incomplete; "
+                          "reinstall cayuga, or give --config FILE")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) if p.exists() else {}
     except yaml.YAMLError as exc:

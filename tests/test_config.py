@@ -36,3 +36,13 @@ def test_bad_settings_are_reported_precisely(tmp_path, text, fragment):
         load_settings(cfg)
     assert fragment in str(info.value)
     assert str(cfg) in str(info.value)
+
+
+def test_missing_bundled_defaults_fail_loudly(monkeypatch, tmp_path):
+    """An installation without its server/config.yaml must not run on empty
+    defaults (no streams: every README query refused as 'unknown stream')."""
+    import server.config as config
+
+    monkeypatch.setattr(config, "DEFAULT_CONFIG", tmp_path / "gone" / "config.yaml")
+    with pytest.raises(config.ConfigError, match="bundled default configuration .* is missing"):
+        config.load_settings()

@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 from clients.testing import wait_until
 
 #: What a clone holds that the install reads (the Dockerfile copies the same).
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "config.yaml", "air", "server", "clients", "examples")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "air", "server", "clients", "examples")
 #: Never in a plain install.
 HEAVY = ("pyspark", "pandas", "pyarrow")
 
@@ -76,3 +76,59 @@ def test_plain_install_is_light_and_serves(tmp_path):
             server.kill()
             server.wait(10)
         server.stderr.close()
+
+
+def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory(tmp_path):
+    """A wheel, not a checkout: the shipped defaults (server/config.yaml) and the
+    console are package data, so a server installed from the wheel, run in a
+    directory that holds nothing of the project, declares the default streams
+    (without them, GET /streams was [] and the README's first POST /subscriptions
+    a 400) and serves the console."""
+    src = tmp_path / "clone"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.c", "compiled.json", "*.egg-info", "node_modules")
+    for name in SOURCES:
+        p = ROOT / name
+        (shutil.copytree(p, src / name, ignore=ignore) if p.is_dir() else shutil.copy2(p, src / name))
+    dist, site, empty = tmp_path / "dist", tmp_path / "site", tmp_path / "empty"
+    empty.mkdir()
+    env = {**os.environ, "CAYUGA_ENGINE": "python"}  # the engine's compile is not this test's subject
+    env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(dist), str(src)], check=True, timeout=600, env=env, cwd=empty)
+    (wheel,) = dist.glob("cayuga-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, timeout=600, env=env, cwd=empty)
+    assert (site / "server" / "config.yaml").read_text() == (ROOT / "server" / "config.yaml").read_text()
+    assert not (site / "bench").exists() and (site / "clients" / "bench" / "queries" / "rising.cel").exists()
+
+    ports = tmp_path / "ports.json"
+    run_env = {k: v for k, v in env.items() if not k.startswith("CAYUGA_")}
+    run_env["PYTHONPATH"] = str(site)  # the wheel's packages first, the venv's dependencies after
+    where = subprocess.run([sys.executable, "-c", "import server.config as c; print(c.DEFAULT_CONFIG)"], cwd=empty,
+                           env=run_env, capture_output=True, text=True, timeout=60)
+    assert where.stdout.strip() == str(site / "server" / "config.yaml"), where.stdout + where.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "serve", "--http-port", "0", "--tcp-port", "0",
+                             "--port-file", str(ports), "--data-dir", str(tmp_path / "data")],
+                            cwd=empty, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: ports.exists() and ports.stat().st_size > 0 or proc.poll() is not None, 60,
+                   "the server's ports")
+        assert proc.poll() is None, proc.stdout.read().decode()
+        base = f"http://127.0.0.1:{json.loads(ports.read_text())['http_port']}"
+        with httpx.Client(base_url=base, timeout=10) as c:
+            assert "Stock" in {s["name"] for s in c.get("/streams").json()}
+            r = c.post("/subscriptions", json={"cel": "SELECT Name, Price_1 AS Before, Price AS After FROM Stock "
+                                                      "NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock "
+                                                      "PUBLISH Rising"})
+            assert r.status_code == 201, r.text
+            assert c.get("/").status_code == 200 and "<html" in c.get("/").text.lower()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            proc.stdout.close()

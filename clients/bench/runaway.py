@@ -32,7 +32,7 @@ RUNAWAY = "SELECT * FROM Stock FOLD{$2.Price < 0, true, } Stock"
 
 def run(limit: int, runaway: str = RUNAWAY, warmup: float = 30.0, window: float = 8.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="cayuga-runaway-") as tmp:
-        settings = load_settings("config.yaml", data_dir=f"{tmp}/data", http_port=0, tcp_port=0,
+        settings = load_settings(data_dir=f"{tmp}/data", http_port=0, tcp_port=0,
                                  log_level="error", shutdown_timeout=60, max_instances_per_subscription=limit)
         srv = RunningServer(settings).start()
         d = srv.daemon
