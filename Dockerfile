@@ -22,8 +22,10 @@ USER cayuga
 VOLUME ["/data"]
 EXPOSE 8400 8401
 
+# /livez fails (503) only when the engine thread is gone: a restart helps. /readyz (503 while
+# starting, draining or degraded) is for load balancers and orchestrators' readiness checks.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8400/health', timeout=2).status == 200 else 1)"]
+    CMD ["python", "-c", "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8400/livez', timeout=2).status == 200 else 1)"]
 # SIGTERM (docker stop) drains the queue and notifies clients before exiting 0.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["cayuga"]

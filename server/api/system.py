@@ -1,4 +1,4 @@
-"""/health and /metrics.
+"""/health, the probes /livez and /readyz, and /metrics.
 
 /health is open (for probes) and says "degraded" with a reason when the engine
 thread failed, the event queue is stalled or part of the data directory
@@ -57,11 +57,11 @@ def holding_back(d) -> dict | None:
             "reason": reason}
 
 
-@router.get("/health", responses={503: {"description": "Draining: the server is stopping (SIGTERM)"}})
-async def health(request: Request, d: DaemonDep) -> JSONResponse:
+def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict | None]:
+    """The server's status for the probes (``ok``, ``warning``, ``degraded``,
+    ``starting``, ``draining``), the reasons, and what they come from."""
     alive = d.engine_alive
-    draining = request.app.state.draining.is_set()
-    if draining:
+    if request.app.state.draining.is_set():
         status = "draining"  # receivers closed, the queue and clients being drained; then the server exits
     elif not d.ready.is_set():
         status = "starting"  # restoring stored subscriptions; the engine thread starts after
@@ -79,7 +79,15 @@ async def health(request: Request, d: DaemonDep) -> JSONResponse:
         reasons.append(f"engine error: {d.engine_error}")
     if heavy:
         reasons.append(f"subscription {heavy['subscription']} holds the engine back: {heavy['reason']}")
-    return JSONResponse(status_code=503 if draining else 200, content={
+    return status, reasons, disk, stalled, heavy
+
+
+@router.get("/health", responses={503: {"description": "Draining: the server is stopping (SIGTERM)"}})
+async def health(request: Request, d: DaemonDep) -> JSONResponse:
+    """Everything a person or a dashboard wants to know; 200 but while draining.
+    Probes use /livez and /readyz, which answer 503 where they fail."""
+    status, reasons, disk, stalled, heavy = _state(request, d)
+    return JSONResponse(status_code=503 if status == "draining" else 200, content={
         "status": status,
         "reason": "; ".join(reasons) or None,
         "disk_full": disk,
@@ -92,7 +100,7 @@ async def health(request: Request, d: DaemonDep) -> JSONResponse:
         "replay_remaining": d.replay_remaining,
         # events the engine has taken from the queue over every life of the data directory
         "events_taken": d.events_taken,
-        "engine_thread": alive,
+        "engine_thread": d.engine_alive,
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
         "engine_error": d.engine_error,
         "queue_depth": len(d.queue),
@@ -100,6 +108,30 @@ async def health(request: Request, d: DaemonDep) -> JSONResponse:
         "clients": d.hub.client_count,
         "tcp_port": d.receiver.port if d.receiver else None,
     })
+
+
+@router.get("/livez", responses={503: {"description": "The engine thread has died: restart the server"}})
+async def livez(d: DaemonDep) -> JSONResponse:
+    """Liveness: 503 only when a restart would help -- the engine thread is gone
+    once the server was up. Starting, draining, a full disk, a stalled queue or
+    an error on one event (the thread survives it) are not: a restart would
+    lose the work under way, not fix it."""
+    if d.ready.is_set() and not d.engine_alive:
+        last = f" (last engine error: {d.engine_error})" if d.engine_error else ""
+        return JSONResponse(status_code=503, content={"status": "dead",
+                                                      "reason": f"the engine thread is not running{last}"})
+    return JSONResponse(status_code=200, content={"status": "alive"})
+
+
+@router.get("/readyz", responses={503: {"description": "Not ready: starting, degraded or draining (see reason)"}})
+async def readyz(request: Request, d: DaemonDep) -> JSONResponse:
+    """Readiness: 200 when the server takes events and subscriptions and keeps
+    up (``ok``, or ``warning``: one subscription holds it back); 503 while it
+    starts, drains or is degraded (a dead engine, a stalled queue, a full disk)."""
+    status, reasons, *_ = _state(request, d)
+    ready = status in ("ok", "warning")
+    return JSONResponse(status_code=200 if ready else 503, content={"status": status,
+                                                                     "reason": "; ".join(reasons) or None})
 
 
 @router.get("/metrics", dependencies=[Depends(require_token)])

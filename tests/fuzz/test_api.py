@@ -2,7 +2,8 @@
 on a real server, with and without auth. What it proves: no answer is a 5xx
 (each request has a timeout: a hang fails too), and the server stays healthy
 after each operation's examples. With auth, without the token every route
-but /health answers 401, and with the token none does (the token opens)."""
+but the open probes (/health, /livez, /readyz) answers 401, and with the token
+none does (the token opens)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from hypothesis import given, settings
 from tests.fuzz.conftest import LONG, healthy
 
 TOKEN = "fuzz-token"
+#: The routes open without a token: the probes.
+OPEN = ("/health", "/livez", "/readyz")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,7 @@ def test_with_auth_no_token_is_401_and_the_token_opens(auth_server):
         @settings(max_examples=100 if LONG else 10)
         def run(case):
             r = _no_server_error(case, auth_server.base_url)
-            if case.path != "/health":
+            if case.path not in OPEN:
                 assert r.status_code == 401, (case.method, case.path, r.status_code)
             r = _no_server_error(case, auth_server.base_url, {"Authorization": f"Bearer {TOKEN}"})
             assert r.status_code != 401, (case.method, case.path, r.text[:300])

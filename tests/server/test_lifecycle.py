@@ -263,6 +263,8 @@ def test_restore_runs_in_the_background_and_changes_wait_for_it(tmp_path, monkey
         with CayugaClient(srv.base_url) as c:
             health = c.health()
             assert health["status"] == "starting" and health["restored"] == {"done": 0, "total": 3}
+            assert c.http.get("/readyz").status_code == 503 and c.http.get("/readyz").json()["status"] == "starting"
+            assert c.http.get("/livez").status_code == 200  # starting is not dead: no restart
             with pytest.raises(CayugaAPIError) as info:
                 c.subscribe(cel=PAIRS)
             assert info.value.status == 503 and "0 of 3" in info.value.body["detail"]
@@ -277,6 +279,7 @@ def test_restore_runs_in_the_background_and_changes_wait_for_it(tmp_path, monkey
             assert srv.daemon.engine.stats.events == 2
             assert srv.daemon.engine.stats.witnesses == 3  # one pair per restored subscription
             assert c.health()["status"] == "ok" and [s["id"] for s in c.subscriptions()] == ids
+            assert c.http.get("/readyz").status_code == 200
     finally:
         gate.set()
         srv.stop()
