@@ -168,7 +168,8 @@ class _ServeCommand(click.Command):
             formatter.write_text(
                 f"Each setting is read from the configuration file (--config; default: the bundled "
                 f"{DEFAULT_CONFIG}, whose comments say what each one does), then from its environment "
-                "variable (read as YAML: CAYUGA_AUTH_TOKENS='[a, b]' is a list), then from the flags above. "
+                "variable (text as it is, e.g. CAYUGA_HOST=::; a list as JSON or [a, b], every item a string: "
+                "CAYUGA_AUTH_TOKENS='[\"s3cr3t\", \"0123\"]'; numbers as numbers), then from the flags above. "
                 "Client commands (send, watch, register, spark source/sink) find the server by CAYUGA_URL, "
                 "or by CAYUGA_HOST and CAYUGA_HTTP_PORT when they run beside it.")
             formatter.write_dl(rows)

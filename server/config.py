@@ -1,16 +1,20 @@
 """Settings: one pydantic class, loaded from config.yaml, overridden by
 ``CAYUGA_*`` environment variables, overridden by command-line flags.
 
-An environment value is read as YAML, so ``CAYUGA_AUTH_TOKENS='[a, b]'`` is a
-list and ``CAYUGA_DELAY=250`` a number."""
+An environment value is read by the type of its setting (:func:`env_value`):
+text stays text (``CAYUGA_HOST=::``), a list of strings is JSON or ``[a, b]``
+with every item a string (``CAYUGA_AUTH_TOKENS='["s3cr3t", "0123"]'``), numbers,
+booleans and mappings are YAML (``CAYUGA_DELAY=250``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import typing
 from pathlib import Path
 from typing import Literal
 
 import yaml
-import os
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -174,6 +178,34 @@ def import_functions(specs: dict[str, tuple[str, str]]):
         raise ConfigError(str(exc)) from None
 
 
+def env_value(annotation, raw: str):
+    """A ``CAYUGA_*`` variable's value for a setting of type ``annotation``:
+    text settings (host, paths, names, durability) keep the string as it is
+    (``CAYUGA_HOST=::`` is the host ``::``); a list of strings is JSON
+    (``'["a", "b"]'``), or ``[a, b]`` / one bare value, every item a string (a
+    token ``0123`` stays ``"0123"``); numbers, booleans and mappings are read
+    as YAML (``CAYUGA_DELAY=250``, ``CAYUGA_STREAMS='{T: {X: int}}'``)."""
+    origin = typing.get_origin(annotation)
+    if annotation in (str, Path) or origin is Literal:
+        return raw
+    if origin is list and typing.get_args(annotation) == (str,):
+        text = raw.strip()
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if isinstance(value, list):
+            return value
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+            return [item.strip().strip("'\"") for item in text.split(",") if item.strip()]
+        return [text] if text else []
+    try:
+        return yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        return raw
+
+
 def load_settings(path: str | Path | None = None, **overrides) -> Settings:
     """Settings from ``path`` (default: the bundled config.yaml), then the
     environment, then explicit ``overrides`` (e.g. from command-line flags)."""
@@ -192,13 +224,10 @@ def load_settings(path: str | Path | None = None, **overrides) -> Settings:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of setting names to values")
     merged = dict(data)
-    for name in Settings.model_fields:
+    for name, field in Settings.model_fields.items():
         raw = os.environ.get(ENV_PREFIX + name.upper())
         if raw is not None:
-            try:
-                merged[name] = yaml.safe_load(raw) if raw.strip() else raw
-            except yaml.YAMLError:
-                merged[name] = raw
+            merged[name] = env_value(field.annotation, raw)
     merged.update({k: v for k, v in overrides.items() if v is not None})
     try:
         settings = Settings(**merged)

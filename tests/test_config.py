@@ -46,3 +46,19 @@ def test_missing_bundled_defaults_fail_loudly(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "DEFAULT_CONFIG", tmp_path / "gone" / "config.yaml")
     with pytest.raises(config.ConfigError, match="bundled default configuration .* is missing"):
         config.load_settings()
+
+
+@pytest.mark.parametrize("name, raw, expected", [
+    ("HOST", "::", "::"),  # YAML read it as a mapping: "host: Input should be a valid string"
+    ("HOST", "0.0.0.0", "0.0.0.0"),
+    ("AUTH_TOKENS", "[0123]", ["0123"]),  # YAML read 0123 as a number: refused
+    ("AUTH_TOKENS", '["s3cr3t", "0123", "a,b"]', ["s3cr3t", "0123", "a,b"]),
+    ("AUTH_TOKENS", "[a, b]", ["a", "b"]),
+    ("AUTH_TOKENS", "yes", ["yes"]),  # one bare token, not the boolean true
+    ("DURABILITY", "off", "off"),
+    ("DELAY", "250", 250.0),
+    ("LOG_LEVEL", "debug", "debug"),
+])
+def test_environment_values_are_read_by_the_type_of_their_setting(monkeypatch, name, raw, expected):
+    monkeypatch.setenv("CAYUGA_" + name, raw)
+    assert getattr(load_settings(), name.lower()) == expected
