@@ -17,8 +17,8 @@ second while idle, every few seconds with 100K subscriptions).
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client.exposition import choose_encoder
 
 from air.engine import BUILD
 from server.api.deps import DaemonDep, require_token
@@ -134,6 +134,8 @@ async def readyz(request: Request, d: DaemonDep) -> JSONResponse:
                                                                      "reason": "; ".join(reasons) or None})
 
 
-@router.get("/metrics", dependencies=[Depends(require_token)])
-async def metrics(d: DaemonDep) -> Response:
-    return Response(generate_latest(d.registry), media_type=CONTENT_TYPE_LATEST)
+@router.get("/metrics", dependencies=[Depends(require_token)], response_class=PlainTextResponse)
+async def metrics(request: Request, d: DaemonDep) -> Response:
+    """Prometheus text, or OpenMetrics when the scraper's ``Accept`` asks for it."""
+    encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encoder(d.registry), media_type=content_type)

@@ -126,6 +126,10 @@ class Health:
         epoch = self._progress.epoch
         return 0.0 if epoch is None else max(self.now() - epoch, 0.0)
 
+    def epoch_lag_seconds(self) -> float:
+        """:meth:`epoch_lag` (stream time units) in seconds."""
+        return self.epoch_lag() * self.settings.time_unit_ms / 1000.0
+
     @property
     def engine_alive(self) -> bool:
         return self._progress.alive

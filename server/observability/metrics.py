@@ -5,12 +5,16 @@ health.py), not the daemon. Each server has its own registry (tests run several)
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 import time
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import (CollectorRegistry, Histogram, Info, PlatformCollector, ProcessCollector,
+                               disable_created_metrics)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from air.engine import BUILD as ENGINE_BUILD
 from server.delivery.hub import NotifierHub
 from server.durability.diskfull import PARTS, DiskState
 from server.durability.journal import Journal
@@ -19,6 +23,10 @@ from server.durability.witlog import WitnessLog
 from server.ingest.queue import DelayQueue
 from server.observability.counters import (CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED, RECEIVED, REJECTED,
                                            TCP_REFUSED, Count, Counters)
+
+#: No ``*_created`` series: a scrape is the counters' values, not when each was made.
+disable_created_metrics()
+
 
 class MetricsSource(Protocol):
     """What the collector reads at scrape time (server/observability/health.py: ``Health``)."""
@@ -40,7 +48,7 @@ class MetricsSource(Protocol):
     @property
     def counted_at(self) -> float: ...
 
-    def epoch_lag(self) -> float: ...
+    def epoch_lag_seconds(self) -> float: ...
 
     def instance_counts(self) -> dict[str, int]: ...
 
@@ -185,8 +193,8 @@ class _Collector:
             yield GaugeMetricFamily("cayuga_journal_position", "Position of the last journal record appended",
                                     value=j.appended)
         yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
-        yield GaugeMetricFamily("cayuga_epoch_lag", "Current time minus the engine's epoch, in time units",
-                                value=d.epoch_lag())
+        yield GaugeMetricFamily("cayuga_epoch_lag_seconds", "Current time minus the engine's epoch (how far "
+                                "processing is behind the clock)", value=d.epoch_lag_seconds())
         yield GaugeMetricFamily("cayuga_clients", "Connected WebSocket clients", value=d.hub.client_count)
         yield GaugeMetricFamily("cayuga_tcp_connections", "Open TCP event connections",
                                 value=d.tcp_connections)
@@ -206,9 +214,23 @@ def journal_buckets():
     return SYNC_BUCKETS
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("cayuga")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
 def make_registry(source: MetricsSource) -> tuple[CollectorRegistry, Histogram]:
+    """A registry of its own for one server: its counters, the engine latency
+    histogram, ``cayuga_build_info`` and the process's CPU, memory and file
+    descriptors (``process_*``, ``python_*``)."""
     reg = CollectorRegistry()
     reg.register(_Collector(source))
+    ProcessCollector(registry=reg)
+    PlatformCollector(registry=reg)
+    Info("cayuga_build", "The running server: its version, engine build and Python", registry=reg).info(
+        {"version": _version(), "engine_build": ENGINE_BUILD, "python": platform.python_version()})
     latency = Histogram("cayuga_engine_latency_seconds", "Engine processing time per event",
                         registry=reg,
                         buckets=(1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))

@@ -159,7 +159,7 @@ def test_health_and_metrics(client, server):
     assert h["status"] == "ok" and h["engine_thread"] is True and h["tcp_port"] == server.tcp_port
     text = client.http.get("/metrics").text
     for name in ("cayuga_events_received_total", "cayuga_events_late_total", "cayuga_queue_depth",
-                 "cayuga_epoch_lag", "cayuga_instances", "cayuga_witnesses_total", "cayuga_client_drops_total",
+                 "cayuga_epoch_lag_seconds", "cayuga_instances", "cayuga_witnesses_total", "cayuga_client_drops_total",
                  "cayuga_engine_latency_seconds_bucket"):
         assert name in text
     assert client.http.get("/docs").status_code == 200
