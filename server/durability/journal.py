@@ -489,6 +489,13 @@ class Journal:
         with self._lock:
             return [s.path for s in self._segments]
 
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes of whole records the journal's segment files hold now (what a
+        snapshot has not yet let it delete): its size on disk, near enough."""
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
     def close(self) -> None:
         """Sync (fsync mode), stop the flusher, close the files. Idempotent."""
         with self._cond:

@@ -192,6 +192,10 @@ class _Collector:
                                       "the journal was opened", value=j.torn)
             yield GaugeMetricFamily("cayuga_journal_position", "Position of the last journal record appended",
                                     value=j.appended)
+            yield GaugeMetricFamily("cayuga_journal_retained_bytes", "Bytes the journal's segment files hold "
+                                    "(deleted once a snapshot covers them)", value=j.retained_bytes)
+            yield GaugeMetricFamily("cayuga_journal_segments", "Segment files of the journal",
+                                    value=len(j.segments))
         yield GaugeMetricFamily("cayuga_queue_depth", "Events waiting in the priority queue", value=len(d.queue))
         yield GaugeMetricFamily("cayuga_epoch_lag_seconds", "Current time minus the engine's epoch (how far "
                                 "processing is behind the clock)", value=d.epoch_lag_seconds())

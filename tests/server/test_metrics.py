@@ -31,3 +31,19 @@ def test_openmetrics_when_the_scraper_asks_for_it(start_server):
     assert r.text.endswith("# EOF\n")
     plain = httpx.get(srv.base_url + "/metrics", timeout=10)
     assert plain.headers["content-type"].startswith("text/plain") and "# EOF" not in plain.text
+
+
+def test_the_journal_and_the_witness_log_report_their_size_on_disk(start_server):
+    """Disk alerts need the size of each log, not bytes appended since start-up."""
+    srv = start_server()
+    with httpx.Client(base_url=srv.base_url, timeout=10) as c:
+        c.post("/subscriptions", json={"cel": "SELECT * FROM Stock PUBLISH Everything"})
+        assert c.post("/events", json=[stock("IBM", 1.0, 1, t) for t in range(1, 101)]).status_code == 202
+        text = c.get("/metrics").text
+    values = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(cayuga_\w+) ([0-9.e+]+)$", text, re.M)}
+    files = sorted((srv.daemon.settings.data_dir / "journal").iterdir())
+    assert values["cayuga_journal_segments"] == len(files) >= 1
+    on_disk = sum(f.stat().st_size for f in files)
+    # whole records, plus each segment's 8-byte file header
+    assert 0 < values["cayuga_journal_retained_bytes"] <= on_disk <= values["cayuga_journal_retained_bytes"] + 8 * len(files)
+    assert values["cayuga_witness_log_bytes"] > 0
