@@ -41,33 +41,31 @@ def symbols(k: int) -> list[str]:
     return [f"S{i:05d}" for i in range(k)]
 
 
-def random_walk(n_symbols: int, events: int, seed: int = 1, down: float = 0.01, up: float = 0.015
-                ) -> list[Event]:
-    """Each tick moves one uniformly chosen symbol's price by a factor in
-    [1 - down, 1 + up] (a slight upward drift); tick ``t`` is at time ``t``."""
+def _ticks(n_symbols: int, events: int, seed: int, move) -> list[Event]:
+    """Tick ``t`` (at time ``t``) moves one uniformly chosen symbol's price by
+    ``move(price, rng)``; starting prices in [10, 100), volumes in [100, 10000)."""
     rng = random.Random(seed)
     names = symbols(n_symbols)
     price = [10.0 + rng.random() * 90 for _ in names]
     out = []
     for t in range(1, events + 1):
         i = rng.randrange(n_symbols)
-        price[i] *= 1.0 - down + rng.random() * (down + up)
+        price[i] = move(price[i], rng)
         out.append(Event("Stock", (names[i], price[i], rng.randrange(100, 10000)), t, t))
     return out
+
+
+def random_walk(n_symbols: int, events: int, seed: int = 1, down: float = 0.01, up: float = 0.015
+                ) -> list[Event]:
+    """Each tick moves one uniformly chosen symbol's price by a factor in
+    [1 - down, 1 + up] (a slight upward drift); tick ``t`` is at time ``t``."""
+    return _ticks(n_symbols, events, seed, lambda p, rng: p * (1.0 - down + rng.random() * (down + up)))
 
 
 def increasing_stream(n_symbols: int, events: int, seed: int = 1) -> list[Event]:
     """Prices that only rise, per symbol; symbols drawn uniformly (the stream
     of :func:`increasing_query`)."""
-    rng = random.Random(seed)
-    names = symbols(n_symbols)
-    price = [10.0 + rng.random() * 90 for _ in names]
-    out = []
-    for t in range(1, events + 1):
-        i = rng.randrange(n_symbols)
-        price[i] += 0.01 + rng.random()
-        out.append(Event("Stock", (names[i], price[i], rng.randrange(100, 10000)), t, t))
-    return out
+    return _ticks(n_symbols, events, seed, lambda p, rng: p + (0.01 + rng.random()))
 
 
 def write_ticks(path: str | Path, events: int, symbols: int, seed: int = 1) -> None:
