@@ -1,0 +1,140 @@
+"""``cayuga spark stream`` on a real local Spark: the witnesses equal
+``cayuga run``'s (clients/offline.py, which shares no code with the streaming
+path) as multisets, over files that arrive in several batches; late events
+are written out with their reason; the plan is the one printed."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from air.formats import encode_json, witness_dict
+from clients.offline import run_offline
+from clients.spark.stream import file_source, read_output, start_stream
+from tests.conftest import AIR_DIR, CEL_DIR, STOCK
+from tests.spark.conftest import multiset
+
+
+def _lines(events) -> str:
+    return "".join(encode_json(witness_dict("Stock", e, STOCK)) + "\n" for e in events)
+
+
+def offline(queries, events) -> list[dict]:
+    return run_offline([STOCK], [str(q) for q in queries], io.StringIO(_lines(events)), "jsonl").witnesses
+
+
+def run_in_batches(spark, tmp_path, queries, chunks, *, lateness=1000.0, key_groups=4, column_groups=None,
+                   fmt="jsonl", flush=True):
+    """Drop ``chunks`` into an input directory one file at a time, each followed
+    by an ``--available-now`` run on the same checkpoint (the last one with
+    ``--flush-at-end``); returns (witness dicts, late dicts, plan lines)."""
+    inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inp.mkdir()
+    said: list[str] = []
+    for i, chunk in enumerate(chunks):
+        tmp = tmp_path / f"part-{i:03d}.{fmt}"
+        if fmt == "jsonl":
+            tmp.write_text(_lines(chunk))
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"ts": [e.t1 for e in chunk], "ts_start": [e.t0 for e in chunk],
+                                     "symbol": [e.values[0] for e in chunk], "Price": [e.values[1] for e in chunk],
+                                     "Volume": [e.values[2] for e in chunk]}), tmp)
+        tmp.rename(inp / tmp.name)  # whole files only: the source must never see half a file
+        df, lines = file_source(spark, str(inp), fmt)
+        from clients.spark.io import ColumnMapping
+
+        mapping = None if fmt == "jsonl" else ColumnMapping(t0="ts_start", t1="ts", attributes={"Name": "symbol"})
+        job = start_stream(df, [STOCK], [str(q) for q in queries], output=str(out), checkpoint=str(ck),
+                           lines_format=lines, mapping=mapping, lateness=lateness, available_now=True,
+                           flush_at_end=flush and i == len(chunks) - 1, key_groups=key_groups,
+                           column_groups=column_groups, say=said.append)
+        job.query.awaitTermination(timeout=240)
+        assert not job.query.isActive, "an --available-now run did not end"
+        assert job.query.exception() is None
+    got = [json.loads(x) for x in read_output(spark, str(out))]
+    late = [json.loads(x) for x in read_output(spark, str(out), kind="late")]
+    return got, late, said
+
+
+def thirds(events):
+    n = len(events)
+    return [events[: n // 3], events[n // 3: 2 * n // 3], events[2 * n // 3:]]
+
+
+def test_keyed_query_over_three_arrivals_equals_cayuga_run(spark, events, tmp_path):
+    q = CEL_DIR / "test5.cel"
+    expected = offline([q], events)
+    got, late, said = run_in_batches(spark, tmp_path, [q], thirds(events))
+    assert said[1] == "[test5] row scaling: hash-partitioned by Stock.Name into groups 0-3"
+    assert late == []
+    assert len(got) == len(expected) and multiset(got) == multiset(expected)
+
+
+def test_parquet_files_with_a_column_mapping(spark, events, tmp_path):
+    q = CEL_DIR / "test206.cel"
+    expected = offline([q], events)
+    assert expected
+    got, late, _ = run_in_batches(spark, tmp_path, [q], thirds(events), fmt="parquet")
+    assert late == [] and multiset(got) == multiset(expected)
+
+
+def test_constant_routed_queries(spark, events, tmp_path):
+    qs = []
+    for sym in ("IBM", "MSFT", "Dell"):
+        q = tmp_path / f"pair_{sym}.cel"
+        q.write_text(f"SELECT Price_1 AS P1, Price AS P2 FROM (FILTER{{Name='{sym}'}}(Stock)) "
+                     f"NEXT{{$2.Price > $1.Price}} (FILTER{{Name='{sym}'}}(Stock)) PUBLISH Pair_{sym}")
+        qs.append(q)
+    expected = offline(qs, events)
+    assert {w["stream"] for w in expected} == {"Pair_IBM", "Pair_MSFT", "Pair_Dell"}
+    got, late, said = run_in_batches(spark, tmp_path, qs, thirds(events), key_groups=8)
+    route = said[1]
+    assert route.startswith("[pair_IBM, pair_MSFT, pair_Dell] routed by the constant of Stock.Name (")
+    assert "pair_IBM: 'IBM' -> group" in route
+    assert late == [] and multiset(got) == multiset(expected)
+
+
+def test_unkeyed_queries_are_column_scaled(spark, events, tmp_path):
+    rise = tmp_path / "rise.cel"
+    rise.write_text("SELECT * FROM Stock NEXT{$1.Price < $2.Price} Stock PUBLISH Rise")
+    vol = tmp_path / "vol.cel"
+    vol.write_text("SELECT Name, Volume FROM Stock NEXT{$2.Volume > 2 * $1.Volume} Stock PUBLISH Vol")
+    expected = offline([rise, vol], events)
+    assert {w["stream"] for w in expected} == {"Rise", "Vol"}
+    got, late, said = run_in_batches(spark, tmp_path, [rise, vol], thirds(events))
+    assert said[0].startswith("2 unit(s), 2 group(s)")
+    assert said[1].startswith("[rise] column group 1/2, group 0: every event (no key:")
+    assert said[2].startswith("[vol] column group 2/2, group 1")
+    assert late == [] and multiset(got) == multiset(expected)
+
+
+@pytest.mark.parametrize("chain", [["94.xml", "LONG_MONOTONIC_INC.xml"], ["IBMStock.xml", "IBM_MSFT_PAIR.xml"]])
+def test_resubscription_chains(spark, events, tmp_path, chain):
+    qs = [AIR_DIR / n for n in chain]
+    expected = offline(qs, events)
+    assert expected
+    got, late, said = run_in_batches(spark, tmp_path, qs, thirds(events))
+    if chain[0] == "94.xml":
+        assert "row scaling" in said[1]  # the key carries through the published stream
+    else:
+        assert "column group 1/1" in said[1] and "stages in spark run" in said[1]
+    assert late == [] and multiset(got) == multiset(expected)
+
+
+def test_late_events_are_written_with_the_reason(spark, events, tmp_path):
+    """With no lateness, an event older than what its group already ran is late:
+    it goes to OUTPUT/kind=late with the reason, and the witnesses are those of
+    `cayuga run` over the events that were on time."""
+    q = CEL_DIR / "test5.cel"
+    first, second = events[:300], events[300:]
+    stale = [e for e in first[:150] if e.values[0] == "IBM"][:3]
+    assert len(stale) == 3
+    got, late, _ = run_in_batches(spark, tmp_path, [q], [first, second + stale], lateness=0.0)
+    assert sorted(x["event"]["t1"] for x in late) == sorted(e.t1 for e in stale)
+    assert all("before" in x["reason"] and "raise --lateness" in x["reason"] for x in late)
+    assert multiset(got) == multiset(offline([q], first + second))
