@@ -302,14 +302,16 @@ if __name__ == "__main__":
 @click.option("--flush-at-end", is_flag=True,
               help="With --available-now: the input has ended, so every held-back event is processed "
                    "(later events are late).")
+@click.option("--max-files-per-trigger", type=int, default=None,
+              help="At most this many new files per micro-batch (default: all that are there).")
 @click.option("--key-groups", type=int, default=None,
               help="Groups a key is hashed into (default 32). Fixed at the first start: the checkpoint keeps it.")
 @click.option("--column-groups", type=int, default=None,
               help="Groups the unkeyed queries are dealt into (default: one per query, at most --key-groups). "
                    "Fixed at the first start.")
 def stream(streams, schema_files, config_path, master, queries, input_path, input_format, columns, output,
-           output_format, checkpoint, lateness, trigger, available_now, flush_at_end, key_groups,
-           column_groups) -> None:
+           output_format, checkpoint, lateness, trigger, available_now, flush_at_end, max_files_per_trigger,
+           key_groups, column_groups) -> None:
     """Run queries continuously over files arriving in a directory (Spark Structured Streaming).
 
     Prints the plan (keys, constant routes, column groups). Exactly once across
@@ -325,7 +327,8 @@ def stream(streams, schema_files, config_path, master, queries, input_path, inpu
 
     schemas = _schemas(streams, schema_files, config_path)
     mapping = _mapping(columns)
-    for name, value in (("--key-groups", key_groups), ("--column-groups", column_groups)):
+    for name, value in (("--key-groups", key_groups), ("--column-groups", column_groups),
+                        ("--max-files-per-trigger", max_files_per_trigger)):
         if value is not None and value < 1:
             _fail(f"{name} must be 1 or more, not {value}")
     if input_format is None:
@@ -336,7 +339,8 @@ def stream(streams, schema_files, config_path, master, queries, input_path, inpu
     spark_session = session.spark
     try:
         try:
-            df, lines = file_source(spark_session, input_path, input_format)
+            df, lines = file_source(spark_session, input_path, input_format,
+                                    max_files_per_trigger=max_files_per_trigger)
             job = start_stream(df, schemas, list(queries), output=output, checkpoint=checkpoint,
                                output_format=output_format, lines_format=lines, mapping=mapping, lateness=lateness,
                                trigger=trigger, available_now=available_now, flush_at_end=flush_at_end,
@@ -344,10 +348,15 @@ def stream(streams, schema_files, config_path, master, queries, input_path, inpu
                                functions=_functions(config_path), say=say)
         except (CayugaError, EngineError, ModelError, InputError, StreamError) as exc:
             _fail(str(exc))
+        from pyspark.errors import StreamingQueryException
+
         try:
             job.query.awaitTermination()
         except KeyboardInterrupt:
             job.query.stop()
+        except StreamingQueryException as exc:
+            _fail(f"the streaming query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}; "
+                  f"fix the cause and run the same command again: it resumes from {checkpoint}", 1)
         bad = {}
         if output_format == "jsonl":
             for kind in ("late", "rejected"):

@@ -592,7 +592,10 @@ def start_stream(df, streams: Sequence[StreamSchema], queries: Sequence[str | Pa
     otherwise ties go in the order the rows arrive. ``lateness`` (seconds) is
     the event-time watermark's delay. Returns the :class:`StreamJob`; its
     ``query`` runs until stopped (or, with ``available_now``, until the
-    input present at the start is processed)."""
+    input present at the start is processed). ``flush_at_end`` (with
+    ``available_now``): the input has ended; this call waits for the input's
+    run to end, then starts (and returns) a run that processes every event
+    still held back; later events are late."""
     from pyspark.sql import functions as F
 
     from clients.spark.run import load_queries
@@ -621,10 +624,6 @@ def start_stream(df, streams: Sequence[StreamSchema], queries: Sequence[str | Pa
     messages = plan.describe().splitlines()
     for line in messages:
         say(line)
-    if flush_at_end and not (ck / CONTROL_DIR / "flush.txt").exists():
-        tmp = ck / CONTROL_DIR / ".flush.tmp"
-        tmp.write_text("flush\n", encoding="utf-8")
-        tmp.replace(ck / CONTROL_DIR / "flush.txt")
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
 
     cols = list(df.columns)
@@ -662,6 +661,22 @@ def start_stream(df, streams: Sequence[StreamSchema], queries: Sequence[str | Pa
     elif trigger:
         writer = writer.trigger(processingTime=f"{float(trigger)} seconds")
     query = writer.start()
+    if flush_at_end:
+        # The input first, to its end; then the flush marker alone, in a run of its own (the
+        # control source would otherwise hand it to the first micro-batch, before later files).
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            query.awaitTermination()
+        except StreamingQueryException:
+            pass  # query.exception() says why; the caller sees it on its own awaitTermination
+        if query.exception() is None:
+            flag = ck / CONTROL_DIR / "flush.txt"
+            if not flag.exists():
+                tmp = ck / CONTROL_DIR / ".flush.tmp"
+                tmp.write_text("flush\n", encoding="utf-8")
+                tmp.replace(flag)
+            query = writer.start()
     return StreamJob(query, plan, output, output_format, str(ck), messages)
 
 

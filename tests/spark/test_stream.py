@@ -66,64 +66,47 @@ def thirds(events):
     return [events[: n // 3], events[n // 3: 2 * n // 3], events[2 * n // 3:]]
 
 
-def test_keyed_query_over_three_arrivals_equals_cayuga_run(spark, events, tmp_path):
+def test_keyed_query_over_three_arrivals_of_parquet_files(spark, events, tmp_path):
     q = CEL_DIR / "test5.cel"
     expected = offline([q], events)
-    got, late, said = run_in_batches(spark, tmp_path, [q], thirds(events))
+    got, late, said = run_in_batches(spark, tmp_path, [q], thirds(events), fmt="parquet")
     assert said[1] == "[test5] row scaling: hash-partitioned by Stock.Name into groups 0-3"
     assert late == []
     assert len(got) == len(expected) and multiset(got) == multiset(expected)
 
 
-def test_parquet_files_with_a_column_mapping(spark, events, tmp_path):
-    q = CEL_DIR / "test206.cel"
-    expected = offline([q], events)
-    assert expected
-    got, late, _ = run_in_batches(spark, tmp_path, [q], thirds(events), fmt="parquet")
-    assert late == [] and multiset(got) == multiset(expected)
-
-
-def test_constant_routed_queries(spark, events, tmp_path):
-    qs = []
+def test_constant_routes_column_groups_and_resubscription_chains(spark, events, tmp_path):
+    """One job with every kind of unit: a keyed resubscription chain (row
+    scaling), queries routed by their constant, two unkeyed queries and a
+    chain that spark run needs two stages for (column groups)."""
+    qs = [AIR_DIR / "94.xml", AIR_DIR / "LONG_MONOTONIC_INC.xml"]
     for sym in ("IBM", "MSFT", "Dell"):
         q = tmp_path / f"pair_{sym}.cel"
         q.write_text(f"SELECT Price_1 AS P1, Price AS P2 FROM (FILTER{{Name='{sym}'}}(Stock)) "
                      f"NEXT{{$2.Price > $1.Price}} (FILTER{{Name='{sym}'}}(Stock)) PUBLISH Pair_{sym}")
         qs.append(q)
-    expected = offline(qs, events)
-    assert {w["stream"] for w in expected} == {"Pair_IBM", "Pair_MSFT", "Pair_Dell"}
-    got, late, said = run_in_batches(spark, tmp_path, qs, thirds(events), key_groups=8)
-    route = said[1]
-    assert route.startswith("[pair_IBM, pair_MSFT, pair_Dell] routed by the constant of Stock.Name (")
-    assert "pair_IBM: 'IBM' -> group" in route
-    assert late == [] and multiset(got) == multiset(expected)
-
-
-def test_unkeyed_queries_are_column_scaled(spark, events, tmp_path):
     rise = tmp_path / "rise.cel"
     rise.write_text("SELECT * FROM Stock NEXT{$1.Price < $2.Price} Stock PUBLISH Rise")
     vol = tmp_path / "vol.cel"
     vol.write_text("SELECT Name, Volume FROM Stock NEXT{$2.Volume > 2 * $1.Volume} Stock PUBLISH Vol")
-    expected = offline([rise, vol], events)
-    assert {w["stream"] for w in expected} == {"Rise", "Vol"}
-    got, late, said = run_in_batches(spark, tmp_path, [rise, vol], thirds(events))
-    assert said[0].startswith("2 unit(s), 2 group(s)")
-    assert said[1].startswith("[rise] column group 1/2, group 0: every event (no key:")
-    assert said[2].startswith("[vol] column group 2/2, group 1")
-    assert late == [] and multiset(got) == multiset(expected)
-
-
-@pytest.mark.parametrize("chain", [["94.xml", "LONG_MONOTONIC_INC.xml"], ["IBMStock.xml", "IBM_MSFT_PAIR.xml"]])
-def test_resubscription_chains(spark, events, tmp_path, chain):
-    qs = [AIR_DIR / n for n in chain]
+    qs += [rise, vol, AIR_DIR / "IBMStock.xml", AIR_DIR / "IBM_MSFT_PAIR.xml"]
     expected = offline(qs, events)
-    assert expected
-    got, late, said = run_in_batches(spark, tmp_path, qs, thirds(events))
-    if chain[0] == "94.xml":
-        assert "row scaling" in said[1]  # the key carries through the published stream
-    else:
-        assert "column group 1/1" in said[1] and "stages in spark run" in said[1]
-    assert late == [] and multiset(got) == multiset(expected)
+    streams = {w["stream"] for w in expected}
+    assert {"Pair_IBM", "Pair_MSFT", "Pair_Dell", "Rise", "Vol", "IBM_MSFT_PAIR"} <= streams
+    assert len(streams) == 8  # and IBMStock, and the keyed chain's output
+    got, late, said = run_in_batches(spark, tmp_path, qs, thirds(events), key_groups=8)
+    assert said[0].startswith("5 unit(s), 19 group(s) in the state store; 8 key group(s) and 3 column group(s)")
+    assert said[1] == "[94, LONG_MONOTONIC_INC] row scaling: hash-partitioned by Stock.Name into groups 0-7"
+    assert said[2].startswith("[pair_IBM, pair_MSFT, pair_Dell] routed by the constant of Stock.Name (pair_IBM: "
+                              "'IBM' -> group ")
+    assert said[3].startswith("[rise] column group 1/3, group 16: every event (no key: ")
+    assert said[4].startswith("[vol] column group 2/3, group 17")
+    assert said[5].startswith("[IBMStock, IBM_MSFT_PAIR] column group 3/3, group 18: every event (no key: "
+                              "resubscription needs 2 stages in spark run")
+    assert late == []
+    for name in sorted(streams):
+        assert multiset(w for w in got if w["stream"] == name) == multiset(w for w in expected if w["stream"] == name)
+    assert len(got) == len(expected)
 
 
 def test_late_events_are_written_with_the_reason(spark, events, tmp_path):
