@@ -304,6 +304,9 @@ if __name__ == "__main__":
                    "(later events are late).")
 @click.option("--max-files-per-trigger", type=int, default=None,
               help="At most this many new files per micro-batch (default: all that are there).")
+@click.option("--partitions", type=int, default=None,
+              help="Partitions of the stateful operator (default: 2 x cores, at most one per group). "
+                   "Fixed at the first start.")
 @click.option("--key-groups", type=int, default=None,
               help="Groups a key is hashed into (default 32). Fixed at the first start: the checkpoint keeps it.")
 @click.option("--column-groups", type=int, default=None,
@@ -311,7 +314,7 @@ if __name__ == "__main__":
                    "Fixed at the first start.")
 def stream(streams, schema_files, config_path, master, queries, input_path, input_format, columns, output,
            output_format, checkpoint, lateness, trigger, available_now, flush_at_end, max_files_per_trigger,
-           key_groups, column_groups) -> None:
+           partitions, key_groups, column_groups) -> None:
     """Run queries continuously over files arriving in a directory (Spark Structured Streaming).
 
     Prints the plan (keys, constant routes, column groups). Exactly once across
@@ -328,7 +331,7 @@ def stream(streams, schema_files, config_path, master, queries, input_path, inpu
     schemas = _schemas(streams, schema_files, config_path)
     mapping = _mapping(columns)
     for name, value in (("--key-groups", key_groups), ("--column-groups", column_groups),
-                        ("--max-files-per-trigger", max_files_per_trigger)):
+                        ("--max-files-per-trigger", max_files_per_trigger), ("--partitions", partitions)):
         if value is not None and value < 1:
             _fail(f"{name} must be 1 or more, not {value}")
     if input_format is None:
@@ -344,7 +347,7 @@ def stream(streams, schema_files, config_path, master, queries, input_path, inpu
             job = start_stream(df, schemas, list(queries), output=output, checkpoint=checkpoint,
                                output_format=output_format, lines_format=lines, mapping=mapping, lateness=lateness,
                                trigger=trigger, available_now=available_now, flush_at_end=flush_at_end,
-                               key_groups=key_groups, column_groups=column_groups,
+                               key_groups=key_groups, column_groups=column_groups, partitions=partitions,
                                functions=_functions(config_path), say=say)
         except (CayugaError, EngineError, ModelError, InputError, StreamError) as exc:
             _fail(str(exc))

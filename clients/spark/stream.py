@@ -580,7 +580,8 @@ def start_stream(df, streams: Sequence[StreamSchema], queries: Sequence[str | Pa
                  output_format: str = "jsonl", lines_format: str | None = None,
                  mapping: ColumnMapping | None = None, lateness: float = 0.0, trigger: float | None = None,
                  available_now: bool = False, flush_at_end: bool = False, key_groups: int | None = None,
-                 column_groups: int | None = None, functions: dict | None = None, time_unit_ms: float = 1.0,
+                 column_groups: int | None = None, partitions: int | None = None,
+                 functions: dict | None = None, time_unit_ms: float = 1.0,
                  say: Callable[[str], None] | None = None) -> StreamJob:
     """Start continuous CEP over the streaming DataFrame ``df`` (any source:
     files, Kafka, Delta, rate...).
@@ -590,7 +591,10 @@ def start_stream(df, streams: Sequence[StreamSchema], queries: Sequence[str | Pa
     events' fields, mapped by ``mapping``. Columns ``__file`` and ``__block``,
     when present, give each row's input position (ties at equal t1 go by it);
     otherwise ties go in the order the rows arrive. ``lateness`` (seconds) is
-    the event-time watermark's delay. Returns the :class:`StreamJob`; its
+    the event-time watermark's delay. ``partitions``: the stateful
+    operator's partitions at the first start (default: the session's
+    ``spark.sql.shuffle.partitions`` if set, else twice the parallelism, at
+    most one per group); Spark keeps them in the checkpoint. Returns the :class:`StreamJob`; its
     ``query`` runs until stopped (or, with ``available_now``, until the
     input present at the start is processed). ``flush_at_end`` (with
     ``available_now``): the input has ended; this call waits for the input's
@@ -625,6 +629,14 @@ def start_stream(df, streams: Sequence[StreamSchema], queries: Sequence[str | Pa
     for line in messages:
         say(line)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    if not (ck / "query" / "offsets").exists():
+        # the stateful operator's partitions are fixed at the first start (Spark keeps them in the
+        # checkpoint); more than there are groups would only be empty state stores
+        if partitions:
+            spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+        elif spark.conf.get("spark.sql.shuffle.partitions") == "200":  # Spark's default, untouched
+            par = spark.sparkContext.defaultParallelism
+            spark.conf.set("spark.sql.shuffle.partitions", str(max(1, min(plan.groups, 2 * par))))
 
     cols = list(df.columns)
     has_pos = "__file" in cols and "__block" in cols
@@ -767,5 +779,7 @@ def read_output(spark, output: str, output_format: str = "jsonl", kind: str = "w
         if not (Path(output) / "_spark_metadata").exists() and "://" not in output:
             return []
         df = spark.read.text(output)
+        if "kind" not in df.columns:  # nothing written yet: no kind=... directory
+            return []
         return [r.value for r in df.where(F.col("kind") == kind).select("value").collect()]
     raise StreamError("read_output reads jsonl output; read OUTPUT/<stream> with spark.read.parquet")

@@ -12,7 +12,7 @@ import pytest
 
 from air.formats import encode_json, witness_dict
 from clients.offline import run_offline
-from clients.spark.stream import file_source, read_output, start_stream
+from clients.spark.stream import StreamError, file_source, read_output, start_stream
 from tests.conftest import AIR_DIR, CEL_DIR, STOCK
 from tests.spark.conftest import multiset
 
@@ -121,3 +121,23 @@ def test_late_events_are_written_with_the_reason(spark, events, tmp_path):
     assert sorted(x["event"]["t1"] for x in late) == sorted(e.t1 for e in stale)
     assert all("before" in x["reason"] and "raise --lateness" in x["reason"] for x in late)
     assert multiset(got) == multiset(offline([q], first + second))
+
+
+def test_key_groups_are_fixed_at_the_first_start(spark, tmp_path):
+    """Another --key-groups on a restart is refused with the reason, not silently used
+    (the groups' state is where the first start's hashing put it)."""
+    (tmp_path / "in").mkdir()
+    q = [str(CEL_DIR / "test5.cel")]
+    df, lines = file_source(spark, str(tmp_path / "in"), "jsonl")
+    job = start_stream(df, [STOCK], q, output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ck"),
+                       lines_format=lines, available_now=True, key_groups=4)
+    job.query.awaitTermination(timeout=240)
+    assert not job.query.isActive
+    with pytest.raises(StreamError, match="key groups are fixed at the first start: the checkpoint .* has 4, not 8"):
+        start_stream(df, [STOCK], q, output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ck"),
+                     lines_format=lines, available_now=True, key_groups=8)
+    other = tmp_path / "other.cel"
+    other.write_text((CEL_DIR / "test5.cel").read_text())
+    with pytest.raises(StreamError, match="belongs to a job with the queries"):
+        start_stream(df, [STOCK], [str(other)], output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ck"),
+                     lines_format=lines, available_now=True)
