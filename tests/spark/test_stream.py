@@ -26,7 +26,7 @@ def offline(queries, events) -> list[dict]:
 
 
 def run_in_batches(spark, tmp_path, queries, chunks, *, lateness=1000.0, key_groups=4, column_groups=None,
-                   fmt="jsonl", flush=True):
+                   fmt="jsonl", flush=True, output_format="jsonl"):
     """Drop ``chunks`` into an input directory one file at a time, each followed
     by an ``--available-now`` run on the same checkpoint (the last one with
     ``--flush-at-end``); returns (witness dicts, late dicts, plan lines)."""
@@ -50,12 +50,19 @@ def run_in_batches(spark, tmp_path, queries, chunks, *, lateness=1000.0, key_gro
 
         mapping = None if fmt == "jsonl" else ColumnMapping(t0="ts_start", t1="ts", attributes={"Name": "symbol"})
         job = start_stream(df, [STOCK], [str(q) for q in queries], output=str(out), checkpoint=str(ck),
-                           lines_format=lines, mapping=mapping, lateness=lateness, available_now=True,
+                           output_format=output_format, lines_format=lines, mapping=mapping,
+                           lateness=lateness, available_now=True,
                            flush_at_end=flush and i == len(chunks) - 1, key_groups=key_groups,
                            column_groups=column_groups, say=said.append)
         job.query.awaitTermination(timeout=240)
         assert not job.query.isActive, "an --available-now run did not end"
         assert job.query.exception() is None
+    if output_format == "parquet":
+        got = [r.asDict() for d in sorted(out.iterdir()) if not d.name.startswith("_")
+               for r in spark.read.parquet(str(d)).drop("batch").collect()]
+        late_dir = out / "_late"
+        late = [json.loads(r.value) for r in spark.read.text(str(late_dir)).collect()] if late_dir.exists() else []
+        return got, late, said
     got = [json.loads(x) for x in read_output(spark, str(out))]
     late = [json.loads(x) for x in read_output(spark, str(out), kind="late")]
     return got, late, said
@@ -66,10 +73,12 @@ def thirds(events):
     return [events[: n // 3], events[n // 3: 2 * n // 3], events[2 * n // 3:]]
 
 
-def test_keyed_query_over_three_arrivals_of_parquet_files(spark, events, tmp_path):
+def test_keyed_query_over_three_arrivals_of_parquet_files_to_parquet(spark, events, tmp_path):
+    """Parquet in (renamed columns), Parquet out: OUTPUT/T5/batch=<id>, times as doubles."""
     q = CEL_DIR / "test5.cel"
-    expected = offline([q], events)
-    got, late, said = run_in_batches(spark, tmp_path, [q], thirds(events), fmt="parquet")
+    expected = [{**w, "t0": float(w["t0"]), "t1": float(w["t1"])} for w in offline([q], events)]
+    got, late, said = run_in_batches(spark, tmp_path, [q], thirds(events), fmt="parquet", output_format="parquet")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["T5"]
     assert said[1] == "[test5] row scaling: hash-partitioned by Stock.Name into groups 0-3"
     assert late == []
     assert len(got) == len(expected) and multiset(got) == multiset(expected)
