@@ -337,7 +337,9 @@ def stream(streams, schema_files, config_path, master, queries, input_path, inpu
     if input_format is None:
         p = Path(input_path)
         input_format = next((f for f in ("parquet", "csv") if p.is_dir() and any(p.glob(f"*.{f}"))), "jsonl")
-    say = lambda m: click.echo(f"cayuga spark: {m}", err=True)  # noqa: E731
+    def say(m: str) -> None:
+        click.echo(f"cayuga spark: {m}", err=True)
+
     session = _session(master, "cayuga-spark-stream")
     spark_session = session.spark
     try:

@@ -30,13 +30,22 @@ single partition.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from air.expr import Compare, Literal, Ref
 from air.formats import LineError, convert_value
-from air.model import (Automaton, ComplexAtom, Computed, DynamicAtom, Edge, Predicate, Rename, StaticAtom,
-                       StreamSchema)
+from air.model import (
+    Automaton,
+    ComplexAtom,
+    Computed,
+    DynamicAtom,
+    Edge,
+    Predicate,
+    Rename,
+    StaticAtom,
+    StreamSchema,
+)
 
 #: Give up enumerating key candidates beyond this many combinations (then: no key).
 MAX_CANDIDATES = 4096
@@ -434,7 +443,7 @@ def constant_route(automata: Sequence[Automaton], schemas: Mapping[str, StreamSc
                     return None
         if not options:
             return None
-        attr, v = sorted(options, key=repr)[0]
+        attr, v = min(options, key=repr)
         if value is not _UNSET and v != value:
             return None
         value = v

@@ -33,15 +33,14 @@ output with the reason, never dropped.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
 import math
 import pickle
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from air.engine import Engine, Event
 from air.formats import make_decoder, witness_bytes
@@ -125,8 +124,8 @@ class StreamPlan:
         return out
 
     def describe(self) -> str:
-        lines = [f"{len(self.units)} unit(s), {self.groups} group(s) in the state store; "
-                 f"{self.key_groups} key group(s) and {self.column_groups} column group(s), fixed at the first start"]
+        lines = [(f"{len(self.units)} unit(s), {self.groups} group(s) in the state store; "
+                  f"{self.key_groups} key group(s) and {self.column_groups} column group(s), fixed at the first start")]
         lines += [u.describe for u in self.units]
         return "\n".join(lines)
 
@@ -204,8 +203,8 @@ def plan_stream(owned: Sequence[Owned], declared: Mapping[str, StreamSchema], al
         if route is not None:
             routed.setdefault(route.attributes, []).append((comp[0], route.value))
             continue
-        reason = st.reason if len(plan.stages) == 1 else (
-            "resubscription needs " + str(len(plan.stages)) + " stages in spark run; one engine here")
+        reason = (st.reason if len(plan.stages) == 1
+                  else f"resubscription needs {len(plan.stages)} stages in spark run; one engine here")
         unkeyed.append((comp, reason))
 
     units: list[Unit] = []
@@ -531,15 +530,14 @@ class CepProcessor(_Base):
                 recs.append(pickle.dumps((em.stream, ev.values, ev.t0, ev.t1), protocol=pickle.HIGHEST_PROTOCOL))
             emitted.clear()
             clear_state(eng)
-        if limit > frontier:
-            frontier = limit
+        frontier = max(frontier, limit)
         st["frontier"] = frontier
         st["buffer"] = buffer
         for t in list(self.handle.listTimers()):
             self.handle.deleteTimer(t)
         if buffer:
             first = min(e[0] for e in buffer)
-            self.handle.registerTimer(int(math.ceil(first * self.time_unit_ms)))
+            self.handle.registerTimer(math.ceil(first * self.time_unit_ms))
         self.state.update((pickle.dumps(st, protocol=pickle.HIGHEST_PROTOCOL),))
         if kinds:
             yield pd.DataFrame({"kind": kinds, "stream": streams, "line": lines, "rec": recs})
@@ -656,7 +654,7 @@ def start_stream(df, streams: Sequence[StreamSchema], queries: Sequence[str | Pa
     timed = (routed.unionByName(control)
              .withColumn("ts", F.timestamp_millis(F.least(F.col("t1") * F.lit(time_unit_ms),
                                                            F.lit(END_OF_TIME)).cast("long")))
-             .withWatermark("ts", f"{int(round(lateness_ms))} milliseconds")
+             .withWatermark("ts", f"{round(lateness_ms)} milliseconds")
              # the watermark column is not passed on, so Spark drops no late row: the processor
              # writes late events out instead
              .select("g", "m", "t1", "ord", "rec"))
@@ -757,7 +755,7 @@ def file_source(spark, path: str, fmt: str, *, max_files_per_trigger: int | None
                 df = reader.schema(batch.parquet(path).schema).parquet(path)
             else:
                 df = reader.schema(batch.json(path).schema).json(path)
-        except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException: no file to learn columns from
+        except Exception as exc:  # Spark's AnalysisException: no file to learn columns from
             if "UNABLE_TO_INFER_SCHEMA" in str(exc) or "Unable to infer schema" in str(exc):
                 raise InputError(f"--input {path} has no {fmt} file yet: a stream of {fmt} files learns its columns "
                                  "from the files present at the first start; put one in first") from None

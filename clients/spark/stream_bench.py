@@ -36,7 +36,7 @@ def _percentile(xs, q: float) -> float:
     xs = sorted(xs)
     if not xs:
         return float("nan")
-    k = min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))
+    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
     return xs[k]
 
 

@@ -64,11 +64,8 @@ def _env() -> dict:
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen:
-    fh = open(log, "ab")
-    try:
+    with open(log, "ab") as fh:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
-    finally:
-        fh.close()
 
 
 def _kill_group(p: subprocess.Popen) -> None:
