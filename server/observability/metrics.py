@@ -23,6 +23,7 @@ from server.durability.witlog import WitnessLog
 from server.ingest.queue import DelayQueue
 from server.observability.counters import (CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED, RECEIVED, REJECTED,
                                            TCP_REFUSED, Count, Counters)
+from server.observability.healthmetrics import HealthCollector
 
 #: No ``*_created`` series: a scrape is the counters' values, not when each was made.
 disable_created_metrics()
@@ -231,6 +232,7 @@ def make_registry(source: MetricsSource) -> tuple[CollectorRegistry, Histogram]:
     descriptors (``process_*``, ``python_*``)."""
     reg = CollectorRegistry()
     reg.register(_Collector(source))
+    reg.register(HealthCollector(source))  # engine up, engine errors, queue capacity and stall (alerts)
     ProcessCollector(registry=reg)
     PlatformCollector(registry=reg)
     Info("cayuga_build", "The running server: its version, engine build and Python", registry=reg).info(
