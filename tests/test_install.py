@@ -1,4 +1,4 @@
-"""The install contract (issue 23): a plain ``pip install -e .`` into a fresh
+"""The install contract (issues 23 and 25): a plain ``pip install -e .`` into a fresh
 venv, from a copy of the files a clone has, brings no Spark (no pyspark,
 pandas or pyarrow), and its ``cayuga serve`` starts and answers /health;
 its ``cayuga spark`` says what to install. One venv, built the way a
@@ -7,6 +7,7 @@ come from the package index, as on a fresh machine)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -132,3 +133,48 @@ def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory
                 proc.kill()
                 proc.wait(timeout=10)
             proc.stdout.close()
+
+
+def test_the_version_is_written_once_in_pyproject(monkeypatch):
+    """The API reports the installed distribution's version (pyproject.toml's),
+    not a second copy of it; a source tree without metadata reads pyproject.toml."""
+    import importlib.metadata
+    import tomllib
+
+    import server.app
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert server.app.version() == declared
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.8.7")
+    assert server.app.version() == "9.8.7"
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert server.app.version() == declared
+
+
+def test_large_responses_are_sent_gzipped(tmp_path):
+    """Swagger's 1.7 MB bundle (and /openapi.json, the console's scripts) go out
+    compressed to a client that accepts gzip; small answers and WebSockets as they are."""
+    from clients.testing import server_settings
+    from server.serve import RunningServer
+
+    bundle = ROOT / "server" / "console" / "static" / "vendor" / "swagger-ui" / "swagger-ui-bundle.js"
+    srv = RunningServer(server_settings(tmp_path / "data")).start()
+    try:
+        with httpx.Client(base_url=srv.base_url, timeout=30) as c:
+            assert "/console/vendor/swagger-ui/swagger-ui-bundle.js" in c.get("/docs").text
+            with c.stream("GET", "/console/vendor/swagger-ui/swagger-ui-bundle.js",
+                          headers={"Accept-Encoding": "gzip"}) as r:
+                raw = b"".join(r.iter_raw())
+            assert r.status_code == 200 and r.headers.get("content-encoding") == "gzip", r.headers
+            assert len(raw) < bundle.stat().st_size / 3, f"{len(raw)} bytes sent for {bundle.stat().st_size}"
+            assert gzip.decompress(raw) == bundle.read_bytes()
+            plain = c.get("/console/vendor/swagger-ui/swagger-ui-bundle.js", headers={"Accept-Encoding": "identity"})
+            assert "content-encoding" not in plain.headers and plain.content == bundle.read_bytes()
+            small = c.get("/livez", headers={"Accept-Encoding": "gzip"})
+            assert small.status_code == 200 and "content-encoding" not in small.headers
+    finally:
+        srv.stop()
