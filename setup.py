@@ -6,6 +6,9 @@ pyproject.toml.
 The modules, their Cython directives and the typing ``.pxd`` files are those of
 ``cayuga build-engine`` (``air/engine/build.py``), which stays for
 rebuilding in place. ``CAYUGA_ENGINE=python`` at install time skips the build.
+The modules are built without debug information, stripped, and without the
+build machine's RUNPATH; when none could be compiled the build says so and the
+wheel is tagged ``py3-none-any`` (it holds Python only).
 """
 
 import importlib.util
