@@ -116,6 +116,17 @@ def test_every_expression_names_only_metrics_the_server_exports(exported, where)
     assert not unknown, "not exported by the server:\n" + "\n".join(unknown)
 
 
+@pytest.mark.parametrize("where", ["alerts", "dashboard"])
+def test_no_expression_reads_a_per_subscription_series(where):
+    """A server may hold a million subscriptions: rules and panels read aggregates only
+    (cayuga_instances summed, never its subscription label)."""
+    exprs = _alert_exprs() if where == "alerts" else _dashboard_exprs()
+    for title, expr in exprs:
+        names, labels = _names(_concrete(expr))
+        assert "subscription" not in labels, f"{title}: {expr}"
+        assert not any(n.startswith("cayuga_subscription_") for n in names), f"{title}: {expr}"
+
+
 def test_the_name_check_catches_a_wrong_name():
     """The parser above finds names where they hide (after a function, inside by())."""
     names, labels = _names('histogram_quantile(0.99, sum by (le, part) (rate(cayuga_nope_bucket{a="b"}[5m])))'
@@ -148,6 +159,8 @@ def test_the_dashboard_is_well_formed_and_provisioned_as_compose_mounts_it():
     assert re.fullmatch(r"grafana/grafana:\d+\.\d+\.\d+", compose["grafana"]["image"]), "pin Grafana's image"
     assert any(v.startswith("grafana-data:") for v in compose["grafana"]["volumes"])
     prom = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    # CayugaScrapeDown and the dashboard's Scrape panel look for up{job="cayuga"}
+    assert [job["job_name"] for job in prom["scrape_configs"]] == ["cayuga"]
     prom_mounts = {m.split(":")[0]: m.split(":")[1] for m in compose["prometheus"]["volumes"] if m.startswith("./")}
     for rules in prom["rule_files"]:
         assert prom_mounts[f"./{rules}"] == f"/etc/prometheus/{rules}", f"compose does not mount {rules}"
