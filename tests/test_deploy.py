@@ -4,8 +4,10 @@ PromQL expression of the rules and of the Grafana dashboard names only
 metrics a real server exports -- scraped from a running one, so a renamed or
 removed metric breaks this test, not an operator's dashboard at 3 a.m.
 
-promtool comes from Debian's ``prometheus`` package (.ci/run installs it);
-under CI=true a missing promtool fails the test, elsewhere it skips."""
+Last, a real Prometheus scrapes a real server with the rules loaded and
+answers every panel's query. promtool and prometheus come from Debian's
+``prometheus`` package (.ci/run installs it); under CI=true a missing one
+fails its tests, elsewhere they skip."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 
@@ -233,3 +236,78 @@ def test_the_alerts_inputs_follow_a_real_server(start_server, monkeypatch):  # n
     srv.daemon.submit(die)
     wait_until(lambda: value(srv, "cayuga_engine_up") == 0, 10, "cayuga_engine_up to say 0")
     assert httpx.get(srv.base_url + "/livez", timeout=10).status_code == 503
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_real_prometheus_scrapes_a_server_answers_every_panel_and_evaluates_the_rules(start_server,  # noqa: F811
+                                                                                         tmp_path):
+    """Debian's prometheus (the package that brings promtool) scrapes a running
+    server over loopback with alerts.yml loaded: every rule evaluates without
+    error and none is active on a healthy server, and every dashboard query
+    returns a series -- so a panel is not empty for a reason the name check
+    cannot see (a label that never has that value, a wrong aggregation)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("prometheus is missing: .ci/run installs Debian's prometheus package")
+        pytest.skip("prometheus is missing (apt-get install prometheus); CI runs this test")
+    srv = start_server()
+    with httpx.Client(base_url=srv.base_url, timeout=10) as c:
+        r = c.post("/subscriptions", json={"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"})
+        assert r.status_code == 201, r.text
+        assert c.post("/events", json=[stock("IBM", 1.0, 1, 5)]).status_code == 202
+    target = srv.base_url.removeprefix("http://")
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "rule_files": [str(DEPLOY / "alerts.yml")],
+              "scrape_configs": [{"job_name": "cayuga", "static_configs": [{"targets": [target]}]}]}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = _free_port()
+    log = (tmp_path / "prometheus.log").open("w")
+    prom = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as api:
+            def query(expr: str) -> list:
+                body = api.get("/api/v1/query", params={"query": expr}).json()
+                assert body["status"] == "success", f"{expr}: {body}"
+                return body["data"]["result"]
+
+            def ready() -> bool:
+                assert prom.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
+                try:
+                    # two scrapes of a counter make a rate
+                    return api.get("/-/ready").status_code == 200 and bool(
+                        query("rate(cayuga_events_processed_total[1m])")) and bool(query("cayuga_instances"))
+                except httpx.TransportError:
+                    return False
+
+            wait_until(ready, 60, "Prometheus to scrape the server twice")
+            empty = [f"{title}: {expr}" for title, expr in _dashboard_exprs()
+                     if not expr.startswith("label_values(") and not query(_concrete(expr))]
+            assert not empty, "panels without data from a running server:\n" + "\n".join(empty)
+
+            def evaluated() -> list:
+                rules = [r for g in api.get("/api/v1/rules").json()["data"]["groups"] for r in g["rules"]]
+                return rules if rules and all(r.get("lastEvaluation", "").startswith("2") and
+                                              not r["lastEvaluation"].startswith("0001") for r in rules) else []
+
+            wait_until(evaluated, 30, "every rule to be evaluated once")
+            rules = evaluated()
+            assert sorted(r["name"] for r in rules) == sorted(name for name, _ in _alert_exprs())
+            assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
+            assert [a for r in rules for a in r.get("alerts", [])] == [], "alerts on a healthy server"
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(timeout=30)
+        finally:
+            if prom.poll() is None:
+                prom.kill()
+                prom.wait(timeout=10)
+            log.close()
