@@ -10,7 +10,8 @@ subscription holds the engine back (``holding_back``: see :func:`holding_back`).
 ``authorization: {credentials: ...}``). It is answered on the event loop from
 counters and copies, never waiting for the engine thread or a worker thread,
 so it stays fast under load; the live instances (``cayuga_instances``,
-``cayuga_subscription_instances``) are recounted by the engine thread in the background (see ``Evictions.refresh`` in server/processing.py: at least every
+``cayuga_subscription_instances``) are recounted by the engine thread in the
+background (see ``Evictions.refresh`` in server/processing.py: at least every
 second while idle, every few seconds with 100K subscriptions).
 """
 

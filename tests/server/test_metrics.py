@@ -84,7 +84,8 @@ def _counted(c: httpx.Client, total: int) -> str:
     """A scrape once every subscription's instances are counted (``cayuga_instances`` == total)."""
     def scraped():
         text = c.get("/metrics").text
-        return text if _families(text)["cayuga_instances"].samples[0].value == total else None
+        every = [s.value for s in _families(text)["cayuga_instances"].samples if not s.labels]
+        return text if every == [total] else None
 
     return wait_until(scraped, timeout=60, what=f"{total} live instances counted")
 
