@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from server.api.bodylimit import BodyLimit
 from server.api import automaton, console, events, stats, streams, subscriptions, system, ws
@@ -39,6 +40,21 @@ def version() -> str:
             return "0+unknown"
 
 
+DESCRIPTION = (
+    "Complex event processing: register CEL or AIR subscriptions, send events, receive matches over "
+    "WebSockets (`/ws/subscriptions/{id}`, `/ws/streams/{name}`: see the README).\n\n"
+    "Every error answer is JSON with a `detail` saying what went wrong and what to do (the `ErrorOut` schema). "
+    "When the server has `auth_tokens`, every operation but /health, /livez and /readyz needs "
+    "`Authorization: Bearer <token>`. Below the operations, any request may also get 408 (its headers or body "
+    "did not arrive in time) or 503 (the server holds max_http_connections connections), with the same body.")
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's id in the OpenAPI document: its function's name (``create_subscription``), stable
+    for client generators."""
+    return route.name
+
+
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
     """The app for ``settings``. The daemon starts with the app (lifespan) unless
     the caller passes one it manages itself (``cayuga serve`` does, to drain on
@@ -57,8 +73,7 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
 
     # docs_url=None: /docs is served by the console router from vendored files (no CDN); ReDoc needs one
     app = FastAPI(title="Cayuga", version=version(), lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Complex event processing: register CEL or AIR subscriptions, send events, "
-                              "receive matches over WebSockets.")
+                  description=DESCRIPTION, generate_unique_id_function=operation_id)
     app.state.daemon = d
     app.state.draining = threading.Event()  # set by the HTTP server (server/serve.py) when a graceful stop begins
 
