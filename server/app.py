@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import threading
-import tomllib
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,24 +17,12 @@ from server.config import Settings
 from server.daemon import Daemon, LimitReached, ServerStarting
 from server.durability.diskfull import DiskFull
 from server.observability.counters import Count
+from server.version import version
 
 
 #: Responses at least this large are gzip-compressed for a client that accepts it (the
 #: Swagger UI's 1.7 MB bundle goes out as about 0.5 MB); small API answers are sent as they are.
 GZIP_MIN_BYTES = 4096
-
-
-def version() -> str:
-    """The version, written once (pyproject.toml): the installed distribution's,
-    or in a source tree that was never installed, its pyproject.toml's."""
-    try:
-        return importlib.metadata.version("cayuga")
-    except importlib.metadata.PackageNotFoundError:
-        try:
-            return tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())[
-                "project"]["version"]
-        except (OSError, KeyError, tomllib.TOMLDecodeError):
-            return "0+unknown"
 
 
 DESCRIPTION = (

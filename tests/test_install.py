@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -179,24 +180,34 @@ def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory
             proc.stdout.close()
 
 
-def test_the_version_is_written_once_in_pyproject(monkeypatch):
-    """The API reports the installed distribution's version (pyproject.toml's),
-    not a second copy of it; a source tree without metadata reads pyproject.toml."""
+def test_the_version_is_written_once_in_pyproject(monkeypatch, tmp_path):
+    """The API and cayuga_build_info report the installed distribution's version
+    (pyproject.toml's), not a second copy of it; a source tree without metadata
+    reads pyproject.toml."""
     import importlib.metadata
     import tomllib
 
-    import server.app
+    from air.engine import BUILD
+    from clients.testing import server_settings
+    from server.app import create_app
+    from server.version import version
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert server.app.version() == declared
+    assert version() == declared
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.8.7")
-    assert server.app.version() == "9.8.7"
+    app = create_app(server_settings(tmp_path / "data"))  # the daemon is made, not started
+    try:
+        assert app.openapi()["info"]["version"] == "9.8.7"
+        assert app.state.daemon.registry.get_sample_value("cayuga_build_info", {
+            "version": "9.8.7", "engine_build": BUILD, "python": platform.python_version()}) == 1
+    finally:
+        app.state.daemon.store.close()
 
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
-    assert server.app.version() == declared
+    assert version() == declared
 
 
 def test_large_responses_are_sent_gzipped(tmp_path):
