@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
@@ -16,6 +17,12 @@ from server.config import Settings
 from server.daemon import Daemon, LimitReached, ServerStarting
 from server.durability.diskfull import DiskFull
 from server.observability.counters import Count
+from server.version import version
+
+
+#: Responses at least this large are gzip-compressed for a client that accepts it (the
+#: Swagger UI's 1.7 MB bundle goes out as about 0.5 MB); small API answers are sent as they are.
+GZIP_MIN_BYTES = 4096
 
 
 DESCRIPTION = (
@@ -50,7 +57,7 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
                 d.stop()
 
     # docs_url=None: /docs is served by the console router from vendored files (no CDN); ReDoc needs one
-    app = FastAPI(title="Cayuga", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+    app = FastAPI(title="Cayuga", version=version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   description=DESCRIPTION, generate_unique_id_function=operation_id)
     app.state.daemon = d
     app.state.draining = threading.Event()  # set by the HTTP server (server/serve.py) when a graceful stop begins
@@ -82,4 +89,7 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
         app.include_router(r)
     app.mount(console.STATIC_URL, console.static_files(), name="console")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, counters=d.counters)
+    # HTTP only: WebSockets pass through untouched. Level 6: most of 9's gain at a fraction of its
+    # time, on the event loop (/metrics is compressed too when Prometheus asks: a few KB, microseconds)
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES, compresslevel=6)
     return app

@@ -13,7 +13,6 @@ subscription and ``cayuga_subscription_instances{subscription}`` for the
 from __future__ import annotations
 
 import heapq
-import importlib.metadata
 import math
 import platform
 import time
@@ -34,6 +33,8 @@ from server.ingest.queue import DelayQueue
 from server.config import Settings
 from server.observability.counters import (CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED, RECEIVED, REJECTED,
                                            TCP_REFUSED, Count, Counters)
+from server.observability.healthmetrics import HealthCollector
+from server.version import version
 
 #: Quantiles of live instances per subscription (``cayuga_subscription_instances_quantile``).
 QUANTILES = (0.5, 0.9, 0.99)
@@ -264,23 +265,17 @@ def journal_buckets():
     return SYNC_BUCKETS
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("cayuga")
-    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
-        return "unknown"
-
-
 def make_registry(source: MetricsSource) -> tuple[CollectorRegistry, Histogram]:
     """A registry of its own for one server: its counters, the engine latency
     histogram, ``cayuga_build_info`` and the process's CPU, memory and file
     descriptors (``process_*``, ``python_*``)."""
     reg = CollectorRegistry()
     reg.register(_Collector(source))
+    reg.register(HealthCollector(source))  # engine up, engine errors, queue capacity and stall (alerts)
     ProcessCollector(registry=reg)
     PlatformCollector(registry=reg)
     Info("cayuga_build", "The running server: its version, engine build and Python", registry=reg).info(
-        {"version": _version(), "engine_build": ENGINE_BUILD, "python": platform.python_version()})
+        {"version": version(), "engine_build": ENGINE_BUILD, "python": platform.python_version()})
     latency = Histogram("cayuga_engine_latency_seconds", "Engine processing time per event",
                         registry=reg,
                         buckets=(1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))
