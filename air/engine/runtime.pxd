@@ -100,8 +100,11 @@ cdef class Event:
     cdef public object stream, values, t0, t1
 
 
-@cython.locals(bucket=SortedBucket, i=Py_ssize_t)
+@cython.locals(bucket=SortedBucket, insts=list, keys=list)
 cpdef list _affectable(iq, bucket, e)
+
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, xd=double, kd=double, below=bint)
+cdef Py_ssize_t _bisect_keys(list keys, object x, bint right) except -1
 
 
 cdef class Engine:

@@ -98,33 +98,63 @@ def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
         return bucket.ordered()
     t = type(x)
     if t is float and x != x:
-        cids = insts = ()  # NaN: no comparison holds
+        insts = []  # NaN: no comparison holds
     elif t is float or t is int:
-        if op == ">=":
-            i = bisect_right(bucket.keys, x)
-            cids, insts = bucket.cids[:i], bucket.insts[:i]
+        keys = bucket.keys
+        if COMPILED:
+            if op == ">=":
+                insts = bucket.insts[:_bisect_keys(keys, x, True)]
+            elif op == ">":
+                insts = bucket.insts[:_bisect_keys(keys, x, False)]
+            elif op == "<=":
+                insts = bucket.insts[_bisect_keys(keys, x, False):]
+            else:
+                insts = bucket.insts[_bisect_keys(keys, x, True):]
+        elif op == ">=":
+            insts = bucket.insts[:bisect_right(keys, x)]
         elif op == ">":
-            i = bisect_left(bucket.keys, x)
-            cids, insts = bucket.cids[:i], bucket.insts[:i]
+            insts = bucket.insts[:bisect_left(keys, x)]
         elif op == "<=":
-            i = bisect_left(bucket.keys, x)
-            cids, insts = bucket.cids[i:], bucket.insts[i:]
+            insts = bucket.insts[bisect_left(keys, x):]
         else:
-            i = bisect_right(bucket.keys, x)
-            cids, insts = bucket.cids[i:], bucket.insts[i:]
+            insts = bucket.insts[bisect_right(keys, x):]
     else:
         return bucket.ordered()
     if bucket.rest:
-        pairs = list(zip(cids, insts)) + bucket.rest
-    elif len(insts) > 1:
-        pairs = list(zip(cids, insts))
-    else:
-        return list(insts)
-    pairs.sort(key=_first)
-    return [inst for _c, inst in pairs]
+        insts.extend([pair[1] for pair in bucket.rest])
+    if len(insts) > 1:
+        # install order: every installed instance carries its install number (SORT_CID);
+        # sorting by it as a plain int key costs less than pairing and unpairing (cid, instance)
+        insts.sort(key=_cid)
+    return insts
 
 
-_first = itemgetter(0)
+_cid = itemgetter(SORT_CID)
+
+
+def _bisect_keys(keys: list, x, right: bool) -> int:
+    """``bisect_right(keys, x)`` (``right``) or ``bisect_left(keys, x)``; in the
+    compiled build a float ``x`` is compared with float keys as C doubles (an
+    exact comparison, as Python's), other keys as Python objects. ``x`` is never
+    NaN here and keys never are (the sorted index holds numbers only)."""
+    lo = 0
+    hi = len(keys)
+    if type(x) is float:
+        xd = x
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            k = keys[mid]
+            if type(k) is float:
+                kd = k
+                below = xd < kd if right else kd < xd
+            else:
+                below = x < k if right else k < x
+            if below == right:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+    return bisect_right(keys, x) if right else bisect_left(keys, x)
 
 
 class _StreamView(Mapping):
