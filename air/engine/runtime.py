@@ -132,6 +132,47 @@ def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
 _cid = itemgetter(SORT_CID)
 
 
+def _sort_nodes(nodes: list) -> None:
+    """Sort candidate nodes by ``seq`` (the order results must not depend on).
+    The compiled build sorts the few it usually gets by insertion, reading
+    ``seq`` as a C field (``list.sort`` with a key called the field's Python
+    getter once per node and allocated a key array per event)."""
+    n = len(nodes)
+    if not COMPILED or n > 32:
+        nodes.sort(key=seq_of)
+        return
+    for i in range(1, n):
+        node = nodes[i]
+        s = node.seq
+        j = i - 1
+        while j >= 0:
+            other = nodes[j]
+            if other.seq <= s:
+                break
+            nodes[j + 1] = other
+            j -= 1
+        nodes[j + 1] = node
+
+
+def _sort_edges(edges: list) -> None:
+    """:func:`_sort_nodes` for start edges."""
+    n = len(edges)
+    if not COMPILED or n > 32:
+        edges.sort(key=seq_of)
+        return
+    for i in range(1, n):
+        edge = edges[i]
+        s = edge.seq
+        j = i - 1
+        while j >= 0:
+            other = edges[j]
+            if other.seq <= s:
+                break
+            edges[j + 1] = other
+            j -= 1
+        edges[j + 1] = edge
+
+
 def _bisect_keys(keys: list, x, right: bool) -> int:
     """``bisect_right(keys, x)`` (``right``) or ``bisect_left(keys, x)``; in the
     compiled build a float ``x`` is compared with float keys as C doubles (an
@@ -540,7 +581,7 @@ class Engine:
         if plan.active_scan:
             nodes.extend(plan.active_scan)
         if len(nodes) > 1:
-            nodes.sort(key=seq_of)
+            _sort_nodes(nodes)
             if COMPILED:
                 _prefetch(nodes)  # noqa: F821 - C only (runtime.pxd); plain Python has nothing like it
         # start edges: the global FR index of the stream, plus the edges it cannot hold
@@ -552,7 +593,7 @@ class Engine:
                 if edges:
                     found.extend(edges)
                 if len(found) > 1:
-                    found.sort(key=seq_of)
+                    _sort_edges(found)
                 edges = found
         dirty = self._dirty
         if edges:
