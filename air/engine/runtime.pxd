@@ -103,9 +103,6 @@ cdef class Event:
 @cython.locals(bucket=SortedBucket, insts=list, keys=list)
 cpdef list _affectable(iq, bucket, e)
 
-@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, xd=double, kd=double, below=bint)
-cdef Py_ssize_t _bisect_keys(list keys, object x, bint right) except -1
-
 @cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, node=Node, other=Node)
 cdef _sort_nodes(list nodes)
 

@@ -30,7 +30,7 @@ from air.engine.functions import FunctionRegistry
 from air.engine.instance import *  # noqa: F403,F405 - the slot names; C constants when compiled (instance.pxd)
 from air.engine.introspect import LiveInstance
 from air.engine.loader import Holding, LoadError, Loader, Options
-from air.engine.network import COMPILED, Node, SortedBucket, new_instance, seq_of, untrack_instances
+from air.engine.network import COMPILED, Node, SortedBucket, _bisect_keys, new_instance, seq_of, untrack_instances
 from air.model import Automaton, StreamSchema
 
 
@@ -178,29 +178,6 @@ def _sort_edges(edges: list) -> None:
         edges[j + 1] = edge
 
 
-def _bisect_keys(keys: list, x, right: bool) -> int:
-    """``bisect_right(keys, x)`` (``right``) or ``bisect_left(keys, x)``; in the
-    compiled build a float ``x`` is compared with float keys as C doubles (an
-    exact comparison, as Python's), other keys as Python objects. ``x`` is never
-    NaN here and keys never are (the sorted index holds numbers only)."""
-    lo = 0
-    hi = len(keys)
-    if type(x) is float:
-        xd = x
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            k = keys[mid]
-            if type(k) is float:
-                kd = k
-                below = xd < kd if right else kd < xd
-            else:
-                below = x < k if right else k < x
-            if below == right:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-    return bisect_right(keys, x) if right else bisect_left(keys, x)
 
 
 class _StreamView(Mapping):
