@@ -170,25 +170,26 @@ class Batch:
     :meth:`line_of` gives the line number of an event (to report it later,
     e.g. as late)."""
 
-    __slots__ = ("events", "errors", "_numbers", "_lines", "_first")
+    __slots__ = ("events", "errors", "_numbers", "_data", "_first")
 
     def __init__(self, events: list[Event], errors: list[tuple[int, str]], numbers: list[int] | None = None,
-                 lines: list | None = None, first: int = 1) -> None:
+                 data: bytes | None = None, first: int = 1) -> None:
         self.events = events
         self.errors = errors
         self._numbers = numbers
-        self._lines = lines
+        self._data = data  # the typed path's block: its line numbers are found only when asked for
         self._first = first
 
     @property
     def typed(self) -> bool:
         """Whether the block took the typed path: every non-blank line became an
         event, in order, and no line was decoded on its own."""
-        return self._lines is not None
+        return self._data is not None
 
     def line_of(self, i: int) -> int:
         if self._numbers is None:  # fast path: every non-blank line became an event, in order
-            self._numbers = [self._first + n for n, line in enumerate(self._lines or ()) if _NONBLANK.match(line)]
+            self._numbers = [self._first + n for n, line in enumerate(_split(self._data or b""))
+                             if _NONBLANK.match(line)]
         return self._numbers[i]
 
 
@@ -349,7 +350,7 @@ class JsonDecoder(Decoder):
             if len(records) != _nonblank_lines(data):
                 break  # a line held more than one object: the precise path refuses it
             try:
-                return Batch(self._events(records), [], None, _split(data), first_line)
+                return Batch(self._events(records), [], None, data, first_line)
             except LineError:
                 break  # a bad timestamp: the precise path reports it
         batch = super().decode_batch(data, first_line)
@@ -622,3 +623,29 @@ def witness_bytes(stream: str, event: Event, schema: StreamSchema) -> bytes:
 
 #: Witness records as JSON lines, newline after each.
 encode_witnesses = msgspec.json.Encoder().encode_lines
+
+
+_UNSEEN = object()
+
+
+def encode_emissions(emissions: list, schema_of: Callable[[str], StreamSchema],
+                     include_resub: bool = False) -> tuple[bytes, int]:
+    """The witnesses among ``emissions`` (the engine's ``(stream, event, kind,
+    owner)`` tuples) as :func:`encode_witnesses` writes them, and how many:
+    those of kind ``OUT``, or all with ``include_resub``. One pass, in order,
+    the record type looked up once per stream of the list."""
+    types: dict = {}
+    records = []
+    add = records.append
+    for stream, event, kind, _owner in emissions:
+        if kind != "OUT" and not include_resub:
+            continue
+        cls = types.get(stream, _UNSEEN)
+        if cls is _UNSEEN:
+            schema = schema_of(stream)
+            cls = types[stream] = (_witness_type(schema), schema)
+        if cls[0] is not None:
+            add(cls[0](stream, event.t0, event.t1, *event.values))
+        else:
+            add(witness_dict(stream, event, cls[1]))
+    return encode_witnesses(records), len(records)
