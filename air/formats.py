@@ -38,6 +38,7 @@ from typing import Annotated, Callable, Iterable, Mapping, Union
 import msgspec
 
 from air.engine import Event
+from air.engine.convert import Layout, emissions_to_records, nonblank_lines, records_to_events
 from air.model import StreamSchema
 
 FORMATS = ("jsonl", "cayuga", "csv")
@@ -296,7 +297,7 @@ class JsonDecoder(Decoder):
         added when first seen."""
         super().__init__(*args, **kwargs)
         self._known: dict[str, StreamSchema] = {}  # streams with a typed record
-        self._by_type: dict[type, tuple[str, int]] = {}  # record type -> (stream, number of attributes)
+        self._by_type: dict[type, Layout] = {}  # record type -> how to read its records
         self._block: msgspec.json.Decoder | None = None
         for name in streams:
             self._learn(name)
@@ -347,7 +348,7 @@ class JsonDecoder(Decoder):
                 break
             except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 break
-            if len(records) != _nonblank_lines(data):
+            if len(records) != nonblank_lines(data):
                 break  # a line held more than one object: the precise path refuses it
             try:
                 return Batch(self._events(records), [], None, data, first_line)
@@ -385,22 +386,7 @@ class JsonDecoder(Decoder):
         return events, errors
 
     def _events(self, records: list) -> list[Event]:
-        by_type = self._by_type
-        astuple = msgspec.structs.astuple
-        times = self._times
-        out = []
-        append = out.append
-        for r in records:
-            name, n = by_type[r.__class__]
-            v = astuple(r)
-            t0 = v[n]
-            t1 = v[n + 1]
-            if t1.__class__ is not int or (t0 is not None and (t0.__class__ is not int or t0 > t1)):
-                t0, t1 = times(t0, t1)
-            elif t0 is None:
-                t0 = t1
-            append(Event(name, v[:n], t0, t1))
-        return out
+        return records_to_events(records, self._by_type, self._times)
 
     def _learn(self, name: str) -> bool:
         schema = self.catalog(name) if isinstance(name, str) else None
@@ -427,7 +413,7 @@ class JsonDecoder(Decoder):
 
     def _rebuild(self) -> None:
         types = tuple(_record_type(s) for s in self._known.values())
-        self._by_type = {t: (s.name, len(s.attributes)) for t, s in zip(types, self._known.values())}
+        self._by_type = {t: Layout(t, s.name, t.__struct_fields__) for t, s in zip(types, self._known.values())}
         self._block = _block_decoder(types) if types else None
 
 
@@ -446,18 +432,6 @@ def _loads(data: str | bytes, what: str):
 
 
 _NONBLANK = re.compile(rb"^[ \t\r]*[^ \t\r\n]", re.M)
-_BLANK_INSIDE = re.compile(rb"\n[ \t\r]*\n")
-_BLANK_FIRST = re.compile(rb"[ \t\r]*(\n|$)")
-
-
-def _nonblank_lines(data: bytes) -> int:
-    """How many lines of ``data`` hold more than JSON whitespace (counting
-    newlines, unless a blank line is somewhere, which is rare)."""
-    tail = data.rfind(b"\n") + 1
-    if (_BLANK_INSIDE.search(data) or _BLANK_FIRST.match(data)
-            or (tail < len(data) and not data[tail:].strip(b" \t\r"))):
-        return len(_NONBLANK.findall(data))
-    return data.count(b"\n") + (tail < len(data))
 
 
 def _json_reason(exc: msgspec.DecodeError, line: str | bytes) -> str:
@@ -625,27 +599,17 @@ def witness_bytes(stream: str, event: Event, schema: StreamSchema) -> bytes:
 encode_witnesses = msgspec.json.Encoder().encode_lines
 
 
-_UNSEEN = object()
-
-
 def encode_emissions(emissions: list, schema_of: Callable[[str], StreamSchema],
                      include_resub: bool = False) -> tuple[bytes, int]:
     """The witnesses among ``emissions`` (the engine's ``(stream, event, kind,
     owner)`` tuples) as :func:`encode_witnesses` writes them, and how many:
-    those of kind ``OUT``, or all with ``include_resub``. One pass, in order,
-    the record type looked up once per stream of the list."""
-    types: dict = {}
-    records = []
-    add = records.append
-    for stream, event, kind, _owner in emissions:
-        if kind != "OUT" and not include_resub:
-            continue
-        cls = types.get(stream, _UNSEEN)
-        if cls is _UNSEEN:
-            schema = schema_of(stream)
-            cls = types[stream] = (_witness_type(schema), schema)
-        if cls[0] is not None:
-            add(cls[0](stream, event.t0, event.t1, *event.values))
-        else:
-            add(witness_dict(stream, event, cls[1]))
+    those of kind ``OUT``, or all with ``include_resub``. One loop, in order
+    (compiled with the engine: :mod:`air.engine.convert`), the record type
+    looked up once per stream."""
+
+    def maker(stream: str) -> tuple:
+        schema = schema_of(stream)
+        return _witness_type(schema), lambda s, ev: witness_dict(s, ev, schema)
+
+    records = emissions_to_records(emissions, {}, maker, include_resub)
     return encode_witnesses(records), len(records)

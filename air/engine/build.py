@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 #: The compiled modules of ``air.engine``, in import order.
-MODULES = ("network", "runtime")
+MODULES = ("network", "runtime", "convert")
 
 HERE = Path(__file__).resolve().parent
 
