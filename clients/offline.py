@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Mapping, TextIO
 
@@ -18,12 +17,10 @@ from air.airxml import load_air_many, load_stream_types
 from air.cel.shapes import ShapeCache
 from air.engine.memory import paused_gc
 from air.engine import Engine, EngineError, Event, FunctionRegistry
+from air.engine.convert import sort_by_t1
 from air.errors import CayugaError
 from air.formats import encode_emissions, encode_json, make_decoder, witness_dict
 from air.model import Automaton, StreamSchema, parse_stream_decl
-
-
-_t1 = attrgetter("t1")
 
 
 class QueryError(CayugaError):
@@ -191,7 +188,7 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
     # ``freeze``, after).
     with paused_gc(freeze):
         events = decode_file(events_in, fmt, engine.schema, result, names=[s.name for s in streams])
-    events.sort(key=_t1)
+    sort_by_t1(events)
     result.events = len(events)
     schema = engine.schema
     feed = engine.feed

@@ -98,6 +98,10 @@ cdef inline Py_ssize_t _count_nonblank(bytes data):
     return count
 
 
+cdef inline object _t1_of(Event ev):
+    return ev.t1
+
+
 cdef class Layout:
     cdef public object stream, getter, offsets
     cdef public Py_ssize_t n
@@ -113,3 +117,5 @@ cdef object _event(stream, values, t0, t1)
 cpdef list emissions_to_records(list emissions, dict makers, maker, bint include_resub)
 
 cpdef Py_ssize_t nonblank_lines(bytes data)
+
+cpdef sort_by_t1(list events)

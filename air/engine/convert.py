@@ -147,3 +147,22 @@ def nonblank_lines(data: bytes) -> int:
             or (tail < len(data) and not data[tail:].strip(b" \t\r"))):
         return len(_NONBLANK.findall(data))
     return data.count(b"\n") + (tail < len(data))
+
+
+_t1 = attrgetter("t1")
+
+
+def sort_by_t1(events: list) -> None:
+    """Sort ``events`` by detection time, stably (simultaneous events keep
+    their order). Compiled, one pass first finds most files already in order
+    and leaves them be."""
+    if COMPILED:
+        prev = None
+        for ev in events:
+            t1 = _t1_of(ev)  # noqa: F821 - C only (convert.pxd)
+            if prev is not None and prev > t1:
+                break
+            prev = t1
+        else:
+            return
+    events.sort(key=_t1)
