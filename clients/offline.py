@@ -8,10 +8,12 @@ complete; the server instead releases events through its T-delayed queue.
 
 from __future__ import annotations
 
+import gc
 import itertools
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Mapping, TextIO
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TextIO
 
 from air.airxml import load_air_many, load_stream_types
 from air.cel.shapes import ShapeCache
@@ -136,6 +138,31 @@ def _blocks(source, size: int = BLOCK):
         yield lines[0][:0].join(lines)
 
 
+#: Witnesses encoded at once (a block of the engine's emissions).
+WITNESS_BLOCK = 4096
+
+#: The young generation's threshold while events are fed: above the objects a
+#: block of pending witnesses keeps alive (an emission and an event each), so
+#: they do not set off collections that walk them and age them into the older
+#: generations (at Python's default, 700, a third of the run's CPU time went
+#: to collections; BENCHMARKS.md, round 7).
+YOUNG_THRESHOLD = 50_000
+
+
+@contextmanager
+def fewer_collections(young: int = YOUNG_THRESHOLD) -> Iterator[None]:
+    """Raise the cyclic collector's young-generation threshold to ``young``
+    for the block (not where collection is turned off, threshold 0), and set
+    it back after."""
+    old = gc.get_threshold()
+    if old[0]:
+        gc.set_threshold(max(old[0], young), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
                 functions: FunctionRegistry | None = None, progress: Callable[[int], None] | None = None,
                 *, freeze: bool = False) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
@@ -205,12 +232,13 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
             result.witness_count += count
             pending.clear()
 
-        for ev in events:
-            feed(ev)
-            if len(pending) >= 4096:
-                flush()
-        engine.flush()
-        flush()
+        with fewer_collections():
+            for ev in events:
+                feed(ev)
+                if len(pending) >= WITNESS_BLOCK:
+                    flush()
+            engine.flush()
+            flush()
         return result
 
     def emit(em) -> None:
@@ -222,9 +250,10 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
                 on_witness(w)
 
     engine.on_emit = emit
-    for ev in events:
-        feed(ev)
-    engine.flush()
+    with fewer_collections():
+        for ev in events:
+            feed(ev)
+        engine.flush()
     return result
 
 
