@@ -138,6 +138,12 @@ def _blocks(source, size: int = BLOCK):
         yield lines[0][:0].join(lines)
 
 
+def _terminated(line: str | bytes) -> str | bytes:
+    if isinstance(line, bytes):
+        return line if line.endswith(b"\n") else line + b"\n"
+    return line if line.endswith("\n") else line + "\n"
+
+
 #: Witnesses encoded at once (a block of the engine's emissions).
 WITNESS_BLOCK = 4096
 

@@ -99,3 +99,28 @@ def test_cayuga_run_output_is_the_engines_witnesses_byte_for_byte(tmp_path, quer
     assert r.returncode == 1, r.stderr  # some lines were rejected
     assert out.read_bytes() == expected
     assert [x for x in r.stderr.splitlines() if ": rejected: " in x] == rejected
+
+
+def test_every_kind_of_source_decodes_to_the_same_events_and_rejections(tmp_path):
+    """decode_file takes a binary file (read in blocks), a text file, or lines
+    with or without their newlines: the same events, the same rejected lines."""
+    from clients.offline import RunResult, decode_file
+
+    path = tmp_path / "events.jsonl"
+    _events_file(path)
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+
+    def decode(source):
+        result = RunResult()
+        events = decode_file(source, "jsonl", {"Stock": STOCK}.get, result, names=["Stock"])
+        return events, [(r.line, r.text, r.reason) for r in result.rejected]
+
+    with open(path, "rb") as fh:
+        expected = decode(fh)
+    assert len(expected[0]) > 5000 and len(expected[1]) > 20
+    with open(path, encoding="utf-8", newline="") as fh:
+        assert decode(fh) == expected
+    assert decode(lines) == expected
+    assert decode([line + b"\n" for line in lines[:-1]] + [lines[-1]]) == expected
+    assert decode([line.decode() for line in lines]) == expected
