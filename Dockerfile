@@ -6,7 +6,7 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     CAYUGA_HOST=0.0.0.0 CAYUGA_DATA_DIR=/data
 WORKDIR /app
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY air ./air
 COPY server ./server
 COPY clients ./clients

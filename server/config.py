@@ -122,6 +122,12 @@ class Settings(BaseModel):
     #: ... or once the engine has taken this many events since the last one, whichever comes first.
     snapshot_events: int = Field(1_000_000, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: /metrics: ``cayuga_subscription_instances{subscription}`` for the subscriptions holding
+    #: the most live instances, this many of them (0: none); the aggregates cover every one.
+    metrics_top_subscriptions: int = Field(10, ge=0, le=10_000)
+    #: /metrics: ``cayuga_subscription_instances`` for every subscription instead, one series
+    #: each (10K subscriptions made a 438 KB scrape; max_subscriptions allows 1M).
+    metrics_per_subscription: bool = False
 
     @field_validator("streams")
     @classmethod

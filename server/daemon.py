@@ -98,7 +98,7 @@ class Daemon:
         self.processing.witnesses, self.processing.checkpoints = self.witnesses, self.checkpoints
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
                              self.hub, self.snapshotter, self.processing, self.evictions, self.recovery,
-                             self.witnesses)
+                             self.witnesses, self.subscriptions)
         self.registry, self.latency = make_registry(self.health)
         self.processing.latency = self.latency
         # the parts' public state the api reads (the same objects)

@@ -1,4 +1,4 @@
-"""The install contract (issue 23): a plain ``pip install -e .`` into a fresh
+"""The install contract (issues 23 and 25): a plain ``pip install -e .`` into a fresh
 venv, from a copy of the files a clone has, brings no Spark (no pyspark,
 pandas or pyarrow), and its ``cayuga serve`` starts and answers /health;
 its ``cayuga spark`` says what to install. One venv, built the way a
@@ -7,13 +7,16 @@ come from the package index, as on a fresh machine)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 
 import httpx
 
@@ -21,7 +24,7 @@ from tests.conftest import ROOT
 from clients.testing import wait_until
 
 #: What a clone holds that the install reads (the Dockerfile copies the same).
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "air", "server", "clients", "examples")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "air", "server", "clients", "examples")
 #: Never in a plain install.
 HEAVY = ("pyspark", "pandas", "pyarrow")
 
@@ -45,6 +48,7 @@ def test_plain_install_is_light_and_serves(tmp_path):
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-4000:]
     print(f"pip install -e . took {time.monotonic() - started:.0f} s")  # reported, never judged
+    _check_compiled_modules(src / "air" / "engine")
     found = subprocess.run([str(py), "-c", "import importlib.util as u, json; "
                             f"print(json.dumps([m for m in {HEAVY!r} if u.find_spec(m)]))"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -78,6 +82,21 @@ def test_plain_install_is_light_and_serves(tmp_path):
         server.stderr.close()
 
 
+def _check_compiled_modules(engine) -> None:
+    """setup.py compiles the engine where a C compiler exists: its modules carry
+    no debug information or symbol table (1 MB, not 6) and no RUNPATH naming
+    the build machine's library directory (pyenv's LDSHARED adds one)."""
+    modules = sorted(engine.glob("*.so"))
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert modules, f"a C compiler is here, but setup.py compiled nothing in {engine}"
+    for so in modules:
+        dynamic = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+        assert "RUNPATH" not in dynamic and "RPATH" not in dynamic, f"{so.name}:\n{dynamic}"
+        sections = subprocess.run(["readelf", "-S", "-W", str(so)], capture_output=True, text=True,
+                                  check=True).stdout
+        assert ".debug_" not in sections and ".symtab" not in sections, f"{so.name} is not stripped"
+
+
 def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory(tmp_path):
     """A wheel, not a checkout: the shipped defaults (server/config.yaml) and the
     console are package data, so a server installed from the wheel, run in a
@@ -92,11 +111,29 @@ def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory
         (shutil.copytree(p, src / name, ignore=ignore) if p.is_dir() else shutil.copy2(p, src / name))
     dist, site, empty = tmp_path / "dist", tmp_path / "site", tmp_path / "empty"
     empty.mkdir()
-    env = {**os.environ, "CAYUGA_ENGINE": "python"}  # the engine's compile is not this test's subject
-    env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(dist), str(src)], check=True, timeout=600, env=env, cwd=empty)
+    # As on a machine without a C compiler (CC=/bin/false fails every compile): the build says it
+    # makes the pure-Python engine, and the wheel is tagged py3-none-any, not for this platform.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("CAYUGA_")}
+    env["CC"] = "/bin/false"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                            "--wheel-dir", str(dist), str(src)], timeout=600, env=env, cwd=empty,
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
+    output = built.stdout + built.stderr
+    assert "cayuga: WARNING: no engine module was compiled: building the pure-Python engine" in output
+    for deprecated in ("License classifiers are deprecated", "project.license` as a TOML table is deprecated",
+                       "project.license as a TOML table is deprecated"):
+        assert deprecated not in output, f"the build warns: {deprecated}"
     (wheel,) = dist.glob("cayuga-*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = zf.read(info).decode()
+        assert "Root-Is-Purelib: true" in zf.read(info.replace("METADATA", "WHEEL")).decode()
+    assert {"air/py.typed", "server/py.typed", "clients/py.typed"} <= names
+    assert info.replace("METADATA", "licenses/LICENSE") in names and not any(n.endswith(".so") for n in names)
+    assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, timeout=600, env=env, cwd=empty)
     assert (site / "server" / "config.yaml").read_text() == (ROOT / "server" / "config.yaml").read_text()
@@ -108,6 +145,15 @@ def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory
     where = subprocess.run([sys.executable, "-c", "import server.config as c; print(c.DEFAULT_CONFIG)"], cwd=empty,
                            env=run_env, capture_output=True, text=True, timeout=60)
     assert where.stdout.strip() == str(site / "server" / "config.yaml"), where.stdout + where.stderr
+    # `cayuga bench server` runs the packaged queries, found beside the installed module
+    bench = subprocess.run([sys.executable, "-c", "from clients.bench.server_e2e import QUERIES; "
+                            "print(QUERIES); print(sorted(p.name for p in QUERIES.glob('*.cel')))"],
+                           cwd=empty, env=run_env, capture_output=True, text=True, timeout=60)
+    assert bench.stdout.split("\n")[:2] == [str(site / "clients" / "bench" / "queries"),
+                                             str(["all.cel", "mshape.cel", "rising.cel"])], bench.stdout + bench.stderr
+    helped = subprocess.run([sys.executable, "-m", "clients.cli", "bench", "server", "--help"], cwd=empty,
+                            env=run_env, capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "rising, mshape" in helped.stdout, helped.stdout + helped.stderr
     proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "serve", "--http-port", "0", "--tcp-port", "0",
                              "--port-file", str(ports), "--data-dir", str(tmp_path / "data")],
                             cwd=empty, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -132,3 +178,58 @@ def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory
                 proc.kill()
                 proc.wait(timeout=10)
             proc.stdout.close()
+
+
+def test_the_version_is_written_once_in_pyproject(monkeypatch, tmp_path):
+    """The API and cayuga_build_info report the installed distribution's version
+    (pyproject.toml's), not a second copy of it; a source tree without metadata
+    reads pyproject.toml."""
+    import importlib.metadata
+    import tomllib
+
+    from air.engine import BUILD
+    from clients.testing import server_settings
+    from server.app import create_app
+    from server.version import version
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version() == declared
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.8.7")
+    app = create_app(server_settings(tmp_path / "data"))  # the daemon is made, not started
+    try:
+        assert app.openapi()["info"]["version"] == "9.8.7"
+        assert app.state.daemon.registry.get_sample_value("cayuga_build_info", {
+            "version": "9.8.7", "engine_build": BUILD, "python": platform.python_version()}) == 1
+    finally:
+        app.state.daemon.store.close()
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert version() == declared
+
+
+def test_large_responses_are_sent_gzipped(tmp_path):
+    """Swagger's 1.7 MB bundle (and /openapi.json, the console's scripts) go out
+    compressed to a client that accepts gzip; small answers and WebSockets as they are."""
+    from clients.testing import server_settings
+    from server.serve import RunningServer
+
+    bundle = ROOT / "server" / "console" / "static" / "vendor" / "swagger-ui" / "swagger-ui-bundle.js"
+    srv = RunningServer(server_settings(tmp_path / "data")).start()
+    try:
+        with httpx.Client(base_url=srv.base_url, timeout=30) as c:
+            assert "/console/vendor/swagger-ui/swagger-ui-bundle.js" in c.get("/docs").text
+            with c.stream("GET", "/console/vendor/swagger-ui/swagger-ui-bundle.js",
+                          headers={"Accept-Encoding": "gzip"}) as r:
+                raw = b"".join(r.iter_raw())
+            assert r.status_code == 200 and r.headers.get("content-encoding") == "gzip", r.headers
+            assert len(raw) < bundle.stat().st_size / 3, f"{len(raw)} bytes sent for {bundle.stat().st_size}"
+            assert gzip.decompress(raw) == bundle.read_bytes()
+            plain = c.get("/console/vendor/swagger-ui/swagger-ui-bundle.js", headers={"Accept-Encoding": "identity"})
+            assert "content-encoding" not in plain.headers and plain.content == bundle.read_bytes()
+            small = c.get("/livez", headers={"Accept-Encoding": "gzip"})
+            assert small.status_code == 200 and "content-encoding" not in small.headers
+    finally:
+        srv.stop()

@@ -21,6 +21,9 @@ cpdef untrack_instances(list insts)
 
 cpdef untrack_events(events)
 
+@cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, xd=double, kd=double, below=bint)
+cpdef Py_ssize_t _bisect_keys(list keys, object x, bint right) except -1
+
 
 cdef class NEdge
 cdef class Node

@@ -84,6 +84,31 @@ def untrack_events(events) -> None:
                 PyObject_GC_UnTrack(ev)  # noqa: F821
 
 
+def _bisect_keys(keys: list, x, right: bool) -> int:
+    """``bisect_right(keys, x)`` (``right``) or ``bisect_left(keys, x)``; in the
+    compiled build a float ``x`` is compared with float keys as C doubles (an
+    exact comparison, as Python's), other keys as Python objects. ``x`` is never
+    NaN here and keys never are (the sorted index holds numbers only)."""
+    lo = 0
+    hi = len(keys)
+    if type(x) is float:
+        xd = x
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            k = keys[mid]
+            if type(k) is float:
+                kd = k
+                below = xd < kd if right else kd < xd
+            else:
+                below = x < k if right else k < x
+            if below == right:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+    return bisect_right(keys, x) if right else bisect_left(keys, x)
+
+
 class SortedBucket:
     """One AI bucket of a node with a sorted index (on a filter atom
     ``ev_side OP key(instance)``). Three parallel lists, ``keys``, ``cids`` and
@@ -108,7 +133,7 @@ class SortedBucket:
     def add(self, key, cid: int, inst: list) -> None:
         """Install ``inst`` under a numeric ``key``; ``cid`` must exceed every
         cid already held (it is the install order), so it goes after equal keys."""
-        i = bisect_right(self.keys, key)
+        i = _bisect_keys(self.keys, key, True) if COMPILED else bisect_right(self.keys, key)
         self.keys.insert(i, key)
         self.cids.insert(i, cid)
         self.insts.insert(i, inst)
@@ -124,7 +149,7 @@ class SortedBucket:
         if key is None:
             self.rest.remove((cid, inst))
             return
-        i = bisect_left(self.keys, key)
+        i = _bisect_keys(self.keys, key, False) if COMPILED else bisect_left(self.keys, key)
         cids = self.cids
         while cids[i] != cid:  # past equal keys installed earlier
             i += 1

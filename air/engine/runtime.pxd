@@ -100,8 +100,14 @@ cdef class Event:
     cdef public object stream, values, t0, t1
 
 
-@cython.locals(bucket=SortedBucket, i=Py_ssize_t)
+@cython.locals(bucket=SortedBucket, insts=list, keys=list)
 cpdef list _affectable(iq, bucket, e)
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, node=Node, other=Node)
+cdef _sort_nodes(list nodes)
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, edge=NEdge, other=NEdge)
+cdef _sort_edges(list edges)
 
 
 cdef class Engine:

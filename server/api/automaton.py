@@ -18,8 +18,12 @@ from air.expr import And, Binary, Call, Compare, Dur, Expr, Or, Ref, Unary, to_a
 from air.model import (Automaton, ComplexAtom, Computed, DurationAtom, DynamicAtom, Edge, Predicate, StaticAtom,
                        State)
 from server.api.deps import DaemonDep, require_token
+from server.api.errors import errors
 
-router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)])
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)],
+                   responses=errors(401))
+#: What the automaton reads may answer besides 200.
+_ERRORS = errors(404, 422, 503, why={503: "The engine thread did not answer in time (it is busy): retry"})
 
 #: Binding strength of arithmetic operators (docs/design/semantics.md#cel: ^ and % above * and /, above + and -).
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 3, "%": 3}
@@ -139,7 +143,7 @@ def resubscriptions(d, sid: str) -> dict:
     return {"reads": from_others, "read_by": to_others}
 
 
-@router.get("/{sid}/automaton")
+@router.get("/{sid}/automaton", summary="A subscription's automata as a graph", responses=_ERRORS)
 async def get_automaton(sid: str, d: DaemonDep) -> dict:
     """The subscription's automata as a graph, with live instance counts per state."""
     sub = d.subscriptions.get(sid)
@@ -157,8 +161,8 @@ async def get_automaton(sid: str, d: DaemonDep) -> dict:
             **graph, "resubscriptions": links}
 
 
-@router.get("/{sid}/automaton/instances")
-async def get_state_counts(sid: str, d: DaemonDep) -> dict:
+@router.get("/{sid}/automaton/instances", summary="Live instances per state of a subscription", responses=_ERRORS)
+async def get_automaton_instances(sid: str, d: DaemonDep) -> dict:
     """Live instances per state (keys as in the graph), counted on the engine thread."""
     try:
         counts = await run_in_threadpool(d.state_counts, sid)

@@ -8,6 +8,7 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, WebSocket, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from server.daemon import Daemon
 
@@ -30,14 +31,20 @@ def token_ok(token: str | None, tokens) -> bool:
     return any(hmac.compare_digest(given, t.encode()) for t in tokens)
 
 
-async def require_token(request: Request) -> None:
+#: The bearer scheme, as the OpenAPI document declares it (``securitySchemes``); it only
+#: reads the header: :func:`require_token` decides, and answers 401 with what to do.
+bearer = HTTPBearer(auto_error=False, scheme_name="bearerAuth",
+                    description="One of the server's auth_tokens, sent as 'Authorization: Bearer <token>'. "
+                                "Needed only when auth_tokens is set; /health, /livez and /readyz never need it")
+
+
+async def require_token(request: Request,
+                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
     """When auth tokens are configured, REST calls need ``Authorization: Bearer <token>``."""
     tokens = request.app.state.daemon.settings.auth_tokens
     if not tokens:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token_ok(token, tokens):
+    if credentials is None or not token_ok(credentials.credentials, tokens):
         raise HTTPException(status.HTTP_401_UNAUTHORIZED,
                             detail="missing or wrong token: send 'Authorization: Bearer <token>' "
                                    "with one of the tokens in the server's auth_tokens setting",

@@ -8,13 +8,14 @@ from fastapi.responses import JSONResponse
 
 from air.formats import JsonDecoder, LineError
 from server.api.deps import DaemonDep, require_token
+from server.api.errors import errors
 from server.api.schemas import EventsOut
 from server.durability.diskfull import DiskFull
 from server.ingest.limits import refusals, without
 from server.ingest.queue import QueueClosed
 from server.observability.counters import Count
 
-router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(require_token)])
+router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(require_token)], responses=errors(401))
 
 MAX_BATCH = 100_000
 #: Events queued at once (the queue takes them in parts of this size while it has room).
@@ -30,11 +31,14 @@ _BODY = {"required": True, "content": {"application/json": {
 
 
 @router.post("", status_code=202, response_model=EventsOut, openapi_extra={"requestBody": _BODY},
-             responses={400: {"description": "The body is not JSON"},
-                        413: {"description": "The body is larger than max_body_bytes, or has too many events"},
-                        415: {"description": "The body is not application/json"},
-                        507: {"description": "The journal cannot be written (a full disk): the body says which "
-                                            "events, if any, were accepted"}})
+             summary="Send a batch of events (JSON)",
+             responses=errors(400, 413, 415, 503, 507, why={
+                 400: "The body is not JSON, or not an event, a list of events or {\"events\": [...]}",
+                 413: f"The body is larger than max_body_bytes, or holds more than {MAX_BATCH} events: split it",
+                 503: "The events were not accepted: the server is stopping, still recovering, or its queue "
+                      "stayed full (or the journal did not sync) for 30 s; retry",
+                 507: "The journal cannot be written (a full disk): 'accepted' and 'not_accepted_from' say "
+                      "which events, if any, were accepted"}))
 async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     """One event object, a list of them, or ``{"events": [...]}``. Each bad event
     is reported with its index and reason; the others are accepted. The answer

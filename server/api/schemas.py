@@ -120,3 +120,36 @@ class EventsOut(BaseModel):
 
 class SubscriptionBatchOut(BaseModel):
     subscriptions: list[SubscriptionOut]
+
+
+class DiskFullOut(BaseModel):
+    part: str = Field(description="The part of the data directory that cannot be written: journal, "
+                                  "witness_log, store or snapshot")
+    path: str = Field(description="The file or directory the write failed on")
+    reason: str = Field(description="The operating system's reason (e.g. 'No space left on device')")
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx and 5xx answer of the API: ``detail`` says what went wrong and
+    what to do; the other fields come with the answers that need them."""
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "example": {"detail": "no subscription 's7'; GET /subscriptions lists them"}})
+
+    detail: str = Field(description="What went wrong and what to do about it, in one message")
+    errors: list[dict[str, Any]] | None = Field(
+        None, description="400: each error of the query (or of each query of a batch, with its 'index'): "
+                          "'message', 'line', 'column', a caret 'excerpt'; 422: each problem of the request, "
+                          "as 'where' (e.g. body.name) and 'problem'")
+    readers: list[str] | None = Field(None, description="409 on DELETE: the subscriptions that read its outputs "
+                                                        "(delete them first, or use cascade=true)")
+    accepted: int | None = Field(None, description="507 on POST /events: how many of the events were accepted")
+    not_accepted_from: int | None = Field(None, description="507 on POST /events: the index of the body's first "
+                                                            "item not accepted (send it and the later ones again)")
+    disk_full: DiskFullOut | None = Field(None, description="507: which part of the data directory cannot be "
+                                                            "written")
+
+
+class ProbeOut(BaseModel):
+    status: str = Field(description="/livez: 'alive' or 'dead'; /readyz: 'ok', 'warning', 'starting', "
+                                    "'degraded' or 'draining'")
+    reason: str | None = Field(None, description="Why, when it is not plainly fine")

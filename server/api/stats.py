@@ -13,9 +13,10 @@ import time
 from fastapi import APIRouter, Depends, Query
 
 from server.api.deps import DaemonDep, require_token
+from server.api.errors import errors
 from server.observability.counters import Count
 
-router = APIRouter(tags=["system"], dependencies=[Depends(require_token)])
+router = APIRouter(tags=["system"], dependencies=[Depends(require_token)], responses=errors(401))
 
 
 def _latency_buckets(hist) -> list[list[float]]:
@@ -29,8 +30,8 @@ def _latency_buckets(hist) -> list[list[float]]:
     return out
 
 
-@router.get("/stats")
-def stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subscription (registration order)."),
+@router.get("/stats", summary="Running totals as JSON (the console's charts)", responses=errors(422))
+def get_stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subscription (registration order)."),
           limit: int = Query(200, ge=0, le=10_000, description="At most this many subscriptions.")) -> dict:
     """Totals since the server started: events received and processed (per
     input stream too), witnesses (per subscription too), and the gauges queue

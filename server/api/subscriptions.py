@@ -7,11 +7,15 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from server.api.deps import DaemonDep, require_token
+from server.api.errors import errors
 from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionCreated, SubscriptionDetail,
                                 SubscriptionIn, SubscriptionOut, ValidationOut)
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
 
-router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)])
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)],
+                   responses=errors(401))
+#: What POST /subscriptions and /subscriptions/batch may answer besides their success.
+_REGISTER_ERRORS = (403, 413, 422, 503, 507)
 
 
 def _out(d, s: Subscription, detail: bool = False):
@@ -31,10 +35,13 @@ def _identical(d, kind: str, text: str) -> list[Subscription]:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SubscriptionCreated,
-             responses={200: {"description": "A subscription with this name and this very query exists: it is "
+             summary="Register a subscription (CEL or AIR)",
+             responses={200: {"model": SubscriptionCreated,
+                              "description": "A subscription with this name and this very query exists: it is "
                                              "returned, nothing new is registered"},
-                        400: {"description": "The query has errors; the body lists each with its position"}})
-async def register(body: SubscriptionIn, d: DaemonDep, response: Response):
+                        **errors(400, *_REGISTER_ERRORS, why={
+                            400: "The query has errors: 'errors' lists each with its line, column and excerpt"})})
+async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Response):
     """Register a subscription. Registering the identical query again is
     flagged: without a name (or under another name) a second subscription is
     made and ``same_as`` lists the earlier ones; with the name of one that
@@ -58,9 +65,11 @@ async def register(body: SubscriptionIn, d: DaemonDep, response: Response):
 
 
 @router.post("/batch", status_code=status.HTTP_201_CREATED, response_model=SubscriptionBatchOut,
-             responses={400: {"description": "Some queries have errors: none is registered; the body lists "
-                                             "each error with its index in the batch and its position"}})
-async def register_batch(body: SubscriptionBatchIn, d: DaemonDep):
+             summary="Register many subscriptions at once, all or nothing",
+             responses=errors(400, *_REGISTER_ERRORS, why={
+                 400: "Some queries have errors: none is registered; 'errors' lists each with its index in the "
+                      "batch and its position"}))
+async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep):
     """Register many subscriptions at once, all or nothing, with consecutive
     ids in the order given; a query may read the output of an earlier one."""
     items = [(s.kind, s.text, s.name) for s in body.subscriptions]
@@ -71,32 +80,40 @@ async def register_batch(body: SubscriptionBatchIn, d: DaemonDep):
     return SubscriptionBatchOut(subscriptions=[_out(d, s) for s in subs])
 
 
-@router.post("/validate", response_model=ValidationOut)
-async def validate(body: SubscriptionIn, d: DaemonDep) -> ValidationOut:
+@router.post("/validate", response_model=ValidationOut, summary="Check a query without registering it",
+             responses=errors(413, 422))
+async def validate_subscription(body: SubscriptionIn, d: DaemonDep) -> ValidationOut:
+    """Every error a registration would meet (``valid``: false, each with its
+    position), or the outputs and the AIR it compiles to; registers nothing."""
     errors, outs, air = await run_in_threadpool(d.validate_subscription, body.kind, body.text)
     return ValidationOut(valid=not errors, errors=errors, outputs=outs, air=air)
 
 
-@router.get("", response_model=list[SubscriptionOut])
+@router.get("", response_model=list[SubscriptionOut], summary="List the subscriptions", responses=errors(422))
 def list_subscriptions(d: DaemonDep, offset: int = Query(0, ge=0, description="Skip this many (in registration order)."),
                        limit: int | None = Query(None, ge=1, description="Return at most this many.")):
+    """The subscriptions in registration order, or a page of them (``offset``, ``limit``)."""
     subs = list(d.subscriptions.values())  # registration order
     end = None if limit is None else offset + limit
     return [_out(d, s) for s in subs[offset:end]]
 
 
-@router.get("/{sid}", response_model=SubscriptionDetail)
+@router.get("/{sid}", response_model=SubscriptionDetail, summary="Describe a subscription",
+            responses=errors(404, 422))
 def get_subscription(sid: str, d: DaemonDep):
+    """One subscription with its query, its AIR and the seq of its newest witness (``last_seq``)."""
     s = d.subscriptions.get(sid)
     if s is None:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them")
     return _out(d, s, detail=True)
 
 
-@router.delete("/{sid}", status_code=status.HTTP_204_NO_CONTENT,
-               responses={409: {"description": "Other subscriptions read its outputs; the body names them"}})
+@router.delete("/{sid}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a subscription",
+               responses=errors(404, 409, 422, 503, 507, why={
+                   409: "Other subscriptions read its outputs: 'readers' names them (or use cascade=true)"}))
 async def delete_subscription(sid: str, d: DaemonDep, cascade: bool = Query(
         False, description="Also delete every subscription that reads its outputs (and theirs).")) -> Response:
+    """Stop and forget a subscription; its WebSocket clients are closed (1001)."""
     try:
         await run_in_threadpool(d.remove_subscription, sid, cascade)
     except KeyError:

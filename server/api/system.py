@@ -9,22 +9,29 @@ subscription holds the engine back (``holding_back``: see :func:`holding_back`).
 ``auth_tokens`` is set, like every other data route (Prometheus sends one with
 ``authorization: {credentials: ...}``). It is answered on the event loop from
 counters and copies, never waiting for the engine thread or a worker thread,
-so it stays fast under load; ``cayuga_instances`` is refreshed by the engine
-thread in the background (see ``Evictions.refresh`` in server/processing.py: at least every
+so it stays fast under load; the live instances (``cayuga_instances``,
+``cayuga_subscription_instances``) are recounted by the engine thread in the
+background (see ``Evictions.refresh`` in server/processing.py: at least every
 second while idle, every few seconds with 100K subscriptions).
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 from prometheus_client.exposition import choose_encoder
 
 from air.engine import BUILD
 from server.api.deps import DaemonDep, require_token
+from server.api.errors import errors
+from server.api.schemas import ProbeOut
 from server.processing import WATCH_SHARE
 
 router = APIRouter(tags=["system"])
+
+#: /metrics' media types: Prometheus text, or OpenMetrics when the scraper's Accept asks.
+_METRICS_TYPES = {"text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}},
+                  "application/openmetrics-text; version=1.0.0; charset=utf-8": {"schema": {"type": "string"}}}
 
 #: /health names the subscription with the most live instances when the event queue is
 #: fuller than this share of its capacity (the engine is falling behind) ...
@@ -82,8 +89,13 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
     return status, reasons, disk, stalled, heavy
 
 
-@router.get("/health", responses={503: {"description": "Draining: the server is stopping (SIGTERM)"}})
-async def health(request: Request, d: DaemonDep) -> JSONResponse:
+@router.get("/health", summary="The server's whole state (open, no token)",
+            responses={200: {"description": "The state: 'status' is ok, warning, degraded or starting, with "
+                                            "'reason' and what it comes from"},
+                       503: {"description": "Draining: the server is stopping (SIGTERM); the same document, "
+                                            "'status': 'draining'",
+                             "content": {"application/json": {"schema": {"type": "object"}}}}})
+async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
     """Everything a person or a dashboard wants to know; 200 but while draining.
     Probes use /livez and /readyz, which answer 503 where they fail."""
     status, reasons, disk, stalled, heavy = _state(request, d)
@@ -110,8 +122,9 @@ async def health(request: Request, d: DaemonDep) -> JSONResponse:
     })
 
 
-@router.get("/livez", responses={503: {"description": "The engine thread has died: restart the server"}})
-async def livez(d: DaemonDep) -> JSONResponse:
+@router.get("/livez", summary="Liveness probe (open, no token)", response_model=ProbeOut,
+            responses={503: {"model": ProbeOut, "description": "The engine thread has died: restart the server"}})
+async def get_liveness(d: DaemonDep) -> JSONResponse:
     """Liveness: 503 only when a restart would help -- the engine thread is gone
     once the server was up. Starting, draining, a full disk, a stalled queue or
     an error on one event (the thread survives it) are not: a restart would
@@ -123,8 +136,10 @@ async def livez(d: DaemonDep) -> JSONResponse:
     return JSONResponse(status_code=200, content={"status": "alive"})
 
 
-@router.get("/readyz", responses={503: {"description": "Not ready: starting, degraded or draining (see reason)"}})
-async def readyz(request: Request, d: DaemonDep) -> JSONResponse:
+@router.get("/readyz", summary="Readiness probe (open, no token)", response_model=ProbeOut,
+            responses={503: {"model": ProbeOut,
+                             "description": "Not ready: starting, degraded or draining ('reason' says why)"}})
+async def get_readiness(request: Request, d: DaemonDep) -> JSONResponse:
     """Readiness: 200 when the server takes events and subscriptions and keeps
     up (``ok``, or ``warning``: one subscription holds it back); 503 while it
     starts, drains or is degraded (a dead engine, a stalled queue, a full disk)."""
@@ -134,8 +149,11 @@ async def readyz(request: Request, d: DaemonDep) -> JSONResponse:
                                                                      "reason": "; ".join(reasons) or None})
 
 
-@router.get("/metrics", dependencies=[Depends(require_token)], response_class=PlainTextResponse)
-async def metrics(request: Request, d: DaemonDep) -> Response:
+@router.get("/metrics", dependencies=[Depends(require_token)], summary="Prometheus metrics",
+            response_class=Response,  # no media type of its own: the 200 declares both, the 401 is JSON
+            responses={200: {"description": "The metrics, in the format the scraper's Accept asks for",
+                             "content": _METRICS_TYPES}, **errors(401)})
+async def get_metrics(request: Request, d: DaemonDep) -> Response:
     """Prometheus text, or OpenMetrics when the scraper's ``Accept`` asks for it."""
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
     return Response(encoder(d.registry), media_type=content_type)

@@ -9,6 +9,7 @@ thread. It is the narrow interface the metrics collector (metrics.py) reads.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from server.config import Settings
@@ -69,7 +70,8 @@ class Health:
 
     def __init__(self, settings: Settings, queue: DelayQueue, disk: DiskState, store: Store, counters: Counters,
                  engine_stats, hub: NotifierHub, snapshotter: Snapshotter, progress: EngineProgress,
-                 counts: InstanceCounts, replay: Replay, witnesses: WitnessCounts) -> None:
+                 counts: InstanceCounts, replay: Replay, witnesses: WitnessCounts,
+                 subscriptions: Mapping[str, object]) -> None:
         self.settings = settings
         self.queue = queue
         self.disk = disk
@@ -82,6 +84,7 @@ class Health:
         self._counts = counts
         self._replay = replay
         self._witnesses = witnesses
+        self._subscriptions = subscriptions  # the registrar's: read-only here
         self.journal: Journal | None = None
         self.receiver = None  # the TCP receiver (server/ingest/tcp.py)
         self._store_probed = 0.0
@@ -165,6 +168,11 @@ class Health:
     def heaviest(self) -> tuple[str, int] | None:
         """The subscription with the most instances at the last count, and how many."""
         return self._counts.heaviest
+
+    @property
+    def subscription_count(self) -> int:
+        """Subscriptions registered now."""
+        return len(self._subscriptions)
 
     def instance_counts(self) -> dict[str, int]:
         """A copy of every subscription's last instance count (for /metrics)."""

@@ -1,13 +1,22 @@
 """Prometheus metrics. Counters live where the work happens (receivers, queue,
 engine, notifiers); a collector reads them at scrape time, so the hot paths
 only bump integers. It reads a :class:`MetricsSource` (the health view,
-health.py), not the daemon. Each server has its own registry (tests run several)."""
+health.py), not the daemon. Each server has its own registry (tests run several).
+
+Live instances: a scrape's size does not grow with the number of subscriptions
+(up to max_subscriptions, 1M) unless ``metrics_per_subscription`` asks for a
+series each. By default it has ``cayuga_subscriptions``, ``cayuga_instances``
+(every subscription's count, summed), a few quantiles of instances per
+subscription and ``cayuga_subscription_instances{subscription}`` for the
+``metrics_top_subscriptions`` subscriptions holding the most."""
 
 from __future__ import annotations
 
-import importlib.metadata
+import heapq
+import math
 import platform
 import time
+from operator import itemgetter
 from typing import Protocol
 
 from prometheus_client import (CollectorRegistry, Histogram, Info, PlatformCollector, ProcessCollector,
@@ -21,8 +30,14 @@ from server.durability.journal import Journal
 from server.durability.snapshot import Snapshotter
 from server.durability.witlog import WitnessLog
 from server.ingest.queue import DelayQueue
+from server.config import Settings
 from server.observability.counters import (CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED, RECEIVED, REJECTED,
                                            TCP_REFUSED, Count, Counters)
+from server.observability.healthmetrics import HealthCollector
+from server.version import version
+
+#: Quantiles of live instances per subscription (``cayuga_subscription_instances_quantile``).
+QUANTILES = (0.5, 0.9, 0.99)
 
 #: No ``*_created`` series: a scrape is the counters' values, not when each was made.
 disable_created_metrics()
@@ -31,6 +46,7 @@ disable_created_metrics()
 class MetricsSource(Protocol):
     """What the collector reads at scrape time (server/observability/health.py: ``Health``)."""
 
+    settings: Settings
     counters: Counters
     engine_stats: object  # the engine's running totals (events, witnesses, late, eval_errors)
     queue: DelayQueue
@@ -47,6 +63,9 @@ class MetricsSource(Protocol):
 
     @property
     def counted_at(self) -> float: ...
+
+    @property
+    def subscription_count(self) -> int: ...
 
     def epoch_lag_seconds(self) -> float: ...
 
@@ -147,14 +166,17 @@ class _Collector:
                                   value=c[Count.TCP_ERROR_LINES_MUTED])
         yield CounterMetricFamily("cayuga_subscriptions_refused", "Registrations refused by max_subscriptions, "
                                   "max_states or max_predicate_atoms", value=c[Count.SUBSCRIPTIONS_REFUSED])
-        yield CounterMetricFamily("cayuga_instances_evicted", "Instances evicted (oldest first) because their "
-                                  "subscription exceeded max_instances_per_subscription",
+        yield CounterMetricFamily("cayuga_instances_evicted", "Instances removed, oldest first, from "
+                                  "subscriptions above max_instances_per_subscription: one per instance "
+                                  "(cayuga_eviction_rounds_total counts the cuts, each removing one or more)",
                                   value=c[Count.INSTANCES_EVICTED])
-        yield CounterMetricFamily("cayuga_instance_evictions", "Evictions applied by "
-                                  "max_instances_per_subscription (one per subscription found above it)",
+        yield CounterMetricFamily("cayuga_eviction_rounds", "Times a subscription found above "
+                                  "max_instances_per_subscription was cut back to it: one per subscription per "
+                                  "cut, however many instances it lost (those: cayuga_instances_evicted_total)",
                                   value=c[Count.INSTANCE_EVICTIONS])
-        yield CounterMetricFamily("cayuga_instances_evicted_shared", "Evicted instances that other subscriptions "
-                                  "saw too (merged states): they lost them with the one above its limit",
+        yield CounterMetricFamily("cayuga_instances_evicted_shared", "Of cayuga_instances_evicted_total, the "
+                                  "instances other subscriptions saw too (merged states of identical queries): "
+                                  "they lost them with the one above its limit",
                                   value=c[Count.INSTANCES_EVICTED_SHARED])
         snap = d.snapshotter
         yield CounterMetricFamily("cayuga_snapshots", "Snapshots of the processing state written by a forked "
@@ -202,12 +224,37 @@ class _Collector:
         yield GaugeMetricFamily("cayuga_clients", "Connected WebSocket clients", value=d.hub.client_count)
         yield GaugeMetricFamily("cayuga_tcp_connections", "Open TCP event connections",
                                 value=d.tcp_connections)
-        yield GaugeMetricFamily("cayuga_instances_age_seconds", "Seconds since cayuga_instances was last "
-                                "recounted in full (by the engine thread, in the background)",
+        yield GaugeMetricFamily("cayuga_instances_age_seconds", "Seconds since the live instances "
+                                "(cayuga_instances, cayuga_subscription_instances) were last recounted in full "
+                                "(by the engine thread, in the background)",
                                 value=time.monotonic() - d.counted_at)
-        inst = GaugeMetricFamily("cayuga_instances", "Active automaton instances per subscription",
-                                 labels=["subscription"])
-        for sid, n in d.instance_counts().items():
+        yield from self._instances()
+
+    def _instances(self):
+        """Live instances: aggregates over every subscription, and one series
+        per subscription for the heaviest (or, when asked, for all)."""
+        d, settings = self.d, self.d.settings
+        counts = d.instance_counts()  # a copy: the engine thread keeps counting
+        values = sorted(counts.values())
+        yield GaugeMetricFamily("cayuga_subscriptions", "Subscriptions registered", value=d.subscription_count)
+        yield GaugeMetricFamily("cayuga_instances", "Live automaton instances of every subscription together "
+                                "(each subscription's count, summed)", value=sum(values))
+        spread = GaugeMetricFamily("cayuga_subscription_instances_quantile", "Live instances per subscription: "
+                                   "the given quantile over all subscriptions (0.5: half of them hold at most "
+                                   "this many)", labels=["quantile"])
+        for q in QUANTILES:
+            spread.add_metric([str(q)], values[max(math.ceil(q * len(values)) - 1, 0)] if values else 0)  # nearest rank
+        yield spread
+        if settings.metrics_per_subscription:
+            per, what = counts.items(), "every subscription (metrics_per_subscription)"
+        else:
+            k = settings.metrics_top_subscriptions
+            per = heapq.nlargest(k, ((sid, n) for sid, n in counts.items() if n), key=itemgetter(1)) if k else []
+            what = (f"the {k} subscriptions holding the most (metrics_top_subscriptions; none holding none); "
+                    "metrics_per_subscription: true gives every subscription")
+        inst = GaugeMetricFamily("cayuga_subscription_instances", f"Live automaton instances of one subscription, "
+                                 f"for {what}", labels=["subscription"])
+        for sid, n in per:
             inst.add_metric([sid], n)
         yield inst
 
@@ -218,23 +265,17 @@ def journal_buckets():
     return SYNC_BUCKETS
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("cayuga")
-    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
-        return "unknown"
-
-
 def make_registry(source: MetricsSource) -> tuple[CollectorRegistry, Histogram]:
     """A registry of its own for one server: its counters, the engine latency
     histogram, ``cayuga_build_info`` and the process's CPU, memory and file
     descriptors (``process_*``, ``python_*``)."""
     reg = CollectorRegistry()
     reg.register(_Collector(source))
+    reg.register(HealthCollector(source))  # engine up, engine errors, queue capacity and stall (alerts)
     ProcessCollector(registry=reg)
     PlatformCollector(registry=reg)
     Info("cayuga_build", "The running server: its version, engine build and Python", registry=reg).info(
-        {"version": _version(), "engine_build": ENGINE_BUILD, "python": platform.python_version()})
+        {"version": version(), "engine_build": ENGINE_BUILD, "python": platform.python_version()})
     latency = Histogram("cayuga_engine_latency_seconds", "Engine processing time per event",
                         registry=reg,
                         buckets=(1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))

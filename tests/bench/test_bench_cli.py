@@ -140,3 +140,14 @@ def test_bench_scaling_prints_its_ratio():
     summary = json.loads(result.output)
     assert summary["benchmark"] == "remove_and_add_scaling" and (summary["small"], summary["large"]) == (20, 200)
     assert summary["ratio"] > 0 and len(summary["ratios"]) == 1
+
+
+@pytest.mark.parametrize("args, target", [
+    (["rise", "--events", "500", "--symbols", "5"], "events_per_second >= 1,200,000"),
+    (["increasing", "--queries", "5", "--events", "500"], "events_per_second >= 100,000"),
+])
+def test_engine_rows_name_their_target(args, target):
+    """Issue 22's engine rows print the figure, the target and whether it was met, in one summary."""
+    summary = json.loads(CliRunner().invoke(main, ["bench", *args]).output)
+    assert summary["target"] == target
+    assert summary["meets_target"] is (summary["events_per_second"] >= int(target.split()[-1].replace(",", "")))

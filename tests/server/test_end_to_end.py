@@ -188,7 +188,7 @@ def test_instance_counts_reach_the_api_and_metrics(client):
     wait_until(lambda: [client.subscription(s["id"])["instances"] for s in subs] == [2] * 5,
                what="2 instances counted for each subscription")
     metrics = client.http.get("/metrics").text
-    assert f'cayuga_instances{{subscription="{subs[0]["id"]}"}} 2.0' in metrics
+    assert f'cayuga_subscription_instances{{subscription="{subs[0]["id"]}"}} 2.0' in metrics
     client.unsubscribe(subs[0]["id"])
     assert [s["id"] for s in client.subscriptions()] == [s["id"] for s in subs[1:]]
 

@@ -404,7 +404,7 @@ def test_a_subscription_over_its_instance_limit_loses_its_oldest_instances(start
         c.post_events([stock(f"S{i}", 1.0, 1, i) for i in range(1, 81)])  # 80 open instances
         wait_until(lambda: metric(c, "cayuga_instances_evicted_total") > 0, what="the first eviction")
         assert metric(c, "cayuga_instances_evicted_total") == 30
-        assert metric(c, "cayuga_instance_evictions_total") == 1
+        assert metric(c, "cayuga_eviction_rounds_total") == 1
         assert metric(c, "cayuga_instances_evicted_shared_total") == 0
         with c.watch(sub["id"], timeout=10) as m:  # S1..S30 are gone; S31..S80 still match
             c.post_events([stock("S1", 2.0, 1, 90), stock("S30", 2.0, 1, 91), stock("S31", 2.0, 1, 92),
@@ -413,7 +413,7 @@ def test_a_subscription_over_its_instance_limit_loses_its_oldest_instances(start
             assert [(w["t0"], w["t1"]) for w in got] == [(31, 92), (80, 93)]
         # 50 - 2 matched + 4 new: the next count evicts the oldest left (S32, S33, and S34 if it counted
         # mid-epoch, while S80's matched instance was still there)
-        wait_until(lambda: metric(c, "cayuga_instance_evictions_total") >= 2, what="the second eviction")
+        wait_until(lambda: metric(c, "cayuga_eviction_rounds_total") >= 2, what="the second eviction")
         assert metric(c, "cayuga_instances_evicted_total") in (32, 33)
         with c.watch(sub["id"], timeout=10) as m:
             c.post_events([stock("S32", 3.0, 1, 100), stock("S79", 3.0, 1, 101)])
