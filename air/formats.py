@@ -15,7 +15,8 @@ runner and the Spark executors feed them and decide what to do with errors.
 
 JSON is decoded by msgspec. Well-typed lines (the usual case) are decoded and
 type-checked straight into one typed record per declared stream, a block at a
-time; a block with any other line is decoded line by line, where the few
+time, and the records into events in one loop (:mod:`air.engine.convert`,
+compiled with the engine); a block with any other line is decoded line by line, where the few
 conversions JSON does not make (a number in a string, ``"true"`` for a bool)
 are applied and every error gets its own precise message. Both paths accept
 and refuse exactly the same lines (``tests/server/test_formats.py``).
