@@ -3,7 +3,8 @@
 - ``run``: distributed batch execution of queries inside Spark executors;
 - ``source``: read events with Spark and stream them to a server's TCP port;
 - ``sink``: write witnesses received over WebSocket as Parquet;
-- ``bench``: events/s of the distributed run against the single engine.
+- ``bench``: events/s of the distributed run against the single engine;
+- ``stream``: continuous CEP over files arriving in a directory (Structured Streaming).
 """
 
 from __future__ import annotations
@@ -275,3 +276,101 @@ def bench(n_events, symbols, skew, masters, query, workdir, seed) -> None:
 
 if __name__ == "__main__":
     spark()
+
+
+@spark.command()
+@_common
+@click.option("--query", "queries", multiple=True, required=True, type=click.Path(exists=True, dir_okay=False),
+              help="A query: AIR (.xml) or CEL (.cel). Repeatable; later queries may read earlier outputs.")
+@click.option("--input", "input_path", required=True,
+              help="A directory that event files keep arriving in (JSON lines, Cayuga lines, CSV, Parquet). "
+                   "Files are read whole; write each elsewhere and move it in.")
+@click.option("--input-format", type=click.Choice(_INPUT_FORMATS), default=None,
+              help="Format of the files. Default: parquet or csv when the directory holds such files, else JSON lines.")
+@click.option("--column", "columns", multiple=True, help=_COLUMN_HELP)
+@click.option("--output", "output", required=True,
+              help="Output directory: OUTPUT/kind=witness (the witnesses), kind=late, kind=rejected (jsonl).")
+@click.option("--output-format", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True,
+              help="jsonl: a Spark file sink of the JSON lines `cayuga run` writes; parquet: OUTPUT/<stream> per "
+                   "output stream, OUTPUT/_late and OUTPUT/_rejected as JSON lines.")
+@click.option("--checkpoint", required=True,
+              help="Checkpoint directory (offsets, commits, the engines' state). Restart with the same one.")
+@click.option("--lateness", type=float, default=0.0, show_default=True,
+              help="Seconds events wait for earlier ones (the event-time watermark's delay; the server's T-delay).")
+@click.option("--trigger", type=float, default=None, help="Seconds between micro-batches (default: as soon as possible).")
+@click.option("--available-now", is_flag=True, help="Process the files present now, then stop.")
+@click.option("--flush-at-end", is_flag=True,
+              help="With --available-now: the input has ended, so every held-back event is processed "
+                   "(later events are late).")
+@click.option("--max-files-per-trigger", type=int, default=None,
+              help="At most this many new files per micro-batch (default: all that are there).")
+@click.option("--partitions", type=int, default=None,
+              help="Partitions of the stateful operator (default: 2 x cores, at most one per group). "
+                   "Fixed at the first start.")
+@click.option("--key-groups", type=int, default=None,
+              help="Groups a key is hashed into (default 32). Fixed at the first start: the checkpoint keeps it.")
+@click.option("--column-groups", type=int, default=None,
+              help="Groups the unkeyed queries are dealt into (default: one per query, at most --key-groups). "
+                   "Fixed at the first start.")
+def stream(streams, schema_files, config_path, master, queries, input_path, input_format, columns, output,
+           output_format, checkpoint, lateness, trigger, available_now, flush_at_end, max_files_per_trigger,
+           partitions, key_groups, column_groups) -> None:
+    """Run queries continuously over files arriving in a directory (Spark Structured Streaming).
+
+    Prints the plan (keys, constant routes, column groups). Exactly once across
+    failures: restart with the same command and checkpoint. Exit code 0; 1
+    when late or rejected records have been written (see OUTPUT); 2 on a usage,
+    schema, query or checkpoint error."""
+    _need_pyspark()
+    from pathlib import Path
+
+    from air.engine import EngineError
+    from clients.spark.io import InputError
+    from clients.spark.stream import StreamError, file_source, read_output, start_stream
+
+    schemas = _schemas(streams, schema_files, config_path)
+    mapping = _mapping(columns)
+    for name, value in (("--key-groups", key_groups), ("--column-groups", column_groups),
+                        ("--max-files-per-trigger", max_files_per_trigger), ("--partitions", partitions)):
+        if value is not None and value < 1:
+            _fail(f"{name} must be 1 or more, not {value}")
+    if input_format is None:
+        p = Path(input_path)
+        input_format = next((f for f in ("parquet", "csv") if p.is_dir() and any(p.glob(f"*.{f}"))), "jsonl")
+    def say(m: str) -> None:
+        click.echo(f"cayuga spark: {m}", err=True)
+
+    session = _session(master, "cayuga-spark-stream")
+    spark_session = session.spark
+    try:
+        try:
+            df, lines = file_source(spark_session, input_path, input_format,
+                                    max_files_per_trigger=max_files_per_trigger)
+            job = start_stream(df, schemas, list(queries), output=output, checkpoint=checkpoint,
+                               output_format=output_format, lines_format=lines, mapping=mapping, lateness=lateness,
+                               trigger=trigger, available_now=available_now, flush_at_end=flush_at_end,
+                               key_groups=key_groups, column_groups=column_groups, partitions=partitions,
+                               functions=_functions(config_path), say=say)
+        except (CayugaError, EngineError, ModelError, InputError, StreamError) as exc:
+            _fail(str(exc))
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            job.query.awaitTermination()
+        except KeyboardInterrupt:
+            job.query.stop()
+        except StreamingQueryException as exc:
+            _fail(f"the streaming query failed: {exc.getMessage() if hasattr(exc, 'getMessage') else exc}; "
+                  f"fix the cause and run the same command again: it resumes from {checkpoint}", 1)
+        bad = {}
+        if output_format == "jsonl":
+            for kind in ("late", "rejected"):
+                bad[kind] = len(read_output(spark_session, output, "jsonl", kind))
+        else:
+            for kind in ("late", "rejected"):
+                d = Path(output) / f"_{kind}"
+                bad[kind] = spark_session.read.text(str(d)).count() if d.exists() else 0
+        say(f"stopped; {bad['late']} late and {bad['rejected']} rejected records so far (in {output})")
+    finally:
+        session.stop()
+    sys.exit(1 if any(bad.values()) else 0)

@@ -159,3 +159,34 @@ def import_state(eng: "Engine", state: dict) -> dict[str, int]:
     for k, v in state["stats"].items():
         setattr(eng.stats, k, v)
     return {"instances": loaded, "skipped": skipped, "clashes": clashes}
+
+
+def clear_state(eng: "Engine") -> None:
+    """Take every instance out of ``eng`` (installed, pending, affected marks)
+    and forget the epoch and the counters, so that it stands as if its owners
+    had just been added: :func:`import_state` may follow. This lets one engine
+    (its compiled network) serve many independent states in turn, e.g. one per
+    key group of a streaming job (clients/spark/stream.py), instead of being
+    built again for each. Call it between events."""
+    for holding in eng.holdings().values():
+        for _ai, _sid, node in holding.states:
+            if node.stream is None or node.is_start:
+                continue
+            node.instances.clear()
+            if node.ai_ev >= 0:
+                node.buckets.clear()
+            node.pending.clear()
+            node.ndead = 0
+            node.dead_keys = None
+            node.count = 0
+            node.dirty = False
+            if node.active:
+                node.plan.set_active(node, False)
+    eng._dirty = []
+    eng._resub.clear()
+    eng._epoch = None
+    eng._closed = False
+    eng._installed_t1 = None
+    eng._epoch_events = 0
+    for f in dataclasses.fields(eng.stats):
+        setattr(eng.stats, f.name, f.default)

@@ -30,11 +30,22 @@ single partition.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
-from air.expr import Compare, Ref
-from air.model import Automaton, ComplexAtom, Computed, DynamicAtom, Edge, Predicate, Rename, StreamSchema
+from air.expr import Compare, Literal, Ref
+from air.formats import LineError, convert_value
+from air.model import (
+    Automaton,
+    ComplexAtom,
+    Computed,
+    DynamicAtom,
+    Edge,
+    Predicate,
+    Rename,
+    StaticAtom,
+    StreamSchema,
+)
 
 #: Give up enumerating key candidates beyond this many combinations (then: no key).
 MAX_CANDIDATES = 4096
@@ -345,3 +356,98 @@ def _no_key_reason(automata: Sequence[Automaton]) -> str:
                 return (f"{a.name or 'an automaton'}: node {s.id}'s filter has no equality between "
                         "an event attribute and an attribute of the first event")
     return "no attribute is required equal to the first event's value at every state"
+
+
+# --------------------------------------------------------------------------- constant routes
+
+
+@dataclass(frozen=True)
+class ConstantRoute:
+    """Queries that only ever look at events whose ``attributes[stream]`` equals
+    ``value`` (``Name = 'IBM'`` at every state): such a query needs only those
+    events, so a streaming job routes by the constant (docs: SPARK.md)."""
+
+    attributes: tuple[tuple[str, str], ...]
+    value: object
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.attributes)
+
+    def describe(self) -> str:
+        return " and ".join(f"{s}.{a} = {self.value!r}" for s, a in self.attributes)
+
+
+def _eq_constants(clause_atoms) -> list[tuple[str, object]]:
+    """(event attribute, constant as written) pairs a clause requires equal."""
+    out = []
+    for atom in clause_atoms:
+        if isinstance(atom, StaticAtom) and atom.op == "=":
+            out.append((atom.event_attr, atom.const))
+        elif isinstance(atom, ComplexAtom) and isinstance(atom.expr, Compare) and atom.expr.op == "=":
+            left, right = atom.expr.left, atom.expr.right
+            if isinstance(right, Ref) and isinstance(left, Literal):
+                left, right = right, left
+            if isinstance(left, Ref) and left.source in ("EV", None) and isinstance(right, Literal):
+                out.append((left.name, right.value))
+    return out
+
+
+def constant_route(automata: Sequence[Automaton], schemas: Mapping[str, StreamSchema]) -> ConstantRoute | None:
+    """The one constant every state of ``automata`` requires of the events it
+    reads, or None.
+
+    It holds when, for each input stream ``s``, one attribute ``a`` and one
+    value ``c`` exist such that every clause of every start edge reading ``s``
+    and every clause of every non-start filter reading ``s`` requires
+    ``EV.a = c``: an event with another value creates no instance and is
+    ignored by every instance (it fails the filter), so it cannot change a
+    witness. Streams the automata publish themselves must not be read
+    (resubscription is left to keys and column groups)."""
+    read, pub = _reads(automata)
+    if read & pub or not read:
+        return None
+    # the predicates that decide whether an event of each stream matters at all
+    preds: dict[str, list[Predicate | None]] = {}
+    for a in automata:
+        for st in a.states:
+            if st.input_stream is None:
+                continue
+            if st.is_start:
+                preds.setdefault(st.input_stream, []).extend(
+                    e.predicate for e in list(st.forwards) + ([st.rebind] if st.rebind else []))
+            else:
+                preds.setdefault(st.input_stream, []).append(st.filter)
+    attrs: dict[str, str] = {}
+    value = _UNSET = object()
+    for stream, plist in sorted(preds.items()):
+        schema = schemas.get(stream)
+        if schema is None:
+            return None
+        options: set[tuple[str, object]] | None = None
+        for pred in plist:
+            if pred is None or not pred.clauses:
+                if pred is None:
+                    return None  # TRUE: every event matters
+                continue  # FALSE: no event matters
+            for clause in pred.clauses:
+                here = set()
+                for attr, raw in _eq_constants(clause.atoms):
+                    if not schema.has(attr):
+                        continue
+                    try:
+                        here.add((attr, convert_value(raw, schema.type_of(attr), attr)))
+                    except (LineError, ValueError, TypeError):
+                        continue
+                options = here if options is None else options & here
+                if not options:
+                    return None
+        if not options:
+            return None
+        attr, v = min(options, key=repr)
+        if value is not _UNSET and v != value:
+            return None
+        value = v
+        attrs[stream] = attr
+    if value is _UNSET:
+        return None
+    return ConstantRoute(tuple(sorted(attrs.items())), value)

@@ -7,7 +7,7 @@ import pytest
 
 from air.cel import compile_cel
 from air.model import parse_stream_decl
-from clients.spark.partitioning import Owned, check_key, infer_key, plan_stages
+from clients.spark.partitioning import Owned, check_key, constant_route, infer_key, plan_stages
 from tests.conftest import CEL_DIR, STOCK, air
 
 TRADE = parse_stream_decl("Trade(Sym string, Qty int)")
@@ -85,3 +85,21 @@ def test_nested_publish_in_one_cel_query():
                 "NEXT{$1.Name = $2.Name} Stock PUBLISH Pair")
     plan = plan_stages([Owned("q", tuple(autos))], SCHEMAS)
     assert len(plan.stages) == 1 and plan.stages[0].key.as_dict() == {"Stock": "Name"}
+
+
+@pytest.mark.parametrize("name", ["test3", "test201", "test207"])
+def test_constant_route_of_one_symbol_queries(name):
+    route = constant_route(conformance(name), SCHEMAS)
+    assert route is not None and route.as_dict() == {"Stock": "Name"} and route.value == "IBM"
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH A",  # a key, no constant
+    # the second state reads every event, not only IBM's
+    "SELECT * FROM FILTER{Name = 'IBM'}(Stock) NEXT{$2.Price > $1.Price} Stock PUBLISH B",
+    # two constants: no single group holds the query
+    "SELECT * FROM FILTER{Name = 'IBM'}(Stock) NEXT{$2.Price > $1.Price} FILTER{Name = 'MSFT'}(Stock) PUBLISH C",
+    "SELECT * FROM FILTER{Name = 'IBM' OR Price > 5}(Stock) PUBLISH D",  # a clause without the constant
+])
+def test_no_constant_route(text):
+    assert constant_route(cel(text), SCHEMAS) is None
