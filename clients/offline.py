@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import itertools
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TextIO
@@ -212,8 +212,10 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
                 out: BinaryIO | None = None, freeze: bool = False) -> RunResult:
     """Run ``queries`` over the events of ``events_in``. Witnesses are kept in
     ``result.witnesses`` (and handed to ``on_witness``) as dicts, or, with
-    ``out``, written there as JSON lines and only counted. ``freeze``: see
-    :func:`load_engine` (for a process that ends with the run)."""
+    ``out``, written there as JSON lines and only counted. ``freeze``: for a
+    process that ends with the run: see :func:`load_engine`; the decoded events
+    are frozen too, and events are fed with :func:`fewer_collections` (a
+    setting of the whole process)."""
     engine, _ = load_engine(streams, queries, functions, freeze=freeze)
     result = RunResult()
     # The decoded events live until the run ends and hold no cycles: no
@@ -238,7 +240,7 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
             result.witness_count += count
             pending.clear()
 
-        with fewer_collections():
+        with fewer_collections() if freeze else nullcontext():
             for ev in events:
                 feed(ev)
                 if len(pending) >= WITNESS_BLOCK:
@@ -256,7 +258,7 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
                 on_witness(w)
 
     engine.on_emit = emit
-    with fewer_collections():
+    with fewer_collections() if freeze else nullcontext():
         for ev in events:
             feed(ev)
         engine.flush()
