@@ -1,4 +1,4 @@
-"""Build hook: compile the engine's two hot modules with Cython where a C
+"""Build hook: compile the engine's hot modules with Cython where a C
 compiler exists, as PyYAML or msgspec do; fall back to the pure-Python engine
 with one warning where it cannot. Everything else about the package is in
 pyproject.toml.

@@ -15,7 +15,8 @@ runner and the Spark executors feed them and decide what to do with errors.
 
 JSON is decoded by msgspec. Well-typed lines (the usual case) are decoded and
 type-checked straight into one typed record per declared stream, a block at a
-time; a block with any other line is decoded line by line, where the few
+time, and the records into events in one loop (:mod:`air.engine.convert`,
+compiled with the engine); a block with any other line is decoded line by line, where the few
 conversions JSON does not make (a number in a string, ``"true"`` for a bool)
 are applied and every error gets its own precise message. Both paths accept
 and refuse exactly the same lines (``tests/server/test_formats.py``).
@@ -38,6 +39,7 @@ from typing import Annotated, Callable, Iterable, Mapping, Union
 import msgspec
 
 from air.engine import Event
+from air.engine.convert import Layout, emissions_to_records, nonblank_lines, records_to_events
 from air.model import StreamSchema
 
 FORMATS = ("jsonl", "cayuga", "csv")
@@ -170,25 +172,26 @@ class Batch:
     :meth:`line_of` gives the line number of an event (to report it later,
     e.g. as late)."""
 
-    __slots__ = ("events", "errors", "_numbers", "_lines", "_first")
+    __slots__ = ("events", "errors", "_numbers", "_data", "_first")
 
     def __init__(self, events: list[Event], errors: list[tuple[int, str]], numbers: list[int] | None = None,
-                 lines: list | None = None, first: int = 1) -> None:
+                 data: bytes | None = None, first: int = 1) -> None:
         self.events = events
         self.errors = errors
         self._numbers = numbers
-        self._lines = lines
+        self._data = data  # the typed path's block: its line numbers are found only when asked for
         self._first = first
 
     @property
     def typed(self) -> bool:
         """Whether the block took the typed path: every non-blank line became an
         event, in order, and no line was decoded on its own."""
-        return self._lines is not None
+        return self._data is not None
 
     def line_of(self, i: int) -> int:
         if self._numbers is None:  # fast path: every non-blank line became an event, in order
-            self._numbers = [self._first + n for n, line in enumerate(self._lines or ()) if _NONBLANK.match(line)]
+            self._numbers = [self._first + n for n, line in enumerate(_split(self._data or b""))
+                             if _NONBLANK.match(line)]
         return self._numbers[i]
 
 
@@ -295,7 +298,7 @@ class JsonDecoder(Decoder):
         added when first seen."""
         super().__init__(*args, **kwargs)
         self._known: dict[str, StreamSchema] = {}  # streams with a typed record
-        self._by_type: dict[type, tuple[str, int]] = {}  # record type -> (stream, number of attributes)
+        self._by_type: dict[type, Layout] = {}  # record type -> how to read its records
         self._block: msgspec.json.Decoder | None = None
         for name in streams:
             self._learn(name)
@@ -346,10 +349,10 @@ class JsonDecoder(Decoder):
                 break
             except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 break
-            if len(records) != _nonblank_lines(data):
+            if len(records) != nonblank_lines(data):
                 break  # a line held more than one object: the precise path refuses it
             try:
-                return Batch(self._events(records), [], None, _split(data), first_line)
+                return Batch(self._events(records), [], None, data, first_line)
             except LineError:
                 break  # a bad timestamp: the precise path reports it
         batch = super().decode_batch(data, first_line)
@@ -384,22 +387,7 @@ class JsonDecoder(Decoder):
         return events, errors
 
     def _events(self, records: list) -> list[Event]:
-        by_type = self._by_type
-        astuple = msgspec.structs.astuple
-        times = self._times
-        out = []
-        append = out.append
-        for r in records:
-            name, n = by_type[r.__class__]
-            v = astuple(r)
-            t0 = v[n]
-            t1 = v[n + 1]
-            if t1.__class__ is not int or (t0 is not None and (t0.__class__ is not int or t0 > t1)):
-                t0, t1 = times(t0, t1)
-            elif t0 is None:
-                t0 = t1
-            append(Event(name, v[:n], t0, t1))
-        return out
+        return records_to_events(records, self._by_type, self._times)
 
     def _learn(self, name: str) -> bool:
         schema = self.catalog(name) if isinstance(name, str) else None
@@ -426,7 +414,7 @@ class JsonDecoder(Decoder):
 
     def _rebuild(self) -> None:
         types = tuple(_record_type(s) for s in self._known.values())
-        self._by_type = {t: (s.name, len(s.attributes)) for t, s in zip(types, self._known.values())}
+        self._by_type = {t: Layout(t, s.name, t.__struct_fields__) for t, s in zip(types, self._known.values())}
         self._block = _block_decoder(types) if types else None
 
 
@@ -445,18 +433,6 @@ def _loads(data: str | bytes, what: str):
 
 
 _NONBLANK = re.compile(rb"^[ \t\r]*[^ \t\r\n]", re.M)
-_BLANK_INSIDE = re.compile(rb"\n[ \t\r]*\n")
-_BLANK_FIRST = re.compile(rb"[ \t\r]*(\n|$)")
-
-
-def _nonblank_lines(data: bytes) -> int:
-    """How many lines of ``data`` hold more than JSON whitespace (counting
-    newlines, unless a blank line is somewhere, which is rare)."""
-    tail = data.rfind(b"\n") + 1
-    if (_BLANK_INSIDE.search(data) or _BLANK_FIRST.match(data)
-            or (tail < len(data) and not data[tail:].strip(b" \t\r"))):
-        return len(_NONBLANK.findall(data))
-    return data.count(b"\n") + (tail < len(data))
 
 
 def _json_reason(exc: msgspec.DecodeError, line: str | bytes) -> str:
@@ -622,3 +598,19 @@ def witness_bytes(stream: str, event: Event, schema: StreamSchema) -> bytes:
 
 #: Witness records as JSON lines, newline after each.
 encode_witnesses = msgspec.json.Encoder().encode_lines
+
+
+def encode_emissions(emissions: list, schema_of: Callable[[str], StreamSchema],
+                     include_resub: bool = False) -> tuple[bytes, int]:
+    """The witnesses among ``emissions`` (the engine's ``(stream, event, kind,
+    owner)`` tuples) as :func:`encode_witnesses` writes them, and how many:
+    those of kind ``OUT``, or all with ``include_resub``. One loop, in order
+    (compiled with the engine: :mod:`air.engine.convert`), the record type
+    looked up once per stream."""
+
+    def maker(stream: str) -> tuple:
+        schema = schema_of(stream)
+        return _witness_type(schema), lambda s, ev: witness_dict(s, ev, schema)
+
+    records = emissions_to_records(emissions, {}, maker, include_resub)
+    return encode_witnesses(records), len(records)

@@ -8,22 +8,21 @@ complete; the server instead releases events through its T-delayed queue.
 
 from __future__ import annotations
 
+import gc
 import itertools
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Mapping, TextIO
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TextIO
 
 from air.airxml import load_air_many, load_stream_types
 from air.cel.shapes import ShapeCache
 from air.engine.memory import paused_gc
 from air.engine import Engine, EngineError, Event, FunctionRegistry
+from air.engine.convert import sort_by_t1
 from air.errors import CayugaError
-from air.formats import encode_json, encode_witnesses, make_decoder, witness_dict, witness_record
+from air.formats import encode_emissions, encode_json, make_decoder, witness_dict
 from air.model import Automaton, StreamSchema, parse_stream_decl
-
-
-_t1 = attrgetter("t1")
 
 
 class QueryError(CayugaError):
@@ -87,38 +86,87 @@ def expand_queries(paths: Iterable[str | Path]) -> list[Path]:
 
 def decode_file(source, fmt: str, streams: Callable, result: RunResult,
                 default_stream: str | None = None, names: Iterable[str] = ()) -> list[Event]:
-    """The events of ``source`` (a text or binary file, or an iterable of
+    """The events of ``source`` (a binary or text file, or an iterable of
     lines), decoded a block of lines at a time; rejected lines go to
     ``result.rejected`` with their numbers. ``names``: the streams expected."""
     decoder = make_decoder(fmt, streams, default_stream=default_stream, streams=names)
     events: list[Event] = []
     number = 1
-    for lines in _line_blocks(source):
-        batch = decoder.decode_batch(lines[0][:0].join(lines), number)
+    for data in _blocks(source):
+        batch = decoder.decode_batch(data, number)
         events.extend(batch.events)
-        for no, reason in batch.errors:
-            text = lines[no - number]
-            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-            result.rejected.append(Rejected(no, text.rstrip("\r\n"), reason))
-        number += len(lines)
+        if batch.errors:
+            lines = data.split(b"\n" if isinstance(data, bytes) else "\n")
+            for no, reason in batch.errors:
+                text = lines[no - number]
+                text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+                result.rejected.append(Rejected(no, text.rstrip("\r\n"), reason))
+        number += data.count(b"\n" if isinstance(data, bytes) else "\n")
     return events
 
 
-def _line_blocks(source, size: int = 1 << 20):
-    """Lists of lines, about ``size`` bytes (or 4096 lines) at a time."""
-    if hasattr(source, "readlines"):
-        while lines := source.readlines(size):
-            yield lines
+#: Bytes read from an event file at a time (whole lines are decoded together).
+BLOCK = 1 << 20
+
+
+def _blocks(source, size: int = BLOCK):
+    """Blocks of whole lines (each but perhaps the last ending in a newline):
+    about ``size`` bytes of a binary file at a time, cut after its last
+    newline; text files and iterables of lines 4096 lines at a time."""
+    read = getattr(source, "read", None)
+    if read is not None and isinstance(source.read(0), bytes):
+        parts: list[bytes] = []  # a line longer than a block, so far
+        while chunk := read(size):
+            cut = chunk.rfind(b"\n") + 1
+            if not cut:
+                parts.append(chunk)
+                continue
+            if parts:
+                parts.append(chunk[:cut])
+                yield b"".join(parts)
+                parts.clear()
+            else:
+                yield chunk[:cut] if cut < len(chunk) else chunk
+            if cut < len(chunk):
+                parts.append(chunk[cut:])
+        if parts:
+            yield b"".join(parts)
         return
     it = iter(source)
     while lines := list(itertools.islice(it, 4096)):
-        yield [_terminated(line) for line in lines]
+        lines = [_terminated(line) for line in lines]
+        yield lines[0][:0].join(lines)
 
 
 def _terminated(line: str | bytes) -> str | bytes:
     if isinstance(line, bytes):
         return line if line.endswith(b"\n") else line + b"\n"
     return line if line.endswith("\n") else line + "\n"
+
+
+#: Witnesses encoded at once (a block of the engine's emissions).
+WITNESS_BLOCK = 4096
+
+#: The young generation's threshold while events are fed: above the objects a
+#: block of pending witnesses keeps alive (an emission and an event each), so
+#: they do not set off collections that walk them and age them into the older
+#: generations (at Python's default, 700, a third of the run's CPU time went
+#: to collections; BENCHMARKS.md, round 7).
+YOUNG_THRESHOLD = 50_000
+
+
+@contextmanager
+def fewer_collections(young: int = YOUNG_THRESHOLD) -> Iterator[None]:
+    """Raise the cyclic collector's young-generation threshold to ``young``
+    for the block (not where collection is turned off, threshold 0), and set
+    it back after."""
+    old = gc.get_threshold()
+    if old[0]:
+        gc.set_threshold(max(old[0], young), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
@@ -164,45 +212,56 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
                 out: BinaryIO | None = None, freeze: bool = False) -> RunResult:
     """Run ``queries`` over the events of ``events_in``. Witnesses are kept in
     ``result.witnesses`` (and handed to ``on_witness``) as dicts, or, with
-    ``out``, written there as JSON lines and only counted. ``freeze``: see
-    :func:`load_engine` (for a process that ends with the run)."""
+    ``out``, written there as JSON lines and only counted. ``freeze``: for a
+    process that ends with the run: see :func:`load_engine`; the decoded events
+    are frozen too, and events are fed with :func:`fewer_collections` (a
+    setting of the whole process)."""
     engine, _ = load_engine(streams, queries, functions, freeze=freeze)
     result = RunResult()
-    events = decode_file(events_in, fmt, engine.schema, result, names=[s.name for s in streams])
-    events.sort(key=_t1)
+    # The decoded events live until the run ends and hold no cycles: no
+    # collection needs to walk them while they are made (and, with
+    # ``freeze``, after).
+    with paused_gc(freeze):
+        events = decode_file(events_in, fmt, engine.schema, result, names=[s.name for s in streams])
+    sort_by_t1(events)
     result.events = len(events)
     schema = engine.schema
+    feed = engine.feed
 
     if out is not None:
+        # Witnesses are the engine's own emissions until a block of them is
+        # encoded at once: no Python call per witness.
         pending: list = []
-        add = pending.append
-
-        def emit(em) -> None:
-            if em.kind == "OUT" or include_resub:
-                add(witness_record(em.stream, em.event, schema(em.stream)))
-                if len(pending) >= 4096:
-                    flush()
+        engine.on_emit = pending.append
 
         def flush() -> None:
-            out.write(encode_witnesses(pending))
-            result.witness_count += len(pending)
+            data, count = encode_emissions(pending, schema, include_resub)
+            out.write(data)
+            result.witness_count += count
             pending.clear()
-    else:
-        def emit(em) -> None:
-            if em.kind == "OUT" or include_resub:
-                w = witness_dict(em.stream, em.event, schema(em.stream))
-                result.witnesses.append(w)
-                result.witness_count += 1
-                if on_witness is not None:
-                    on_witness(w)
+
+        with fewer_collections() if freeze else nullcontext():
+            for ev in events:
+                feed(ev)
+                if len(pending) >= WITNESS_BLOCK:
+                    flush()
+            engine.flush()
+            flush()
+        return result
+
+    def emit(em) -> None:
+        if em.kind == "OUT" or include_resub:
+            w = witness_dict(em.stream, em.event, schema(em.stream))
+            result.witnesses.append(w)
+            result.witness_count += 1
+            if on_witness is not None:
+                on_witness(w)
 
     engine.on_emit = emit
-    feed = engine.feed
-    for ev in events:
-        feed(ev)
-    engine.flush()
-    if out is not None and pending:
-        flush()
+    with fewer_collections() if freeze else nullcontext():
+        for ev in events:
+            feed(ev)
+        engine.flush()
     return result
 
 

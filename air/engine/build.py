@@ -1,10 +1,11 @@
 """The optional compiled build of the engine's hot modules.
 
-``network.py`` and ``runtime.py`` are plain Python and run as such everywhere.
-With Cython and a C compiler at hand (``pip install -e '.[fast]'``),
-``cayuga build-engine`` compiles the same two files, typed by the declarations
-beside them (``network.pxd``, ``runtime.pxd``), into extension modules next to
-them; Python then imports those instead. Nothing else changes: the compiled
+``network.py``, ``runtime.py`` and ``convert.py`` (records to events and
+emissions to witness records, at the engine's edge) are plain Python and run
+as such everywhere. With Cython and a C compiler at hand (``pip install -e
+'.[fast]'``), ``cayuga build-engine`` compiles the same files, typed by the
+declarations beside them (``network.pxd``, ``runtime.pxd``, ``convert.pxd``),
+into extension modules next to them; Python then imports those instead. Nothing else changes: the compiled
 build must give exactly the results of the pure-Python one, and
 ``tests/engine/test_compiled_build.py`` runs the engine, CEL, benchmark,
 server, Spark and ``cayuga run`` suites against it.
@@ -27,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 #: The compiled modules of ``air.engine``, in import order.
-MODULES = ("network", "runtime")
+MODULES = ("network", "runtime", "convert")
 
 HERE = Path(__file__).resolve().parent
 

@@ -199,3 +199,18 @@ def scaling(small, large, rounds):
     small one (a ratio near 1: it does not grow with the network)."""
     from clients.bench.scaling import scaling as run_scaling
     _emit(run_scaling(small, large, rounds))
+
+
+@bench.command("offline")
+@click.option("--events", type=int, default=1_000_000, show_default=True, help="Ticks to generate.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
+@click.option("--runs", type=int, default=3, show_default=True, help="Whole-process cayuga run timings (median).")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Decode timings (best of).")
+@click.option("--file", "file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Use this JSON-lines file of Stock ticks instead of generated ones.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def offline_(events, n_symbols, runs, rounds, file, seed):
+    """cayuga run of the rise query, whole process, against the 2 s target, and
+    our decode µs a line against msgspec's bare decode_lines of the same bytes."""
+    from clients.bench.offline import offline
+    _emit(offline(events, n_symbols, seed, runs, rounds, file))

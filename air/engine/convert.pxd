@@ -1,0 +1,121 @@
+# Declarations for the compiled build of convert.py (see air/engine/build.py):
+# convert.py runs unchanged as plain Python without them.
+
+import cython
+
+from cpython.ref cimport PyObject, Py_INCREF
+from libc.string cimport memchr
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_ITEM, PyTuple_CheckExact, PyTuple_GET_SIZE
+
+from air.engine.runtime cimport Event
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    void PyObject_GC_UnTrack(object)
+    bint PyObject_IS_GC(object)
+    object PyObject_Vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
+
+
+#: A witness record made by one vectorcall: stream, t0, t1 and up to this many values.
+cdef enum:
+    MAX_VECTOR_VALUES = 29
+
+
+cdef inline Py_ssize_t _slot_offset(descr):
+    """Where a member descriptor's slot lies in its instances."""
+    return (<PyMemberDescrObject *><PyObject *>descr).d_member.offset
+
+
+cdef inline object _slot(object r, tuple offsets, Py_ssize_t i):
+    """Field ``i`` of record ``r`` (a new reference), read from its slot."""
+    cdef Py_ssize_t off = offsets[i]
+    cdef PyObject *p = (<PyObject **>((<char *><PyObject *>r) + off))[0]
+    if p == NULL:
+        raise AttributeError(f"field {i} of {type(r).__name__} is not set")
+    return <object>p
+
+
+cdef inline tuple _slots(object r, tuple offsets, Py_ssize_t n):
+    """Fields ``0..n-1`` of record ``r`` as a tuple."""
+    cdef tuple out = PyTuple_New(n)
+    cdef Py_ssize_t i
+    for i in range(n):
+        v = _slot(r, offsets, i)
+        Py_INCREF(v)
+        PyTuple_SET_ITEM(out, i, v)
+    return out
+
+
+cdef inline void _untrack(Event ev, values):
+    """An event and its values leave the cyclic collector (they cannot be part of a cycle)."""
+    if PyObject_IS_GC(ev):
+        PyObject_GC_UnTrack(ev)
+    if PyTuple_CheckExact(values):
+        PyObject_GC_UnTrack(values)
+
+
+cdef inline object _witness(object cls, object stream, Event ev):
+    """``cls(stream, ev.t0, ev.t1, *ev.values)`` by one vectorcall."""
+    cdef PyObject *args[3 + MAX_VECTOR_VALUES]
+    cdef Py_ssize_t i, n
+    values = ev.values
+    t0 = ev.t0
+    t1 = ev.t1
+    if not PyTuple_CheckExact(values) or PyTuple_GET_SIZE(values) > MAX_VECTOR_VALUES:
+        return cls(stream, t0, t1, *values)
+    n = PyTuple_GET_SIZE(values)
+    args[0] = <PyObject *>stream
+    args[1] = <PyObject *>t0
+    args[2] = <PyObject *>t1
+    for i in range(n):
+        args[3 + i] = PyTuple_GET_ITEM(values, i)
+    return PyObject_Vectorcall(cls, args, 3 + n, NULL)
+
+
+cdef inline Py_ssize_t _count_nonblank(bytes data):
+    """The lines of ``data`` with a byte other than space, tab, CR (and the newline ending them)."""
+    cdef const char *p = data
+    cdef const char *nl
+    cdef Py_ssize_t size = len(data), i = 0, count = 0
+    cdef char c
+    while i < size:
+        c = p[i]
+        if c == b' ' or c == b'\t' or c == b'\r':
+            i += 1
+            continue
+        if c == b'\n':
+            i += 1
+            continue
+        count += 1  # a byte that is not blank: the line counts; on to the next one
+        nl = <const char *>memchr(p + i, b'\n', size - i)
+        if nl == NULL:
+            break
+        i = nl - p + 1
+    return count
+
+
+cdef inline object _t1_of(Event ev):
+    return ev.t1
+
+
+cdef class Layout:
+    cdef public object stream, getter, offsets
+    cdef public Py_ssize_t n
+
+
+@cython.locals(layout=Layout, n=Py_ssize_t, out=list)
+cpdef list records_to_events(list records, dict layouts, times)
+
+@cython.locals(ev=Event)
+cdef object _event(stream, values, t0, t1)
+
+@cython.locals(out=list, got=tuple)
+cpdef list emissions_to_records(list emissions, dict makers, maker, bint include_resub)
+
+cpdef Py_ssize_t nonblank_lines(bytes data)
+
+cpdef sort_by_t1(list events)

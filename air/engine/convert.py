@@ -1,0 +1,168 @@
+"""Bulk conversions at the engine's edge, one loop each: decoded records into
+events, and the engine's emissions into witness records. No I/O, no format:
+:mod:`air.formats` hands in its record types and gets events and records back.
+
+Plain Python, and compiled with the engine (``build.py``'s ``MODULES``; typed
+by ``convert.pxd``). Compiled, a record's fields are read straight from its
+slots (a msgspec struct keeps them where member descriptors say), an event is
+made without calling ``Event.__init__`` and is taken out of the cyclic
+collector at once (as :func:`air.engine.untrack_events` would: an event holds a
+name, a tuple of atomic values and two times), and a witness record is made by
+one vectorcall. Both builds give the same events and records
+(``tests/server/test_formats.py``, ``tests/test_cli_run.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from operator import attrgetter
+from typing import Callable
+
+from air.engine.runtime import Event
+
+try:
+    import cython
+
+    #: Whether this module runs compiled; Cython makes it a constant.
+    COMPILED = cython.compiled
+except ImportError:  # plain Python without Cython installed
+    COMPILED = False
+
+
+class Layout:
+    """How to read one record type: the stream its records are events of, how
+    many attributes they hold, and its fields (the attributes in schema order,
+    then t0 and t1) as a getter, and compiled, as slot offsets (None where a
+    field is not a plain slot: the getter reads those records then)."""
+
+    __slots__ = ("stream", "n", "getter", "offsets")
+
+    def __init__(self, cls: type, stream: str, fields: tuple) -> None:
+        self.stream = stream
+        self.n = len(fields) - 2
+        self.getter = attrgetter(*fields)  # two or more names: always a tuple
+        self.offsets = None
+        if COMPILED:
+            offsets = []
+            for name in fields:
+                descr = None
+                for klass in cls.__mro__:
+                    if name in klass.__dict__:
+                        descr = klass.__dict__[name]
+                        break
+                if type(descr) is not types.MemberDescriptorType:
+                    return
+                offsets.append(_slot_offset(descr))  # noqa: F821 - C only (convert.pxd)
+            self.offsets = tuple(offsets)
+
+
+def records_to_events(records: list, layouts: dict, times: Callable) -> list:
+    """One event per record, in order. ``layouts``: record type -> :class:`Layout`.
+    Times that are not both integers in order (or t1 alone) go through
+    ``times(t0, t1)``, which returns them converted or raises."""
+    out = []
+    last = None
+    layout = None
+    for r in records:
+        cls = type(r)
+        if cls is not last:
+            layout = layouts[cls]
+            last = cls
+        n = layout.n
+        if COMPILED and layout.offsets is not None:
+            values = _slots(r, layout.offsets, n)  # noqa: F821 - C only (convert.pxd)
+            t0 = _slot(r, layout.offsets, n)  # noqa: F821
+            t1 = _slot(r, layout.offsets, n + 1)  # noqa: F821
+        else:
+            v = layout.getter(r)
+            values = v[:n]
+            t0 = v[n]
+            t1 = v[n + 1]
+        if type(t1) is not int or (t0 is not None and (type(t0) is not int or t0 > t1)):
+            t0, t1 = times(t0, t1)
+        elif t0 is None:
+            t0 = t1
+        out.append(_event(layout.stream, values, t0, t1))
+    return out
+
+
+def _event(stream, values, t0, t1):
+    """``Event(stream, values, t0, t1)``; compiled, a bare one, untracked."""
+    if COMPILED:
+        ev = Event.__new__(Event)
+        ev.stream = stream
+        ev.values = values
+        ev.t0 = t0
+        ev.t1 = t1
+        _untrack(ev, values)  # noqa: F821 - C only (convert.pxd)
+        return ev
+    return Event(stream, values, t0, t1)
+
+
+def emissions_to_records(emissions: list, makers: dict, maker: Callable, include_resub: bool) -> list:
+    """The witness records of ``emissions`` (the engine's ``(stream, event,
+    kind, owner)`` tuples) of kind ``OUT``, or all with ``include_resub``, in
+    order. ``makers``: stream -> ``(cls, fallback)``; a record is ``cls(stream,
+    t0, t1, *values)``, or where ``cls`` is None, ``fallback(stream, event)``.
+    A stream not in ``makers`` is added as ``maker(stream)`` gives it."""
+    out = []
+    last = None
+    cls = fallback = None
+    for em in emissions:
+        stream = em[0]
+        kind = em[2]
+        if not include_resub and kind != "OUT":
+            continue
+        if stream is not last:
+            got = makers.get(stream)
+            if got is None:
+                got = makers[stream] = maker(stream)
+            cls, fallback = got
+            last = stream
+        ev = em[1]
+        if cls is None:
+            out.append(fallback(stream, ev))
+        elif COMPILED:
+            out.append(_witness(cls, stream, ev))  # noqa: F821 - C only (convert.pxd)
+        else:
+            out.append(cls(stream, ev.t0, ev.t1, *ev.values))
+    return out
+
+
+_NONBLANK = re.compile(rb"^[ \t\r]*[^ \t\r\n]", re.M)
+_BLANK_INSIDE = re.compile(rb"\n[ \t\r]*\n")
+_BLANK_FIRST = re.compile(rb"[ \t\r]*(\n|$)")
+
+
+def nonblank_lines(data: bytes) -> int:
+    """How many lines of ``data`` (ended by newlines; the last one may not be)
+    hold more than blanks (spaces, tabs, carriage returns). Compiled, one pass
+    from newline to newline; plain Python counts newlines, unless a blank line
+    is somewhere (rare: then a regular expression counts)."""
+    if COMPILED:
+        return _count_nonblank(data)  # noqa: F821 - C only (convert.pxd)
+    tail = data.rfind(b"\n") + 1
+    if (_BLANK_INSIDE.search(data) or _BLANK_FIRST.match(data)
+            or (tail < len(data) and not data[tail:].strip(b" \t\r"))):
+        return len(_NONBLANK.findall(data))
+    return data.count(b"\n") + (tail < len(data))
+
+
+_t1 = attrgetter("t1")
+
+
+def sort_by_t1(events: list) -> None:
+    """Sort ``events`` by detection time, stably (simultaneous events keep
+    their order). Compiled, one pass first finds most files already in order
+    and leaves them be."""
+    if COMPILED:
+        prev = None
+        for ev in events:
+            t1 = _t1_of(ev)  # noqa: F821 - C only (convert.pxd)
+            if prev is not None and prev > t1:
+                break
+            prev = t1
+        else:
+            return
+    events.sort(key=_t1)
