@@ -708,20 +708,19 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
         click.echo(f"cayuga: {reason}; reconnecting in {delay:.1f} s", err=True)
 
     try:
-        for sid, first, block, k in client.follow_runs(subscription, stream=stream, after=after,
-                                                       batch=WATCH_BATCH, retry_for=retry_for,
-                                                       on_retry=retrying):
-            lines = None
+        for sid, first, block, k in client.follow_frames(subscription, stream=stream, after=after,
+                                                         batch=WATCH_BATCH, retry_for=retry_for,
+                                                         on_retry=retrying):
+            # a run's bytes go out as they came (no decoding); only a line count cuts them (--count)
             if count is not None and n + k >= count:
-                lines = block.split("\n")[:count - n]
                 k = count - n
+                block = b"\n".join(block.split(b"\n", k)[:k])
             if show_seq:
-                tag = "" if subscription else f"{sid}:"
-                lines = [f"{tag}{first + i} {w}" for i, w in enumerate(lines or block.split("\n"))]
-            if lines is not None:
-                block = "\n".join(lines)
-            out.write(block.encode() + b"\n")
-            out.flush()
+                tag = b"" if subscription else sid.encode() + b":"
+                block = b"\n".join(b"%s%d %s" % (tag, first + i, w) for i, w in enumerate(block.split(b"\n")))
+            out.write(block)
+            out.write(b"\n")
+            out.flush()  # a reader down a pipe sees each message as it comes
             n += k
             if count is not None and n >= count:
                 break

@@ -20,6 +20,8 @@ import struct
 import threading
 import time
 from contextlib import contextmanager
+from itertools import repeat
+from operator import getitem
 from typing import Callable, Iterable, Iterator
 from urllib.parse import quote, urlparse
 
@@ -31,7 +33,26 @@ from websockets.sync.client import connect
 #: bad token, unknown subscription or stream, no longer retained.
 FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410})
 #: The ``<seq> `` that starts each line of a message asked for with seq.
-_SEQ_PREFIX = re.compile(r"^\d+ ", re.MULTILINE)
+
+
+def strip_seqs(frame: bytes, first: int, last: int) -> bytes:
+    """``frame``'s lines ``<seq> <JSON>``, seqs ``first`` to ``last`` one after
+    another, without their seq prefixes: each line's prefix is as wide as its
+    seq has digits, so the lines are cut in C (a slice per run of equal
+    widths), not matched one by one."""
+    if first == last:
+        return frame[frame.find(b" ") + 1:]
+    lines = frame.split(b"\n")
+    out: list[bytes] = []
+    seq, i = first, 0
+    while seq <= last:
+        width = len(str(seq))
+        upto = min(last, 10 ** width - 1)  # the last seq with this many digits
+        k = upto - seq + 1
+        out.extend(map(getitem, lines[i:i + k], repeat(slice(width + 1, None))))
+        i += k
+        seq = upto + 1
+    return b"\n".join(out)
 
 
 #: The server's address when nothing says otherwise (``cayuga serve``'s defaults).
@@ -250,8 +271,23 @@ class CayugaClient:
         """Every witness of a subscription (or stream) exactly once, across
         disconnects and server restarts: yields runs of witnesses,
         (subscription id, first seq, the witnesses' JSON lines joined by
-        newlines, how many), the seqs of a run consecutive (a subscription's
-        message is one run, cut from its seq prefixes at once). ``after``: the last seq already had per subscription (resume
+        newlines, how many); :meth:`follow_frames` as text."""
+        for sid, first, block, n in self.follow_frames(subscription, stream=stream, after=after,
+                                                       retry_for=retry_for, batch=batch, timeout=timeout,
+                                                       on_retry=on_retry):
+            yield sid, first, block.decode(), n
+
+    def follow_frames(self, subscription: str | None = None, *, stream: str | None = None,
+                    after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
+                    timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
+                    ) -> Iterator[tuple[str, int, bytes, int]]:
+        """Every witness of a subscription (or stream) exactly once, across
+        disconnects and server restarts: yields runs of witnesses,
+        (subscription id, first seq, the witnesses' JSON lines joined by
+        newlines as UTF-8 bytes, how many), the seqs of a run consecutive (a
+        subscription's message is one run: its frame's bytes are not decoded,
+        and its seq prefixes are cut by their known widths, see
+        :func:`strip_seqs`). ``after``: the last seq already had per subscription (resume
         there); without it, a subscription is followed from its newest witness
         on (``last_seq`` of GET /subscriptions/{id}), a stream from what comes
         once connected. On a disconnect it reconnects with ``from`` (backoff
@@ -278,25 +314,25 @@ class CayugaClient:
                     backoff.reset()
                     while True:
                         try:
-                            msg = ws.recv(timeout=timeout)
+                            msg = ws.recv(timeout=timeout, decode=False)
                         except TimeoutError:
                             raise _RecvTimeout from None
                         if subscription:  # one run when the seqs are new and consecutive (they are)
                             known = after[subscription]
-                            first = int(msg[:msg.find(" ")])
-                            n = msg.count("\n") + 1
-                            tail = msg.rfind("\n") + 1
-                            last = int(msg[tail:msg.find(" ", tail)])
+                            first = int(msg[:msg.find(b" ")])
+                            n = msg.count(b"\n") + 1
+                            tail = msg.rfind(b"\n") + 1
+                            last = int(msg[tail:msg.find(b" ", tail)])
                             if first > known and last - first + 1 == n:
                                 after[subscription] = last
-                                yield subscription, first, _SEQ_PREFIX.sub("", msg), n
+                                yield subscription, first, strip_seqs(msg, first, last), n
                                 continue
-                        for line in msg.split("\n"):
-                            head, _, body = line.partition(" ")
+                        for line in msg.split(b"\n"):
+                            head, _, body = line.partition(b" ")
                             if subscription:
                                 sid, num = subscription, head
                             else:
-                                sid, _, num = head.rpartition(":")
+                                sid, _, num = head.decode().rpartition(":")
                             seq = int(num)
                             if seq > after.get(sid, 0):  # never twice, whatever happens
                                 after[sid] = seq

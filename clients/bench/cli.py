@@ -158,7 +158,7 @@ def churn(subscriptions, events, every, seed):
 @click.option("--events", type=int, default=1_000_000, show_default=True, help="Ticks to generate.")
 @click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
 @click.option("--queries", default="rising", show_default=True,
-              help="Comma-separated queries of clients/bench/queries/ (rising, mshape).")
+              help="Comma-separated queries of clients/bench/queries/ (rising, runup, mshape, all).")
 @click.option("--watchers", type=int, default=None, help="cayuga watch processes (default: one per query).")
 @click.option("--file", "file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Send this JSON-lines file instead of generated ticks.")
@@ -171,7 +171,7 @@ def server(events, n_symbols, queries, watchers, file, seed):
 
 
 @bench.command()
-@click.option("--rates", default="1000,10000,50000", show_default=True, help="Comma-separated events/s.")
+@click.option("--rates", default="10000,50000,100000", show_default=True, help="Comma-separated events/s.")
 @click.option("--seconds", type=float, default=5.0, show_default=True, help="Per rate.")
 @click.option("--delay", type=float, default=0.0, show_default=True, help="The server's T in ms.")
 def latency(rates, seconds, delay):

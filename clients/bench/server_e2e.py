@@ -16,8 +16,12 @@ TCP at a fixed rate (in groups each millisecond), stamped with the sender's
 clock, and received over a WebSocket; the latency of an event is receive time
 minus send time.
 
-    cayuga bench server --events 1000000 --queries rising,mshape --watchers 2
-    cayuga bench latency --rates 1000,10000,50000 --seconds 5
+    cayuga bench server --events 1000000 --queries rising              # target: server_over_offline <= 1.25
+    cayuga bench server --events 1000000 --queries rising,runup        # target: >= 100K events/s, all delivered
+    cayuga bench latency --rates 50000,100000 --seconds 5              # target: p99 <= 1 ms, <= 5 ms
+
+Each prints its figure, the target (``target``) and whether it was met
+(``meets_target``) in one JSON object.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ from clients.client import CayugaClient
 from clients.testing import cayuga_command, cayuga_env, free_port, write_ticks
 
 QUERIES = Path(__file__).resolve().parent / "queries"
+#: Issue 22's targets on a 2-core machine: one query, one watcher, end to end against `cayuga run` ...
+TARGET_OVER_OFFLINE = 1.25
+#: ... two queries, two watchers (events/s end to end) ...
+TARGET_EVENTS_PER_SECOND = 100_000
+#: ... and p99 latency TCP in -> WebSocket out (ms) at these rates (events/s).
+TARGET_P99_MS = {50_000: 1.0, 100_000: 5.0}
 
 
 @contextlib.contextmanager
@@ -137,10 +147,11 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
             delivered = metric(client, "cayuga_witnesses_delivered_total")
             health = client.health()
         all_equal = True
-        witnesses = 0
+        witnesses = wanted = 0
         for i, (p, _out, sub, want) in enumerate(watch_procs):
             got = (tmp / f"watch{i}.jsonl").read_text(encoding="utf-8").splitlines()
             witnesses += len(got)
+            wanted += want
             exp = [x for o in sub["outputs"] for x in expected.get(o, ())]
             all_equal &= (p.returncode == 0 or not want) and _canonical(got) == _canonical(exp)
     return {
@@ -157,11 +168,28 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
         "offline_run_s": round(offline_s, 3),
         "server_over_offline": round(e2e_s / offline_s, 2),
         "witnesses_equal_offline": all_equal,
+        "every_witness_delivered": all_equal and witnesses == wanted and not drops,
+        # issue 22's rows: one query and one watcher within 1.25x of `cayuga run`; two queries
+        # (rising,runup) and two watchers at 100K events/s or more, every witness delivered
+        "target": (f"server_over_offline <= {TARGET_OVER_OFFLINE}" if len(queries) == 1 else
+                   f"events_per_second >= {TARGET_EVENTS_PER_SECOND:,} and every witness delivered"),
+        "meets_target": (e2e_s / offline_s <= TARGET_OVER_OFFLINE if len(queries) == 1 else
+                         events / e2e_s >= TARGET_EVENTS_PER_SECOND) and all_equal and witnesses == wanted,
         "client_drops": drops,
         "delivered_total": delivered,
         "engine_build": health.get("engine_build"),
         "python": platform.python_version(),
     }
+
+
+def _latency_target(rate: float, p99: float | None, all_received: bool) -> dict:
+    """The p99 target of the nearest rate at or above ``rate`` (none above the highest)."""
+    due = [r for r in sorted(TARGET_P99_MS) if rate <= r]
+    if not due:
+        return {}
+    target = TARGET_P99_MS[due[0]]
+    return {"target": f"p99_ms <= {target:g} (at {due[0]:,} events/s)",
+            "meets_target": p99 is not None and p99 <= target and all_received}
 
 
 def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
@@ -209,5 +237,6 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
         "p90_ms": round(percentile(lat, 90), 3),
         "p99_ms": round(percentile(lat, 99), 3),
         "max_ms": round(lat[-1], 3) if lat else None,
+        **_latency_target(rate, percentile(lat, 99) if lat else None, len(lat) == n),
         "python": platform.python_version(),
     }

@@ -182,6 +182,10 @@ def _with_sid_seq(sid: str, seq: int, payload: bytes) -> bytes:
     return b"%s:%d %s" % (sid.encode(), seq, payload)
 
 
+#: How a client sees a live chunk's witnesses (server/delivery/hub.py's Chunk.lines), by formatter.
+_CHUNK_FORMAT = {_plain: "plain", _with_seq: "seq", _with_sid_seq: "sid_seq"}
+
+
 async def _send(ws: WebSocket, ch: ClientChannel, lines: list[bytes], counters) -> None:
     step = ch.batch
     try:
@@ -195,31 +199,45 @@ async def _send(ws: WebSocket, ch: ClientChannel, lines: list[bytes], counters) 
                 await ws.send_text(b"\n".join(part).decode())
                 ch.sent += len(part)
     finally:
-        if ch.sent != ch.counted:
-            counters.add(Count.DELIVERED, ch.sent - ch.counted)
-            ch.counted = ch.sent
+        _count_sent(ch, counters)
+
+
+def _count_sent(ch: ClientChannel, counters) -> None:
+    if ch.sent != ch.counted:
+        counters.add(Count.DELIVERED, ch.sent - ch.counted)
+        ch.counted = ch.sent
+
+
+async def _send_chunks(ws: WebSocket, ch: ClientChannel, chunks: list, fmt: str, counters) -> None:
+    """Send live chunks: one that fits a message goes as the frame every
+    client of that format shares (joined once); otherwise their lines, up to
+    ``ch.batch`` a message."""
+    if len(chunks) == 1 and 1 < len(chunks[0]) <= ch.batch:
+        try:
+            await ws.send_text(chunks[0].frame(fmt).decode())
+            ch.sent += len(chunks[0])
+        finally:
+            _count_sent(ch, counters)
+        return
+    lines = chunks[0].lines(fmt) if len(chunks) == 1 else [x for c in chunks for x in c.lines(fmt)]
+    await _send(ws, ch, lines, counters)
 
 
 async def _send_loop(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, fmt) -> None:
     """Send what the channel holds, as it comes, and catch up from the
     witness log whenever the channel lags; counts what was sent."""
     floor: dict[str, int] = {}  # live witnesses at or below these seqs were asked not to be sent (from)
+    shape = _CHUNK_FORMAT[fmt]
     while True:
         if ch.lagging and not ch.closed:
             floor = await _catch_up(ws, ch, d, kind, key, fmt)
             continue
         await ch.wake.wait()
-        sids, seqs, payloads = ch.take_all()
+        chunks = ch.take_all()
         if floor:
-            keep = [i for i, (s, n) in enumerate(zip(sids, seqs)) if n > floor.get(s, 0)]
-            sids, seqs, payloads = [sids[i] for i in keep], [seqs[i] for i in keep], [payloads[i] for i in keep]
-        if fmt is _plain:
-            lines = payloads
-        elif fmt is _with_seq:
-            lines = [b"%d %s" % x for x in zip(seqs, payloads)]
-        else:
-            lines = [fmt(s, n, p) for s, n, p in zip(sids, seqs, payloads)]
-        await _send(ws, ch, lines, d.counters)
+            chunks = [c for c in (x.after(floor.get(x.sid, 0)) for x in chunks) if c is not None]
+        if chunks:
+            await _send_chunks(ws, ch, chunks, shape, d.counters)
         if ch.overflowed or (ch.closed and not ch.buffer):
             return
 

@@ -3,10 +3,11 @@ blocking the engine thread.
 
 Each connected client has a :class:`ClientChannel`: a bounded buffer that the
 engine thread appends to and the client's own sender task (on the server's
-event loop) drains. It holds witnesses as three parallel columns (subscription
-id, seq, encoded witness; no object per witness for the garbage collector to
-walk): the sender decides how a client sees them (with or without its seq),
-so the engine thread never formats per client.
+event loop) drains. It holds a batch's witnesses as :class:`Chunk` s, one per
+subscription and batch, encoded once and shared by every channel they go to
+(no object per witness for the garbage collector to walk): the sender decides
+how a client sees them (with or without its seq) and each format is made once
+per chunk, so neither the engine thread nor the event loop formats per client.
 
 A client that cannot keep up fills its buffer; then it **lags**: its buffer is
 dropped, the channel remembers where the client is (the last seq it was given
@@ -41,6 +42,67 @@ GONE_CLOSE = 4410
 _ids = itertools.count(1)
 
 
+class Chunk:
+    """Witnesses of one subscription from one engine batch, encoded once and
+    shared by every channel they go to (no object per witness): ``seqs`` a
+    ``range`` (consecutive, the usual case), a list, or None for an internal
+    stream's witnesses (not numbered: seq 0); ``payloads`` the witnesses' JSON.
+
+    :meth:`lines` formats them for a client (plain, ``<seq> ``- or
+    ``<sid>:<seq> ``-prefixed) once per format, on the event loop, whichever
+    client asks first; :meth:`frame` joins them into one message."""
+
+    __slots__ = ("sid", "seqs", "payloads", "_lines", "_frames")
+
+    def __init__(self, sid: str, seqs: range | list[int] | None, payloads: list[bytes]) -> None:
+        self.sid = sid
+        self.seqs = seqs
+        self.payloads = payloads
+        self._lines: dict[str, list[bytes]] = {}
+        self._frames: dict[str, bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def first_seq(self) -> int:
+        return self.seqs[0] if self.seqs else 0
+
+    def seq_list(self) -> list[int]:
+        return [0] * len(self.payloads) if self.seqs is None else list(self.seqs)
+
+    def after(self, seq: int) -> "Chunk | None":
+        """The witnesses above ``seq`` (None when none is); self when all are."""
+        seqs = self.seqs
+        if not seqs or seqs[0] > seq:
+            return self
+        keep = [i for i, n in enumerate(seqs) if n > seq]
+        if not keep:
+            return None
+        return Chunk(self.sid, [seqs[i] for i in keep], [self.payloads[i] for i in keep])
+
+    def lines(self, fmt: str) -> list[bytes]:
+        """The witnesses as a client sees them: ``fmt`` "plain" (the JSON),
+        "seq" (``<seq> <JSON>``) or "sid_seq" (``<sid>:<seq> <JSON>``)."""
+        if fmt == "plain":
+            return self.payloads
+        got = self._lines.get(fmt)
+        if got is None:
+            seqs = self.seq_list()
+            if fmt == "seq":
+                got = list(map(b"%d %s".__mod__, zip(seqs, self.payloads)))
+            else:
+                got = list(map((self.sid.replace("%", "%%") + ":%d %s").encode().__mod__, zip(seqs, self.payloads)))
+            self._lines[fmt] = got
+        return got
+
+    def frame(self, fmt: str) -> bytes:
+        """All of :meth:`lines` as one newline-delimited message (joined once per format)."""
+        got = self._frames.get(fmt)
+        if got is None:
+            got = self._frames[fmt] = b"\n".join(self.lines(fmt))
+        return got
+
+
 class ClientChannel:
     def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int,
                  on_drop: Callable[["ClientChannel", str, int], None] | None = None, label: str = "",
@@ -54,9 +116,8 @@ class ClientChannel:
         self.on_drop = on_drop
         self.resumable = resumable  # its witnesses are in the witness log: it lags instead of being cut
         self.positions = positions  # a stream's channel: the log's last seq per subscription publishing it
-        self.buffer: deque[bytes] = deque()  # encoded witnesses (UTF-8 JSON) ...
-        self.seqs: deque[int] = deque()  # ... their seqs (0: an internal stream's, not numbered) ...
-        self.sids: deque[str] = deque()  # ... and the subscriptions that produced them
+        self.buffer: deque[Chunk] = deque()  # the batches' witnesses, as shared chunks ...
+        self.buffered = 0  # ... and how many witnesses they hold
         self.wake = asyncio.Event()
         self.cut = asyncio.Event()  # set once the buffer overflowed on a channel that cannot lag
         self._wake_pending = False
@@ -70,16 +131,16 @@ class ClientChannel:
         self.counted = 0  # of those, added to the server's delivered counter
 
     # -- engine thread (under the hub's delivery_lock)
-    def offer_many(self, sids: list[str], seqs: list[int], payloads: list[bytes]) -> None:
-        """Buffer witnesses (the engine thread hands over all of one batch's at
-        once, as columns); a channel they do not fit in starts lagging (or,
-        when it cannot, is cut)."""
+    def offer_many(self, chunks: list[Chunk], n: int) -> None:
+        """Buffer a batch's ``n`` witnesses (the engine thread hands over all
+        of one batch's at once, as chunks shared with the other channels); a
+        channel they do not fit in starts lagging (or, when it cannot, is cut)."""
         with self._lock:
             if self.closed or self.overflowed or self.lagging:
                 return
-            if len(payloads) > self.capacity - len(self.buffer):
+            if n > self.capacity - self.buffered:
                 if self.resumable:
-                    self._start_lagging(sids, seqs)
+                    self._start_lagging(chunks)
                 else:
                     self.overflowed = True
                     if self.on_drop:
@@ -90,20 +151,20 @@ class ClientChannel:
                         self.closed = True
                 self._signal()
                 return
-            self.buffer.extend(payloads)
-            self.seqs.extend(seqs)
-            self.sids.extend(sids)
+            self.buffer.extend(chunks)
+            self.buffered += n
             self._signal()
 
-    def _start_lagging(self, sids: list[str], seqs: list[int]) -> None:
+    def _start_lagging(self, chunks: list[Chunk]) -> None:
         after = self.positions() if self.positions is not None else {}
-        # the first witness dropped per subscription (reversed: the first one wins)
-        first = dict(zip(reversed([*self.sids, *sids]), reversed([n - 1 for n in (*self.seqs, *seqs)])))
+        first: dict[str, int] = {}  # the first witness dropped per subscription
+        for c in (*self.buffer, *chunks):
+            if c.sid not in first and c.seqs:
+                first[c.sid] = c.seqs[0] - 1
         after.update(first)
         self.after = after
         self.buffer.clear()
-        self.seqs.clear()
-        self.sids.clear()
+        self.buffered = 0
         self.lagging = True
         self.lags += 1
         if self.on_drop:
@@ -130,15 +191,14 @@ class ClientChannel:
                 self.closed = True
 
     # -- event loop
-    def take_all(self) -> tuple[list[str], list[int], list[bytes]]:
-        """What is buffered, as columns: subscription ids, seqs, witnesses."""
+    def take_all(self) -> list[Chunk]:
+        """What is buffered, as chunks."""
         with self._lock:
             self._wake_pending = False
             self.wake.clear()
-            taken = list(self.sids), list(self.seqs), list(self.buffer)
+            taken = list(self.buffer)
             self.buffer.clear()
-            self.seqs.clear()
-            self.sids.clear()
+            self.buffered = 0
             return taken
 
     def close(self) -> None:
@@ -217,7 +277,7 @@ class NotifierHub:
 
     def pending(self) -> int:
         """Witnesses buffered for clients, plus one per client catching up from the log."""
-        return sum(len(c.buffer) + (c.lagging and not c.closed) for c in self.channels())
+        return sum(c.buffered + (c.lagging and not c.closed) for c in self.channels())
 
     def lagging(self) -> int:
         return sum(c.lagging for c in self.channels())

@@ -1,23 +1,26 @@
 """Where a witness gets its number, and how a batch's witnesses reach the log and the clients.
 
-:class:`Witnesses` is the engine's ``on_emit``: it numbers each witness of a
-subscription's outputs (``seq``, per subscription), encodes it once, and
-collects the batch's witnesses as columns for the witness log and per client.
-When the batch ends, :meth:`Witnesses.deliver` appends them to the witness log
+:class:`Witnesses` is the engine's ``on_emit``: it keeps each witness of a
+batch as a record, per subscription. When the batch ends,
+:meth:`Witnesses.deliver` numbers them (``seq``, per subscription), encodes
+each subscription's in one call (JSON lines: the witness log's payloads and
+the clients' lines are the same bytes), appends them to the witness log
 (server/durability/witlog.py) in one write and only then offers them to the
-clients' channels (hub.py), holding the batch while the log cannot be written.
+clients' channels (hub.py) as one shared chunk per subscription, holding the
+batch while the log cannot be written.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from itertools import repeat
 from typing import Callable, Mapping, NamedTuple
 
 from air.engine import Emission
-from air.formats import witness_bytes
+from air.formats import encode_witnesses, witness_record
 from air.model import StreamSchema
-from server.delivery.hub import ClientChannel, NotifierHub
+from server.delivery.hub import Chunk, ClientChannel, NotifierHub
 from server.durability.diskfull import DiskFull
 from server.durability.witlog import WitnessLog
 from server.observability.counters import CLIENT_DROPS, Count
@@ -36,14 +39,6 @@ class LogColumns(NamedTuple):
     sids: list
     seqs: list
     streams: list
-    payloads: list
-
-
-class ClientColumns(NamedTuple):
-    """A batch's witnesses for one client, as columns; seq 0 for a witness of
-    an internal (RESUB) stream, which is not numbered."""
-    sids: list
-    seqs: list
     payloads: list
 
 
@@ -69,11 +64,11 @@ class Witnesses:
         self.witlog: WitnessLog | None = None  # opened by the daemon's start()
         self.held: DiskFull | None = None  # the engine thread holds a batch the witness log refused
         self.unlogged = 0  # witnesses a stop abandoned because the witness log could not take them
-        # the current batch's witnesses, as columns (no object per witness for the garbage collector):
-        self.outbox: dict[ClientChannel, ClientColumns] = {}  # per client
-        self._logged = LogColumns([], [], [], [])  # the witness log's
-        self._log_add = tuple(c.append for c in self._logged)  # their append methods, in LogColumns' order
-        self._box_add: dict[ClientChannel, tuple] = {}  # the append methods of each client's columns, in order
+        # the current batch's witnesses, per subscription in the order the engine made them: records to
+        # encode (all at once when the batch ends) and their streams; no object per witness but the record
+        self.outbox: dict[str, tuple[list, list]] = {}  # of its outputs: numbered, logged, offered
+        self._internal: dict[str, tuple[list, list]] = {}  # of internal (RESUB) streams with a watcher
+        self._schemas: dict[str, StreamSchema | None] = {}  # the batch's schema per stream (looked up once)
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self.owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
 
@@ -95,50 +90,104 @@ class Witnesses:
         return sub is not None and stream in sub.outputs
 
     def on_emit(self, em: Emission) -> None:
-        """Number a witness of a subscription's outputs (``seq``) and
-        encode it once, for the witness log and every client it goes to; they
-        get it when the batch ends (:meth:`deliver`). Count it for the console.
-        Witnesses of internal (RESUB) streams are not numbered nor logged: they
-        go only to clients watching that stream, encoded only if there are any."""
+        """Keep a witness for the end of the batch (:meth:`deliver`), as a
+        record to encode: there the batch's witnesses of each subscription are
+        numbered (``seq``) and encoded in one call, for the witness log and
+        every client. Witnesses of internal (RESUB) streams are not numbered
+        nor logged: they are kept only when a client watches that stream."""
         owner = em.owner
         stream = em.stream
+        schemas = self._schemas
+        schema = schemas.get(stream)
+        if schema is None:
+            schema = schemas[stream] = self._schema(stream)
         if em.kind == "OUT":  # the subscription's own outputs; RESUB streams link its automata
-            self.owner_witnesses[owner] = self.owner_witnesses.get(owner, 0) + 1
-            seqs = self.seq
-            seq = seqs[owner] = seqs.get(owner, 0) + 1
-            payload = witness_bytes(stream, em.event, self._schema(stream))
-            add_sid, add_seq, add_stream, add_payload = self._log_add
-            add_sid(owner)
-            add_seq(seq)
-            add_stream(stream)
-            add_payload(payload)
-            chans = self.hub.route(owner, stream, self._is_output)
-            if not chans:
-                return
+            group = self.outbox.get(owner)
+            if group is None:
+                group = self.outbox[owner] = ([], [])
         else:
-            chans = self.hub.route(owner, stream, self._is_output)
-            if not chans:
+            if not self.hub.route(owner, stream, self._is_output):
                 return
-            seq = 0
-            payload = witness_bytes(stream, em.event, self._schema(stream))
-        outbox = self.outbox
-        for ch in chans:
-            if ch in outbox:
-                add_sid, add_seq, add_payload = self._box_add[ch]
-            else:
-                box = outbox[ch] = ClientColumns([], [], [])
-                self._box_add[ch] = add_sid, add_seq, add_payload = (box.sids.append, box.seqs.append,
-                                                                     box.payloads.append)
-            add_sid(owner)
-            add_seq(seq)
-            add_payload(payload)
+            group = self._internal.get(owner)
+            if group is None:
+                group = self._internal[owner] = ([], [])
+        group[0].append(witness_record(stream, em.event, schema))
+        group[1].append(stream)
+
+    def _number(self) -> tuple[LogColumns, list[tuple[str, range, list, list]]]:
+        """The batch's witnesses numbered and encoded (one encoder call per
+        subscription): the witness log's columns, and per subscription
+        ``(sid, seqs, streams, payloads)``."""
+        outbox, self.outbox, self._schemas = self.outbox, {}, {}
+        logged = LogColumns([], [], [], [])
+        groups = []
+        seqs, counts = self.seq, self.owner_witnesses
+        for owner, (records, streams) in outbox.items():
+            n = len(records)
+            first = seqs.get(owner, 0) + 1
+            seqs[owner] = first + n - 1
+            counts[owner] = counts.get(owner, 0) + n
+            payloads = encode_witnesses(records).split(b"\n")
+            payloads.pop()  # after the last newline
+            numbers = range(first, first + n)
+            logged.sids.extend(repeat(owner, n))
+            logged.seqs.extend(numbers)
+            logged.streams.extend(streams)
+            logged.payloads.extend(payloads)
+            groups.append((owner, numbers, streams, payloads))
+        return logged, groups
+
+    def _chunks(self, groups, dropped: dict[str, int]) -> dict[ClientChannel, list[Chunk]]:
+        """Per channel, the chunks of the batch it gets: one per subscription,
+        shared by every channel that gets all of it (witnesses the log already
+        held, seq up to ``dropped[sid]``, are left out)."""
+        route, is_output = self.hub.route, self._is_output
+        boxes: dict[ClientChannel, list[Chunk]] = {}
+        for owner, seqs, streams, payloads in groups:
+            kinds = {streams[0]} if streams.count(streams[0]) == len(streams) else set(streams)
+            if len(kinds) == 1:
+                chans = route(owner, streams[0], is_output)
+                if not chans:
+                    continue
+                chunk = Chunk(owner, seqs, payloads)
+                if owner in dropped:
+                    chunk = chunk.after(dropped[owner])
+                    if chunk is None:
+                        continue
+                for ch in chans:
+                    boxes.setdefault(ch, []).append(chunk)
+                continue
+            # several output streams: a channel may watch only some of them
+            per: dict[ClientChannel, list[int]] = {}
+            for stream in kinds:
+                for ch in route(owner, stream, is_output):
+                    per.setdefault(ch, []).extend(i for i, s in enumerate(streams) if s == stream)
+            for ch, idx in per.items():
+                idx.sort()
+                chunk = Chunk(owner, None if seqs is None else [seqs[i] for i in idx], [payloads[i] for i in idx])
+                if owner in dropped and seqs is not None:
+                    chunk = chunk.after(dropped[owner])
+                    if chunk is None:
+                        continue
+                boxes.setdefault(ch, []).append(chunk)
+        return boxes
+
+    def _internal_groups(self) -> list[tuple[str, None, list, list]]:
+        internal, self._internal = self._internal, {}
+        out = []
+        for owner, (records, streams) in internal.items():
+            payloads = encode_witnesses(records).split(b"\n")
+            payloads.pop()
+            out.append((owner, None, streams, payloads))
+        return out
 
     def deliver(self) -> bool:
-        """The batch's witnesses into the witness log (one write), then to the
-        clients, under the hub's delivery lock (a lagging client checks it has
-        caught up under it). Witnesses the log already held (re-produced after a
-        restart: their seq is not above the log's) are neither logged again
-        nor offered: clients get them from the log.
+        """Number and encode the batch's witnesses, write them into the
+        witness log (one write), then offer them to the clients, under the
+        hub's delivery lock (a lagging client checks it has caught up under
+        it). Witnesses the log already held (re-produced after a restart: their
+        seq is not above the log's) are neither logged again nor offered:
+        clients get them from the log.
 
         Nothing reaches a client that is not in the log: when the log cannot
         be written (a full disk) the engine thread holds the batch's witnesses,
@@ -149,11 +198,10 @@ class Witnesses:
         daemon's ``_require_ready``). A stop meanwhile abandons the batch
         (returns False, logged): the journal still holds its events, so the
         next start produces these witnesses again."""
-        logged, outbox = self._logged, self.outbox
-        if not logged.sids and not outbox:
+        if not self.outbox and not self._internal:
             return True
-        self._logged, self.outbox, self._box_add = LogColumns([], [], [], []), {}, {}
-        self._log_add = tuple(c.append for c in self._logged)
+        logged, groups = self._number()
+        internal = self._internal_groups()
         wait = WITLOG_RETRY_FIRST
         while True:
             with self.hub.delivery_lock:
@@ -163,7 +211,12 @@ class Witnesses:
                     failure = exc
                 else:
                     self.held = None
-                    self._offer(logged, outbox, dropped)
+                    cut: dict[str, int] = {}
+                    for i in dropped:  # re-produced witnesses: a prefix of each subscription's
+                        cut[logged.sids[i]] = max(cut.get(logged.sids[i], 0), logged.seqs[i])
+                    boxes = self._chunks(groups + internal, cut)
+                    for ch, chunks in boxes.items():
+                        ch.offer_many(chunks, sum(map(len, chunks)))
                     return True
             if self.held is None:
                 self.counters.add(Count.WITNESS_LOG_HOLDS)
@@ -177,20 +230,6 @@ class Witnesses:
                           "snapshot is written)", failure, len(logged.sids), self._queued())
                 return False
             wait = min(wait * 2, WITLOG_RETRY_MAX)
-
-    @staticmethod
-    def _offer(logged: LogColumns, outbox: dict, dropped: list[int]) -> None:
-        """Hand a logged batch to the clients (under the delivery lock), but
-        the witnesses the log already held (``dropped``)."""
-        if dropped:
-            dup = {(logged.sids[i], logged.seqs[i]) for i in dropped}
-            for ch, (sids, seqs, payloads) in list(outbox.items()):
-                keep = [i for i, k in enumerate(zip(sids, seqs)) if k not in dup]
-                outbox[ch] = ClientColumns([sids[i] for i in keep], [seqs[i] for i in keep],
-                                           [payloads[i] for i in keep])
-        for ch, (sids, seqs, payloads) in outbox.items():
-            if payloads:
-                ch.offer_many(sids, seqs, payloads)
 
     def on_client_drop(self, ch: ClientChannel, policy: str, n: int = 1) -> None:
         """A client's buffer overflowed: it lags (``policy`` "lag": served from

@@ -20,8 +20,9 @@ _t1 = attrgetter("t1")
 
 
 def refusals(events: Sequence[Event], size: int, *, horizon: float | None, max_value: int) -> dict[int, str]:
-    """Index -> reason for each event of a decoded block (of ``size`` bytes)
-    that must be refused: ``t1`` beyond ``horizon`` (None: no bound), or a
+    """Index -> reason for each event of a decoded block (``size``: a bound
+    on the bytes of any one event, the block's or its longest line's) that
+    must be refused: ``t1`` beyond ``horizon`` (None: no bound), or a
     string value longer than ``max_value`` bytes."""
     out: dict[int, str] = {}
     if horizon is not None and events and max(map(_t1, events)) > horizon:

@@ -125,12 +125,53 @@ def test_server_end_to_end_matches_cayuga_run_through_real_processes():
     assert out["delivered_total"] == out["witnesses_printed"]
 
 
+def test_server_two_queries_two_watchers_says_every_witness_was_delivered():
+    """Issue 22's row: Rising and the run-up FOLD query (clients/bench/queries/runup.cel),
+    one watcher each; the summary names the target and whether it was met."""
+    result = CliRunner().invoke(main, ["bench", "server", "--events", "4000", "--symbols", "20",
+                                       "--queries", "rising,runup"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["queries"] == ["rising", "runup"] and out["watchers"] == 2
+    assert out["witnesses_equal_offline"] is True and out["every_witness_delivered"] is True
+    assert out["delivered_total"] == out["witnesses_printed"] > 0
+    assert out["target"].startswith("events_per_second >= 100,000") and isinstance(out["meets_target"], bool)
+
+
+def test_runup_cel_is_the_runup_benchmarks_query(tmp_path):
+    """runup.cel says in CEL what `cayuga bench runup` builds as an automaton: the same
+    witnesses on the same ticks."""
+    from air.engine import Engine
+    from clients.bench.server_e2e import QUERIES
+    from clients.testing import write_ticks
+    from clients.testing.market import STOCK, random_walk, runup_query
+
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 3000, 10, seed=3)
+    eng = Engine()
+    eng.declare(STOCK)
+    got = []
+    eng.on_emit = lambda em: got.append((em.event.t0, em.event.t1, *em.event.values))
+    eng.add(runup_query(), owner="bench")
+    for ev in random_walk(10, 3000, 3):
+        eng.feed(ev)
+    eng.flush()
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["run", "--query", str(QUERIES / "runup.cel"), "--events", str(ticks),
+                                       "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    cel = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(cel) == len(got) > 0
+    assert sorted((w["t0"], w["t1"], w["Name"], w["First"], w["Last"], w["Count"]) for w in cel) == sorted(got)
+
+
 def test_latency_reports_percentiles_of_every_event():
     result = CliRunner().invoke(main, ["bench", "latency", "--rates", "400", "--seconds", "0.5"])
     assert result.exit_code == 0, result.output
     (run,) = json.loads(result.output)["runs"]
     assert run["received"] == run["events"] == 200
     assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+    assert run["target"] == "p99_ms <= 1 (at 50,000 events/s)" and isinstance(run["meets_target"], bool)
 
 
 def test_bench_scaling_prints_its_ratio():

@@ -232,3 +232,40 @@ def test_a_bad_batch_parameter_closes_with_4400(client, batch):
         with pytest.raises(ConnectionClosed) as info:
             ws.recv(timeout=10)
     assert info.value.rcvd.code == 4400 and "from 1 to 10000" in info.value.rcvd.reason
+
+
+def test_one_chunk_per_subscription_reaches_every_format_and_the_log_alike(client):
+    """A subscription with two output streams: its plain watcher, its seq watcher, a
+    watcher of one of its streams (``<sid>:<seq>``) and a resume from the witness log
+    all see the same witness bytes with the same numbers, 1, 2, 3, ... in order (the
+    batch's witnesses are numbered, encoded once and shared: server/delivery/hub.py's Chunk)."""
+    sub = client.subscribe(cel="SELECT Name, Price_1 AS First, Price AS Second FROM (SELECT Name, Price FROM "
+                               "FILTER{Price > 10}(Stock) PUBLISH Dear) NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs2")
+    sid = sub["id"]
+    assert sub["outputs"] == ["Dear", "Pairs2"]
+    n = 2000  # events of 7 names; the odd ones are dear (a Dear witness each)
+    lines = "".join(f'{{"stream": "Stock", "t1": {i}, "Name": "N{i % 7}", "Price": {5.0 + 10 * (i % 2)}, '
+                    f'"Volume": {i}}}\n' for i in range(n)).encode()
+    with client.frames(sid, batch=1000, timeout=10) as plain, \
+            client.frames(sid, batch=300, timeout=10, seq=True) as numbered, \
+            client.frames(stream="Dear", batch=1, timeout=10, seq=True) as dear:
+        with client.sender() as s:
+            s.send_lines(lines, n)
+        # Pairs2: a dear event and the next of its name (seven events later)
+        want = n // 2 + sum(1 for i in range(1, n, 2) if i + 7 < n)
+        got_plain, got_seq = [], []
+        while len(got_plain) < want:
+            got_plain.extend(next(plain).split("\n"))
+        while len(got_seq) < want:
+            got_seq.extend(next(numbered).split("\n"))
+        got_dear = [next(dear) for _ in range(n // 2)]
+    seqs = [int(x.partition(" ")[0]) for x in got_seq]
+    assert seqs == list(range(1, want + 1))
+    assert [x.partition(" ")[2] for x in got_seq] == got_plain
+    dear_numbered = [f"{sid}:{x}" for x in got_seq if '"stream":"Dear"' in x]
+    assert got_dear == dear_numbered and len(got_dear) == n // 2
+    with client.frames(sid, batch=1000, timeout=10, from_=1) as again:
+        resumed = []
+        while len(resumed) < want:
+            resumed.extend(next(again).split("\n"))
+    assert resumed == got_seq

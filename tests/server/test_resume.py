@@ -202,3 +202,25 @@ def test_cayuga_watch_gives_up_with_one_line(tmp_path):
                                         r"reconnecting in [0-9.]+ s", x) for x in retries), retries
     assert last == (f"cayuga: gave up after 0.5 s of retries: cannot reach the server at {url}: "
                     "[Errno 111] Connection refused"), last
+
+
+def test_cayuga_watch_cuts_seq_prefixes_across_digit_widths_and_counts_exactly(server, client):
+    """One message holding seqs 8 to 120 (one, two and three digits): `cayuga watch`
+    prints the witnesses' bytes without their prefixes (or with them, --seq), exactly
+    --count of them, non-ASCII text as sent."""
+    sid = client.subscribe(cel=ALL)["id"]
+    with client.sender() as s:  # one block: one engine batch, one message
+        s.send_lines("".join(f'{{"stream": "Stock", "t1": {i}, "Name": "Zürich{i}", "Price": 1.5, "Volume": {i}}}\n'
+                             for i in range(120)).encode(), 120)
+    _wait(lambda: server.daemon.witlog.last_seq(sid) == 120)
+    logged: list[str] = []
+    with client.frames(sid, batch=1000, timeout=10, from_=8) as frames:
+        while len(logged) < 113:
+            logged.extend(next(frames).split("\n"))
+    for args, want in ((["--count", "100"], [x.partition(" ")[2] for x in logged[:100]]),
+                       (["--count", "113", "--seq"], logged)):
+        p = subprocess.run([sys.executable, "-m", "clients.cli", "watch", sid, "--url", client.base_url,
+                            "--from", "8", *args], capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.decode("utf-8").splitlines() == want
+    assert [json.loads(x.partition(" ")[2])["Name"] for x in logged[:3]] == ["Zürich7", "Zürich8", "Zürich9"]
