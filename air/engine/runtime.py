@@ -160,7 +160,9 @@ def _sort_nodes(nodes: list) -> None:
 
 
 def _sort_edges(edges: list) -> None:
-    """:func:`_sort_nodes` for start edges."""
+    """:func:`_sort_nodes` for start edges (a second body, not a shared one: the
+    compiled build reads ``seq`` at a fixed offset of each class's own struct,
+    and ``Node`` and ``NEdge`` share no base class)."""
     n = len(edges)
     if not COMPILED or n > 32:
         edges.sort(key=seq_of)
