@@ -278,9 +278,9 @@ class CayugaClient:
             yield sid, first, block.decode(), n
 
     def follow_frames(self, subscription: str | None = None, *, stream: str | None = None,
-                    after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
-                    timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
-                    ) -> Iterator[tuple[str, int, bytes, int]]:
+                      after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
+                      timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
+                      ) -> Iterator[tuple[str, int, bytes, int]]:
         """Every witness of a subscription (or stream) exactly once, across
         disconnects and server restarts: yields runs of witnesses,
         (subscription id, first seq, the witnesses' JSON lines joined by
