@@ -12,9 +12,10 @@ watcher's output must equal ``cayuga run``'s witnesses of its query as a
 multiset; disconnections and drops are read from ``/metrics``.
 
 ``latency``: one subscription that matches every event; events are sent over
-TCP at a fixed rate (in groups each millisecond), stamped with the sender's
-clock, and received over a WebSocket; the latency of an event is receive time
-minus send time.
+TCP at a fixed rate (in groups each millisecond), each carrying the sender's
+clock, and received over a WebSocket by a process of its own that stamps each
+message as it arrives; the latency of an event is receive time minus the send
+time the witness carries.
 
     cayuga bench server --events 1000000 --queries rising              # target: server_over_offline <= 1.25
     cayuga bench server --events 1000000 --queries rising,runup        # target: >= 100K events/s, all delivered
@@ -28,12 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import platform
 import subprocess
 import tempfile
-import threading
 import time
+from array import array
 from pathlib import Path
+
+import msgspec
 
 from clients.bench.runner import metric, percentile
 from clients.client import CayugaClient
@@ -192,51 +196,141 @@ def _latency_target(rate: float, p99: float | None, all_received: bool) -> dict:
             "meets_target": p99 is not None and p99 <= target and all_received}
 
 
-def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
-    """One subscription matching every event; p50/p90/p99 of TCP in -> WebSocket out."""
-    n = int(rate * seconds)
-    line = '{"stream": "Stock", "Name": "IBM", "Price": 1.0, "Volume": %d}\n'
-    with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
-        with server_process(Path(tmp), delay=delay) as client:
-            sub = client.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH All")
-            sent_at = [0.0] * n
-            recv_at = [0.0] * n
-            with client.watch(sub["id"], timeout=30) as matches:
-                def reader() -> None:
-                    got = 0
-                    for w in matches:
-                        recv_at[w["Volume"]] = time.perf_counter()
-                        got += 1
-                        if got == n:
-                            return
+#: A latency probe as the sender writes it: a ``Stock`` event whose ``Price`` carries the
+#: sender's clock (``time.time()`` when the block was made, in seconds, exactly: ``repr``)
+#: and ``Volume`` its index. The witness gives both back, with the server's ``t1``.
+PROBE = b'{"stream": "Stock", "Name": "IBM", "Price": %s, "Volume": %d}\n'
+#: Witnesses per WebSocket message the receiver asks for (as ``cayuga watch``).
+RECEIVER_BATCH = 1000
+#: The receiver gives up this many seconds after the last message (events lost).
+RECEIVER_IDLE_SECONDS = 30.0
 
-                t = threading.Thread(target=reader, daemon=True)
-                t.start()
-                with client.sender() as s:
-                    start = time.perf_counter()
-                    i = 0
-                    while i < n:  # every millisecond, the events due by then, in one write
-                        now = time.perf_counter()
-                        due = min(n, int((now - start) * rate) + 1)
-                        if due > i:
-                            block = "".join(line % k for k in range(i, due))
-                            for k in range(i, due):
-                                sent_at[k] = now
-                            s.send_lines(block.encode(), due - i)
-                            i = due
-                        time.sleep(0.001)
-                t.join(60)
-        lat = sorted((r - s) * 1000 for s, r in zip(sent_at, recv_at) if r)
+
+class _Probe(msgspec.Struct):
+    """What the receiver reads back from a witness (the other fields are ignored)."""
+    t1: float
+    Price: float
+    Volume: int
+
+
+def _receive(url: str, n: int, time_unit_ms: float, conn) -> None:
+    """The receiver, in a process of its own (nothing else holds its GIL): reads
+    raw WebSocket messages, stamps each with ``time.time()`` as it arrives and
+    decodes them only after the last one. Sends back, per witness, its index
+    and the milliseconds from the sender's stamp to the server's ``t1`` and to
+    the receiver's stamp (arrays of doubles, as bytes)."""
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    async def run() -> list[tuple[float, bytes]]:
+        frames: list[tuple[float, bytes]] = []
+        clock = time.time
+        async with connect(url, max_size=None, compression=None, open_timeout=10) as ws:
+            conn.send("connected")
+            got = 0
+            while got < n:
+                try:
+                    msg = await asyncio.wait_for(ws.recv(decode=False), RECEIVER_IDLE_SECONDS)
+                except TimeoutError:
+                    break
+                frames.append((clock(), msg))
+                got += msg.count(b"\n") + 1
+        return frames
+
+    frames = asyncio.run(run())
+    decode = msgspec.json.Decoder(_Probe).decode_lines
+    index, to_server, total = array("q"), array("d"), array("d")
+    ms_per_unit = time_unit_ms
+    for received, msg in frames:
+        for w in decode(msg):
+            index.append(w.Volume)
+            to_server.append(w.t1 * ms_per_unit - w.Price * 1000.0)
+            total.append((received - w.Price) * 1000.0)
+    conn.send((index.tobytes(), to_server.tobytes(), total.tobytes()))
+
+
+def _spread(values: list[float]) -> dict:
+    ordered = sorted(values)
+    return {f"p{p}_ms": round(percentile(ordered, p), 3) for p in (50, 90, 99)} | {
+        "max_ms": round(ordered[-1], 3) if ordered else None}
+
+
+def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
+    """One subscription matching every event; p50/p90/p99 of TCP in -> WebSocket out.
+
+    The sender (this process) and the receiver (a process of its own) share no
+    GIL: each event carries its send time (:data:`PROBE`), the receiver stamps a
+    message when it arrives and decodes it after the run, so neither stamp waits
+    for the other side's work. Both stamps and the server's ``t1`` are
+    ``time.time()``, one clock for every process of the machine, so a latency
+    also splits into the part before the server stamped the event (the
+    sender's write, TCP, the server's read) and the part after (queue, engine,
+    delivery, the WebSocket)."""
+    n = int(rate * seconds)
+    unit_ms = 1.0
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
+        with server_process(Path(tmp), delay=delay, time_unit_ms=unit_ms) as client:
+            sub = client.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH All")
+            ours, theirs = ctx.Pipe()
+            receiver = ctx.Process(target=_receive, args=(client.ws_url(sub["id"], batch=RECEIVER_BATCH), n,
+                                                          unit_ms, theirs), name="cayuga-latency-receiver")
+            receiver.start()
+            try:
+                if not ours.poll(60) or ours.recv() != "connected":
+                    raise RuntimeError("the latency receiver did not connect")
+                deadline = time.monotonic() + 30
+                while metric(client, "cayuga_clients") < 1:  # registered: no witness goes unseen
+                    if time.monotonic() > deadline or not receiver.is_alive():
+                        raise RuntimeError("the latency receiver's WebSocket was not registered")
+                    time.sleep(0.02)
+                lag = _send_at_rate(client, rate, n)
+                if not ours.poll(RECEIVER_IDLE_SECONDS + 60):
+                    raise RuntimeError("the latency receiver sent no result")
+                index, to_server, total = ours.recv()
+            finally:
+                receiver.join(10)
+                if receiver.is_alive():
+                    receiver.terminate()
+                    receiver.join(10)
+    received = len(set(array("q", index)))
+    total, to_server = array("d", total).tolist(), array("d", to_server).tolist()
+    whole = _spread(total)
     return {
         "benchmark": "latency_tcp_to_websocket",
         "rate_events_per_s": rate,
         "events": n,
-        "received": len(lat),
+        "received": received,
         "delay_T_ms": delay,
-        "p50_ms": round(percentile(lat, 50), 3),
-        "p90_ms": round(percentile(lat, 90), 3),
-        "p99_ms": round(percentile(lat, 99), 3),
-        "max_ms": round(lat[-1], 3) if lat else None,
-        **_latency_target(rate, percentile(lat, 99) if lat else None, len(lat) == n),
+        **whole,
+        # the same latency split at the server's stamp (t1): sender's write, TCP and the server's read ...
+        "to_server": _spread(to_server),
+        # ... and the queue, the engine, delivery and the WebSocket
+        "in_server_and_out": _spread([a - b for a, b in zip(total, to_server)]),
+        # how late the sender wrote its blocks against the schedule (its own delay, not the server's)
+        "sender_late": _spread(lag),
+        **_latency_target(rate, whole["p99_ms"] if total else None, received == n),
         "python": platform.python_version(),
     }
+
+
+def _send_at_rate(client: CayugaClient, rate: float, n: int) -> list[float]:
+    """Write ``n`` probes over TCP at ``rate`` a second: every millisecond the
+    ones due by then, in one write, stamped just before it. Returns how late
+    each write was against the schedule (ms)."""
+    clock, perf = time.time, time.perf_counter
+    lag: list[float] = []
+    with client.sender() as s:
+        start = perf()
+        i = 0
+        while i < n:
+            now = perf()
+            due = min(n, int((now - start) * rate) + 1)
+            if due > i:
+                stamp = repr(clock()).encode()
+                s.send_lines(b"".join([PROBE % (stamp, k) for k in range(i, due)]), due - i)
+                lag.append((now - start - i / rate) * 1000.0)
+                i = due
+            time.sleep(0.001)
+    return lag

@@ -172,6 +172,34 @@ def test_latency_reports_percentiles_of_every_event():
     assert run["received"] == run["events"] == 200
     assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
     assert run["target"] == "p99_ms <= 1 (at 50,000 events/s)" and isinstance(run["meets_target"], bool)
+    # the latency split at the server's stamp (t1), each part from every witness, and the sender's own delay
+    for part in ("to_server", "in_server_and_out", "sender_late"):
+        assert run[part]["p50_ms"] <= run[part]["p99_ms"] <= run[part]["max_ms"], part
+    assert run["to_server"]["max_ms"] <= run["max_ms"] and run["in_server_and_out"]["max_ms"] <= run["max_ms"]
+
+
+def test_latency_receiver_is_a_process_of_its_own(monkeypatch):
+    """The receiver's stamps never wait for the sender's GIL (nor the sender's for the
+    receiver's JSON decoding): it runs in its own process, stamps raw messages and
+    decodes them after the run; each witness carries its send time."""
+    import threading
+    from multiprocessing.context import SpawnProcess
+
+    from clients.bench import server_e2e
+
+    started = []
+    start = SpawnProcess.start
+
+    def spying(self):
+        started.append(self)
+        start(self)
+
+    monkeypatch.setattr(SpawnProcess, "start", spying)
+    threads = threading.active_count()
+    run = server_e2e.latency(200.0, 0.5)
+    assert run["received"] == run["events"] == 100
+    assert [p.name for p in started] == ["cayuga-latency-receiver"] and started[0].exitcode == 0
+    assert threading.active_count() == threads  # no reader thread left behind in this process
 
 
 def test_bench_scaling_prints_its_ratio():
