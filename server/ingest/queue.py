@@ -29,9 +29,10 @@ whose events were all late still writes a record when it has a sender, to
 keep the sender's progress. Without a journal (``durability: off``) the
 senders' progress is kept in memory (:meth:`DelayQueue.progress`).
 
-The engine thread waits on a condition and is woken by new events, by
-:meth:`DelayQueue.wake` (a subscription change to apply) or when the head's
-release time comes; it never polls.
+The engine thread waits on a condition and is woken by new events that
+change the head (the next event to release: an empty queue's first, or one
+earlier than it), by :meth:`DelayQueue.wake` (a subscription change to apply)
+or when the head's release time comes; it never polls.
 """
 
 from __future__ import annotations
@@ -155,12 +156,15 @@ class DelayQueue:
                 room = self.capacity - self._size
                 part = events[done:done + room] if done or room < n else events
                 done += len(part)
+                head = self._head_t1()
                 try:
                     accepted = self._insert(part, done - len(part), late, meta(done) if meta is not None else None)
                 except DiskFull as exc:  # the part is not in (nor any late mark of it)
                     del late[bisect_left(late, done - len(part)):]
                     raise exc.refusing_from(done - len(part)) from None
-                if accepted:
+                if accepted and (self.event_time or head is None or self._head_t1() < head):
+                    # the engine thread waits for the head's release time: events behind the
+                    # head change nothing for it (with a delay T, a wake-up per block for nothing)
                     self._not_empty.notify()
             if on_accepted is not None and accepted:
                 on_accepted(accepted)
@@ -268,7 +272,9 @@ class DelayQueue:
                     horizon = self.horizon()
                     if head < horizon or self._draining:
                         return self._pop_ready(max_items, horizon)
-                    wait = None if self.event_time else (head - horizon) * self.unit_s + 0.0005
+                    # until the head's release time, no later: a wake-up a little early waits again
+                    # for the rest (an added half millisecond made every event with a delay T later)
+                    wait = None if self.event_time else (head - horizon) * self.unit_s
                 else:  # empty (closed or not): wait for events, wake() or the timeout
                     wait = None
                 remaining = deadline - time.monotonic()

@@ -44,6 +44,66 @@ def test_releases_in_t1_order_only_after_the_delay():
     assert [e.t1 for e in q.get_batch(10, timeout=0.01)] == [93, 95]
 
 
+class _Waits(threading.Condition):
+    """The queue's conditions, recording how long a waiter asks to wait (and letting
+    the test clock run that long instead: no wall-clock time in the test) and each
+    notify, in lists shared by all of them (:func:`_recording_queue`)."""
+
+    clock: Clock
+    waits: list
+    notified: list
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        self.clock.now += timeout * 1000.0 + 1e-6  # ms, just past it (time moves on, as in a real wait)
+        return False
+
+    def notify(self, n=1):
+        self.notified.append(n)
+        super().notify(n)
+
+
+def _recording_queue(monkeypatch, clock: Clock, delay: float) -> tuple[DelayQueue, list, list]:
+    """A queue whose conditions are :class:`_Waits`; returns it, the waits and the notifies."""
+    waits, notified = [], []
+    recording = type("Recording", (_Waits,), {"clock": clock, "waits": waits, "notified": notified})
+    with monkeypatch.context() as m:
+        m.setattr(threading, "Condition", recording)
+        q = DelayQueue(capacity=10, delay=delay, clock=clock)
+    return q, waits, notified
+
+
+def test_the_engine_sleeps_until_the_head_is_due_and_no_longer(monkeypatch):
+    """With a delay T the engine thread waits for the head's release time: not
+    half a millisecond past it (that was added to every event's latency)."""
+    clock = Clock(1000.0)
+    q, waits, _ = _recording_queue(monkeypatch, clock, delay=5)
+    q.put(ev(1000.0))  # leaves once now - 5 > 1000
+    assert [e.t1 for e in q.get_batch(10, timeout=1.0)] == [1000.0]
+    assert waits == [pytest.approx(0.005)]
+    assert clock.now == pytest.approx(1005.0)
+
+
+def test_events_behind_the_head_do_not_wake_the_engine(monkeypatch):
+    """While the engine waits for the head's release time, an event behind it
+    changes nothing: it is not woken for it (with T, a wake-up per block). An
+    empty queue's first event, and one before the head, wake it."""
+    clock = Clock(1000.0)
+    q, _, notified = _recording_queue(monkeypatch, clock, delay=5)
+    q.put(ev(1000.0))
+    assert len(notified) == 1  # the first: the engine may be waiting on an empty queue
+    q.put(ev(1001.0))
+    q.put_batch([ev(1002.0), ev(1003.0)])
+    assert len(notified) == 1
+    q.put(ev(999.0))  # out of order, before the head: due sooner
+    assert len(notified) == 2
+    clock.now = 1010.0
+    assert [e.t1 for e in q.get_batch(10, timeout=1.0)] == [999.0, 1000.0, 1001.0, 1002.0, 1003.0]
+    before = len(notified)  # (releasing notifies the producers that there is room)
+    q.put(ev(1010.0))  # the queue was empty again
+    assert len(notified) == before + 1
+
+
 def test_ties_keep_arrival_order_and_batches_are_bounded():
     q = DelayQueue(capacity=10, delay=0, clock=Clock(1000.0))
     events = [Event("Stock", (str(i), 1.0, 1), 5, 5) for i in range(6)]
