@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import os
 import platform
 import subprocess
 import tempfile
@@ -269,6 +270,7 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
     delivery, the WebSocket)."""
     n = int(rate * seconds)
     unit_ms = 1.0
+    load = os.getloadavg()[0]  # the machine's, as the run starts: the figures depend on it
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
         with server_process(Path(tmp), delay=delay, time_unit_ms=unit_ms) as client:
@@ -303,6 +305,7 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
         "events": n,
         "received": received,
         "delay_T_ms": delay,
+        "load_average_1m": round(load, 2),
         **whole,
         # the same latency split at the server's stamp (t1): sender's write, TCP and the server's read ...
         "to_server": _spread(to_server),

@@ -176,6 +176,7 @@ def test_latency_reports_percentiles_of_every_event():
     for part in ("to_server", "in_server_and_out", "sender_late"):
         assert run[part]["p50_ms"] <= run[part]["p99_ms"] <= run[part]["max_ms"], part
     assert run["to_server"]["max_ms"] <= run["max_ms"] and run["in_server_and_out"]["max_ms"] <= run["max_ms"]
+    assert run["load_average_1m"] >= 0  # the machine's load as the run started, printed beside its figures
 
 
 def test_latency_receiver_is_a_process_of_its_own(monkeypatch):
