@@ -64,15 +64,15 @@ FDS_PER_HTTP_CONNECTION = 2
 
 
 def freeze_startup_objects() -> int:
-    """Collect once, then move everything alive after start-up (the imported
-    modules, the app, the daemon and what it restored: hundreds of thousands
-    of objects that live as long as the process) out of the cyclic garbage
-    collector's reach (``gc.freeze``). A full collection walked all of them:
-    55-77 ms with every thread of the server stopped, once every few seconds
-    at 100K events/s, in the latency's p99 (BENCHMARKS.md, "Round 8
-    (2026-11-27): latency"). Objects made later are collected as before;
-    :meth:`Daemon.stop` unfreezes. Returns how many objects are frozen."""
-    gc.collect()
+    """Move everything alive after start-up (the imported modules, the app,
+    the daemon and what it restored: hundreds of thousands of objects that
+    live as long as the process) out of the cyclic garbage collector's reach
+    (``gc.freeze``). A full collection walked all of them: 55-77 ms with
+    every thread of the server stopped, once every few seconds at 100K
+    events/s, in the latency's p99 (BENCHMARKS.md, "Round 8 (2026-11-27):
+    latency"). No collection first: it took 70-200 ms and found a few dozen
+    objects. Objects made later are collected as before; :meth:`Daemon.stop`
+    unfreezes. Returns how many objects are frozen."""
     gc.freeze()
     return gc.get_freeze_count()
 
