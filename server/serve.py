@@ -13,6 +13,7 @@ process's descriptor limit is checked at start (:func:`ensure_descriptors`).
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import resource
@@ -47,6 +48,14 @@ WS_DEFLATE = False
 #: was no worse (BENCHMARKS.md, "Round 5 (2026-11-26): the server path", "What
 #: changed, each measured").
 GIL_SWITCH_INTERVAL = 0.02
+
+#: The cyclic garbage collector's young-generation threshold in a ``cayuga
+#: serve`` process (Python's default is 700): above the objects one batch keeps
+#: alive for a moment (its emissions, instances, records), as ``cayuga run``
+#: does while it feeds. At 700 a young collection ran every few hundred events
+#: and collections took 18% of the server's time (BENCHMARKS.md, "Round 8
+#: (2026-11-27): the server's own overhead").
+GC_YOUNG_THRESHOLD = 50_000
 
 #: Once drained, seconds uvicorn waits for HTTP connections to close before it
 #: cancels what still runs and exits: a WebSocket client that never reads its
@@ -237,6 +246,9 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     accepted (``cayuga serve --port-file``)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+    young, *older = gc.get_threshold()
+    if young:  # 0: collection is off (PYTHONGC-like settings of the host): leave it so
+        gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), *older)
     ensure_descriptors(settings)
     daemon = Daemon(settings)
     app = create_app(settings, daemon)
