@@ -366,9 +366,16 @@ class TcpReceiver:
                     continue
             meta = None
             if st.sender is not None:
-                def meta(end: int, sender=st.sender, events=events, index=index, batch=batch, last=last):
+                # every line of the block an event (the usual case): event i is line first + i, without
+                # Batch.line_of's pass over the block
+                dense = index is None and len(events) == last - first + 1
+
+                def meta(end: int, sender=st.sender, events=events, index=index, batch=batch, last=last,
+                         first=first, dense=dense):
                     if end >= len(events):
                         return sender, last
+                    if dense:
+                        return sender, first + end - 1
                     return sender, batch.line_of(end if index is None else index[end]) - 1
             try:
                 late = self._enqueue(events, meta)
