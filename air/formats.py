@@ -270,7 +270,8 @@ def _record_type(schema: StreamSchema) -> type | None:
     rename.update(ta="t0", tb="t1")
     try:
         cls = msgspec.defstruct(f"Event_{schema.name}", fields + [("ta", _Time, None), ("tb", _Time, None)],
-                                rename=rename, tag_field="stream", tag=schema.name, forbid_unknown_fields=True)
+                                rename=rename, tag_field="stream", tag=schema.name, forbid_unknown_fields=True,
+                                gc=False)
         msgspec.json.Decoder(cls)  # a clash of names shows here
     except (ValueError, TypeError):
         return None

@@ -33,7 +33,15 @@ from air.engine.loader import Holding, LoadError, Loader, Options
 from air.engine.network import COMPILED, Node, SortedBucket, _bisect_keys, new_instance, seq_of, untrack_instances
 from air.model import Automaton, StreamSchema
 
+try:
+    import cython
+except ImportError:  # plain Python without Cython installed: the class decorators below do nothing
+    from air.engine import _plain as cython
 
+
+@cython.no_gc
+@cython.freelist(4096)
+@cython.cclass
 class Event:
     """A tuple of attribute values on a stream, with start and detection time."""
 
