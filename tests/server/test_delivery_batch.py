@@ -58,7 +58,8 @@ def test_two_subscriptions_and_a_watched_internal_stream_in_the_same_batches_are
     want = {s: [w for w in offline if w["stream"] == s] for s in ("Pairs", "Nested")}
     inner = [w for w in offline if w["stream"] not in want]
     assert want["Pairs"] and want["Nested"] and inner
-    with client.frames(pairs["id"], seq=True, timeout=10) as a, client.frames(nested["id"], seq=True, timeout=10) as b, \
+    with client.frames(pairs["id"], seq=True, timeout=10) as a, \
+            client.frames(nested["id"], seq=True, timeout=10) as b, \
             client.frames(stream=internal, timeout=10) as c:
         with client.sender() as s:
             s.send_lines(data, 3000)

@@ -225,8 +225,8 @@ def test_a_block_of_short_lines_longer_than_max_value_bytes_is_not_split_into_li
     threading.setprofile(profile)  # the connection's receiver thread starts with it
     try:
         with CayugaClient(srv.base_url) as c:
-            errors = send_lines(c, b"".join(json.dumps(stock(f"N{i}", 1.0, 1, i)).encode() + b"\n"
-                                            for i in range(1, 200)) + json.dumps(stock("I" * 2000, 1.0, 1, 200)).encode())
+            short = b"".join(json.dumps(stock(f"N{i}", 1.0, 1, i)).encode() + b"\n" for i in range(1, 200))
+            errors = send_lines(c, short + json.dumps(stock("I" * 2000, 1.0, 1, 200)).encode())
             wait_until(lambda: metric(c, 'cayuga_events_received_total{source="tcp"}') >= 199, 10, "the short lines")
     finally:
         threading.setprofile(None)
