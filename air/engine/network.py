@@ -71,9 +71,9 @@ def untrack_instances(insts: list) -> None:
 
 
 def untrack_events(events) -> None:
-    """Take events out of the cyclic GC (compiled build only: there ``Event``
-    is an extension type the collector tracks; the plain-Python build has no
-    way to). An event holds a stream name, a tuple of atomic values and two
+    """Take events out of the cyclic GC (compiled build only; the
+    plain-Python build has no way to). The compiled ``Event`` is made
+    untracked (``no_gc``): this is for events of any other kind. An event holds a stream name, a tuple of atomic values and two
     times: it cannot be part of a cycle. The queue calls it on what it accepts:
     a full collection otherwise walked every event waiting in a full queue
     (with the witness log, a 1M-tick replay spent 0.7 s more in gen-2

@@ -81,7 +81,7 @@ class Emission(NamedTuple):
 _make_emission = tuple.__new__
 
 
-@dataclass
+@dataclass(slots=True)  # the engine adds to three of these per event: a slot is read and set faster
 class EngineStats:
     events: int = 0
     epochs: int = 0

@@ -142,6 +142,20 @@ def floor(ks, events, length, seed):
     _emit(floor_sweep([int(x) for x in ks.split(",")], events, length, seed))
 
 
+@bench.command("rise-floor")
+@click.option("--symbols", default="10,1000", show_default=True, help="Comma-separated numbers of symbols.")
+@click.option("--events", type=int, default=1000000, show_default=True, help="Events to generate.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Runs of each, in turn (best of).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def rise_floor(symbols, events, rounds, seed):
+    """`rise` against a minimal hand-written loop of the same query (per-symbol
+    sorted lists, no engine), in turn in this process, for each number of
+    symbols: what CPython itself costs, and what cold memory adds."""
+    from clients.bench.floor import rise_floor as run
+
+    _emit(run([int(x) for x in symbols.split(",")], events, seed, rounds))
+
+
 @bench.command()
 @click.option("--subscriptions", type=int, default=20000, show_default=True, help="One CEL query per symbol.")
 @click.option("--events", type=int, default=200000, show_default=True, help="Events to generate.")

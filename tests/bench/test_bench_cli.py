@@ -88,6 +88,36 @@ def test_floor_loop_finds_what_the_engine_finds(k):
     assert engine_matches == floor_matches > 0
 
 
+@pytest.mark.parametrize("k", [1, 4, 50])
+def test_rise_floor_loop_finds_the_engines_witnesses(k):
+    """The rise floor is a fair yardstick only if it does the query's work: its
+    witnesses are the engine's, value for value (prices that fall as well as
+    rise, repeated prices, several symbols)."""
+    from air.engine import Engine
+    from clients.bench.floor import run_rise_floor
+    from clients.testing import STOCK, random_walk
+    from clients.testing.market import rise_query
+
+    events = random_walk(k, 3000, seed=5, down=0.03, up=0.04)
+    events += [type(events[0])("Stock", ev.values, ev.t0 + 3000, ev.t1 + 3000) for ev in events[:40]]  # repeats
+    eng = Engine()
+    eng.declare(STOCK)
+    eng.add(rise_query(), owner="q")
+    engine = sorted((em.event.values[0], em.event.values[1], em.event.values[2], em.event.t0, em.event.t1)
+                    for em in eng.run(events))
+    floor, _ = run_rise_floor(events)
+    assert engine == sorted(floor) and len(engine) > 100
+
+
+def test_rise_floor_prints_both_rates_per_symbol_count():
+    result = CliRunner().invoke(main, ["bench", "rise-floor", "--symbols", "2,30", "--events", "2000", "--rounds", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert [r["symbols"] for r in summary["runs"]] == [2, 30]
+    for r in summary["runs"]:
+        assert r["witnesses"] > 0 and r["engine_events_per_second"] > 0 and r["floor_events_per_second"] > 0
+
+
 def test_churn_replaces_subscriptions_while_events_flow():
     result = CliRunner().invoke(main, ["bench", "churn", "--subscriptions", "30", "--events", "600", "--every", "20"])
     assert result.exit_code == 0, result.output

@@ -71,6 +71,17 @@ def test_the_compiled_tree_runs_compiled_unless_told_otherwise(compiled_tree):
     assert _build_of(compiled_tree, CAYUGA_ENGINE="python") == "python"
 
 
+def test_compiled_events_are_outside_the_cyclic_collector(compiled_tree):
+    """Compiled, an Event is made untracked (no_gc: it holds atoms only) and from a freelist;
+    the plain-Python class is unchanged (the decorators do nothing there)."""
+    probe = ("import gc, air.engine as e; ev = e.Event('S', (1, 'x'), 0, 1); "
+             "print(e.BUILD, gc.is_tracked(ev), bool(type(ev).__flags__ & (1 << 14)), ev == e.Event('S', (1, 'x'), 0, 1))")
+    compiled = _run([sys.executable, "-c", probe], compiled_tree, 60)
+    plain = _run([sys.executable, "-c", probe], compiled_tree, 60, CAYUGA_ENGINE="python")
+    assert compiled.stdout.split() == ["compiled", "False", "False", "True"], compiled.stderr
+    assert plain.stdout.split() == ["python", "True", "True", "True"], plain.stderr
+
+
 def _copy_engine(compiled_tree: Path, dst: Path) -> Path:
     skip = shutil.ignore_patterns("__pycache__")
     shutil.copytree(compiled_tree / "air", dst / "air", ignore=skip)
