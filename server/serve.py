@@ -52,9 +52,9 @@ GIL_SWITCH_INTERVAL = 0.02
 #: The cyclic garbage collector's young-generation threshold in a ``cayuga
 #: serve`` process (Python's default is 700): above the objects one batch keeps
 #: alive for a moment (its emissions, instances, records), as ``cayuga run``
-#: does while it feeds. At 700 a young collection ran every few hundred events
-#: and collections took 18% of the server's time (BENCHMARKS.md, "Round 8
-#: (2026-11-27): the server's own overhead").
+#: does while it feeds. At 700 a young collection ran every few hundred events:
+#: 3.2 s of wall time inside collections in a 1M-tick run that took 17.7 s of
+#: the server's CPU (BENCHMARKS.md, "Round 8 (2026-11-27): the server's own overhead").
 GC_YOUNG_THRESHOLD = 50_000
 
 #: Once drained, seconds uvicorn waits for HTTP connections to close before it
