@@ -1,10 +1,12 @@
 """Where a witness gets its number, and how a batch's witnesses reach the log and the clients.
 
-:class:`Witnesses` is the engine's ``on_emit``: it keeps each witness of a
-batch as a record, per subscription. When the batch ends,
-:meth:`Witnesses.deliver` numbers them (``seq``, per subscription), encodes
-each subscription's in one call (JSON lines: the witness log's payloads and
-the clients' lines are the same bytes), appends them to the witness log
+:class:`Witnesses` keeps a batch's emissions as the engine makes them (its
+``on_emit`` is a list's ``append``: no Python call per witness). When the
+batch ends, :meth:`Witnesses.deliver` splits them per subscription, numbers
+them (``seq``, per subscription), makes and encodes each subscription's
+witness records in one call, the compiled batch encoder ``cayuga run`` uses
+(:func:`air.formats.encode_emissions`; JSON lines: the witness log's payloads
+and the clients' lines are the same bytes), appends them to the witness log
 (server/durability/witlog.py) in one write and only then offers them to the
 clients' channels (hub.py) as one shared chunk per subscription, holding the
 batch while the log cannot be written.
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from itertools import repeat
+from itertools import groupby, repeat
+from operator import itemgetter
 from typing import Callable, Mapping, NamedTuple
 
 from air.engine import Emission
-from air.formats import encode_witnesses, witness_record
+from air.formats import encode_emissions
 from air.model import StreamSchema
 from server.delivery.hub import Chunk, ClientChannel, NotifierHub
 from server.durability.diskfull import DiskFull
@@ -31,6 +34,8 @@ log = logging.getLogger("cayuga.daemon")
 #: long, doubling up to WITLOG_RETRY_MAX (seconds).
 WITLOG_RETRY_FIRST = 0.1
 WITLOG_RETRY_MAX = 1.0
+
+_STREAM, _KIND, _OWNER = itemgetter(0), itemgetter(2), itemgetter(3)  # of an Emission
 
 
 class LogColumns(NamedTuple):
@@ -64,11 +69,10 @@ class Witnesses:
         self.witlog: WitnessLog | None = None  # opened by the daemon's start()
         self.held: DiskFull | None = None  # the engine thread holds a batch the witness log refused
         self.unlogged = 0  # witnesses a stop abandoned because the witness log could not take them
-        # the current batch's witnesses, per subscription in the order the engine made them: records to
-        # encode (all at once when the batch ends) and their streams; no object per witness but the record
-        self.outbox: dict[str, tuple[list, list]] = {}  # of its outputs: numbered, logged, offered
-        self._internal: dict[str, tuple[list, list]] = {}  # of internal (RESUB) streams with a watcher
-        self._schemas: dict[str, StreamSchema | None] = {}  # the batch's schema per stream (looked up once)
+        #: The current batch's emissions, as the engine made them (its ``on_emit`` is this list's
+        #: ``append``: no Python call per witness); numbered, encoded and delivered by deliver().
+        self.outbox: list[Emission] = []
+        self.on_emit: Callable[[Emission], None] = self.outbox.append
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self.owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
 
@@ -89,53 +93,70 @@ class Witnesses:
         sub = self._subscriptions.get(owner)
         return sub is not None and stream in sub.outputs
 
-    def on_emit(self, em: Emission) -> None:
-        """Keep a witness for the end of the batch (:meth:`deliver`), as a
-        record to encode: there the batch's witnesses of each subscription are
-        numbered (``seq``) and encoded in one call, for the witness log and
-        every client. Witnesses of internal (RESUB) streams are not numbered
-        nor logged: they are kept only when a client watches that stream."""
-        owner = em.owner
-        stream = em.stream
-        schemas = self._schemas
-        schema = schemas.get(stream)
-        if schema is None:
-            schema = schemas[stream] = self._schema(stream)
-        if em.kind == "OUT":  # the subscription's own outputs; RESUB streams link its automata
-            group = self.outbox.get(owner)
-            if group is None:
-                group = self.outbox[owner] = ([], [])
+    def _split(self) -> tuple[dict[str, list], list[tuple[str, list]]]:
+        """Take the batch's emissions: per subscription (in the order they
+        first emitted) its emissions in the order the engine made them, and
+        per subscription the emissions of internal (RESUB) streams a client
+        watches (those are not numbered nor logged). Made of C-level passes
+        (``set``/``sorted``/``groupby`` over item getters); a Python loop runs
+        only over RESUB emissions, and only in a batch that has some."""
+        ems = self.outbox[:]
+        del self.outbox[:]  # the engine keeps appending to this very list
+        owners = dict.fromkeys(map(_OWNER, ems))
+        if len(owners) == 1:
+            groups = {next(iter(owners)): ems}
         else:
-            if not self.hub.route(owner, stream, self._is_output):
-                return
-            group = self._internal.get(owner)
-            if group is None:
-                group = self._internal[owner] = ([], [])
-        group[0].append(witness_record(stream, em.event, schema))
-        group[1].append(stream)
+            by = {o: list(g) for o, g in groupby(sorted(ems, key=_OWNER), _OWNER)}  # stable: engine order kept
+            groups = {o: by[o] for o in owners}
+        internal = []
+        if set(map(_KIND, ems)) - {"OUT"}:  # RESUB emissions: kept only where a client watches their stream
+            route, is_output = self.hub.route, self._is_output
+            for owner, group in groups.items():
+                watched = [em for em in group if em[2] != "OUT" and route(owner, em[0], is_output)]
+                if watched:
+                    internal.append((owner, watched))
+        return groups, internal
 
-    def _number(self) -> tuple[LogColumns, list[tuple[str, range, list, list]]]:
+    def _encode(self, emissions: list, include_resub: bool) -> tuple[list[bytes], list[str]]:
+        """The witnesses of ``emissions`` (kind OUT, or all) as one JSON line
+        each, by the batch encoder ``cayuga run`` uses (one call), and their streams."""
+        data, n = encode_emissions(emissions, self._schema, include_resub)
+        payloads = data.split(b"\n")
+        payloads.pop()  # after the last newline
+        if include_resub or n == len(emissions):
+            streams = list(map(_STREAM, emissions))
+        else:
+            streams = [em[0] for em in emissions if em[2] == "OUT"]
+        return payloads, streams
+
+    def _number(self) -> tuple[LogColumns, list[tuple[str, range, list, list]], list[tuple[str, None, list, list]]]:
         """The batch's witnesses numbered and encoded (one encoder call per
-        subscription): the witness log's columns, and per subscription
-        ``(sid, seqs, streams, payloads)``."""
-        outbox, self.outbox, self._schemas = self.outbox, {}, {}
+        subscription): the witness log's columns, per subscription
+        ``(sid, seqs, streams, payloads)``, and the same for watched internal
+        streams' witnesses (``seqs`` None: not numbered)."""
+        batch, internal = self._split()
         logged = LogColumns([], [], [], [])
         groups = []
         seqs, counts = self.seq, self.owner_witnesses
-        for owner, (records, streams) in outbox.items():
-            n = len(records)
+        for owner, emissions in batch.items():
+            payloads, streams = self._encode(emissions, False)
+            n = len(payloads)
+            if not n:
+                continue
             first = seqs.get(owner, 0) + 1
             seqs[owner] = first + n - 1
             counts[owner] = counts.get(owner, 0) + n
-            payloads = encode_witnesses(records).split(b"\n")
-            payloads.pop()  # after the last newline
             numbers = range(first, first + n)
             logged.sids.extend(repeat(owner, n))
             logged.seqs.extend(numbers)
             logged.streams.extend(streams)
             logged.payloads.extend(payloads)
             groups.append((owner, numbers, streams, payloads))
-        return logged, groups
+        unnumbered = []
+        for owner, emissions in internal:
+            payloads, streams = self._encode(emissions, True)
+            unnumbered.append((owner, None, streams, payloads))
+        return logged, groups, unnumbered
 
     def _chunks(self, groups, dropped: dict[str, int]) -> dict[ClientChannel, list[Chunk]]:
         """Per channel, the chunks of the batch it gets: one per subscription,
@@ -172,15 +193,6 @@ class Witnesses:
                 boxes.setdefault(ch, []).append(chunk)
         return boxes
 
-    def _internal_groups(self) -> list[tuple[str, None, list, list]]:
-        internal, self._internal = self._internal, {}
-        out = []
-        for owner, (records, streams) in internal.items():
-            payloads = encode_witnesses(records).split(b"\n")
-            payloads.pop()
-            out.append((owner, None, streams, payloads))
-        return out
-
     def deliver(self) -> bool:
         """Number and encode the batch's witnesses, write them into the
         witness log (one write), then offer them to the clients, under the
@@ -198,10 +210,9 @@ class Witnesses:
         daemon's ``_require_ready``). A stop meanwhile abandons the batch
         (returns False, logged): the journal still holds its events, so the
         next start produces these witnesses again."""
-        if not self.outbox and not self._internal:
+        if not self.outbox:
             return True
-        logged, groups = self._number()
-        internal = self._internal_groups()
+        logged, groups, internal = self._number()
         wait = WITLOG_RETRY_FIRST
         while True:
             with self.hub.delivery_lock:

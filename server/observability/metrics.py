@@ -19,7 +19,7 @@ import time
 from operator import itemgetter
 from typing import Protocol
 
-from prometheus_client import (CollectorRegistry, Histogram, Info, PlatformCollector, ProcessCollector,
+from prometheus_client import (CollectorRegistry, GCCollector, Histogram, Info, PlatformCollector, ProcessCollector,
                                disable_created_metrics)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -268,12 +268,13 @@ def journal_buckets():
 def make_registry(source: MetricsSource) -> tuple[CollectorRegistry, Histogram]:
     """A registry of its own for one server: its counters, the engine latency
     histogram, ``cayuga_build_info`` and the process's CPU, memory and file
-    descriptors (``process_*``, ``python_*``)."""
+    descriptors and the garbage collector's passes (``process_*``, ``python_*``)."""
     reg = CollectorRegistry()
     reg.register(_Collector(source))
     reg.register(HealthCollector(source))  # engine up, engine errors, queue capacity and stall (alerts)
     ProcessCollector(registry=reg)
     PlatformCollector(registry=reg)
+    GCCollector(registry=reg)  # python_gc_*: the cyclic collector's passes per generation
     Info("cayuga_build", "The running server: its version, engine build and Python", registry=reg).info(
         {"version": version(), "engine_build": ENGINE_BUILD, "python": platform.python_version()})
     latency = Histogram("cayuga_engine_latency_seconds", "Engine processing time per event",

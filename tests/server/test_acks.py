@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -241,3 +242,33 @@ def test_cayuga_send_gives_up_with_one_line_when_no_server_comes(tmp_path):
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("cayuga: gave up after 1 s of retries: cannot reach")
+
+
+def test_a_block_split_by_a_full_queue_journals_each_parts_progress_without_a_pass_over_its_lines(start_server):
+    """A sender's block larger than the queue's room goes in as several parts,
+    each journaled with the sender's lines done up to it; when every line of the
+    block is an event, that number is known without Batch.line_of's pass over the
+    block's lines (server/ingest/tcp.py)."""
+    srv = start_server(queue_capacity=300)
+    calls = Counter()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "line_of":
+            calls["line_of"] += 1
+
+    n = 6000
+    threading.setprofile(profile)  # the connection's receiver thread starts with it
+    try:
+        s = socket.create_connection(("127.0.0.1", tcp_port(srv)), timeout=10)
+        s.sendall(b"#sender split\n" + lines(1, n).encode())
+        wait_until(lambda: srv.daemon.queue.progress("split") >= n, timeout=60, what=f"{n} lines of sender split")
+        s.close()
+    finally:
+        threading.setprofile(None)
+    records = [(len(r.events), r.lines_done) for r in srv.daemon.journal.replay(0) if r.sender == "split"]
+    assert len(records) > 1  # parts of blocks
+    done = 0
+    for events, lines_done in records:
+        done += events
+        assert lines_done == done
+    assert done == n and calls["line_of"] == 0

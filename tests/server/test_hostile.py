@@ -11,9 +11,12 @@ import time
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clients.client import CayugaAPIError, CayugaClient, TcpSender
 from clients.testing import wait_until
+from server.ingest.tcp import line_over
 from tests.server.conftest import collect, stock
 
 ALL = "SELECT * FROM Stock PUBLISH All"
@@ -200,7 +203,39 @@ def test_large_bodies_and_values_are_refused(start_server):
         assert metric(c, 'cayuga_http_refusals_total{reason="body_bytes"}') == 2
 
 
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=12), st.booleans(), st.integers(1, 45))
+def test_line_over_says_whether_some_line_of_a_block_is_longer_than_the_limit(lengths, newline_at_end, limit):
+    block = b"\n".join(b"x" * n for n in lengths) + (b"\n" if newline_at_end else b"")
+    assert line_over(block, limit) == (max(map(len, block.split(b"\n"))) > limit)
+
+
+def test_a_block_of_short_lines_longer_than_max_value_bytes_is_not_split_into_lines(start_server):
+    """Only a block with a line longer than max_value_bytes is scanned value by
+    value; finding there is none takes a few rfind calls, not a split of the block."""
+    srv = start_server(max_value_bytes=1000)
+    splits = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") == "split" and frame.f_code.co_filename.endswith(
+                "server/ingest/tcp.py"):
+            splits.append(frame.f_lineno)
+
+    threading.setprofile(profile)  # the connection's receiver thread starts with it
+    try:
+        with CayugaClient(srv.base_url) as c:
+            short = b"".join(json.dumps(stock(f"N{i}", 1.0, 1, i)).encode() + b"\n" for i in range(1, 200))
+            errors = send_lines(c, short + json.dumps(stock("I" * 2000, 1.0, 1, 200)).encode())
+            wait_until(lambda: metric(c, 'cayuga_events_received_total{source="tcp"}') >= 199, 10, "the short lines")
+    finally:
+        threading.setprofile(None)
+    assert errors == ["error line 200: a string value of 2000 bytes is longer than max_value_bytes (1000)"]
+    assert splits == []
+
+
 def test_text_plain_body_is_415(client):
+
     r = client.http.post("/events", content=json.dumps(stock("IBM", 1.0, 1, 1)),
                          headers={"content-type": "text/plain"})
     assert r.status_code == 415 and "application/json" in r.json()["detail"]

@@ -1,0 +1,106 @@
+"""A batch's witnesses from the engine's emissions to the clients
+(server/delivery/witnesses.py): made and encoded a batch at a time, by the
+encoder ``cayuga run`` uses, with the numbers, order and bytes as before."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import threading
+from collections import Counter
+
+from clients.client import CayugaClient
+from clients.offline import run_offline
+from clients.testing.market import STOCK
+from server.serve import RunningServer
+from tests.server.conftest import make_settings
+
+PAIRS = "SELECT Name, Price_1 AS First, Price AS Second FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
+#: right-nested: two automata linked by an internal (RESUB) stream
+NESTED = ("SELECT * FROM Stock NEXT{$1.Name = $2.N} "
+          "(SELECT Name AS N, Price AS P FROM Stock NEXT{$1.Name = $2.Name} Stock) PUBLISH Nested")
+ALL = "SELECT * FROM Stock PUBLISH All"
+
+
+def _lines(n: int, names: int = 5) -> bytes:
+    return "".join(f'{{"stream": "Stock", "t0": {i}, "t1": {i}, "Name": "N{i % names}", "Price": {1.0 + i % 3}, '
+                   f'"Volume": {i}}}\n' for i in range(1, n + 1)).encode()
+
+
+def _offline(tmp_path, queries: dict[str, str], data: bytes) -> list[dict]:
+    files = []
+    for name, text in queries.items():
+        f = tmp_path / f"{name}.cel"
+        f.write_text(text)
+        files.append(f)
+    return run_offline([STOCK], files, io.BytesIO(data), include_resub=True).witnesses
+
+
+def _read(frames, want: int) -> list[str]:
+    got: list[str] = []
+    while len(got) < want:
+        got.extend(next(frames).split("\n"))
+    return got
+
+
+def test_two_subscriptions_and_a_watched_internal_stream_in_the_same_batches_are_cayuga_runs_witnesses(
+        client, tmp_path):
+    """Emissions of two subscriptions and of an internal stream interleave in
+    each batch: each subscription's witnesses are numbered 1, 2, ... in the
+    engine's order, with the bytes ``cayuga run`` writes, and the watcher of the
+    internal stream gets its witnesses (not numbered, not logged)."""
+    pairs = client.subscribe(cel=PAIRS)
+    nested = client.subscribe(cel=NESTED)
+    (internal,) = nested["internal_streams"]
+    data = _lines(3000)
+    offline = _offline(tmp_path, {"pairs": PAIRS, "nested": NESTED}, data)
+    want = {s: [w for w in offline if w["stream"] == s] for s in ("Pairs", "Nested")}
+    inner = [w for w in offline if w["stream"] not in want]
+    assert want["Pairs"] and want["Nested"] and inner
+    with client.frames(pairs["id"], seq=True, timeout=10) as a, \
+            client.frames(nested["id"], seq=True, timeout=10) as b, \
+            client.frames(stream=internal, timeout=10) as c:
+        with client.sender() as s:
+            s.send_lines(data, 3000)
+        for frames, stream in ((a, "Pairs"), (b, "Nested")):
+            got = _read(frames, len(want[stream]))
+            assert [int(x.partition(" ")[0]) for x in got] == list(range(1, len(want[stream]) + 1))
+            assert [json.loads(x.partition(" ")[2]) for x in got] == want[stream]  # the engine's order
+        got = _read(c, len(inner))
+        assert Counter(map(_unnamed, map(json.loads, got))) == Counter(map(_unnamed, inner))
+
+
+def _unnamed(w: dict) -> str:
+    """A witness without its stream name (``cayuga run`` names a query's internal streams after its file)."""
+    return json.dumps({k: v for k, v in w.items() if k != "stream"}, sort_keys=True)
+
+
+def test_the_engine_thread_makes_no_python_call_per_witness(tmp_path):
+    """The engine hands each emission to a list's ``append`` (a C call): the
+    delivery code runs a few times per batch, not once per witness."""
+    calls = Counter()
+    delivery = ("server/delivery/witnesses.py", "air/formats.py")
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(delivery):
+            calls[frame.f_code.co_name] += 1
+
+    srv = RunningServer(make_settings(tmp_path))
+    threading.setprofile(profile)  # the threads the server starts are profiled
+    try:
+        srv.start()
+    finally:
+        threading.setprofile(None)
+    n = 5000
+    try:
+        with CayugaClient(srv.base_url) as client:
+            sub = client.subscribe(cel=ALL)
+            with client.frames(sub["id"], timeout=10) as frames:
+                with client.sender() as s:
+                    s.send_lines(_lines(n), n)
+                assert len(_read(frames, n)) == n
+    finally:
+        srv.stop()
+        sys.setprofile(None)
+    assert sum(calls.values()) < n // 10, calls.most_common(5)
