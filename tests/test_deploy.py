@@ -24,7 +24,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from clients.testing import wait_until
+from clients.testing import stop_process, wait_until
 from tests.conftest import ROOT
 from tests.server.conftest import start_server, stock  # noqa: F401  (start_server is a fixture)
 
@@ -303,11 +303,7 @@ def test_a_real_prometheus_scrapes_a_server_answers_every_panel_and_evaluates_th
             assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
             assert [a for r in rules for a in r.get("alerts", [])] == [], "alerts on a healthy server"
     finally:
-        prom.terminate()
         try:
-            prom.wait(timeout=30)
+            stop_process(prom)
         finally:
-            if prom.poll() is None:
-                prom.kill()
-                prom.wait(timeout=10)
             log.close()

@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import zipfile
 import httpx
 
 from tests.conftest import ROOT
-from clients.testing import wait_until
+from clients.testing import stop_process, wait_until
 
 #: What a clone holds that the install reads (the Dockerfile copies the same).
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "air", "server", "clients", "examples")
@@ -73,12 +72,9 @@ def test_plain_install_is_light_and_serves(tmp_path):
         port = json.loads(port_file.read_text())["http_port"]
         health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
         assert health.status_code == 200 and health.json()["status"] == "ok", health.text
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0
+        assert stop_process(server, 60) == 0  # a drained, clean exit
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(10)
+        stop_process(server)
         server.stderr.close()
 
 
@@ -171,13 +167,9 @@ def test_the_built_wheel_carries_the_defaults_and_serves_from_an_empty_directory
             assert r.status_code == 201, r.text
             assert c.get("/").status_code == 200 and "<html" in c.get("/").text.lower()
     finally:
-        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            stop_process(proc)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
             proc.stdout.close()
 
 

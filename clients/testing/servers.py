@@ -79,6 +79,20 @@ def running_server(data_dir: str | Path, **overrides) -> Iterator[RunningServer]
         srv.stop()
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> int | None:
+    """Stop a child process as a user would: SIGTERM (a server drains), then
+    SIGKILL if it still runs after ``timeout`` seconds; nothing if it has
+    exited. Returns its exit code (negative: the signal that ended it)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
 class ServerProcess:
     """``cayuga serve`` as a child process on fixed free ports, with its output
     in a log file; it can be killed (SIGKILL) and started again on the same
@@ -144,13 +158,8 @@ class ServerProcess:
     def stop(self, timeout: float = 60) -> None:
         """SIGTERM (a drain), SIGKILL after ``timeout`` s; closes the HTTP client."""
         self.http_client.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, timeout)
 
     def __enter__(self) -> "ServerProcess":
         self.start()
