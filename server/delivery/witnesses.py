@@ -166,31 +166,27 @@ class Witnesses:
         boxes: dict[ClientChannel, list[Chunk]] = {}
         for owner, seqs, streams, payloads in groups:
             kinds = {streams[0]} if streams.count(streams[0]) == len(streams) else set(streams)
-            if len(kinds) == 1:
-                chans = route(owner, streams[0], is_output)
+            if len(kinds) == 1:  # one chunk, shared by every channel of the stream
+                shares = [(route(owner, streams[0], is_output), Chunk(owner, seqs, payloads))]
+            else:  # several output streams: a channel may watch only some of them
+                per: dict[ClientChannel, list[int]] = {}
+                for stream in kinds:
+                    for ch in route(owner, stream, is_output):
+                        per.setdefault(ch, []).extend(i for i, s in enumerate(streams) if s == stream)
+                shares = []
+                for ch, idx in per.items():
+                    idx.sort()
+                    shares.append(((ch,), Chunk(owner, None if seqs is None else [seqs[i] for i in idx],
+                                                [payloads[i] for i in idx])))
+            for chans, chunk in shares:
                 if not chans:
                     continue
-                chunk = Chunk(owner, seqs, payloads)
-                if owner in dropped:
+                if owner in dropped:  # (a chunk without seqs, of an internal stream, is kept whole)
                     chunk = chunk.after(dropped[owner])
                     if chunk is None:
                         continue
                 for ch in chans:
                     boxes.setdefault(ch, []).append(chunk)
-                continue
-            # several output streams: a channel may watch only some of them
-            per: dict[ClientChannel, list[int]] = {}
-            for stream in kinds:
-                for ch in route(owner, stream, is_output):
-                    per.setdefault(ch, []).extend(i for i, s in enumerate(streams) if s == stream)
-            for ch, idx in per.items():
-                idx.sort()
-                chunk = Chunk(owner, None if seqs is None else [seqs[i] for i in idx], [payloads[i] for i in idx])
-                if owner in dropped and seqs is not None:
-                    chunk = chunk.after(dropped[owner])
-                    if chunk is None:
-                        continue
-                boxes.setdefault(ch, []).append(chunk)
         return boxes
 
     def deliver(self) -> bool:
