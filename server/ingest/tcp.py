@@ -273,7 +273,7 @@ class TcpReceiver:
                     buf, skipping = b"", True
                 continue
             block, buf = buf[:last + 1], buf[last + 1:]
-            if len(block) > limit:  # rare: some line in it may be too long
+            if len(block) > limit and line_over(block, limit):  # rare: a line in it is too long
                 yield from self._split_long(block, number)
             else:
                 yield number, block
