@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import sys
 import time
@@ -707,10 +708,13 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     def retrying(reason: str, delay: float) -> None:
         click.echo(f"cayuga: {reason}; reconnecting in {delay:.1f} s", err=True)
 
+    def notice(message: dict) -> None:  # e.g. the subscription lost partial matches: said, never printed as one
+        click.echo(f"cayuga: {message.get('message') or json.dumps(message)}", err=True)
+
     try:
         for sid, first, block, k in client.follow_frames(subscription, stream=stream, after=after,
                                                          batch=WATCH_BATCH, retry_for=retry_for,
-                                                         on_retry=retrying):
+                                                         on_retry=retrying, on_notice=notice):
             # a run's bytes go out as they came (no decoding); only a line count cuts them (--count)
             if count is not None and n + k >= count:
                 k = count - n

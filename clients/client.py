@@ -59,6 +59,13 @@ def strip_seqs(frame: bytes, first: int, last: int) -> bytes:
 DEFAULT_URL = "http://127.0.0.1:8400"
 
 
+def is_control(message: str | bytes) -> bool:
+    """Whether a WebSocket message is a control message (a JSON object with a
+    ``"control"`` key, e.g. ``{"control": "inexact", ...}``), not witnesses."""
+    head = message[:11]
+    return head == '{"control":' or head == b'{"control":'
+
+
 def default_url(environ=None) -> str:
     """The server's base URL from the environment: ``CAYUGA_URL`` when set;
     else, for a client beside the server, the server's own settings
@@ -163,10 +170,18 @@ class CayugaClient:
     def streams(self) -> list[dict]:
         return self._call("GET", "/streams")
 
-    def subscribe(self, *, cel: str | None = None, air: str | None = None, name: str | None = None) -> dict:
-        body = {"cel": cel} if cel is not None else {"air": air}
+    def subscribe(self, *, cel: str | None = None, air: str | None = None, name: str | None = None,
+                  max_instances: int | None = None, max_state_bytes: int | str | None = None) -> dict:
+        """Register a subscription; ``max_instances`` / ``max_state_bytes`` (bytes or
+        a size such as ``"64MiB"``) cap its state (above, its oldest partial
+        matches are shed and it is marked inexact)."""
+        body: dict = {"cel": cel} if cel is not None else {"air": air}
         if name:
             body["name"] = name
+        if max_instances is not None:
+            body["max_instances"] = max_instances
+        if max_state_bytes is not None:
+            body["max_state_bytes"] = max_state_bytes
         return self._call("POST", "/subscriptions", json=body)
 
     def subscribe_many(self, queries: Iterable[dict | str]) -> list[dict]:
@@ -240,12 +255,19 @@ class CayugaClient:
 
     @contextmanager
     def watch(self, subscription: str | None = None, *, stream: str | None = None,
-              timeout: float | None = None, batch: int = 1000) -> Iterator[Iterator[dict]]:
+              timeout: float | None = None, batch: int = 1000,
+              on_notice: Callable[[dict], None] | None = None) -> Iterator[Iterator[dict]]:
         """Iterate over witnesses of a subscription (or any output stream), as
-        dicts. ``timeout`` bounds the wait for each message (TimeoutError)."""
+        dicts. ``timeout`` bounds the wait for each message (TimeoutError).
+        Control messages (:func:`is_control`: e.g. the subscription lost state)
+        are not witnesses: they go to ``on_notice``, if given."""
         with self.frames(subscription, stream=stream, batch=batch, timeout=timeout) as frames:
             def witnesses() -> Iterator[dict]:
                 for msg in frames:
+                    if is_control(msg):
+                        if on_notice is not None:
+                            on_notice(json.loads(msg))
+                        continue
                     for line in msg.split("\n"):
                         yield json.loads(line)
 
@@ -253,34 +275,34 @@ class CayugaClient:
 
     def follow(self, subscription: str | None = None, *, stream: str | None = None,
                after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
-               timeout: float | None = None,
-               on_retry: Callable[[str, float], None] | None = None) -> Iterator[tuple[str, int, str]]:
+               timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None,
+               on_notice: Callable[[dict], None] | None = None) -> Iterator[tuple[str, int, str]]:
         """Every witness of a subscription (or stream) exactly once, across
         disconnects and server restarts: yields (subscription id, seq, witness
         JSON); see :meth:`follow_runs`, which it takes them from."""
         for sid, first, block, n in self.follow_runs(subscription, stream=stream, after=after,
                                                      retry_for=retry_for, batch=batch, timeout=timeout,
-                                                     on_retry=on_retry):
+                                                     on_retry=on_retry, on_notice=on_notice):
             for i, line in enumerate(block.split("\n") if n > 1 else (block,)):
                 yield sid, first + i, line
 
     def follow_runs(self, subscription: str | None = None, *, stream: str | None = None,
                     after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
-                    timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
-                    ) -> Iterator[tuple[str, int, str, int]]:
+                    timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None,
+                    on_notice: Callable[[dict], None] | None = None) -> Iterator[tuple[str, int, str, int]]:
         """Every witness of a subscription (or stream) exactly once, across
         disconnects and server restarts: yields runs of witnesses,
         (subscription id, first seq, the witnesses' JSON lines joined by
         newlines, how many); :meth:`follow_frames` as text."""
         for sid, first, block, n in self.follow_frames(subscription, stream=stream, after=after,
                                                        retry_for=retry_for, batch=batch, timeout=timeout,
-                                                       on_retry=on_retry):
+                                                       on_retry=on_retry, on_notice=on_notice):
             yield sid, first, block.decode(), n
 
     def follow_frames(self, subscription: str | None = None, *, stream: str | None = None,
                       after: dict[str, int] | None = None, retry_for: float = 300.0, batch: int = 1000,
-                      timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None
-                      ) -> Iterator[tuple[str, int, bytes, int]]:
+                      timeout: float | None = None, on_retry: Callable[[str, float], None] | None = None,
+                      on_notice: Callable[[dict], None] | None = None) -> Iterator[tuple[str, int, bytes, int]]:
         """Every witness of a subscription (or stream) exactly once, across
         disconnects and server restarts: yields runs of witnesses,
         (subscription id, first seq, the witnesses' JSON lines joined by
@@ -295,7 +317,9 @@ class CayugaClient:
         connection; then, or on a close that a retry cannot mend (unknown
         subscription, no longer retained: :data:`FINAL_CLOSE_CODES`), it raises
         :class:`CayugaAPIError` (a close) or OSError. ``on_retry(reason, delay)``
-        is told of each retry."""
+        is told of each retry; ``on_notice(message)`` of each control message
+        (:func:`is_control`, e.g. ``{"control": "inexact", ...}``: the subscription
+        lost partial matches), which is never yielded as a witness."""
         after = dict(after or {})
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         down_since: float | None = None
@@ -317,6 +341,10 @@ class CayugaClient:
                             msg = ws.recv(timeout=timeout, decode=False)
                         except TimeoutError:
                             raise _RecvTimeout from None
+                        if msg[:1] == b"{" and is_control(msg):
+                            if on_notice is not None:
+                                on_notice(json.loads(msg))
+                            continue
                         if subscription:  # one run when the seqs are new and consecutive (they are)
                             known = after[subscription]
                             first = int(msg[:msg.find(b" ")])

@@ -93,12 +93,16 @@ class Settings(BaseModel):
     #: States of one automaton, and predicate atoms over all its edges; larger ones are refused.
     max_states: int = Field(256, ge=2)
     max_predicate_atoms: int = Field(4096, ge=1)
-    #: Live instances of one subscription. Checked by the engine thread's background count:
-    #: one found above it loses its oldest instances down to the limit (counted, logged,
-    #: recorded so that a journal replay evicts at the same point); one above half of it is
-    #: recounted after every batch. 1,000 keeps a runaway FOLD from slowing the server to a
-    #: crawl (config.yaml has the measurement).
-    max_instances_per_subscription: int = Field(100_000, ge=1)
+    #: Memory for automaton state (every subscription's partial matches), in bytes, as the
+    #: engine estimates it from its own instance layout (air/engine/footprint.py): an int, a
+    #: size ("4GiB", "512MB"), a share of the machine's memory ("25%"), or "auto" (25% of
+    #: physical memory or of the cgroup's limit, whichever is smaller). Checked every
+    #: server/budget.py CHECK_EVENTS events; above it, the heaviest subscriptions lose their
+    #: oldest instances down to 90% of it, deterministically, and are marked inexact.
+    max_state_bytes: int = Field("auto", validate_default=True)
+    #: An optional cap on the live instances of every subscription (0: none, the default; a
+    #: subscription may set its own in its registration body: max_instances, max_state_bytes).
+    max_instances_per_subscription: int = Field(0, ge=0)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)
@@ -146,6 +150,11 @@ class Settings(BaseModel):
                     raise ValueError(f"stream {stream}, attribute {name}: {exc}") from None
         return v
 
+    @field_validator("max_state_bytes", mode="before")
+    @classmethod
+    def _state_bytes(cls, v):
+        return parse_bytes(v, what="max_state_bytes", auto=True)
+
     @field_validator("durability", mode="before")
     @classmethod
     def _off(cls, v):
@@ -170,6 +179,54 @@ class Settings(BaseModel):
     def stream_schemas(self) -> list[StreamSchema]:
         return [StreamSchema(name, tuple(Attribute(a, normalize_type(t)) for a, t in attrs.items()))
                 for name, attrs in self.streams.items()]
+
+
+#: "auto" for max_state_bytes: this share of the machine's memory (server/budget.py says why).
+AUTO_STATE_SHARE = 0.25
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000 ** 2, "mb": 1000 ** 2, "g": 1000 ** 3, "gb": 1000 ** 3,
+          "t": 1000 ** 4, "tb": 1000 ** 4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's physical memory, or
+    its cgroup's limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) where smaller."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = int(text)
+    return total
+
+
+def parse_bytes(value, *, what: str, auto: bool = False, percent_of: int | None = None) -> int:
+    """A size in bytes from an int or a string: ``"4GiB"``, ``"512 MB"``, ``"25%"``
+    (of the machine's memory, or of ``percent_of``), or (with ``auto``) ``"auto"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: expected a size such as 4GiB, 512MB, 25% or a number of bytes, not {value!r}")
+    if isinstance(value, (int, float)):
+        n = int(value)
+    else:
+        text = str(value).strip().lower().replace(" ", "").replace("_", "")
+        if auto and text == "auto":
+            return int(machine_memory() * AUTO_STATE_SHARE)
+        try:
+            if text.endswith("%"):
+                share = float(text[:-1]) / 100
+                if not 0 < share <= 1:
+                    raise ValueError
+                n = int((percent_of if percent_of is not None else machine_memory()) * share)
+            else:
+                digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+                n = int(float(digits) * _UNITS[text[len(digits):]])
+        except (ValueError, KeyError):
+            raise ValueError(f"{what}: {value!r} is not a size; write e.g. 4GiB, 512MB, 25% (of memory)"
+                             + (", auto" if auto else "") + " or a number of bytes") from None
+    if n < 1:
+        raise ValueError(f"{what}: must be at least 1 byte, not {value!r}")
+    return n
 
 
 def import_functions(specs: dict[str, tuple[str, str]]):

@@ -7,8 +7,9 @@ Who does what (each in its own module, holding its own state):
   the bounded queue (server/ingest/queue.py);
 - the single engine thread (server/processing.py) is the only one that touches
   the engine once the server is ready: it pops batches, runs them, and between
-  batches runs commands submitted by the API, recounts instances and evicts
-  (``Evictions``), and forks snapshots (server/durability/checkpoints.py);
+  batches runs commands submitted by the API, checks the state budget and
+  recounts instances (server/budget.py), and forks snapshots
+  (server/durability/checkpoints.py);
 - the registrar (server/subscriptions/registry.py) compiles, installs, stores
   and removes subscriptions;
 - witnesses are numbered, logged and handed to WebSocket clients by
@@ -30,6 +31,7 @@ from typing import Callable
 
 from air.engine import Engine, EngineError
 from air.model import Attribute, StreamSchema
+from server.budget import Cap, StateBudget
 from server.config import Settings
 from server.delivery.hub import ClientChannel, NotifierHub
 from server.delivery.witnesses import Witnesses
@@ -44,7 +46,7 @@ from server.ingest.tcp import TcpReceiver
 from server.observability.counters import Counters
 from server.observability.health import Health
 from server.observability.metrics import make_registry
-from server.processing import EngineThread, Evictions
+from server.processing import EngineThread
 from server.subscriptions.registry import (LimitReached, Registrar, Subscription, SubscriptionError,
                                            SubscriptionInUse, compile_subscription)
 
@@ -58,7 +60,7 @@ class Daemon:
     """The parts of one server and how they are connected.
 
     The api (server/api/) calls the public methods below; the parts are
-    reachable as ``processing``, ``evictions``, ``registrar``, ``witnesses``,
+    reachable as ``processing``, ``budget``, ``registrar``, ``witnesses``,
     ``recovery``, ``checkpoints`` and ``health``."""
 
     def __init__(self, settings: Settings) -> None:
@@ -85,19 +87,20 @@ class Daemon:
         self.witnesses = Witnesses(self.engine.schema, self.hub, self.counters, self.subscriptions, self._stop,
                                    queued=lambda: len(self.queue))
         self.engine.on_emit = self.witnesses.on_emit
-        self.evictions = Evictions(self.engine, settings, self.store, self.counters, self.processing,
-                                   self.subscriptions, storing=self._storing)
+        self.budget = StateBudget(self.engine, settings, self.store, self.counters, self.processing,
+                                  self.subscriptions, storing=self._storing, seqs=lambda: self.witnesses.seq)
+        self.budget.notify = self._notify
         self.checkpoints = Checkpoints(settings, self.engine, self.queue, self.store, self.disk, self.counters,
-                                       self.processing, self.evictions, self.witnesses)
+                                       self.processing, self.budget, self.witnesses)
         self.snapshots, self.snapshotter = self.checkpoints.snapshots, self.checkpoints.snapshotter
         self.recovery = Recovery(self.store, self.queue, self.engine, self.snapshots, self.registrar,
-                                 self.processing, self.witnesses, self.evictions, self.checkpoints,
+                                 self.processing, self.witnesses, self.budget, self.checkpoints,
                                  start_engine=self.processing.start, stopping=self._stop)
-        self.evictions.recovery = self.recovery
-        self.processing.recovery, self.processing.evictions = self.recovery, self.evictions
+        self.budget.recovery = self.recovery
+        self.processing.recovery, self.processing.budget = self.recovery, self.budget
         self.processing.witnesses, self.processing.checkpoints = self.witnesses, self.checkpoints
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
-                             self.hub, self.snapshotter, self.processing, self.evictions, self.recovery,
+                             self.hub, self.snapshotter, self.processing, self.budget, self.recovery,
                              self.witnesses, self.subscriptions)
         self.registry, self.latency = make_registry(self.health)
         self.processing.latency = self.latency
@@ -116,8 +119,13 @@ class Daemon:
 
     def _removed(self, sid: str) -> None:
         """On the engine thread: a subscription left the engine; drop what the parts kept of it."""
-        self.evictions.forget(sid)
+        self.budget.forget(sid)
         self.witnesses.forget(sid)
+
+    def _notify(self, sid: str, message: dict) -> None:
+        """Tell a subscription's watchers (and those of the streams it publishes) a control message."""
+        sub = self.subscriptions.get(sid)
+        self.hub.notify(sid, sub.outputs if sub is not None else (), message)
 
     def _require_ready(self) -> None:
         held = self.witnesses.held
@@ -154,12 +162,14 @@ class Daemon:
             self.engine.declare(StreamSchema(name, tuple(Attribute(a, t) for a, t in attrs)))
             self.declared.add(name)
         stored = self.store.subscriptions()
+        for sid, (max_instances, max_state_bytes, since) in self.store.caps().items():
+            self.budget.set_cap(sid, Cap(max_instances, max_state_bytes, since))
         if st.durability != "off":
             journal_dir = st.data_dir / "journal"
             begins = not any(journal_dir.glob("*" + JOURNAL_SUFFIX)) if journal_dir.exists() else True
             self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk)
             self.queue.journal = self.recovery.journal = self.checkpoints.journal = self.journal
-            self.evictions.journal = self.health.journal = self.journal
+            self.budget.journal = self.health.journal = self.journal
             if begins:
                 # the journal begins now (a new data directory, or one whose journal was off or removed):
                 # a replay from its first record numbers witnesses on from where the log stands now. Not
@@ -276,6 +286,18 @@ class Daemon:
     def add_subscriptions(self, items: list[tuple[str, str, str | None]]) -> list[Subscription]:
         return self.registrar.add_subscriptions(items)
 
+    def set_cap(self, sid: str, cap: Cap) -> None:
+        """A subscription's own limits on its state (its registration body): in force from the
+        budget's next check (server/budget.py), stored with the point they came into force at
+        (so that a replay applies them from the same point)."""
+        def apply(_eng) -> None:
+            fixed = cap._replace(since=self.processing.fed)
+            with self._storing(f"the limits of subscription {sid} could not be stored; they are not in force"):
+                self.store.save_cap(sid, fixed.max_instances, fixed.max_state_bytes, fixed.since)
+            self.budget.set_cap(sid, fixed)
+
+        self.submit(apply).result(timeout=10)
+
     def remove_subscription(self, sid: str, cascade: bool = False) -> list[str]:
         return self.registrar.remove_subscription(sid, cascade)
 
@@ -351,6 +373,15 @@ class Daemon:
 
     def instance_counts(self) -> dict[str, int]:
         return self.health.instance_counts()
+
+    def inexact(self) -> dict[str, dict]:
+        return self.health.inexact()
+
+    def runaways(self) -> dict[str, dict]:
+        return self.health.runaways()
+
+    def state(self) -> dict:
+        return self.health.state()
 
     def instance_count(self, sid: str) -> int:
         return self.health.instance_count(sid)

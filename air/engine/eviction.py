@@ -25,7 +25,8 @@ def _evict_key(candidate: tuple) -> tuple:
     return candidate[:4]
 
 
-def evict_oldest(eng: "Engine", owner: str, keep: int, shared: bool = False) -> int:
+def evict_oldest(eng: "Engine", owner: str, keep: int, shared: bool = False,
+                 losers: dict[str, int] | None = None) -> int:
     """Remove ``owner``'s oldest instances until it sees at most ``keep``
     (as :meth:`Engine.instance_count` counts: installed and pending); returns how
     many instances were removed. Call it between events (mid-epoch too).
@@ -47,7 +48,8 @@ def evict_oldest(eng: "Engine", owner: str, keep: int, shared: bool = False) -> 
     evicted only with ``shared`` (oldest first, after every unshared one
     is gone) and only as far as still needed to reach ``keep``: the other
     owners seeing them lose them too (counted in
-    ``stats.evicted_shared``). Without ``shared``, ``owner`` may still see
+    ``stats.evicted_shared``, and in ``losers``, owner -> how many it lost,
+    when given). Without ``shared``, ``owner`` may still see
     more than ``keep`` afterwards. An instance the current epoch affected
     may go too: the epoch's bookkeeping (``ndead``, ``dead_keys``) follows."""
     holding = eng.holding(owner)
@@ -94,6 +96,11 @@ def evict_oldest(eng: "Engine", owner: str, keep: int, shared: bool = False) -> 
             seen -= mult[id(nodes[si])]
             victims.setdefault(si, []).append(inst)
             n_shared += is_shared
+            if is_shared and losers is not None:
+                born = inst[BORN]
+                for o in nodes[si].owners:
+                    if o != owner and gens[o] <= born:
+                        losers[o] = losers.get(o, 0) + 1
     removed = 0
     for si, insts in victims.items():
         removed += evict_from(nodes[si], insts)

@@ -38,6 +38,7 @@ from air.engine.codegen import (
     BindError, FnTemplate, Scope, compile_atoms, compile_predicate, compile_schema_map, convert_const, eq_key,
     split_clause, split_inequality,
 )
+from air.engine.footprint import per_instance_bytes
 from air.engine.network import NEdge, Node, StreamPlan
 
 
@@ -512,6 +513,7 @@ class Loader:
                 node.filter_run = (spec.run_an if node.an is not None else spec.run_plain).make(vals)
                 if spec.iq is not None:
                     node.iq = spec.iq
+        node.inst_bytes = per_instance_bytes(spec.schema, node.iq is not None)
         stage.new_nodes.append(node)
         stage.new_ids.add(id(node))
         return node

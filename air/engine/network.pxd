@@ -21,12 +21,19 @@ cpdef untrack_instances(list insts)
 
 cpdef untrack_events(events)
 
+@cython.locals(plan=StreamPlan, node=Node, group=tuple)
+cpdef list live_node_list(list plans, list dirty)
+
+@cython.locals(node=Node, n=Py_ssize_t, total=Py_ssize_t, insts=Py_ssize_t, count=Py_ssize_t, v=double)
+cpdef tuple tally_nodes(list nodes, double floor, Py_ssize_t bucket_bytes)
+
 @cython.locals(lo=Py_ssize_t, hi=Py_ssize_t, mid=Py_ssize_t, xd=double, kd=double, below=bint)
 cpdef Py_ssize_t _bisect_keys(list keys, object x, bint right) except -1
 
 
 cdef class NEdge
 cdef class Node
+cdef class StreamPlan
 
 
 cdef class SortedBucket:
@@ -74,6 +81,8 @@ cdef class Node:
     cdef public bint shareable
     cdef public object merge_key
     cdef public bint alive
+    cdef public object horizon
+    cdef public Py_ssize_t inst_bytes
 
 
 cdef class StreamPlan:

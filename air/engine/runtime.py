@@ -92,6 +92,7 @@ class EngineStats:
     late: int = 0
     evicted: int = 0  # instances removed by Engine.evict_oldest
     evicted_shared: int = 0  # ... of which other owners saw too (they lost them with it)
+    expired: int = 0  # instances past their filter's DUR bound, dropped by air/engine/footprint.expire
 
 
 
@@ -728,10 +729,11 @@ class Engine:
         """The query network: nodes, edges, stream plans and the templates staging keeps."""
         return self._net
 
-    def evict_oldest(self, owner: str, keep: int, shared: bool = False) -> int:
+    def evict_oldest(self, owner: str, keep: int, shared: bool = False,
+                     losers: dict[str, int] | None = None) -> int:
         """Remove ``owner``'s oldest instances until it sees at most ``keep``;
         returns how many went. See :func:`air.engine.eviction.evict_oldest`."""
-        return eviction.evict_oldest(self, owner, keep, shared)
+        return eviction.evict_oldest(self, owner, keep, shared, losers)
 
     def export_state(self) -> dict:
         """The processing state as plain data, for a snapshot: see :mod:`air.engine.state`."""

@@ -68,11 +68,12 @@ def increasing_stream(n_symbols: int, events: int, seed: int = 1) -> list[Event]
     return _ticks(n_symbols, events, seed, lambda p, rng: p + (0.01 + rng.random()))
 
 
-def write_ticks(path: str | Path, events: int, symbols: int, seed: int = 1) -> None:
+def write_ticks(path: str | Path, events: int, symbols: int, seed: int = 1, down: float = 0.01,
+                up: float = 0.015) -> None:
     """A :func:`random_walk` as JSON lines at ``path``, the file ``cayuga send``
-    and ``cayuga run`` read."""
+    and ``cayuga run`` read (``down == up``: a walk without drift)."""
     with open(path, "w", encoding="utf-8") as f:
-        for e in random_walk(symbols, events, seed):
+        for e in random_walk(symbols, events, seed, down, up):
             name, price, volume = e.values
             f.write(f'{{"stream": "Stock", "t0": {e.t0}, "t1": {e.t1}, "Name": "{name}", '
                     f'"Price": {price!r}, "Volume": {volume}}}\n')

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from clients.client import CayugaClient
+from clients.client import CayugaClient, is_control
 
 
 def collect(matches: Iterable[dict], n: int) -> list[dict]:
@@ -36,6 +36,8 @@ def logged_witnesses(base_url: str, subscription: str, upto: int, timeout: float
     with CayugaClient(base_url, timeout=timeout) as client:
         with client.frames(subscription, from_=1, batch=1000, timeout=timeout) as frames:
             for msg in frames:
+                if is_control(msg):
+                    continue
                 for line in msg.split("\n"):
                     seq, _, body = line.partition(" ")
                     got.append((int(seq), body))

@@ -49,6 +49,12 @@ class SubscriptionIn(BaseModel):
     cel: str | None = Field(None, max_length=1_000_000, description="A CEL query")
     air: str | None = Field(None, max_length=4_000_000, description="AIR XML: one <NFA> or several in <NFAs>")
     name: str | None = Field(None, max_length=200, description="An optional label")
+    max_instances: int | None = Field(None, ge=1, description=(
+        "An optional cap on its live instances (partial matches): above it, its oldest are shed down to 90% of "
+        "it and it is marked inexact (server/budget.py)"))
+    max_state_bytes: int | str | None = Field(None, description=(
+        "An optional cap on the memory of its state, in bytes or as a size ('64MiB', '1GB', or '10%' of the "
+        "server's max_state_bytes): above it, its oldest instances are shed and it is marked inexact"))
 
     @model_validator(mode="after")
     def _exactly_one(self):
@@ -87,6 +93,13 @@ class SubscriptionOut(BaseModel):
     created: float
     instances: int
     websocket: str
+    #: False once it has lost partial matches to shedding (the state budget or its cap): its
+    #: witnesses after ``inexact.since_seq`` may lack some. Stays so until it is deleted.
+    exact: bool = True
+    #: Since when, why and how much it lost (None while exact).
+    inexact: dict[str, Any] | None = None
+    #: Its own caps (max_instances, max_state_bytes), None for none.
+    limits: dict[str, Any] | None = None
 
 
 class SubscriptionCreated(SubscriptionOut):
@@ -103,6 +116,8 @@ class SubscriptionDetail(SubscriptionOut):
     #: The seq of its newest witness (0: none yet): a client that wants every witness
     #: from now on connects to its WebSocket with ?from=<last_seq + 1>.
     last_seq: int = 0
+    #: Set while the state budget's last check found it a runaway: what it costs the engine.
+    runaway: dict[str, Any] | None = None
 
 
 class ValidationOut(BaseModel):

@@ -40,6 +40,7 @@ def get_stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subs
     es = d.engine.stats
     per_stream, per_sub = d.activity()
     subs = list(d.subscriptions)[offset:offset + limit]
+    inexact = d.budget.inexact
     return {
         "time": time.time(),
         "received": c[Count.RECEIVED_TCP] + c[Count.RECEIVED_HTTP],
@@ -64,6 +65,9 @@ def get_stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subs
         "latency_buckets": _latency_buckets(d.latency),
         "streams": per_stream,
         "subscription_count": len(d.subscriptions),
-        "subscriptions": {sid: {"witnesses": per_sub.get(sid, 0), "instances": d.instance_count(sid)}
+        # "inexact": the subscription lost partial matches (server/budget.py; /health says why), only when it has
+        "subscriptions": {sid: {"witnesses": per_sub.get(sid, 0), "instances": d.instance_count(sid),
+                                **({"inexact": inexact[sid].instances_lost} if sid in inexact else {})}
                           for sid in subs},
+        "inexact": len(inexact),
     }

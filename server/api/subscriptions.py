@@ -10,6 +10,8 @@ from server.api.deps import DaemonDep, require_token
 from server.api.errors import errors
 from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionCreated, SubscriptionDetail,
                                 SubscriptionIn, SubscriptionOut, ValidationOut)
+from server.budget import Cap
+from server.config import parse_bytes
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)],
@@ -19,13 +21,32 @@ _REGISTER_ERRORS = (403, 413, 422, 503, 507)
 
 
 def _out(d, s: Subscription, detail: bool = False):
+    mark = d.budget.inexact.get(s.id)
+    cap = d.budget.caps.get(s.id)
     common = dict(id=s.id, kind=s.kind, name=s.name, outputs=s.outputs, internal_streams=s.internal,
                   created=s.created, instances=d.instance_count(s.id),
-                  websocket=f"/ws/subscriptions/{s.id}")
+                  websocket=f"/ws/subscriptions/{s.id}", exact=mark is None,
+                  inexact=mark.public() if mark is not None else None,
+                  limits={"max_instances": cap.max_instances, "max_state_bytes": cap.max_state_bytes}
+                  if cap is not None else None)
     if detail:
         last = d.witlog.last_seq(s.id) if d.witlog is not None else 0
-        return SubscriptionDetail(**common, text=s.text, air=s.air, last_seq=last)
+        return SubscriptionDetail(**common, text=s.text, air=s.air, last_seq=last,
+                                  runaway=d.budget.runaways.get(s.id))
     return SubscriptionOut(**common)
+
+
+def _cap(d, body: SubscriptionIn, where: str = "") -> Cap | None:
+    """The caps a registration body asks for (None: none); a bad size is a 422 that says what to write."""
+    if body.max_instances is None and body.max_state_bytes is None:
+        return None
+    size = None
+    if body.max_state_bytes is not None:
+        try:
+            size = parse_bytes(body.max_state_bytes, what=f"{where}max_state_bytes", percent_of=d.budget.max_bytes)
+        except ValueError as exc:
+            raise HTTPException(422, detail=str(exc)) from None
+    return Cap(body.max_instances, size)
 
 
 def _identical(d, kind: str, text: str) -> list[Subscription]:
@@ -46,14 +67,20 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
     flagged: without a name (or under another name) a second subscription is
     made and ``same_as`` lists the earlier ones; with the name of one that
     has the identical query, that one is returned (200) and nothing is
-    registered, so a named registration can be repeated safely."""
+    registered, so a named registration can be repeated safely. ``max_instances``
+    and ``max_state_bytes`` cap its state (server/budget.py)."""
+    cap = _cap(d, body)
+
     def add():
         same = _identical(d, body.kind, body.text)
         if body.name:
             for s in same:
                 if s.name == body.name:
                     return s, [], False
-        return d.add_subscription(body.kind, body.text, body.name), [s.id for s in same], True
+        sub = d.add_subscription(body.kind, body.text, body.name)
+        if cap is not None:
+            d.set_cap(sub.id, cap)
+        return sub, [s.id for s in same], True
 
     try:
         sub, same_as, created = await run_in_threadpool(add)
@@ -73,8 +100,17 @@ async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep):
     """Register many subscriptions at once, all or nothing, with consecutive
     ids in the order given; a query may read the output of an earlier one."""
     items = [(s.kind, s.text, s.name) for s in body.subscriptions]
+    caps = [_cap(d, s, f"subscriptions[{i}].") for i, s in enumerate(body.subscriptions)]
+
+    def add():
+        subs = d.add_subscriptions(items)
+        for sub, cap in zip(subs, caps):
+            if cap is not None:
+                d.set_cap(sub.id, cap)
+        return subs
+
     try:
-        subs = await run_in_threadpool(d.add_subscriptions, items)
+        subs = await run_in_threadpool(add)
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
     return SubscriptionBatchOut(subscriptions=[_out(d, s) for s in subs])

@@ -25,7 +25,6 @@ from air.engine import BUILD
 from server.api.deps import DaemonDep, require_token
 from server.api.errors import errors
 from server.api.schemas import ProbeOut
-from server.processing import WATCH_SHARE
 
 router = APIRouter(tags=["system"])
 
@@ -39,32 +38,41 @@ QUEUE_SHARE = 0.5
 
 
 def holding_back(d) -> dict | None:
-    """The subscription that holds the engine back, or None: the one with the
-    most live instances (the engine thread's background count) when it holds
-    more than half of max_instances_per_subscription — its every input event
-    may visit each of them, e.g. a FOLD whose rebind is always true makes one
-    per event — or when the event queue is more than half full."""
+    """The subscription that holds the engine back, or None: the worst
+    runaway of the state budget's last check (server/budget.py: every event of
+    its stream visits a thousand or more of its instances, and it grows with
+    them), else, when the event queue is more than half full, the one with
+    the most live instances (the engine thread's background count)."""
+    runaways = d.runaways()
+    if runaways:
+        sid, r = max(runaways.items(), key=lambda kv: (kv[1]["visits_per_event"], kv[0]))
+        return {"subscription": sid, "name": d.subscriptions[sid].name, "instances": r["instances"],
+                "visits_per_event": r["visits_per_event"], "share": r["share"], "reason": r["reason"]}
     heaviest = d.heaviest
     if heaviest is None or heaviest[0] not in d.subscriptions:
         return None
     sid, n = heaviest
-    limit = d.settings.max_instances_per_subscription
     depth, capacity = len(d.queue), d.queue.capacity
-    if n > limit * WATCH_SHARE:
-        reason = (f"it holds {n} live instances, more than half of max_instances_per_subscription ({limit}); "
-                  "each event of its input streams may visit every one of them, which slows all subscriptions. "
-                  "Its oldest are evicted beyond the limit (cayuga_instances_evicted_total). Check its query "
-                  "(e.g. a FOLD whose rebind is always true, a NEXT without a DUR bound), or delete it")
-    elif depth > capacity * QUEUE_SHARE:
-        reason = (f"the engine is falling behind ({depth} of {capacity} queued events wait for it), and this "
-                  f"subscription holds the most live instances ({n})")
-    else:
+    if depth <= capacity * QUEUE_SHARE:
         return None
-    return {"subscription": sid, "name": d.subscriptions[sid].name, "instances": n, "limit": limit,
-            "reason": reason}
+    reason = (f"the engine is falling behind ({depth} of {capacity} queued events wait for it), and this "
+              f"subscription holds the most live instances ({n})")
+    return {"subscription": sid, "name": d.subscriptions[sid].name, "instances": n, "reason": reason}
 
 
-def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict | None]:
+def _inexact_reason(inexact: dict[str, dict]) -> str | None:
+    if not inexact:
+        return None
+    parts = [f"{sid} lost {m['instances_lost']} partial matches since its witness {m['since_seq']} ({m['reason']})"
+             for sid, m in sorted(inexact.items())[:5]]
+    more = f" and {len(inexact) - 5} more" if len(inexact) > 5 else ""
+    return (f"{len(inexact)} subscription{'s are' if len(inexact) > 1 else ' is'} inexact (state was shed: their "
+            f"witnesses may lack some): " + "; ".join(parts) + more
+            + ". Raise max_state_bytes or the subscription's cap, or bound it in time; delete and register it "
+            "again to start it afresh")
+
+
+def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict | None, dict]:
     """The server's status for the probes (``ok``, ``warning``, ``degraded``,
     ``starting``, ``draining``), the reasons, and what they come from."""
     alive = d.engine_alive
@@ -76,7 +84,8 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
         status = "ok" if alive and d.engine_error is None else "degraded"
     stalled = d.queue_stalled()
     disk = d.disk_status()
-    if (stalled or disk) and status == "ok":
+    inexact = d.inexact()
+    if (stalled or disk or inexact) and status == "ok":
         status = "degraded"
     heavy = holding_back(d)
     if heavy and status == "ok":
@@ -84,9 +93,11 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
     reasons = [f"{v['error']} at {v['path']}" for v in disk.values()] + ([stalled] if stalled else [])
     if d.engine_error:
         reasons.append(f"engine error: {d.engine_error}")
+    if inexact:
+        reasons.append(_inexact_reason(inexact))
     if heavy:
         reasons.append(f"subscription {heavy['subscription']} holds the engine back: {heavy['reason']}")
-    return status, reasons, disk, stalled, heavy
+    return status, reasons, disk, stalled, heavy, inexact
 
 
 @router.get("/health", summary="The server's whole state (open, no token)",
@@ -98,13 +109,19 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
 async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
     """Everything a person or a dashboard wants to know; 200 but while draining.
     Probes use /livez and /readyz, which answer 503 where they fail."""
-    status, reasons, disk, stalled, heavy = _state(request, d)
+    status, reasons, disk, stalled, heavy, inexact = _state(request, d)
     return JSONResponse(status_code=503 if status == "draining" else 200, content={
         "status": status,
         "reason": "; ".join(reasons) or None,
         "disk_full": disk,
         "queue_stalled": stalled,
         "holding_back": heavy,
+        # subscriptions that lost partial matches when state was shed (server/budget.py), until deleted
+        "inexact": inexact,
+        # runaways of the state budget's last check: what each costs the engine
+        "runaways": d.runaways(),
+        # automaton state: estimated bytes and instances at the last check, against max_state_bytes
+        "state": d.state(),
         "restored": {"done": d.restored, "total": d.restore_total},
         # what this start recovered: the snapshot loaded, its instances and queued events, the journal replayed
         "recovered": d.recovered,
@@ -141,10 +158,13 @@ async def get_liveness(d: DaemonDep) -> JSONResponse:
                              "description": "Not ready: starting, degraded or draining ('reason' says why)"}})
 async def get_readiness(request: Request, d: DaemonDep) -> JSONResponse:
     """Readiness: 200 when the server takes events and subscriptions and keeps
-    up (``ok``, or ``warning``: one subscription holds it back); 503 while it
-    starts, drains or is degraded (a dead engine, a stalled queue, a full disk)."""
-    status, reasons, *_ = _state(request, d)
-    ready = status in ("ok", "warning")
+    up (``ok``, or ``warning``: one subscription holds it back, or ``degraded``
+    only because some subscriptions are inexact); 503 while it starts, drains or
+    is degraded otherwise (a dead engine, a stalled queue, a full disk)."""
+    status, reasons, disk, stalled, _heavy, inexact = _state(request, d)
+    # inexact subscriptions alone leave the server able to take events and serve: still ready
+    ready = status in ("ok", "warning") or (status == "degraded" and inexact and d.engine_alive
+                                             and d.engine_error is None and not disk and not stalled)
     return JSONResponse(status_code=200 if ready else 503, content={"status": status,
                                                                      "reason": "; ".join(reasons) or None})
 

@@ -34,6 +34,15 @@ and is served from the log until it has caught up, then live again (see
 server/delivery/hub.py); the same witnesses in the same order, with or without
 seq.
 
+**Control messages.** A message that is a JSON object with a ``"control"`` key
+is not a witness: it is never batched with witnesses, and comes with or without
+``seq``. ``{"control": "inexact", "subscription": "s2", "since_seq": 812,
+"instances_lost": 7301, "reason": ..., "message": ...}`` says the subscription
+lost partial matches when the server shed state (server/budget.py): its
+witnesses after ``since_seq`` may lack some. A client gets it on connecting to
+an inexact subscription (or to a stream one publishes), and again as the loss
+grows (at most every ten seconds).
+
 Close codes: 4400 bad query parameter, 4401 bad token, 4404 unknown
 subscription or stream, 4410 what the client needs is no longer retained
 (the reason says where the log now starts, e.g. ``from 5 is no longer
@@ -47,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
@@ -142,6 +152,8 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
         ch.start_lagging_at({key: after[""]} if kind == "subscription" else after)
     fmt = (_with_seq if kind == "subscription" else _with_sid_seq) if seq else _plain
     d.hub.register(kind, key, ch)
+    for sid, mark in _inexact_of(d, kind, key):
+        ch.notice(_encode(d.budget.notice(sid, mark)))
     sender = asyncio.create_task(_send_loop(ws, ch, d, kind, key, fmt))
     receiver = asyncio.create_task(_receive_loop(ws))
     cut = asyncio.create_task(ch.cut.wait())  # overflow: stop a send stuck on a client that does not read
@@ -168,6 +180,24 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=SHUTDOWN_CLOSE, reason="subscription removed or server stopping"),
                                    timeout=1.0)
+
+
+def _inexact_of(d, kind: str, key: str) -> list[tuple[str, object]]:
+    """The inexact subscriptions (and their marks) a new client of ``key`` should hear of."""
+    marks = dict(d.budget.inexact)  # a copy: the engine thread writes it
+    if kind == "subscription":
+        return [(key, marks[key])] if key in marks else []
+    return [(sid, m) for sid, m in marks.items()
+            if (sub := d.subscriptions.get(sid)) is not None and key in sub.outputs]
+
+
+def _encode(message: dict) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+async def _send_notices(ws: WebSocket, notices: list[bytes]) -> None:
+    for n in notices:
+        await ws.send_text(n.decode())
 
 
 def _plain(sid: str, seq: int, payload: bytes) -> bytes:
@@ -233,7 +263,9 @@ async def _send_loop(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, f
             floor = await _catch_up(ws, ch, d, kind, key, fmt)
             continue
         await ch.wake.wait()
-        chunks = ch.take_all()
+        chunks, notices = ch.take_all()
+        if notices:
+            await _send_notices(ws, notices)
         if floor:
             chunks = [c for c in (x.after(floor.get(x.sid, 0)) for x in chunks) if c is not None]
         if chunks:
@@ -253,6 +285,9 @@ async def _catch_up(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, fm
     cur = wlog.cursor(sid=sid, stream=stream, after=ch.after)
     try:
         while not ch.closed:
+            notices = ch.take_notices()
+            if notices:
+                await _send_notices(ws, notices)
             recs = await asyncio.to_thread(cur.read, CATCH_UP_RECORDS)
             if recs:
                 await _send(ws, ch, [fmt(s, n, p) for s, n, p in recs], d.counters)

@@ -21,6 +21,11 @@ or offered after the switch (and buffered), never both, never neither. A
 lagging client is disconnected only when what it still needs has been deleted
 by the log's retention (close code 4410, see server/api/ws.py).
 
+Control messages (a subscription that lost state: server/budget.py) go to the
+same channels as :meth:`NotifierHub.notify` notices, each sent as a message of its
+own ahead of the witnesses buffered with it; a channel keeps the newest
+:data:`MAX_NOTICES` (each says everything so far, so an older one adds nothing).
+
 Witnesses of internal streams (links between a subscription's own automata)
 are not logged; a client of such a stream that overflows its buffer is
 closed with 1013 ("try again later"), as every slow client used to be.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 from collections import deque
 from typing import Callable
@@ -38,6 +44,8 @@ SLOW_CLIENT_CLOSE = 1013
 SHUTDOWN_CLOSE = 1001
 #: Close code for a client whose position is no longer in the witness log.
 GONE_CLOSE = 4410
+#: Control messages a channel keeps until its client takes them (the newest).
+MAX_NOTICES = 8
 
 _ids = itertools.count(1)
 
@@ -116,6 +124,7 @@ class ClientChannel:
         self.on_drop = on_drop
         self.resumable = resumable  # its witnesses are in the witness log: it lags instead of being cut
         self.positions = positions  # a stream's channel: the log's last seq per subscription publishing it
+        self.notices: deque[bytes] = deque(maxlen=MAX_NOTICES)  # control messages not yet sent
         self.buffer: deque[Chunk] = deque()  # the batches' witnesses, as shared chunks ...
         self.buffered = 0  # ... and how many witnesses they hold
         self.wake = asyncio.Event()
@@ -191,15 +200,32 @@ class ClientChannel:
                 self.closed = True
 
     # -- event loop
-    def take_all(self) -> list[Chunk]:
-        """What is buffered, as chunks."""
+    def notice(self, message: bytes) -> None:
+        """Queue a control message for the client (any thread)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.notices.append(message)
+            self._signal()
+
+    def take_all(self) -> tuple[list[Chunk], list[bytes]]:
+        """What is buffered, as chunks, and the control messages waiting (to send first)."""
         with self._lock:
             self._wake_pending = False
             self.wake.clear()
             taken = list(self.buffer)
             self.buffer.clear()
             self.buffered = 0
-            return taken
+            notices = list(self.notices)
+            self.notices.clear()
+            return taken, notices
+
+    def take_notices(self) -> list[bytes]:
+        """The control messages waiting (a client catching up from the log takes them between reads)."""
+        with self._lock:
+            notices = list(self.notices)
+            self.notices.clear()
+            return notices
 
     def close(self) -> None:
         with self._lock:
@@ -268,6 +294,17 @@ class NotifierHub:
     def channels(self) -> list[ClientChannel]:
         with self._lock:
             return [c for t in (self._by_owner, self._by_stream) for cs in t.values() for c in cs]
+
+    def notify(self, owner: str, streams, message: dict) -> None:
+        """Queue a control message for the channels watching subscription
+        ``owner`` and those watching any of ``streams`` (its outputs)."""
+        data = json.dumps(message, separators=(",", ":")).encode()
+        with self._lock:
+            chans = set(self._by_owner.get(owner, ()))
+            for s in streams:
+                chans.update(self._by_stream.get(s, ()))
+        for c in chans:
+            c.notice(data)
 
     def close_owner(self, owner: str) -> None:
         with self._lock:

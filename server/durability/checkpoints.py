@@ -34,11 +34,11 @@ class Checkpoints:
     """Snapshot scheduling (engine thread, between batches).
 
     ``progress`` is the engine thread (``fed``, ``changes``: server/processing.py),
-    ``evictions`` knows the last eviction applied (``seq``), ``witnesses`` the
+    ``budget`` (server/budget.py) knows the last recorded shedding applied (``seq``) and the inexact marks, ``witnesses`` the
     witness numbers and the witness log (server/delivery/witnesses.py)."""
 
     def __init__(self, settings: Settings, engine: Engine, queue: DelayQueue, store: Store, disk: DiskState,
-                 counters, progress, evictions, witnesses) -> None:
+                 counters, progress, budget, witnesses) -> None:
         self.settings = settings
         self.engine = engine
         self.queue = queue
@@ -46,14 +46,14 @@ class Checkpoints:
         self.disk = disk
         self.counters = counters
         self.progress = progress
-        self.evictions = evictions
+        self.budget = budget
         self.witnesses = witnesses
         self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
         self.snapshots = SnapshotStore(settings.data_dir / "snapshots")
         self.snapshotter = Snapshotter(self.snapshots, before_publish=self.before_publish,
                                        after_publish=self.after_publish, disk=disk)
-        self._fork_mark = 0  # evictions.seq of the snapshot being written
-        self._marks: deque[int] = deque()  # evictions.seq of the snapshots published by this process, oldest first
+        self._fork_mark = 0  # budget.seq of the snapshot being written
+        self._marks: deque[int] = deque()  # budget.seq of the snapshots published by this process, oldest first
         self._snap_fed = 0
         self._snap_changes = 0
         self._snap_at = time.monotonic()
@@ -65,10 +65,10 @@ class Checkpoints:
     def state(self) -> dict:
         """Everything a snapshot holds (called in the forked child, or on the
         engine thread once it has stopped)."""
-        return {"version": 1, "created": time.time(), "fed": self.progress.fed, "evictions": self.evictions.seq,
+        return {"version": 1, "created": time.time(), "fed": self.progress.fed, "evictions": self.budget.seq,
                 "journal": self.journal.appended if self.journal is not None else 0,
                 "engine": self.engine.export_state(), "queue": self.queue.export_state(),
-                "witness_seq": dict(self.witnesses.seq)}
+                "witness_seq": dict(self.witnesses.seq), "inexact": self.budget.export_marks()}
 
     def due(self, now: float) -> bool:
         s = self.settings
@@ -87,7 +87,7 @@ class Checkpoints:
         journal = self.journal
         if self.snapshotter.running:
             return
-        self._fork_mark = self.evictions.seq  # before the fork: its watcher publishes it
+        self._fork_mark = self.budget.seq  # before the fork: its watcher publishes it
         if self.snapshotter.fork(self.queue.lock, lambda: journal.appended if journal is not None else 0,
                                  self.state):
             self._snap_fed, self._snap_changes, self._snap_at = self.progress.fed, self.progress.changes, now
@@ -117,7 +117,7 @@ class Checkpoints:
         it ended in, so a restart replays nothing."""
         try:
             position = self.journal.appended if self.journal is not None else 0
-            self._fork_mark = self.evictions.seq
+            self._fork_mark = self.budget.seq
             self.before_publish()
             with paused_gc():  # a million instances become a million tuples
                 state = self.state()

@@ -35,12 +35,14 @@ class ServerStarting(RuntimeError):
 
 @dataclass
 class Eviction:
-    """A recorded max_instances_per_subscription eviction a replay applies again
-    (see server/processing.py, ``Evictions._evict``)."""
+    """A recorded shedding of state a replay applies again (see server/budget.py,
+    ``StateBudget._shed``)."""
 
     seq: int
     sid: str
     keep: int
+    reason: str | None = None
+    shared: bool = True
 
 
 class Recovery:
@@ -48,12 +50,12 @@ class Recovery:
 
     The engine thread (server/processing.py, ``progress``) owns ``fed``;
     ``witnesses`` (server/delivery/witnesses.py) numbers witnesses from
-    ``seq``; ``evictions`` applies a recorded eviction again; ``checkpoints``
+    ``seq``; ``budget`` (server/budget.py) applies a recorded shedding again; ``checkpoints``
     (checkpoints.py) learns where the loaded snapshot stood; ``start_engine``
     starts the engine thread; ``stopping`` is set by a stop."""
 
     def __init__(self, store: Store, queue: DelayQueue, engine: Engine, snapshots: SnapshotStore,
-                 registrar: Registrar, progress, witnesses, evictions, checkpoints, start_engine: Callable[[], None],
+                 registrar: Registrar, progress, witnesses, budget, checkpoints, start_engine: Callable[[], None],
                  stopping: threading.Event) -> None:
         self.store = store
         self.queue = queue
@@ -62,7 +64,7 @@ class Recovery:
         self.registrar = registrar
         self.progress = progress
         self.witnesses = witnesses
-        self.evictions = evictions
+        self.budget = budget
         self.checkpoints = checkpoints
         self._start_engine = start_engine
         self.stopping = stopping
@@ -75,7 +77,7 @@ class Recovery:
         self.recovered: dict = {}  # what the last start recovered (logged; /health)
         # a replay installs these subscriptions and applies these evictions at these `fed` points
         self.due: deque[tuple[int, list[Pending | Eviction]]] = deque()
-        self.replay_until = 0  # `fed` at the end of a replay: no new eviction is decided before it
+        self.replay_until = 0  # `fed` at the end of a replay
         self.replaying = False  # a recovery's exact replay is under way (until `fed` reaches replay_until)
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()  # the engine thread starts, or the stop wins
@@ -143,7 +145,7 @@ class Recovery:
         seconds["events_back"] = round(clock() - began, 2)  # new events are accepted from here on
         mark = snap.get("evictions", 0) if snap is not None else 0
         evictions = self.store.evictions(after=mark) if exact else []
-        self.evictions.seq = mark if exact else self.store.last_eviction()
+        self.budget.seq = mark if exact else self.store.last_eviction()
         early = [st for st in stored if not exact or st.installed_at is None or st.installed_at <= fed]
         later = [st for st in stored if exact and st.installed_at is not None and st.installed_at > fed]
         for k in range(0, len(early), INSTALL_CHUNK):
@@ -214,7 +216,7 @@ class Recovery:
                   oldest, expected, "no snapshot" if snap_file is None else snap_file.path.name)
         return False
 
-    def defer(self, stored: list[StoredSubscription], evictions: list[tuple[int, int, str, int]] = ()) -> None:
+    def defer(self, stored: list[StoredSubscription], evictions: list[tuple] = ()) -> None:
         """Compile subscriptions registered after the snapshot; the engine
         thread installs each when the replay reaches the point it was
         registered at, and applies each eviction recorded after the snapshot
@@ -225,7 +227,7 @@ class Recovery:
         for e in self.registrar.compile_batch(pending, strict=False):
             log.error("could not restore subscription %s: %s", pending[e["index"]].id, e.get("message"))
         items = [(p.installed_at, 0, i, p) for i, p in enumerate(pending) if p.automata]
-        items += [(fed, 1, seq, Eviction(seq, sid, keep)) for seq, fed, sid, keep in evictions]
+        items += [(fed, 1, seq, Eviction(seq, sid, keep, *rest)) for seq, fed, sid, keep, *rest in evictions]
         items.sort(key=lambda x: x[:3])
         for at, _k, _i, item in items:
             if self.due and self.due[-1][0] == at:
@@ -246,8 +248,8 @@ class Recovery:
                 reg.adopt(reg.add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending, False)
             for x in items:
                 if isinstance(x, Eviction):
-                    self.evictions.apply(x.sid, x.keep, replayed=True)
-                    self.evictions.seq = x.seq
+                    self.budget.apply(x.sid, x.keep, replayed=True, reason=x.reason, shared=bool(x.shared))
+                    self.budget.seq = x.seq
 
     def check_done(self) -> None:
         """On the engine thread: note (and log) the end of the replay."""
@@ -271,6 +273,7 @@ class Recovery:
             for sid, n in self.witnesses.seq.items():
                 seqs[sid] = max(n, seqs.get(sid, 0))
         self.witnesses.seq = seqs
+        self.budget.load_marks(snap.get("inexact", {}))
         self.checkpoints.loaded(snap["fed"])
         self.recovered.update(instances=counts["instances"])
         if counts["clashes"]:

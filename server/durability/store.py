@@ -34,12 +34,20 @@ CREATE TABLE IF NOT EXISTS shapes (    -- compiled CEL query shapes (air/cel/sha
     form TEXT NOT NULL,
     saved REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS evictions (  -- max_instances_per_subscription evictions, for an exact replay
+CREATE TABLE IF NOT EXISTS evictions (  -- sheddings of state (server/budget.py), for an exact replay
     seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: snapshots name the last one they include
     fed INTEGER NOT NULL,              -- events the engine had taken when it was applied (see daemon)
     sid TEXT NOT NULL,
     keep INTEGER NOT NULL,             -- Engine.evict_oldest(sid, keep, shared=True)
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    reason TEXT,                       -- why (the budget, a cap); NULL in older rows
+    shared INTEGER NOT NULL DEFAULT 1  -- 0: a cap (Engine.evict_oldest(..., shared=False))
+);
+CREATE TABLE IF NOT EXISTS caps (      -- a subscription's own limits on its state (its registration body)
+    sid TEXT PRIMARY KEY,
+    max_instances INTEGER,
+    max_state_bytes INTEGER,
+    since INTEGER NOT NULL DEFAULT 0   -- events the engine had taken when they came into force (exact replays)
 );
 CREATE TABLE IF NOT EXISTS counters (
     key TEXT PRIMARY KEY,
@@ -58,6 +66,8 @@ ADDED_COLUMNS = [
     ("subscriptions", "shape", "TEXT"),
     ("subscriptions", "constants", "TEXT"),
     ("subscriptions", "installed_at", "INTEGER"),
+    ("evictions", "reason", "TEXT"),
+    ("evictions", "shared", "INTEGER NOT NULL DEFAULT 1"),
 ]
 
 
@@ -196,13 +206,13 @@ class Store:
                                  [(sh, c, sid) for (sh, c), sid in rows])
 
     def delete_subscription(self, sid: str) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+        self.delete_subscriptions([sid])
 
     def delete_subscriptions(self, sids: list[str]) -> None:
-        """Delete the rows of ``sids`` in one transaction (all or none)."""
+        """Delete the rows of ``sids`` (and their caps) in one transaction (all or none)."""
         with self._tx():
             self._db.executemany("DELETE FROM subscriptions WHERE id = ?", [(sid,) for sid in sids])
+            self._db.executemany("DELETE FROM caps WHERE sid = ?", [(sid,) for sid in sids])
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
@@ -211,24 +221,38 @@ class Store:
                                     "ORDER BY seq").fetchall()
         return [StoredSubscription(*r) for r in rows]
 
-    # -- evictions (max_instances_per_subscription)
-    def save_evictions(self, rows: list[tuple[int, str, int]]) -> list[int]:
-        """Store ``(fed, sid, keep)`` evictions in one transaction (durable
-        before they are applied); returns their sequence numbers, in order."""
+    # -- sheddings of state (server/budget.py)
+    def save_evictions(self, rows: list[tuple]) -> list[int]:
+        """Store ``(fed, sid, keep[, reason[, shared]])`` sheddings in one
+        transaction (durable before they are applied); returns their sequence
+        numbers, in order."""
         now = time.time()
         seqs = []
         with self._tx():
-            for fed, sid, keep in rows:
-                cur = self._db.execute("INSERT INTO evictions (fed, sid, keep, created) VALUES (?, ?, ?, ?)",
-                                       (fed, sid, keep, now))
+            for fed, sid, keep, *rest in rows:
+                why, shared = (list(rest) + [None, True])[:2]
+                cur = self._db.execute("INSERT INTO evictions (fed, sid, keep, created, reason, shared) "
+                                       "VALUES (?, ?, ?, ?, ?, ?)", (fed, sid, keep, now, why, int(bool(shared))))
                 seqs.append(cur.lastrowid)
         return seqs
 
-    def evictions(self, after: int = 0) -> list[tuple[int, int, str, int]]:
-        """``(seq, fed, sid, keep)`` of the evictions after sequence number ``after``, in order."""
+    def evictions(self, after: int = 0) -> list[tuple[int, int, str, int, str | None, int]]:
+        """``(seq, fed, sid, keep, reason, shared)`` of the sheddings after sequence number ``after``, in order."""
         with self._lock:
-            return self._db.execute("SELECT seq, fed, sid, keep FROM evictions WHERE seq > ? ORDER BY seq",
-                                    (after,)).fetchall()
+            return self._db.execute("SELECT seq, fed, sid, keep, reason, shared FROM evictions WHERE seq > ? "
+                                    "ORDER BY seq", (after,)).fetchall()
+
+    # -- a subscription's own caps
+    def save_cap(self, sid: str, max_instances: int | None, max_state_bytes: int | None, since: int) -> None:
+        with self._tx():
+            self._db.execute("INSERT OR REPLACE INTO caps (sid, max_instances, max_state_bytes, since) "
+                             "VALUES (?, ?, ?, ?)", (sid, max_instances, max_state_bytes, since))
+
+    def caps(self) -> dict[str, tuple[int | None, int | None, int]]:
+        """sid -> (max_instances, max_state_bytes, since) of the subscriptions that set them."""
+        with self._lock:
+            return {sid: (a, b, c) for sid, a, b, c in self._db.execute(
+                "SELECT sid, max_instances, max_state_bytes, since FROM caps")}
 
     def last_eviction(self) -> int:
         """The sequence number of the last eviction ever stored (0: none)."""

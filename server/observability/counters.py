@@ -47,6 +47,7 @@ class Count(Enum):
     INSTANCES_EVICTED = "instances_evicted"
     INSTANCE_EVICTIONS = "instance_evictions"
     INSTANCES_EVICTED_SHARED = "instances_evicted_shared"
+    INSTANCES_EXPIRED = "instances_expired"  # past their filter's DUR bound (changes no witness)
     SNAPSHOT_FORKS = "snapshot_forks"
     ENGINE_ERRORS = "engine_errors"
 

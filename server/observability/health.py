@@ -40,11 +40,15 @@ class EngineProgress(Protocol):
 
 
 class InstanceCounts(Protocol):
-    """The instance counts (server/processing.py, ``Evictions``)."""
+    """The instance counts and the state budget (server/budget.py, ``StateBudget``)."""
 
     instances: dict[str, int]
     counted_at: float
     heaviest: tuple[str, int] | None
+    inexact: dict
+    runaways: dict[str, dict]
+    max_bytes: int
+    footprint: tuple  # (bytes, instances, nodes) at the last check
 
 
 class Replay(Protocol):
@@ -173,6 +177,22 @@ class Health:
     def subscription_count(self) -> int:
         """Subscriptions registered now."""
         return len(self._subscriptions)
+
+    def inexact(self) -> dict[str, dict]:
+        """The subscriptions that lost state (server/budget.py), as /health shows them (a copy)."""
+        subs = self._subscriptions
+        return {sid: m.public() for sid, m in list(self._counts.inexact.items()) if sid in subs}
+
+    def runaways(self) -> dict[str, dict]:
+        """The runaways of the budget's last check (a copy)."""
+        subs = self._subscriptions
+        return {sid: dict(r) for sid, r in list(self._counts.runaways.items()) if sid in subs}
+
+    def state(self) -> dict:
+        """The automaton state's estimated size against its budget, at the last check."""
+        fp = self._counts.footprint
+        return {"bytes": fp[0], "instances": fp[1], "max_state_bytes": self._counts.max_bytes,
+                "expired": self.engine_stats.expired}
 
     def instance_counts(self) -> dict[str, int]:
         """A copy of every subscription's last instance count (for /metrics)."""

@@ -71,6 +71,12 @@ class MetricsSource(Protocol):
 
     def instance_counts(self) -> dict[str, int]: ...
 
+    def inexact(self) -> dict[str, dict]: ...
+
+    def runaways(self) -> dict[str, dict]: ...
+
+    def state(self) -> dict: ...
+
 
 class _Collector:
     def __init__(self, source: MetricsSource) -> None:
@@ -166,18 +172,41 @@ class _Collector:
                                   value=c[Count.TCP_ERROR_LINES_MUTED])
         yield CounterMetricFamily("cayuga_subscriptions_refused", "Registrations refused by max_subscriptions, "
                                   "max_states or max_predicate_atoms", value=c[Count.SUBSCRIPTIONS_REFUSED])
-        yield CounterMetricFamily("cayuga_instances_evicted", "Instances removed, oldest first, from "
-                                  "subscriptions above max_instances_per_subscription: one per instance "
+        yield CounterMetricFamily("cayuga_instances_evicted", "Instances shed, oldest first, from subscriptions "
+                                  "above max_state_bytes (the heaviest) or their cap: one per instance "
                                   "(cayuga_eviction_rounds_total counts the cuts, each removing one or more)",
                                   value=c[Count.INSTANCES_EVICTED])
-        yield CounterMetricFamily("cayuga_eviction_rounds", "Times a subscription found above "
-                                  "max_instances_per_subscription was cut back to it: one per subscription per "
-                                  "cut, however many instances it lost (those: cayuga_instances_evicted_total)",
-                                  value=c[Count.INSTANCE_EVICTIONS])
+        yield CounterMetricFamily("cayuga_eviction_rounds", "Times a subscription was cut back by the state "
+                                  "budget or its cap: one per subscription per cut, however many instances it "
+                                  "lost (those: cayuga_instances_evicted_total)", value=c[Count.INSTANCE_EVICTIONS])
         yield CounterMetricFamily("cayuga_instances_evicted_shared", "Of cayuga_instances_evicted_total, the "
                                   "instances other subscriptions saw too (merged states of identical queries): "
-                                  "they lost them with the one above its limit",
+                                  "they lost them with the one cut back, and are marked inexact too",
                                   value=c[Count.INSTANCES_EVICTED_SHARED])
+        yield CounterMetricFamily("cayuga_instances_expired", "Instances dropped because no event could affect "
+                                  "them any more (past their state's DUR bound): changes no witness",
+                                  value=c[Count.INSTANCES_EXPIRED])
+        state = d.state()
+        yield GaugeMetricFamily("cayuga_state_bytes", "Automaton state (every live instance), in bytes as the "
+                                "engine estimates it, at the state budget's last check", value=state["bytes"])
+        yield GaugeMetricFamily("cayuga_state_budget_bytes", "max_state_bytes: above it, the heaviest "
+                                "subscriptions are shed and marked inexact", value=state["max_state_bytes"])
+        inexact = d.inexact()
+        shed = CounterMetricFamily("cayuga_subscription_instances_shed", "Partial matches one subscription lost "
+                                   "to shedding (only subscriptions that lost some)", labels=["subscription"])
+        flag = GaugeMetricFamily("cayuga_subscription_inexact", "1 for a subscription that lost partial matches "
+                                 "(its witnesses after /health's since_seq may lack some), until it is deleted",
+                                 labels=["subscription"])
+        for sid, m in sorted(inexact.items()):
+            shed.add_metric([sid], m["instances_lost"])
+            flag.add_metric([sid], 1)
+        yield shed
+        yield flag
+        runaways = GaugeMetricFamily("cayuga_subscription_runaway_visits", "Instances every input event visits, "
+                                     "for the runaways of the state budget's last check", labels=["subscription"])
+        for sid, r in sorted(d.runaways().items()):
+            runaways.add_metric([sid], r["visits_per_event"])
+        yield runaways
         snap = d.snapshotter
         yield CounterMetricFamily("cayuga_snapshots", "Snapshots of the processing state written by a forked "
                                   "child (the shutdown one is not counted)", value=snap.taken)

@@ -431,28 +431,23 @@ def test_subscription_and_automaton_limits(start_server):
 
 
 def test_a_subscription_over_its_instance_limit_loses_its_oldest_instances(start_server):
-    """max_instances_per_subscription evicts oldest first: the subscription
-    keeps its newest instances (and their witnesses), counted and logged."""
+    """max_instances_per_subscription sheds oldest first, at the check after every
+    256th event: the subscription keeps its newest instances (and their
+    witnesses), counted, logged and marked inexact."""
     srv = start_server(max_instances_per_subscription=50)
     with CayugaClient(srv.base_url) as c:
         sub = c.subscribe(cel="SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs")
-        c.post_events([stock(f"S{i}", 1.0, 1, i) for i in range(1, 81)])  # 80 open instances
-        wait_until(lambda: metric(c, "cayuga_instances_evicted_total") > 0, what="the first eviction")
-        assert metric(c, "cayuga_instances_evicted_total") == 30
+        c.post_events([stock(f"S{i}", 1.0, 1, i) for i in range(1, 301)])  # 300 open instances
+        wait_until(lambda: metric(c, "cayuga_instances_evicted_total") > 0, what="the first shedding")
+        assert metric(c, "cayuga_instances_evicted_total") == 256 - 45  # down to 90% of the limit
         assert metric(c, "cayuga_eviction_rounds_total") == 1
         assert metric(c, "cayuga_instances_evicted_shared_total") == 0
-        with c.watch(sub["id"], timeout=10) as m:  # S1..S30 are gone; S31..S80 still match
-            c.post_events([stock("S1", 2.0, 1, 90), stock("S30", 2.0, 1, 91), stock("S31", 2.0, 1, 92),
-                           stock("S80", 2.0, 1, 93)])
+        with c.watch(sub["id"], timeout=10) as m:  # S1..S211 are gone; S212..S300 still match
+            c.post_events([stock("S1", 2.0, 1, 310), stock("S211", 2.0, 1, 311), stock("S212", 2.0, 1, 312),
+                           stock("S300", 2.0, 1, 313)])
             got = collect(m, 2)
-            assert [(w["t0"], w["t1"]) for w in got] == [(31, 92), (80, 93)]
-        # 50 - 2 matched + 4 new: the next count evicts the oldest left (S32, S33, and S34 if it counted
-        # mid-epoch, while S80's matched instance was still there)
-        wait_until(lambda: metric(c, "cayuga_eviction_rounds_total") >= 2, what="the second eviction")
-        assert metric(c, "cayuga_instances_evicted_total") in (32, 33)
-        with c.watch(sub["id"], timeout=10) as m:
-            c.post_events([stock("S32", 3.0, 1, 100), stock("S79", 3.0, 1, 101)])
-            assert [(w["t0"], w["t1"]) for w in collect(m, 1)] == [(79, 101)]
+            assert [(w["t0"], w["t1"]) for w in got] == [(212, 312), (300, 313)]
+        assert c.subscription(sub["id"])["exact"] is False
 
 
 @pytest.mark.parametrize("cel", ["SELECT * FROM " + "(" * 5000 + "Stock" + ")" * 5000,

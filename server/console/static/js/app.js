@@ -163,7 +163,13 @@ function drawSubscriptions(s, prev, dt) {
     del.addEventListener("click", (ev) => { ev.stopPropagation(); removeSubscription(sub.id, del); });
     const last = cell("");
     last.append(del);
-    tr.append(nameCell(sub.id, "name"), nameCell(sub.name || ""), nameCell(sub.outputs.join(", ")),
+    const idCell = nameCell(sub.id, "name");
+    if (now.inexact !== undefined) { // it lost partial matches when the server shed state: its witnesses may lack some
+      const badge = Object.assign(document.createElement("span"), { className: "badge inexact", textContent: "inexact" });
+      badge.title = `lost ${now.inexact} partial matches when the server shed state: its witnesses may lack some (see /health)`;
+      idCell.append(" ", badge);
+    }
+    tr.append(idCell, nameCell(sub.name || ""), nameCell(sub.outputs.join(", ")),
       cell(formatNumber(now.instances), "num"),
       cell(before ? formatNumber(rate(now.witnesses, before.witnesses, dt)) : "–", "num"), last);
     tr.addEventListener("click", () => select(sub.id));
@@ -331,8 +337,10 @@ async function health() {
   try {
     const h = await fetch("/health").then((r) => r.json());
     const held = h.holding_back ? ` · ${h.holding_back.subscription} holds ${h.holding_back.instances} instances` : "";
-    $("#health").textContent = `${h.status}${held} · ${h.engine_build} engine · ${h.clients} clients`;
-    $("#health").title = h.holding_back ? h.holding_back.reason : "";
+    const nInexact = Object.keys(h.inexact || {}).length;
+    const inexact = nInexact ? ` · ${nInexact} inexact` : "";
+    $("#health").textContent = `${h.status}${inexact}${held} · ${h.engine_build} engine · ${h.clients} clients`;
+    $("#health").title = h.reason || "";
     $("#health").className = `pill ${h.status}`;
   } catch {
     $("#health").textContent = "server unreachable";

@@ -17,6 +17,7 @@ export class Matches {
     this.pauseButton = panel.querySelector("#pause");
     this.filterInput = panel.querySelector("#match-filter");
     this.title = panel.querySelector("#match-sub");
+    this.badge = panel.querySelector("#match-inexact");
     this.rows = []; // {w, text}, oldest first
     this.columns = ["stream", "t0", "t1"];
     this.received = 0;
@@ -34,6 +35,7 @@ export class Matches {
     this.stop();
     this.sid = sid;
     this.clear();
+    this.setInexact(null);
     this.title.textContent = sid ? `of ${sid}` : "";
     this.pauseButton.disabled = !sid;
     if (sid) this.connect();
@@ -64,7 +66,20 @@ export class Matches {
     if (ws) ws.close();
   }
 
+  // A control message: {"control": "inexact", ...} says the subscription lost partial matches
+  // (the server shed state); it is shown as a badge, never as a match.
+  setInexact(message) {
+    this.badge.hidden = !message;
+    this.badge.textContent = message ? `inexact since #${message.since_seq}` : "";
+    this.badge.title = message ? message.message : "";
+  }
+
   receive(text) {
+    if (text.startsWith('{"control":')) {
+      const message = JSON.parse(text);
+      if (message.control === "inexact") this.setInexact(message);
+      return;
+    }
     for (const line of text.split("\n")) {
       if (!line) continue;
       const w = JSON.parse(line);
