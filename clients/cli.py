@@ -7,6 +7,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -19,6 +20,33 @@ from clients.words import plural
 def _fail(message: str, code: int = 2) -> None:
     click.echo(f"cayuga: {message}", err=True)
     sys.exit(code)
+
+
+#: A command prints at most this many warnings (as a batch reports at most 100 errors), then how many more.
+MAX_WARNINGS = 100
+
+
+class _Warnings:
+    """Prints a query's warnings to standard error (``where: line L, column C:
+    warning: ...; fix`` and the caret excerpt), the first MAX_WARNINGS of them."""
+
+    def __init__(self, write: Callable[[str], None] | None = None) -> None:
+        self.write = write or (lambda text: click.echo(text, err=True))
+        self.count = 0
+
+    def __call__(self, where, w: dict) -> None:
+        from air.errors import render
+
+        self.count += 1
+        if self.count <= MAX_WARNINGS:
+            where = f"{where}: " if where else ""
+            self.write(where + render(f"warning: {w['message']}; {w['fix']}", w.get("line", 0), w.get("column", 0),
+                                      w.get("excerpt", "")))
+
+    def summary(self) -> None:
+        if self.count > MAX_WARNINGS:
+            self.write(f"cayuga: {plural(self.count - MAX_WARNINGS, 'more warning')} not shown "
+                       f"({plural(self.count, 'warning')} in all)")
 
 
 class _LazyGroup(click.Group):
@@ -91,10 +119,12 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     except (ModelError, CayugaError, ConfigError) as exc:
         _fail(str(exc))
     out = click.open_file(output, "wb")
+    warnings = _Warnings()
     try:
         with click.open_file(events_path, "rb") as fh:
             result = run_offline(schemas, list(queries), fh, fmt, include_resub=include_resub,
-                                 functions=functions, out=out, freeze=True)
+                                 functions=functions, out=out, freeze=True,
+                                 on_warning=lambda path, w: warnings(path, w.to_dict()))
     except (CayugaError, EngineError, ModelError) as exc:
         _fail(str(exc))
     finally:
@@ -102,6 +132,7 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
             out.close()
         else:
             out.flush()
+    warnings.summary()
     for r in result.rejected:
         click.echo(f"{events_path}:{r.line}: rejected: {r.reason}", err=True)
     click.echo(
@@ -623,9 +654,11 @@ def register(paths, url, token, batch_size) -> None:
     PATH is a query file (.cel CEL, .xml AIR), a directory of them (taken in
     name order), or a .jsonl file with one query a line (a JSON string of CEL,
     or {"cel"|"air": ..., "name": ...}). Prints "<id> <where>" for each
-    subscription registered. A request with errors registers none of its
-    queries: each error is reported with its file (and line) and position,
-    and the command stops with exit status 1."""
+    subscription registered, and on standard error each warning (a NEXT or
+    FOLD that keeps automaton instances without a time bound: registered
+    all the same) with its file and position. A request with errors registers
+    none of its queries: each error is reported with its file (and line) and
+    position, and the command stops with exit status 1."""
     import httpx
     from tqdm import tqdm
 
@@ -634,6 +667,7 @@ def register(paths, url, token, batch_size) -> None:
     queries = _queries_in(paths)
     client = CayugaClient(url, token=token, timeout=600)
     done = 0
+    warnings = _Warnings(lambda text: tqdm.write(text, file=sys.stderr))
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
         for k in range(0, len(queries), batch_size):
             chunk = queries[k:k + batch_size]
@@ -652,8 +686,11 @@ def register(paths, url, token, batch_size) -> None:
                 _fail(f"cannot reach the server at {url}: {exc}")
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
+                for w in sub.get("warnings") or ():
+                    warnings(where, w)
             done += len(subs)
             bar.update(len(subs))
+    warnings.summary()
     click.echo(f"cayuga: registered {plural(done, 'query')}", err=True)
 
 
