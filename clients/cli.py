@@ -7,46 +7,18 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import click
 
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
 from clients.options import url_option
-from clients.words import plural
+from clients.words import QueryWarnings, plural
 
 
 def _fail(message: str, code: int = 2) -> None:
     click.echo(f"cayuga: {message}", err=True)
     sys.exit(code)
-
-
-#: A command prints at most this many warnings (as a batch reports at most 100 errors), then how many more.
-MAX_WARNINGS = 100
-
-
-class _Warnings:
-    """Prints a query's warnings to standard error (``where: line L, column C:
-    warning: ...; fix`` and the caret excerpt), the first MAX_WARNINGS of them."""
-
-    def __init__(self, write: Callable[[str], None] | None = None) -> None:
-        self.write = write or (lambda text: click.echo(text, err=True))
-        self.count = 0
-
-    def __call__(self, where, w: dict) -> None:
-        from air.errors import render
-
-        self.count += 1
-        if self.count <= MAX_WARNINGS:
-            where = f"{where}: " if where else ""
-            self.write(where + render(f"warning: {w['message']}; {w['fix']}", w.get("line", 0), w.get("column", 0),
-                                      w.get("excerpt", "")))
-
-    def summary(self) -> None:
-        if self.count > MAX_WARNINGS:
-            self.write(f"cayuga: {plural(self.count - MAX_WARNINGS, 'more warning')} not shown "
-                       f"({plural(self.count, 'warning')} in all)")
 
 
 class _LazyGroup(click.Group):
@@ -119,7 +91,7 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     except (ModelError, CayugaError, ConfigError) as exc:
         _fail(str(exc))
     out = click.open_file(output, "wb")
-    warnings = _Warnings()
+    warnings = QueryWarnings()
     try:
         with click.open_file(events_path, "rb") as fh:
             result = run_offline(schemas, list(queries), fh, fmt, include_resub=include_resub,
@@ -667,7 +639,7 @@ def register(paths, url, token, batch_size) -> None:
     queries = _queries_in(paths)
     client = CayugaClient(url, token=token, timeout=600)
     done = 0
-    warnings = _Warnings(lambda text: tqdm.write(text, file=sys.stderr))
+    warnings = QueryWarnings(lambda text: tqdm.write(text, file=sys.stderr))
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
         for k in range(0, len(queries), batch_size):
             chunk = queries[k:k + batch_size]

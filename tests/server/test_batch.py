@@ -121,7 +121,7 @@ def test_cayuga_register_a_directory_and_a_jsonl_file(server, tmp_path):
 
 
 def test_cayuga_register_prints_each_warning_with_its_file_and_registers_all(server, tmp_path, monkeypatch):
-    import clients.cli
+    import clients.words
 
     for s in ("A", "B"):
         (tmp_path / f"up_{s}.cel").write_text(UP.format(s=s))
@@ -137,7 +137,7 @@ def test_cayuga_register_prints_each_warning_with_its_file_and_registers_all(ser
     assert result.stderr.count("warning: ") == 2 and result.stderr.count("DUR < 1 HOUR}") == 2
     assert "registered 3 queries" in result.stderr
 
-    monkeypatch.setattr(clients.cli, "MAX_WARNINGS", 1)  # a command prints so many, then how many more
+    monkeypatch.setattr(clients.words, "MAX_WARNINGS", 1)  # a command prints so many, then how many more
     (tmp_path / "up_C.cel").unlink()
     result = CliRunner().invoke(cli, ["register", str(tmp_path), "--url", server.base_url])
     assert result.exit_code == 0, result.output
