@@ -164,6 +164,8 @@ class CayugaClient:
         return self._call("GET", "/streams")
 
     def subscribe(self, *, cel: str | None = None, air: str | None = None, name: str | None = None) -> dict:
+        """Register a subscription; the answer's ``warnings`` list each clause
+        that keeps automaton instances without a time bound (registered all the same)."""
         body = {"cel": cel} if cel is not None else {"air": air}
         if name:
             body["name"] = name
@@ -172,7 +174,8 @@ class CayugaClient:
     def subscribe_many(self, queries: Iterable[dict | str]) -> list[dict]:
         """Register many subscriptions in one call, all or nothing: each item
         is CEL text or a dict like :meth:`subscribe`'s arguments (``cel`` or
-        ``air``, optional ``name``). Returns them in order; on errors raises
+        ``air``, optional ``name``). Returns them in order, each with its
+        ``warnings`` (as :meth:`subscribe`); on errors raises
         :class:`CayugaAPIError` whose ``body["errors"]`` give each one's ``index``."""
         items = [{"cel": q} if isinstance(q, str) else {k: v for k, v in q.items() if v is not None} for q in queries]
         return self._call("POST", "/subscriptions/batch", json={"subscriptions": items})["subscriptions"]
