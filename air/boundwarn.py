@@ -87,11 +87,11 @@ def _alternatives(state: State) -> str:
 # --------------------------------------------------------------------------- CEL
 
 
-def _cel_text(origin_op: str, state: State, has_pred: bool) -> tuple[str, str]:
+def _cel_text(operator: str, state: State, has_pred: bool) -> tuple[str, str]:
     """Message and fix for the NEXT or FOLD that made ``state``."""
     either = len(state.filter.clauses) > 1  # type: ignore[union-attr]
     stream = state.input_stream
-    if origin_op == "NEXT":
+    if operator == "NEXT":
         message = (f"NEXT keeps each partial match until a later {stream} event satisfies its condition; "
                    "those that no event ever satisfies are kept as long as the server runs"
                    + _alternatives(state))
@@ -121,8 +121,10 @@ _WORDS = re.compile(r"(--[^\n]*|//[^\n]*|/\*.*?\*/|'(?:[^']|'')*')|([A-Za-z_][A-
 
 def operator_positions(text: str, count: int | None = None) -> list[tuple[int, int]]:
     """(line, column) of each NEXT and FOLD operator of ``text``, in source
-    order. A scan of words outside comments and strings; when it does not find
-    ``count`` of them (a user function named NEXT), the parser decides."""
+    order: a scan of the words outside comments and strings, far cheaper than
+    parsing (a query bound from a cached shape is not parsed at all). Should
+    the scan not find the ``count`` operators the compiler saw, the parser
+    decides."""
     starts = [0] + [m.end() for m in re.finditer("\n", text)]
     found: list[tuple[int, int]] = []
     for m in _WORDS.finditer(text):
@@ -204,13 +206,5 @@ def air_warnings(automata: Iterable[Automaton], text: str = "", time_unit_ms: fl
     return list(out.values())
 
 
-def warnings_for(kind: str, text: str, compiled, time_unit_ms: float = 1.0) -> list[BoundWarning]:
-    """:func:`cel_warnings` (``kind`` "cel", ``compiled`` a CompiledQuery) or
-    :func:`air_warnings` (``compiled`` the automata)."""
-    if kind == "cel":
-        return cel_warnings(text, compiled)
-    return air_warnings(compiled, text, time_unit_ms)
-
-
 __all__ = ["BoundWarning", "UNBOUNDED", "keeps_unbounded", "unbounded_states", "cel_warnings", "air_warnings",
-           "warnings_for", "operator_positions"]
+           "operator_positions"]
