@@ -15,6 +15,39 @@ from __future__ import annotations
 EXCERPT_WIDTH = 120
 
 
+def excerpt(source: str, line: int, column: int) -> str:
+    """Line ``line`` of ``source`` (1-based; 0: none), indented, with a caret
+    under ``column`` (1-based; 0: no caret)."""
+    if not source or line < 1:
+        return ""
+    lines = source.splitlines() or [""]
+    if line > len(lines):
+        text = ""
+    else:
+        text = lines[line - 1].expandtabs(1)
+    if len(text) > EXCERPT_WIDTH:  # a window around the column, cut ends marked with "..."
+        start = max(0, min(column - 1 - EXCERPT_WIDTH // 2, len(text) - EXCERPT_WIDTH)) if column > 0 else 0
+        head = "..." if start else ""
+        tail = "..." if start + EXCERPT_WIDTH < len(text) else ""
+        text = head + text[start:start + EXCERPT_WIDTH] + tail
+        column = column - start + len(head) if column > 0 else column
+    if column <= 0:
+        return f"  {text}"
+    caret = " " * (column - 1) + "^"
+    return f"  {text}\n  {caret}"
+
+
+def render(message: str, line: int, column: int, excerpt: str = "") -> str:
+    """``line L, column C: message`` and the excerpt below it (what a user sees of an error or a warning)."""
+    if line and column > 0:
+        head = f"line {line}, column {column}: {message}"
+    elif line:
+        head = f"line {line}: {message}"
+    else:
+        head = message
+    return f"{head}\n{excerpt}" if excerpt else head
+
+
 class CayugaError(Exception):
     """Base of all user-facing errors raised by the ``air`` package."""
 
@@ -34,34 +67,10 @@ class SourceError(CayugaError):
     @property
     def excerpt(self) -> str:
         """The offending source line with a caret under the column."""
-        if not self.source or self.line < 1:
-            return ""
-        lines = self.source.splitlines() or [""]
-        if self.line > len(lines):
-            text = ""
-        else:
-            text = lines[self.line - 1].expandtabs(1)
-        column = self.column
-        if len(text) > EXCERPT_WIDTH:  # a window around the column, cut ends marked with "..."
-            start = max(0, min(column - 1 - EXCERPT_WIDTH // 2, len(text) - EXCERPT_WIDTH)) if column > 0 else 0
-            head = "..." if start else ""
-            tail = "..." if start + EXCERPT_WIDTH < len(text) else ""
-            text = head + text[start:start + EXCERPT_WIDTH] + tail
-            column = column - start + len(head) if column > 0 else column
-        if column <= 0:
-            return f"  {text}"
-        caret = " " * (column - 1) + "^"
-        return f"  {text}\n  {caret}"
+        return excerpt(self.source, self.line, self.column)
 
     def render(self) -> str:
-        if self.line and self.column > 0:
-            head = f"line {self.line}, column {self.column}: {self.message}"
-        elif self.line:
-            head = f"line {self.line}: {self.message}"
-        else:
-            head = self.message
-        ex = self.excerpt
-        return f"{head}\n{ex}" if ex else head
+        return render(self.message, self.line, self.column, self.excerpt)
 
     def to_dict(self) -> dict:
         return {

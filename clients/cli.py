@@ -14,7 +14,7 @@ import click
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
 from clients.options import url_option
-from clients.words import plural
+from clients.words import QueryWarnings, plural
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -92,10 +92,12 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
     except (ModelError, CayugaError, ConfigError) as exc:
         _fail(str(exc))
     out = click.open_file(output, "wb")
+    warnings = QueryWarnings()
     try:
         with click.open_file(events_path, "rb") as fh:
             result = run_offline(schemas, list(queries), fh, fmt, include_resub=include_resub,
-                                 functions=functions, out=out, freeze=True)
+                                 functions=functions, out=out, freeze=True,
+                                 on_warning=lambda path, w: warnings(path, w.to_dict()))
     except (CayugaError, EngineError, ModelError) as exc:
         _fail(str(exc))
     finally:
@@ -103,6 +105,7 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
             out.close()
         else:
             out.flush()
+    warnings.summary()
     for r in result.rejected:
         click.echo(f"{events_path}:{r.line}: rejected: {r.reason}", err=True)
     click.echo(
@@ -624,9 +627,11 @@ def register(paths, url, token, batch_size) -> None:
     PATH is a query file (.cel CEL, .xml AIR), a directory of them (taken in
     name order), or a .jsonl file with one query a line (a JSON string of CEL,
     or {"cel"|"air": ..., "name": ...}). Prints "<id> <where>" for each
-    subscription registered. A request with errors registers none of its
-    queries: each error is reported with its file (and line) and position,
-    and the command stops with exit status 1."""
+    subscription registered, and on standard error each warning (a NEXT or
+    FOLD that keeps automaton instances without a time bound: registered
+    all the same) with its file and position. A request with errors registers
+    none of its queries: each error is reported with its file (and line) and
+    position, and the command stops with exit status 1."""
     import httpx
     from tqdm import tqdm
 
@@ -635,6 +640,7 @@ def register(paths, url, token, batch_size) -> None:
     queries = _queries_in(paths)
     client = CayugaClient(url, token=token, timeout=600)
     done = 0
+    warnings = QueryWarnings(lambda text: tqdm.write(text, file=sys.stderr))
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
         for k in range(0, len(queries), batch_size):
             chunk = queries[k:k + batch_size]
@@ -653,8 +659,11 @@ def register(paths, url, token, batch_size) -> None:
                 _fail(f"cannot reach the server at {url}: {exc}")
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
+                for w in sub.get("warnings") or ():
+                    warnings(where, w)
             done += len(subs)
             bar.update(len(subs))
+    warnings.summary()
     click.echo(f"cayuga: registered {plural(done, 'query')}", err=True)
 
 

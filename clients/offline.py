@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, TextIO
 
 from air.airxml import load_air_many, load_stream_types
+from air.boundwarn import BoundWarning, air_warnings, cel_warnings
 from air.cel.shapes import ShapeCache
 from air.engine.memory import paused_gc
 from air.engine import Engine, EngineError, Event, FunctionRegistry
@@ -53,10 +54,12 @@ def load_streams(decls: Iterable[str] = (), schema_files: Iterable[str | Path] =
 
 def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
                functions: FunctionRegistry | None = None, shapes: ShapeCache | None = None,
-               function_types: Mapping[str, str] | None = None) -> list[Automaton]:
+               function_types: Mapping[str, str] | None = None,
+               on_warning: Callable[[BoundWarning], None] | None = None) -> list[Automaton]:
     """Automata of one query file: ``.xml`` is AIR, ``.cel`` is CEL (compiled,
     through ``shapes`` when given: queries that differ only in constants are
-    compiled once)."""
+    compiled once). ``on_warning`` is called with each clause that keeps
+    automaton instances without a time bound (air/boundwarn.py)."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
     if p.suffix.lower() == ".cel":
@@ -64,8 +67,16 @@ def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
 
         fns = function_types if function_types is not None else (functions or FunctionRegistry.default()).return_types()
         compile_ = shapes.compile if shapes is not None else compile_cel
-        return list(compile_(text, streams, functions=fns, name_prefix=p.stem).automata)
-    return load_air_many(text, name=p.stem)
+        compiled = compile_(text, streams, functions=fns, name_prefix=p.stem)
+        if on_warning is not None:
+            for w in cel_warnings(text, compiled):
+                on_warning(w)
+        return list(compiled.automata)
+    autos = load_air_many(text, name=p.stem)
+    if on_warning is not None:
+        for w in air_warnings(autos, text):
+            on_warning(w)
+    return autos
 
 
 QUERY_SUFFIXES = (".cel", ".xml")
@@ -171,7 +182,8 @@ def fewer_collections(young: int = YOUNG_THRESHOLD) -> Iterator[None]:
 
 def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
                 functions: FunctionRegistry | None = None, progress: Callable[[int], None] | None = None,
-                *, freeze: bool = False) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
+                *, freeze: bool = False, on_warning: Callable[[Path, BoundWarning], None] | None = None,
+                ) -> tuple[Engine, list[tuple[str, list[Automaton]]]]:
     """An engine with ``streams`` declared and each query file (or each file
     of a directory, see :func:`expand_queries`) loaded under its file stem, in
     order (so later queries may read earlier outputs); returns it with the
@@ -180,6 +192,8 @@ def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
     ``freeze``: for a process that keeps the network to its end (``cayuga
     run``): move what is allocated so far out of the cyclic collector's reach
     for good (``gc.freeze``) instead of having it walk the network again.
+    ``on_warning(file, warning)``: each clause of a query that keeps automaton
+    instances without a time bound (air/boundwarn.py).
 
     Each query costs the same whether it is the first or the ten-thousandth:
     CEL shapes are compiled once (:class:`~air.cel.shapes.ShapeCache`), the
@@ -194,8 +208,9 @@ def load_engine(streams: Iterable[StreamSchema], queries: Iterable[str | Path],
     fn_types = engine.functions.return_types()
     with paused_gc(freeze):
         for q in expand_queries(queries):
+            warn = None if on_warning is None else (lambda w, q=q: on_warning(q, w))
             try:
-                autos = load_query(q, engine.stream_view, engine.functions, shapes, fn_types)
+                autos = load_query(q, engine.stream_view, engine.functions, shapes, fn_types, warn)
                 engine.add(autos, owner=q.stem)
             except (CayugaError, EngineError) as exc:
                 raise QueryError(f"{q}: {exc}") from None
@@ -209,14 +224,15 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
                 fmt: str = "jsonl", *, include_resub: bool = False,
                 functions: FunctionRegistry | None = None,
                 on_witness: Callable[[dict], None] | None = None,
-                out: BinaryIO | None = None, freeze: bool = False) -> RunResult:
+                out: BinaryIO | None = None, freeze: bool = False,
+                on_warning: Callable[[Path, BoundWarning], None] | None = None) -> RunResult:
     """Run ``queries`` over the events of ``events_in``. Witnesses are kept in
     ``result.witnesses`` (and handed to ``on_witness``) as dicts, or, with
     ``out``, written there as JSON lines and only counted. ``freeze``: for a
     process that ends with the run: see :func:`load_engine`; the decoded events
     are frozen too, and events are fed with :func:`fewer_collections` (a
-    setting of the whole process)."""
-    engine, _ = load_engine(streams, queries, functions, freeze=freeze)
+    setting of the whole process). ``on_warning``: see :func:`load_engine`."""
+    engine, _ = load_engine(streams, queries, functions, freeze=freeze, on_warning=on_warning)
     result = RunResult()
     # The decoded events live until the run ends and hold no cycles: no
     # collection needs to walk them while they are made (and, with

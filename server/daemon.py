@@ -47,11 +47,11 @@ from server.observability.counters import Counters
 from server.observability.health import Health
 from server.observability.metrics import make_registry
 from server.processing import EngineThread
-from server.subscriptions.registry import (LimitReached, Registrar, Subscription, SubscriptionError,
-                                           SubscriptionInUse, compile_subscription)
+from server.subscriptions.registry import (LimitReached, Registered, Registrar, Subscription, SubscriptionError,
+                                           SubscriptionInUse, Validation, compile_subscription)
 
-__all__ = ["Daemon", "LimitReached", "ServerStarting", "Subscription", "SubscriptionError", "SubscriptionInUse",
-           "compile_subscription"]
+__all__ = ["Daemon", "LimitReached", "Registered", "ServerStarting", "Subscription", "SubscriptionError",
+           "SubscriptionInUse", "Validation", "compile_subscription"]
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -286,6 +286,18 @@ class Daemon:
     def add_subscriptions(self, items: list[tuple[str, str, str | None]]) -> list[Subscription]:
         return self.registrar.add_subscriptions(items)
 
+    def register_subscription(self, kind: str, text: str, name: str | None = None) -> Registered:
+        """:meth:`add_subscription`, with what its registration warns of."""
+        return self.registrar.register_one(kind, text, name)
+
+    def register_subscriptions(self, items: list[tuple[str, str, str | None]]) -> list[Registered]:
+        """:meth:`add_subscriptions`, each with what its registration warns of."""
+        return self.registrar.register(items)
+
+    def subscription_warnings(self, sub: Subscription) -> list[dict]:
+        """What registering ``sub``'s query again would warn of."""
+        return self.registrar.warnings_of(sub)
+
     def set_cap(self, sid: str, cap: Cap) -> None:
         """A subscription's own limits on its state (its registration body): in force from the
         budget's next check (server/budget.py), stored with the point they came into force at
@@ -304,7 +316,7 @@ class Daemon:
     def readers_of(self, sid: str) -> list[str]:
         return self.registrar.readers_of(sid)
 
-    def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:
+    def validate_subscription(self, kind: str, text: str) -> Validation:
         return self.registrar.validate_subscription(kind, text)
 
     # ------------------------------------------------------------------ witnesses (server/delivery)

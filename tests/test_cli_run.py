@@ -162,3 +162,20 @@ def test_a_directory_of_per_symbol_queries_loads_in_name_order_with_one_shape(tm
     assert got == [{"stream": "Up_S00007", "t0": 1, "t1": 3, "First": 1.0, "Last": 3.0},
                    {"stream": "Up_S00007", "t0": 2, "t1": 4, "First": 2.0, "Last": 4.0}]
     assert "Up_S00007" in increasing_cel("S00007")
+
+
+def test_run_warns_of_a_next_without_a_time_bound_and_runs_it(tmp_path):
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", "examples/rising.cel", "--events", "examples/example9.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 2  # the README's two witnesses: a warning stops nothing
+    line3 = (ROOT / "examples" / "rising.cel").read_text().split("\n")[2]
+    column = line3.index("NEXT") + 1
+    assert (f"examples/rising.cel: line 3, column {column}: warning: NEXT keeps each partial match until a later "
+            "Stock event satisfies its condition") in r.stderr
+    assert "NEXT{... AND DUR < 1 HOUR}" in r.stderr
+    assert f"  {line3}\n  {' ' * (column - 1)}^\n" in r.stderr
+    bounded = tmp_path / "bounded.cel"
+    bounded.write_text((ROOT / "examples" / "rising.cel").read_text().replace("$1.Price}", "$1.Price AND DUR < 1 HOUR}"))
+    r = cayuga("run", "--stream", STOCK_DECL, "--query", str(bounded), "--events", "examples/example9.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr

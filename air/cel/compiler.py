@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 from air.cel.errors import CelError, CelSchemaError
 from air.cel.parser import parse, parse_all, too_deep
@@ -43,6 +43,21 @@ from air.names import name_problem
 MAX_CLAUSES = 256
 
 
+class Origin(NamedTuple):
+    """Which operator of the text made a state: the ``ordinal``-th NEXT or
+    FOLD keyword of the text (0 first, in source order; comments and strings
+    hold none). Constants do not move it, so a shape's origins hold for every
+    query of the shape (air/cel/shapes.py); air/boundwarn.py turns it into a
+    line and column."""
+
+    automaton: int  # index in CompiledQuery.automata
+    state: str  # State.id
+    operator: str  # "NEXT" or "FOLD"
+    ordinal: int
+    #: NEXT written with a predicate (NEXT{...}), FOLD with a first (filter) predicate
+    has_pred: bool
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledQuery:
     automata: tuple[Automaton, ...]
@@ -50,6 +65,9 @@ class CompiledQuery:
     outputs: tuple[str, ...]
     #: schema of every stream the query publishes, internal RESUB ones included
     schemas: dict[str, StreamSchema]
+    #: the NEXT or FOLD that made each state of a NEXT or FOLD (not part of the automata: equal
+    #: queries whose text differs compile to equal CompiledQuery objects)
+    origins: tuple[Origin, ...] = field(default=(), compare=False)
 
 
 # --------------------------------------------------------------------------- predicates
@@ -139,6 +157,8 @@ class _StateB:
     rebind: Edge | None = None
     forwards: list[Edge] = field(default_factory=list)
     outputs: tuple[OutputStream, ...] = ()
+    #: (operator, line, column, has_pred) of the NEXT or FOLD that made this state
+    origin: tuple[str, int, int, bool] | None = None
 
     def freeze(self) -> State:
         return State(self.id, self.is_start, self.input_stream, self.schema, self.filter,
@@ -194,6 +214,8 @@ class _Compiler:
         self.schemas: dict[str, StreamSchema] = {}
         self.published: list[str] = []
         self._internal = itertools.count(1)
+        #: (automaton index, state id, operator, line, column, has_pred) of each NEXT and FOLD state
+        self.origins: list[tuple[int, str, str, int, int, bool]] = []
 
     def emit(self, plan: Plan, name: str, kind: str) -> None:
         """Compile ``plan`` into automata whose last one publishes ``name``."""
@@ -203,6 +225,7 @@ class _Compiler:
         end.outputs = (OutputStream(name, kind),)  # type: ignore[arg-type]
         o.src.forwards.append(Edge(end.id, make_predicate(o.guard, source=self.source),
                                    _schema_map(o.columns)))
+        self.origins.extend((len(self.automata), s.id, *s.origin) for s in o.ab.states if s.origin)
         self.automata.append(Automaton(tuple(s.freeze() for s in o.ab.states), name))
         self.schemas[name] = StreamSchema(name, schema)
         if kind == "OUT":
@@ -252,6 +275,7 @@ class _Compiler:
         durations = {"RESULT": "COMPOSITE", "EVENT": "EVENT"}
         pred = () if p.pred is None else (_subst(p.pred, refs, durations),)
         q.filter = make_predicate(pred + r.conds, source=self.source)
+        q.origin = ("NEXT", p.line, p.column, p.pred is not None)
         columns = tuple((n, Ref(n, "NODE")) for n in p.left_names) + r.columns
         return _Open(o.ab, q, (), columns, True)
 
@@ -294,6 +318,7 @@ class _Compiler:
         value = {a: sub(aggs[a]) if a in aggs else second[a] for a in run}  # after this event
         cond = () if p.cond is None else (sub(p.cond),)
         q.filter = make_predicate(cond + r.conds, source=self.source)
+        q.origin = ("FOLD", p.line, p.column, p.cond is not None)
         rebind = () if p.rebind is None else (sub(p.rebind),)
         q.rebind = Edge(q.id, make_predicate(rebind, source=self.source), _schema_map(
             [(slot[a], value[a] if a in updated else Ref(slot[a], "NODE")) for a in first]
@@ -372,7 +397,14 @@ def compile_cel(text: str, streams: Mapping[str, StreamSchema] | Iterable[Stream
     except RecursionError:  # e.g. 1 + 1 + ... ten thousand times: a tree too deep to walk
         raise too_deep(text) from None
     _check_made_names(c.automata)
-    return CompiledQuery(tuple(c.automata), tuple(c.published), c.schemas)
+    return CompiledQuery(tuple(c.automata), tuple(c.published), c.schemas, _origins(c.origins))
+
+
+def _origins(found: list[tuple[int, str, str, int, int, bool]]) -> tuple[Origin, ...]:
+    """Each NEXT and FOLD of the text makes exactly one state: the rank of its
+    keyword's position among them all is its ordinal."""
+    rank = {pos: k for k, pos in enumerate(sorted((line, col) for _, _, _, line, col, _ in found))}
+    return tuple(Origin(a, sid, op, rank[(line, col)], has_pred) for a, sid, op, line, col, has_pred in found)
 
 
 def validate(text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSchema], *,
@@ -402,4 +434,4 @@ def validate(text: str, streams: Mapping[str, StreamSchema] | Iterable[StreamSch
     return []
 
 
-__all__ = ["compile_cel", "validate", "CompiledQuery", "make_predicate", "MAX_CLAUSES"]
+__all__ = ["compile_cel", "validate", "CompiledQuery", "Origin", "make_predicate", "MAX_CLAUSES"]

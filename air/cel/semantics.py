@@ -109,6 +109,9 @@ class Seq:
     pred: Expr | None
     left_names: tuple[str, ...]
     schema: tuple[Attribute, ...]
+    #: position of the NEXT keyword (air/boundwarn.py points there)
+    line: int = field(**_POS)
+    column: int = field(**_POS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,9 @@ class Iter:
     aggs: tuple[Column, ...]
     shared: frozenset[str]
     schema: tuple[Attribute, ...]
+    #: position of the FOLD keyword (air/boundwarn.py points there)
+    line: int = field(**_POS)
+    column: int = field(**_POS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +277,7 @@ class Analyzer:
         left_names = tuple(a.name + "_1" if rename else a.name for a in left.schema)
         schema = tuple(Attribute(n, a.type) for n, a in zip(left_names, left.schema)) + right.schema
         self._unique(schema, e, "NEXT", "after renaming the first input's attributes to *_1")
-        return Seq(left, right, pred, left_names, schema)
+        return Seq(left, right, pred, left_names, schema, e.line, e.column)
 
     def _Fold(self, e: ast.Fold) -> Plan:
         left, right = self.stream(e.left), self.stream(e.right)
@@ -314,7 +320,7 @@ class Analyzer:
                        for a in left.schema)
         schema += tuple(Attribute(a.name, running[a.name]) for a in right.schema)
         self._unique(schema, e, "FOLD", "after renaming the first input's shared attributes to *_1")
-        return Iter(left, right, cond, rebind, tuple(aggs), shared, schema)
+        return Iter(left, right, cond, rebind, tuple(aggs), shared, schema, e.line, e.column)
 
     def _unique(self, schema, node, what: str, why: str) -> None:
         seen: set[str] = set()

@@ -49,7 +49,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Callable, Iterable, Mapping
 
-from air.cel.compiler import CompiledQuery, _const_text, _schemas, compile_cel
+from air.cel.compiler import CompiledQuery, Origin, _const_text, _schemas, compile_cel
 from air.cel.semantics import UNIT_MS, Duration, dur_constant
 from air.expr import Literal
 from air.model import Clause, DurationAtom, StaticAtom, StreamSchema
@@ -374,13 +374,16 @@ class _Shape:
             "markers": list(self.markers), "names": list(self.names.markers), "unit": self.time_unit_ms,
             "streams": {n: None if s is None else _encode(s) for n, s in self.streams.items()},
             "automata": _encode(c.automata), "outputs": list(c.outputs),
-            "schemas": {n: _encode(sch) for n, sch in c.schemas.items()}})
+            "schemas": {n: _encode(sch) for n, sch in c.schemas.items()},
+            "origins": [list(o) for o in c.origins]})
 
     @classmethod
     def load(cls, text: str) -> "_Shape | None":
         d = json.loads(text)
+        # a form written before origins were kept has none (KeyError): not loaded, its first query compiles it again
+        origins = tuple(Origin(int(a), str(sid), str(op), int(k), bool(p)) for a, sid, op, k, p in d["origins"])
         compiled = CompiledQuery(_decode(d["automata"]), tuple(d["outputs"]),
-                                 {n: _decode(x) for n, x in d["schemas"].items()})
+                                 {n: _decode(x) for n, x in d["schemas"].items()}, origins)
         markers = tuple(d["markers"])
         sites = _Sites(markers, _Renamer(tuple(d["names"])), d["unit"])
         made = cls(compiled, sites, {n: None if x is None else _decode(x) for n, x in d["streams"].items()}, markers)
@@ -400,7 +403,7 @@ class _Shape:
         for n, sch in c.schemas.items():
             new = rename(n, real)
             schemas[new] = sch if new == n else StreamSchema(new, sch.attributes)
-        return CompiledQuery(automata, outputs, schemas)
+        return CompiledQuery(automata, outputs, schemas, c.origins)
 
     def reads(self) -> frozenset[str]:
         """The input streams of the shape's automata (names with markers as they are)."""
@@ -693,8 +696,9 @@ def shape_id(key: tuple) -> str:
 def same_compiled(a: CompiledQuery, b: CompiledQuery) -> bool:
     """Equal, literal types included (``Literal(1) == Literal(1.0)``, but
     ``x / 1`` truncates where ``x / 1.0`` does not): the reprs of the
-    automata show every value with its type, and no source position."""
-    return a == b and repr(a) == repr(b)
+    automata show every value with its type, and no source position; and
+    the same operators made the same states (``origins``)."""
+    return a == b and repr(a) == repr(b) and a.origins == b.origins
 
 
 __all__ = ["ShapeCache", "BoundQuery", "split_shape", "same_compiled", "shape_id", "COMPILER_VERSION"]

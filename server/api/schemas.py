@@ -102,7 +102,43 @@ class SubscriptionOut(BaseModel):
     limits: dict[str, Any] | None = None
 
 
-class SubscriptionCreated(SubscriptionOut):
+class WarningOut(BaseModel):
+    """Something a query does that it may not mean to; it registers anyway.
+    Today one kind (air/boundwarn.py): a NEXT or FOLD (an AIR state) that keeps
+    automaton instances without a time bound."""
+    model_config = ConfigDict(json_schema_extra={"example": {
+        "code": "unbounded_instances",
+        "message": "NEXT keeps each partial match until a later Stock event satisfies its condition; those that "
+                   "no event ever satisfies are kept as long as the server runs",
+        "fix": "add a time bound inside the braces: NEXT{... AND DUR < 1 HOUR} (any bound will do: a match older "
+               "than it is dropped)",
+        "automaton": "Rising", "state": "1", "stream": "Stock", "operator": "NEXT", "line": 1, "column": 59,
+        "excerpt": "  SELECT ... FROM Stock NEXT{$1.Name = $2.Name AND ...} Stock PUBLISH Rising\n"
+                   "                       ^"}})
+
+    code: str = Field(description="What it is, stable for clients to match: 'unbounded_instances' (instances "
+                                  "that no event affects are kept for as long as the server runs)")
+    message: str = Field(description="What the query does, in one sentence")
+    fix: str = Field(description="How to change the query, e.g. add 'AND DUR < 1 HOUR' inside NEXT{...}")
+    automaton: str = Field(description="The automaton (its name) holding the instances")
+    state: str = Field(description="The state (its id in the AIR) holding the instances")
+    stream: str = Field(description="The stream whose events the instances wait for")
+    operator: str | None = Field(description="CEL: the clause responsible, 'NEXT' or 'FOLD'; AIR: null")
+    line: int = Field(description="Where in the text (1-based): CEL, the NEXT or FOLD keyword; AIR, the <Node> "
+                                  "(0 when not known)")
+    column: int = Field(description="Column of that keyword (1-based; 0 for AIR)")
+    excerpt: str = Field(description="That line of the text, with a caret under the column")
+
+
+_WARNINGS = ("What the registration warns of (it registered nonetheless): each clause that keeps automaton "
+             "instances without a time bound, with its position and the fix; empty when none")
+
+
+class SubscriptionRegistered(SubscriptionOut):
+    warnings: list[WarningOut] = Field(default_factory=list, description=_WARNINGS)
+
+
+class SubscriptionCreated(SubscriptionRegistered):
     #: Subscriptions registered before with the identical query (same kind and text): this one
     #: duplicates their witnesses. Register with a ``name`` to get the existing one back instead.
     same_as: list[str] = []
@@ -125,6 +161,10 @@ class ValidationOut(BaseModel):
     errors: list[dict[str, Any]]
     outputs: list[str] = []
     air: str | None = None
+    warnings: list[WarningOut] = Field(default_factory=list, description=(
+        "What registering it would warn of (a warning does not make it invalid): each clause that keeps automaton "
+        "instances without a time bound, with its position and the fix; empty when none or when it does not "
+        "compile"))
 
 
 class EventsOut(BaseModel):
@@ -134,7 +174,7 @@ class EventsOut(BaseModel):
 
 
 class SubscriptionBatchOut(BaseModel):
-    subscriptions: list[SubscriptionOut]
+    subscriptions: list[SubscriptionRegistered] = Field(description="In the order given, each with its warnings")
 
 
 class DiskFullOut(BaseModel):

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from server.api.deps import DaemonDep, require_token
 from server.api.errors import errors
 from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionCreated, SubscriptionDetail,
-                                SubscriptionIn, SubscriptionOut, ValidationOut)
+                                SubscriptionIn, SubscriptionOut, SubscriptionRegistered, ValidationOut)
 from server.budget import Cap
 from server.config import parse_bytes
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
@@ -20,15 +20,18 @@ router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies
 _REGISTER_ERRORS = (403, 413, 422, 503, 507)
 
 
-def _out(d, s: Subscription, detail: bool = False):
+def _common(d, s: Subscription) -> dict:
     mark = d.budget.inexact.get(s.id)
     cap = d.budget.caps.get(s.id)
-    common = dict(id=s.id, kind=s.kind, name=s.name, outputs=s.outputs, internal_streams=s.internal,
-                  created=s.created, instances=d.instance_count(s.id),
-                  websocket=f"/ws/subscriptions/{s.id}", exact=mark is None,
-                  inexact=mark.public() if mark is not None else None,
-                  limits={"max_instances": cap.max_instances, "max_state_bytes": cap.max_state_bytes}
-                  if cap is not None else None)
+    return dict(id=s.id, kind=s.kind, name=s.name, outputs=s.outputs, internal_streams=s.internal,
+                created=s.created, instances=d.instance_count(s.id), websocket=f"/ws/subscriptions/{s.id}",
+                exact=mark is None, inexact=mark.public() if mark is not None else None,
+                limits={"max_instances": cap.max_instances, "max_state_bytes": cap.max_state_bytes}
+                if cap is not None else None)
+
+
+def _out(d, s: Subscription, detail: bool = False):
+    common = _common(d, s)
     if detail:
         last = d.witlog.last_seq(s.id) if d.witlog is not None else 0
         return SubscriptionDetail(**common, text=s.text, air=s.air, last_seq=last,
@@ -67,8 +70,11 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
     flagged: without a name (or under another name) a second subscription is
     made and ``same_as`` lists the earlier ones; with the name of one that
     has the identical query, that one is returned (200) and nothing is
-    registered, so a named registration can be repeated safely. ``max_instances``
-    and ``max_state_bytes`` cap its state (server/budget.py)."""
+    registered, so a named registration can be repeated safely. ``warnings``
+    lists each clause that keeps automaton instances without a time bound
+    (e.g. a NEXT without ``DUR < ...``), with its position and the fix; the
+    subscription is registered all the same. ``max_instances`` and
+    ``max_state_bytes`` cap its state (server/budget.py)."""
     cap = _cap(d, body)
 
     def add():
@@ -76,19 +82,19 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
         if body.name:
             for s in same:
                 if s.name == body.name:
-                    return s, [], False
-        sub = d.add_subscription(body.kind, body.text, body.name)
+                    return s, d.subscription_warnings(s), [], False
+        sub, warnings = d.register_subscription(body.kind, body.text, body.name)
         if cap is not None:
             d.set_cap(sub.id, cap)
-        return sub, [s.id for s in same], True
+        return sub, warnings, [s.id for s in same], True
 
     try:
-        sub, same_as, created = await run_in_threadpool(add)
+        sub, warnings, same_as, created = await run_in_threadpool(add)
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
     if not created:
         response.status_code = status.HTTP_200_OK
-    return SubscriptionCreated(**_out(d, sub).model_dump(), same_as=same_as, registered_now=created)
+    return SubscriptionCreated(**_common(d, sub), warnings=warnings, same_as=same_as, registered_now=created)
 
 
 @router.post("/batch", status_code=status.HTTP_201_CREATED, response_model=SubscriptionBatchOut,
@@ -98,31 +104,33 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
                       "batch and its position"}))
 async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep):
     """Register many subscriptions at once, all or nothing, with consecutive
-    ids in the order given; a query may read the output of an earlier one."""
+    ids in the order given; a query may read the output of an earlier one.
+    Each carries its own ``warnings`` (as POST /subscriptions)."""
     items = [(s.kind, s.text, s.name) for s in body.subscriptions]
     caps = [_cap(d, s, f"subscriptions[{i}].") for i, s in enumerate(body.subscriptions)]
 
     def add():
-        subs = d.add_subscriptions(items)
-        for sub, cap in zip(subs, caps):
+        done = d.register_subscriptions(items)
+        for (sub, _w), cap in zip(done, caps):
             if cap is not None:
                 d.set_cap(sub.id, cap)
-        return subs
+        return done
 
     try:
-        subs = await run_in_threadpool(add)
+        done = await run_in_threadpool(add)
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
-    return SubscriptionBatchOut(subscriptions=[_out(d, s) for s in subs])
+    return SubscriptionBatchOut(subscriptions=[SubscriptionRegistered(**_common(d, s), warnings=w) for s, w in done])
 
 
 @router.post("/validate", response_model=ValidationOut, summary="Check a query without registering it",
              responses=errors(413, 422))
 async def validate_subscription(body: SubscriptionIn, d: DaemonDep) -> ValidationOut:
     """Every error a registration would meet (``valid``: false, each with its
-    position), or the outputs and the AIR it compiles to; registers nothing."""
-    errors, outs, air = await run_in_threadpool(d.validate_subscription, body.kind, body.text)
-    return ValidationOut(valid=not errors, errors=errors, outputs=outs, air=air)
+    position), or the outputs and the AIR it compiles to; registers nothing.
+    ``warnings``, as POST /subscriptions would give them, do not make it invalid."""
+    v = await run_in_threadpool(d.validate_subscription, body.kind, body.text)
+    return ValidationOut(valid=not v.errors, errors=v.errors, outputs=v.outputs, air=v.air, warnings=v.warnings)
 
 
 @router.get("", response_model=list[SubscriptionOut], summary="List the subscriptions", responses=errors(422))

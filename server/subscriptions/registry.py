@@ -17,9 +17,10 @@ import threading
 import time
 from collections import ChainMap
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Mapping, Protocol
+from typing import Callable, ContextManager, Mapping, NamedTuple, Protocol
 
 from air.airxml import dump_air, load_air_many
+from air.boundwarn import air_warnings, cel_warnings
 from air.cel.shapes import BoundQuery, ShapeCache
 from air.engine import Engine, EngineError
 from air.engine.memory import paused_gc
@@ -89,6 +90,23 @@ class Subscription:
         return "<NFAs>\n" + "".join(dump_air(a) for a in self.automata) + "</NFAs>\n"
 
 
+class Registered(NamedTuple):
+    """A subscription just registered, with what its registration warns of
+    (air/boundwarn.py: instances kept without a time bound), as the API shows it."""
+
+    subscription: Subscription
+    warnings: list[dict]
+
+
+class Validation(NamedTuple):
+    """What a registration of a query would meet (nothing is registered)."""
+
+    errors: list[dict]
+    outputs: list[str]
+    air: str | None
+    warnings: list[dict]
+
+
 def compile_subscription(kind: str, text: str, streams: Mapping[str, StreamSchema], sid: str,
                          functions: dict[str, str], time_unit_ms: float,
                          shapes: ShapeCache | None = None) -> tuple[tuple[Automaton, ...], list[str]]:
@@ -119,6 +137,7 @@ class Pending:
     installed_at: int | None = None  # Progress.fed when the engine thread installed it
     binding: tuple[str, str] | None = None  # CEL of a cached shape: (shape id, constants), stored beside the text
     stored: tuple[str | None, str | None] = (None, None)  # the binding a restored row had
+    warnings: list[dict] = field(default_factory=list)  # a registration's (air/boundwarn.py); a restore has none
 
     @classmethod
     def restored(cls, st: StoredSubscription) -> "Pending":
@@ -196,8 +215,12 @@ class Registrar:
                     compiled, p.binding = self.shapes.compile_keyed(p.text, streams, functions=functions,
                                                                     time_unit_ms=unit, name_prefix=p.id)
                     p.automata, p.outputs = tuple(compiled.automata), list(compiled.outputs)
+                    if strict:
+                        p.warnings = [w.to_dict() for w in cel_warnings(p.text, compiled)]
                 else:
                     p.automata, p.outputs = compile_subscription(p.kind, p.text, streams, p.id, functions, unit)
+                    if strict:
+                        p.warnings = [w.to_dict() for w in air_warnings(p.automata, p.text, unit)]
             except CayugaError as exc:
                 detail = exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}
                 errors.append({"index": i, **detail, "detail": str(exc)})
@@ -323,8 +346,12 @@ class Registrar:
         return automaton_size_errors(autos, self.settings.max_states, self.settings.max_predicate_atoms)
 
     def add_subscription(self, kind: str, text: str, name: str | None = None) -> Subscription:
+        return self.register_one(kind, text, name).subscription
+
+    def register_one(self, kind: str, text: str, name: str | None = None) -> Registered:
+        """:meth:`register` of one subscription; its errors without an index."""
         try:
-            return self.add_subscriptions([(kind, text, name)])[0]
+            return self.register([(kind, text, name)])[0]
         except SubscriptionError as exc:
             detail = exc.errors[0].pop("detail")
             for e in exc.errors:
@@ -332,6 +359,9 @@ class Registrar:
             raise SubscriptionError(detail, exc.errors) from None
 
     def add_subscriptions(self, items: list[tuple[str, str, str | None]]) -> list[Subscription]:
+        return [r.subscription for r in self.register(items)]
+
+    def register(self, items: list[tuple[str, str, str | None]]) -> list[Registered]:
         """Register many subscriptions (kind, text, name) at once, all or
         nothing: on any error none is registered, no id is taken, and the
         :class:`SubscriptionError` lists each error with its index. Ids are
@@ -340,7 +370,8 @@ class Registrar:
         once (:class:`~air.cel.shapes.ShapeCache`). The engine thread installs
         a large batch INSTALL_CHUNK at a time and runs events in between: a
         subscription of the batch starts empty when its chunk is installed,
-        as if registered alone at that moment."""
+        as if registered alone at that moment. Each comes back with its
+        warnings (air/boundwarn.py), which are not kept."""
         with self.lock:
             self._require_ready()
             if len(self.subscriptions) + len(items) > self.settings.max_subscriptions:
@@ -350,7 +381,23 @@ class Registrar:
                                    f"{len(items)} more do not fit; delete some first")
             now = time.time()
             ids = self.store.peek_ids(len(items))
-            return self.install([Pending(sid, kind, text, name, now) for sid, (kind, text, name) in zip(ids, items)])
+            batch = [Pending(sid, kind, text, name, now) for sid, (kind, text, name) in zip(ids, items)]
+            subs = self.install(batch)
+        warnings = {p.id: p.warnings for p in batch}
+        return [Registered(s, warnings[s.id]) for s in subs]
+
+    def warnings_of(self, sub: Subscription) -> list[dict]:
+        """What registering ``sub``'s query again would warn of (for a repeated
+        named registration that returns it); [] when it no longer compiles."""
+        streams, unit = self.engine.stream_view, self.settings.time_unit_ms
+        try:
+            if sub.kind == "cel":
+                compiled = self.shapes.compile(sub.text, streams, functions=self.functions(), time_unit_ms=unit,
+                                               name_prefix=sub.id)
+                return [w.to_dict() for w in cel_warnings(sub.text, compiled)]
+            return [w.to_dict() for w in air_warnings(load_air_many(sub.text, name=sub.id), sub.text, unit)]
+        except CayugaError:
+            return []
 
     def _index_readers(self, sub: Subscription, remove: bool = False) -> None:
         for stream in sub.reads():
@@ -403,23 +450,30 @@ class Registrar:
         self._on_removed(sid)
         self.progress.changes += 1
 
-    def validate_subscription(self, kind: str, text: str) -> tuple[list[dict], list[str], str | None]:
-        """Every error (with positions) a registration would meet; registers nothing."""
-        streams = self.engine.stream_view
-        if kind == "cel":
-            from air.cel import validate
-
-            errors = validate(text, streams, functions=self.functions(), time_unit_ms=self.settings.time_unit_ms)
-            if errors:
-                return [e.to_dict() for e in errors], [], None
+    def validate_subscription(self, kind: str, text: str) -> Validation:
+        """Every error (with positions) a registration would meet, and its
+        warnings (those of a query that compiles); registers nothing."""
+        streams, unit = self.engine.stream_view, self.settings.time_unit_ms
         try:
-            autos, outs = compile_subscription(kind, text, streams, "validate", self.functions(),
-                                               self.settings.time_unit_ms)
+            if kind == "cel":
+                from air.cel import compile_cel, validate
+
+                errors = validate(text, streams, functions=self.functions(), time_unit_ms=unit)
+                if errors:
+                    return Validation([e.to_dict() for e in errors], [], None, [])
+                compiled = compile_cel(text, streams, functions=self.functions(), time_unit_ms=unit,
+                                       name_prefix="validate")
+                autos, outs = tuple(compiled.automata), list(compiled.outputs)
+                warnings = [w.to_dict() for w in cel_warnings(text, compiled)]
+            else:
+                autos, outs = compile_subscription(kind, text, streams, "validate", self.functions(), unit)
+                warnings = [w.to_dict() for w in air_warnings(autos, text, unit)]
         except CayugaError as exc:
-            return [exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}], [], None
+            return Validation([exc.to_dict() if hasattr(exc, "to_dict") else {"message": str(exc)}], [], None, [])
         too_large = self.size_errors(autos)
         if too_large:
-            return [{"kind": "limit", "message": m, "line": 0, "column": 0, "excerpt": ""} for m in too_large], [], None
+            return Validation([{"kind": "limit", "message": m, "line": 0, "column": 0, "excerpt": ""}
+                               for m in too_large], [], None, warnings)
         probe = Engine(self.engine.functions)
         for name in {s.input_stream for a in autos for s in a.states if s.input_stream}:
             schema = streams.get(name)  # the others are published within the query, or unknown (reported)
@@ -428,6 +482,7 @@ class Registrar:
         try:
             probe.add(autos, owner="validate")
         except EngineError as exc:
-            return [{"kind": "bind", "message": str(exc), "line": 0, "column": 0, "excerpt": ""}], [], None
+            return Validation([{"kind": "bind", "message": str(exc), "line": 0, "column": 0, "excerpt": ""}], [], None,
+                              warnings)
         sub = Subscription("validate", kind, text, autos, outs, [])
-        return [], outs, sub.air
+        return Validation([], outs, sub.air, warnings)

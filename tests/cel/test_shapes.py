@@ -167,3 +167,22 @@ def test_functions_and_time_unit_are_part_of_the_key():
     b = cache.compile(text, STREAMS, time_unit_ms=1000.0)
     assert same_compiled(b, compile_cel(text, STREAMS, time_unit_ms=1000.0)) and not same_compiled(a, b)
     assert cache.hits == 0
+
+
+def test_origins_survive_binding_and_storing_and_a_form_without_them_is_compiled_again():
+    import json
+
+    text = ("(SELECT Name, Price FROM FILTER{{Name = {s}}}(Stock) NEXT{{$1.Name = $2.Name}} Stock) "
+            "FOLD{{, $2.Price > {f},}} (SELECT Name, Price FROM Stock)")
+    first, second = text.format(s="'IBM'", f="1.5"), text.format(s="'A much longer name'", f="12345.25")
+    cache = ShapeCache()
+    cache.compile(first, STREAMS)
+    want = compile_cel(second, STREAMS).origins
+    assert [(o.operator, o.ordinal, o.has_pred) for o in want] == [("NEXT", 0, True), ("FOLD", 1, False)]
+    assert cache.compile(second, STREAMS).origins == want and cache.hits == 1
+    rows = cache.export()
+    again = ShapeCache()
+    assert again.load(rows) == 1
+    assert again.compile(second, STREAMS).origins == want and again.hits == 1
+    older = [(key, json.dumps({k: v for k, v in json.loads(form).items() if k != "origins"})) for key, form in rows]
+    assert ShapeCache().load(older) == 0  # written before origins were kept: its first query compiles it again

@@ -120,6 +120,31 @@ def test_cayuga_register_a_directory_and_a_jsonl_file(server, tmp_path):
     assert [s["name"] for s in subs] == ["up_IBM", "up_MSFT", None, "hp"]
 
 
+def test_cayuga_register_prints_each_warning_with_its_file_and_registers_all(server, tmp_path, monkeypatch):
+    import clients.words
+
+    for s in ("A", "B"):
+        (tmp_path / f"up_{s}.cel").write_text(UP.format(s=s))
+    (tmp_path / "up_C.cel").write_text(UP.format(s="C").replace("1.05 * $1.Price", "1.05 * $1.Price AND DUR < 1 HOUR"))
+    column = UP.format(s="A").index("NEXT") + 1
+    result = CliRunner().invoke(cli, ["register", str(tmp_path), "--url", server.base_url])
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3  # standard output: only "<id> <where>"
+    for s in ("A", "B"):
+        assert (f"{tmp_path / f'up_{s}.cel'}: line 1, column {column}: warning: NEXT keeps each partial match"
+                in result.stderr)
+    assert "up_C.cel: line" not in result.stderr
+    assert result.stderr.count("warning: ") == 2 and result.stderr.count("DUR < 1 HOUR}") == 2
+    assert "registered 3 queries" in result.stderr
+
+    monkeypatch.setattr(clients.words, "MAX_WARNINGS", 1)  # a command prints so many, then how many more
+    (tmp_path / "up_C.cel").unlink()
+    result = CliRunner().invoke(cli, ["register", str(tmp_path), "--url", server.base_url])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("warning: ") == 1
+    assert "cayuga: 1 more warning not shown (2 warnings in all)" in result.stderr
+
+
 def test_cayuga_register_reports_each_error_with_its_file_and_registers_nothing(server, tmp_path):
     (tmp_path / "a.cel").write_text(UP.format(s="A"))
     (tmp_path / "b.cel").write_text("SELECT Name\nFROM FILTER{Volume > 'x'}(Stock)")

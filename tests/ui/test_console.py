@@ -1,4 +1,5 @@
-"""The console in a real browser: a new user's first subscription, the offline
+"""The console in a real browser: a new user's first subscription (an error
+marked, then the query's warning shown apart from errors), the offline
 /docs, the console behind a token, and a burst of 10K witnesses."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ QUERY = """SELECT Name, Price_1 AS Before, Price AS After
 FROM Stock NEXT{$1.Name = $2.Name AND $2.Price >= 1.05 * $1.Price} Stock
 PUBLISH Rising"""
 TYPO = QUERY.replace("$2.Price >=", "$2.Prise >=")
+BOUNDED = QUERY.replace("1.05 * $1.Price", "1.05 * $1.Price AND DUR < 1 HOUR")
 
 
 def wait_until(fn, timeout: float = 15.0) -> None:
@@ -41,16 +43,37 @@ def test_a_new_user_writes_registers_sees_the_automaton_and_its_matches(server, 
     expect(mark).to_have_attribute("data-column", str(column))
     expect(page.locator("#editor .gutter b")).to_have_text("2")
     expect(page.locator("#register")).to_be_disabled()
+    error_color = error.evaluate("li => getComputedStyle(li).color")
     shots("typo-marked")
 
-    # fixed: valid, and it registers
+    # with a time bound in NEXT{}: valid, nothing to warn of
+    page.locator("#query").fill(BOUNDED)
+    expect(page.locator("#validation")).to_have_text("✓ valid CEL; publishes Rising")
+    expect(page.locator("#warnings li")).to_have_count(0)
+
+    # fixed: valid, with a warning (the NEXT keeps quotes that never rise), and it registers all the same
     page.locator("#query").fill(QUERY)
-    expect(page.locator("#validation")).to_contain_text("valid CEL; publishes Rising")
+    expect(page.locator("#validation")).to_contain_text("valid CEL; publishes Rising (1 warning below)")
     expect(page.locator("#editor mark.error-mark")).to_have_count(0)
+    expect(page.locator("#errors li")).to_have_count(0)
+    warning = page.locator("#warnings li.warning")
+    expect(warning).to_have_count(1)
+    next_column = line2.index("NEXT") + 1
+    expect(warning).to_contain_text(f"line 2, column {next_column}: warning: NEXT keeps each partial match")
+    expect(warning).to_contain_text("NEXT{... AND DUR < 1 HOUR}")
+    assert warning.evaluate("li => getComputedStyle(li).color") != error_color  # not shown as an error
+    mark = page.locator("#editor mark.warning-mark")
+    expect(mark).to_have_text("NEXT")
+    expect(mark).to_have_attribute("data-line", "2")
+    expect(mark).to_have_attribute("data-column", str(next_column))
+    expect(page.locator("#editor .gutter i.warning")).to_have_text("2")
+    expect(page.locator("#register")).to_be_enabled()
     shots("fixed")
     page.locator("#sub-name").fill("rising")
     page.locator("#register").click()
     expect(page.locator("#subscriptions tbody tr[data-sid=s1]")).to_contain_text("Rising")
+    expect(page.locator("#validation")).to_have_text("registered as s1")
+    expect(page.locator("#warnings li.warning")).to_have_count(1)  # the registration's own warning
 
     # the automaton: three states, the filter loop with its predicate, the output stream
     graph = page.locator("#graph svg.automaton")

@@ -219,17 +219,40 @@ async function removeSubscription(sid, button) {
 
 // ------------------------------------------------------------------ editor
 
+// The warnings of a query (valid or registered): listed under the errors, in the
+// warning colour, each clickable to its position; they never disable Register.
+function showWarnings(warnings) {
+  $("#warnings").replaceChildren(...(warnings || []).map((w) => {
+    const li = document.createElement("li");
+    li.className = "warning";
+    li.dataset.line = w.line;
+    li.dataset.column = w.column;
+    li.dataset.code = w.code;
+    const where = w.line ? `line ${w.line}${w.column ? `, column ${w.column}` : ""}: ` : "";
+    li.textContent = `${where}warning: ${w.message}; ${w.fix}`;
+    li.addEventListener("click", () => editor.focusError(w));
+    return li;
+  }));
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
 function showValidation({ state: st, result, error }) {
   const box = $("#validation");
   const list = $("#errors");
   $("#register").disabled = st !== "valid";
   box.className = `status ${st}`;
   if (st !== "invalid") list.replaceChildren();
+  showWarnings(st === "valid" || st === "invalid" ? result.warnings : []);
   if (st === "checking") box.textContent = "checking…";
   else if (st === "empty") box.textContent = "";
   else if (st === "valid") {
     const outputs = result.outputs.join(", ") || "nothing";
-    box.textContent = `✓ valid ${queryKind(editor.text).toUpperCase()}; publishes ${outputs}`;
+    const warned = (result.warnings || []).length;
+    box.textContent = `✓ valid ${queryKind(editor.text).toUpperCase()}; publishes ${outputs}`
+      + (warned ? ` (${plural(warned, "warning")} below)` : "");
   } else if (st === "failed") {
     if (error instanceof AuthError) askToken("").then(() => editor.validate());
     box.textContent = `could not check: ${error.message}`;
@@ -263,6 +286,8 @@ async function register() {
       v.textContent = sub.registered_now === false ? `${sub.id} is already registered under this name with this `
         + `query: nothing new was registered` : `registered as ${sub.id}`;
     }
+    editor.show([], sub.warnings || []);
+    showWarnings(sub.warnings);
     await refreshLists();
     await select(sub.id);
   } catch (err) {

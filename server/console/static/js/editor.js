@@ -1,5 +1,7 @@
 // The query editor: a plain textarea over a backdrop that marks each error at
-// its line and column; validated through POST /subscriptions/validate as you type.
+// its line and column, and each warning (a clause that keeps instances without
+// a time bound) in another colour; validated through POST
+// /subscriptions/validate as you type. A warning never makes a query invalid.
 
 import { api } from "./api.js";
 
@@ -39,6 +41,7 @@ export class Editor {
     this.seq = 0;
     this.timer = null;
     this.errors = [];
+    this.warnings = [];
     this.textarea.addEventListener("input", () => this.changed());
     this.textarea.addEventListener("scroll", () => this.syncScroll());
     new ResizeObserver(() => this.paint()).observe(this.textarea); // a new width wraps the lines anew
@@ -56,6 +59,7 @@ export class Editor {
 
   changed() {
     this.errors = [];
+    this.warnings = [];
     this.paint();
     clearTimeout(this.timer);
     this.timer = setTimeout(() => this.validate(), DELAY_MS);
@@ -77,12 +81,19 @@ export class Editor {
       return;
     }
     if (seq !== this.seq) return; // the text changed meanwhile: a newer answer is coming
-    this.showErrors(result.errors || []);
+    this.show(result.errors || [], result.warnings || []);
     this.onResult({ state: result.valid ? "valid" : "invalid", result });
   }
 
   showErrors(errors) {
     this.errors = errors;
+    this.paint();
+  }
+
+  // Errors and warnings at once (one repaint); warnings of AIR (column 0) mark only the line number.
+  show(errors, warnings) {
+    this.errors = errors;
+    this.warnings = warnings;
     this.paint();
   }
 
@@ -92,10 +103,12 @@ export class Editor {
   paint() {
     const text = this.text;
     const starts = lineStarts(text);
-    const spans = this.errors
-      .map((e, i) => ({ e, i, span: errorSpan(text, starts, e.line, e.column) }))
-      .filter((x) => x.span)
-      .sort((a, b) => a.span[0] - b.span[0]);
+    // errors first: where a warning and an error overlap, the error's mark wins
+    const spans = [
+      ...this.errors.map((e, i) => ({ e, i, kind: "error", span: errorSpan(text, starts, e.line, e.column) })),
+      ...this.warnings.map((e, i) => ({ e, i, kind: "warning",
+        span: e.column > 0 ? errorSpan(text, starts, e.line, e.column) : null })),
+    ].filter((x) => x.span).sort((a, b) => a.span[0] - b.span[0] || (a.kind === "error" ? -1 : 1));
     const lines = starts.map(() => "");
     const lineOf = (offset) => {
       let lo = 0;
@@ -117,20 +130,22 @@ export class Editor {
       }
     };
     let at = 0;
-    for (const { e, i, span } of spans) {
+    for (const { e, i, kind, span } of spans) {
       if (span[0] < at) continue; // overlapping marks: the first wins
       plain(at, span[0]);
       // a mark never crosses a line end: at most it covers the newline, shown as a space
-      lines[lineOf(span[0])] += `<mark class="error-mark" data-error="${i}" data-line="${e.line}" `
+      lines[lineOf(span[0])] += `<mark class="${kind}-mark" data-${kind}="${i}" data-line="${e.line}" `
         + `data-column="${e.column}">${escapeHtml(text.slice(span[0], span[1]).replace("\n", " "))}</mark>`;
       at = span[1];
     }
     plain(at, text.length);
     this.backdrop.innerHTML = lines.map((h) => `<div class="line">${h || "<br>"}</div>`).join("");
     const bad = new Set(this.errors.map((e) => e.line));
+    const warned = new Set(this.warnings.map((e) => e.line));
     const heights = [...this.backdrop.children].map((d) => d.offsetHeight);
+    const number = (n) => (bad.has(n) ? `<b>${n}</b>` : warned.has(n) ? `<i class="warning">${n}</i>` : n);
     this.gutter.innerHTML = starts.map((_, i) => `<div style="height:${heights[i] || 18}px">`
-      + `${bad.has(i + 1) ? `<b>${i + 1}</b>` : i + 1}</div>`).join("");
+      + `${number(i + 1)}</div>`).join("");
     this.syncScroll();
   }
 
@@ -140,7 +155,7 @@ export class Editor {
     this.gutter.scrollTop = this.textarea.scrollTop;
   }
 
-  // Put the caret on an error's position.
+  // Put the caret on an error's (or a warning's) position.
   focusError(e) {
     const starts = lineStarts(this.text);
     const span = errorSpan(this.text, starts, e.line, e.column);
