@@ -620,7 +620,12 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
 @click.option("--batch", "batch_size", type=click.IntRange(1, 100_000), default=5000, show_default=True,
               help="Subscriptions per request; each request is registered all or nothing.")
-def register(paths, url, token, batch_size) -> None:
+@click.option("--max-instances", type=click.IntRange(1), default=None,
+              help="Cap each subscription's live instances: above it, its oldest partial matches are shed "
+                   "(down to 90%%) and it is marked inexact.")
+@click.option("--max-state-bytes", default=None, metavar="SIZE",
+              help="Cap each subscription's state in memory (64MiB, 1GB, 10%% of the server's max_state_bytes).")
+def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> None:
     """Register the queries of files and directories with a running server,
     many per request (POST /subscriptions/batch), with a progress bar.
 
@@ -644,8 +649,10 @@ def register(paths, url, token, batch_size) -> None:
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
         for k in range(0, len(queries), batch_size):
             chunk = queries[k:k + batch_size]
+            caps = {k: v for k, v in (("max_instances", max_instances), ("max_state_bytes", max_state_bytes))
+                    if v is not None}
             try:
-                subs = client.subscribe_many([item for _, item in chunk])
+                subs = client.subscribe_many([{**item, **caps} for _, item in chunk])
             except CayugaAPIError as exc:
                 bar.close()
                 errors = exc.body.get("errors") if isinstance(exc.body, dict) else None

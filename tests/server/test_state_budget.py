@@ -143,3 +143,18 @@ def test_the_budget_sheds_the_heaviest_the_same_way_on_every_run(start_server, t
     for q in (HIGH, RISING_BOUNDED):
         assert [json.loads(w) for _n, w in first[q]] == out[q]
         assert [n for n, _w in first[q]] == list(range(1, len(out[q]) + 1))
+
+
+def test_cayuga_register_sets_the_caps(start_server, tmp_path):
+    srv = start_server()
+    query = tmp_path / "pairs.cel"
+    query.write_text(PAIRS)
+    run = subprocess.run(cayuga_command("register", str(query), "--url", srv.base_url, "--max-instances", "50",
+                                        "--max-state-bytes", "1MiB"),
+                         env=cayuga_env(), capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    sid = run.stdout.split()[0]
+    with CayugaClient(srv.base_url) as c:
+        assert c.subscription(sid)["limits"] == {"max_instances": 50, "max_state_bytes": 1 << 20}
+        r = c.http.post("/subscriptions", json={"cel": PAIRS, "max_state_bytes": "lots"})
+    assert r.status_code == 422 and "max_state_bytes: 'lots' is not a size" in r.json()["detail"]
