@@ -47,6 +47,66 @@ class LogColumns(NamedTuple):
     payloads: list
 
 
+class EncodedBatch(NamedTuple):
+    """A batch's witnesses, encoded: per subscription (in the order they first
+    emitted) ``(sid, streams, payloads)`` of its output witnesses, in the
+    order the engine made them, and the same for the internal (RESUB) streams'
+    witnesses a client watches (not numbered nor logged)."""
+    groups: list
+    internal: list
+
+
+class WitnessEncoder:
+    """Turns a batch's emissions into an :class:`EncodedBatch`: one call of the
+    batch encoder ``cayuga run`` uses per subscription. It needs only the
+    streams' schemas, so it runs where the engine runs: on the engine thread,
+    or in an engine worker process (server/workers/). ``watched(owner,
+    stream)``: whether a client watches that internal stream."""
+
+    def __init__(self, schema: Callable[[str], StreamSchema | None], watched: Callable[[str, str], bool]) -> None:
+        self._schema = schema
+        self.watched = watched
+
+    def encode(self, ems: list) -> EncodedBatch:
+        """Per subscription, its emissions in the order the engine made them
+        (C-level passes: ``set``/``sorted``/``groupby`` over item getters; a
+        Python loop runs only over RESUB emissions, and only in a batch that has some)."""
+        if not ems:
+            return EncodedBatch([], [])
+        owners = dict.fromkeys(map(_OWNER, ems))
+        if len(owners) == 1:
+            groups = {next(iter(owners)): ems}
+        else:
+            by = {o: list(g) for o, g in groupby(sorted(ems, key=_OWNER), _OWNER)}  # stable: engine order kept
+            groups = {o: by[o] for o in owners}
+        out = []
+        for owner, emissions in groups.items():
+            payloads, streams = self._encode(emissions, False)
+            if payloads:
+                out.append((owner, streams, payloads))
+        internal = []
+        if set(map(_KIND, ems)) - {"OUT"}:  # RESUB emissions: kept only where a client watches their stream
+            watched = self.watched
+            for owner, group in groups.items():
+                mine = [em for em in group if em[2] != "OUT" and watched(owner, em[0])]
+                if mine:
+                    payloads, streams = self._encode(mine, True)
+                    internal.append((owner, streams, payloads))
+        return EncodedBatch(out, internal)
+
+    def _encode(self, emissions: list, include_resub: bool) -> tuple[list[bytes], list[str]]:
+        """The witnesses of ``emissions`` (kind OUT, or all) as one JSON line
+        each, by the batch encoder ``cayuga run`` uses (one call), and their streams."""
+        data, n = encode_emissions(emissions, self._schema, include_resub)
+        payloads = data.split(b"\n")
+        payloads.pop()  # after the last newline
+        if include_resub or n == len(emissions):
+            streams = list(map(_STREAM, emissions))
+        else:
+            streams = [em[0] for em in emissions if em[2] == "OUT"]
+        return payloads, streams
+
+
 class Witnesses:
     """Numbering and delivery of witnesses (engine thread only, but for the
     read-only views: :attr:`held`, :meth:`activity`'s copy).
@@ -73,6 +133,8 @@ class Witnesses:
         #: ``append``: no Python call per witness); numbered, encoded and delivered by deliver().
         self.outbox: list[Emission] = []
         self.on_emit: Callable[[Emission], None] = self.outbox.append
+        # internal (RESUB) witnesses are encoded only where a client watches their stream
+        self.encoder = WitnessEncoder(schema, lambda owner, stream: bool(hub.route(owner, stream, self._is_output)))
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self.owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
 
@@ -93,53 +155,15 @@ class Witnesses:
         sub = self._subscriptions.get(owner)
         return sub is not None and stream in sub.outputs
 
-    def _split(self) -> tuple[dict[str, list], list[tuple[str, list]]]:
-        """Take the batch's emissions: per subscription (in the order they
-        first emitted) its emissions in the order the engine made them, and
-        per subscription the emissions of internal (RESUB) streams a client
-        watches (those are not numbered nor logged). Made of C-level passes
-        (``set``/``sorted``/``groupby`` over item getters); a Python loop runs
-        only over RESUB emissions, and only in a batch that has some."""
-        ems = self.outbox[:]
-        del self.outbox[:]  # the engine keeps appending to this very list
-        owners = dict.fromkeys(map(_OWNER, ems))
-        if len(owners) == 1:
-            groups = {next(iter(owners)): ems}
-        else:
-            by = {o: list(g) for o, g in groupby(sorted(ems, key=_OWNER), _OWNER)}  # stable: engine order kept
-            groups = {o: by[o] for o in owners}
-        internal = []
-        if set(map(_KIND, ems)) - {"OUT"}:  # RESUB emissions: kept only where a client watches their stream
-            route, is_output = self.hub.route, self._is_output
-            for owner, group in groups.items():
-                watched = [em for em in group if em[2] != "OUT" and route(owner, em[0], is_output)]
-                if watched:
-                    internal.append((owner, watched))
-        return groups, internal
-
-    def _encode(self, emissions: list, include_resub: bool) -> tuple[list[bytes], list[str]]:
-        """The witnesses of ``emissions`` (kind OUT, or all) as one JSON line
-        each, by the batch encoder ``cayuga run`` uses (one call), and their streams."""
-        data, n = encode_emissions(emissions, self._schema, include_resub)
-        payloads = data.split(b"\n")
-        payloads.pop()  # after the last newline
-        if include_resub or n == len(emissions):
-            streams = list(map(_STREAM, emissions))
-        else:
-            streams = [em[0] for em in emissions if em[2] == "OUT"]
-        return payloads, streams
-
-    def _number(self) -> tuple[LogColumns, list[tuple[str, range, list, list]], list[tuple[str, None, list, list]]]:
-        """The batch's witnesses numbered and encoded (one encoder call per
-        subscription): the witness log's columns, per subscription
-        ``(sid, seqs, streams, payloads)``, and the same for watched internal
-        streams' witnesses (``seqs`` None: not numbered)."""
-        batch, internal = self._split()
+    def _number(self, encoded: "EncodedBatch") -> tuple[LogColumns, list[tuple[str, range, list, list]],
+                                                         list[tuple[str, None, list, list]]]:
+        """A batch's encoded witnesses numbered: the witness log's columns, per
+        subscription ``(sid, seqs, streams, payloads)``, and the same for
+        watched internal streams' witnesses (``seqs`` None: not numbered)."""
         logged = LogColumns([], [], [], [])
         groups = []
         seqs, counts = self.seq, self.owner_witnesses
-        for owner, emissions in batch.items():
-            payloads, streams = self._encode(emissions, False)
+        for owner, streams, payloads in encoded.groups:
             n = len(payloads)
             if not n:
                 continue
@@ -152,10 +176,7 @@ class Witnesses:
             logged.streams.extend(streams)
             logged.payloads.extend(payloads)
             groups.append((owner, numbers, streams, payloads))
-        unnumbered = []
-        for owner, emissions in internal:
-            payloads, streams = self._encode(emissions, True)
-            unnumbered.append((owner, None, streams, payloads))
+        unnumbered = [(owner, None, streams, payloads) for owner, streams, payloads in encoded.internal]
         return logged, groups, unnumbered
 
     def _chunks(self, groups, dropped: dict[str, int]) -> dict[ClientChannel, list[Chunk]]:
@@ -190,7 +211,16 @@ class Witnesses:
         return boxes
 
     def deliver(self) -> bool:
-        """Number and encode the batch's witnesses, write them into the
+        """Encode the batch's emissions (:class:`WitnessEncoder`) and deliver
+        them (:meth:`deliver_encoded`)."""
+        if not self.outbox:
+            return True
+        ems = self.outbox[:]
+        del self.outbox[:]  # the engine keeps appending to this very list
+        return self.deliver_encoded(self.encoder.encode(ems))
+
+    def deliver_encoded(self, encoded: "EncodedBatch") -> bool:
+        """Number the batch's encoded witnesses, write them into the
         witness log (one write), then offer them to the clients, under the
         hub's delivery lock (a lagging client checks it has caught up under
         it). Witnesses the log already held (re-produced after a restart: their
@@ -206,9 +236,9 @@ class Witnesses:
         daemon's ``_require_ready``). A stop meanwhile abandons the batch
         (returns False, logged): the journal still holds its events, so the
         next start produces these witnesses again."""
-        if not self.outbox:
+        if not encoded.groups and not encoded.internal:
             return True
-        logged, groups, internal = self._number()
+        logged, groups, internal = self._number(encoded)
         wait = WITLOG_RETRY_FIRST
         while True:
             with self.hub.delivery_lock:
