@@ -1,0 +1,250 @@
+"""The engine's side of the state budget (server/budget.py): what must run
+where the engine runs — on the engine thread, or in an engine worker process
+(server/workers/) — because it reads the engine's state.
+
+:class:`BudgetCheck` finds, at a check point, what to drop and whom to shed:
+it drops expired instances (air/engine/footprint.py), measures the state,
+names the runaways and decides the sheddings (``Decision``), which it does
+not apply: the main process records each one durably first, then has it
+applied (:meth:`BudgetCheck.apply`), so a recovery can apply it again at the
+same point. Everything it decides depends only on the engine's state and the
+events taken, never on a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, NamedTuple
+
+from air.engine import Engine
+from air.engine import footprint
+
+#: The budget is checked (and expired instances dropped, runaways looked for) after
+#: every this many events taken: a pass over the nodes holding instances costs about
+#: 45 ns a node, compiled (10,000 subscriptions: ~0.4 ms; BENCHMARKS.md, "Memory of automaton state").
+CHECK_EVENTS = 4096
+#: Subscriptions with a cap of their own are counted after every this many events.
+CAP_CHECK_EVENTS = 256
+#: Shedding brings the state back to this share of the budget (or of a cap), so that a
+#: subscription still growing is not cut again at the very next check.
+SHED_TO = 0.9
+#: A node whose every input event visits at least this many of its instances is costly ...
+RUNAWAY_VISITS = 1000
+#: ... and a runaway when it also grows by at least this many instances per such event.
+RUNAWAY_GROWTH = 0.5
+
+
+class Cap(NamedTuple):
+    """A subscription's own limits (its registration body), or None for no limit,
+    in force from ``since`` events taken on."""
+
+    max_instances: int | None = None
+    max_state_bytes: int | None = None
+    since: int = 0
+
+
+class Decision(NamedTuple):
+    """Shed ``sid`` down to ``keep`` instances (as it sees them); ``shared``:
+    instances identical subscriptions see too may go (the budget), or not (a cap)."""
+
+    sid: str
+    keep: int
+    reason: str
+    shared: bool
+
+
+class Outcome(NamedTuple):
+    """What applying a decision removed: of ``sid`` itself, and from each other
+    subscription that shared the instances (``losers``)."""
+
+    sid: str
+    removed: int
+    before: int
+    losers: dict
+
+
+class CheckResult(NamedTuple):
+    """What a check found: the footprint (bytes, instances, nodes), instances
+    expired, the runaways (sid -> what it costs) and the decisions."""
+
+    footprint: tuple
+    expired: int
+    runaways: dict
+    decisions: list
+
+
+class BudgetCheck:
+    """See the module's docstring. ``owners()`` gives the subscriptions in
+    registration order (ties go to the earlier one)."""
+
+    def __init__(self, engine: Engine, max_bytes: int, default_cap: int) -> None:
+        self.engine = engine
+        self.max_bytes = max_bytes
+        self.default_cap = default_cap  # max_instances_per_subscription (0: none)
+        self.caps: dict[str, Cap] = {}
+        self.footprint = footprint.Footprint(0, 0, 0)
+        self.runaways: dict[str, dict] = {}
+        self._heavy_prev: dict[int, tuple[int, int]] = {}  # id(node) -> (instances, its stream's events)
+        self._heavy_nodes: dict[int, tuple] = {}  # id(node) -> (node, its stream's events) of the last check
+        self._stream_prev: dict[str, int] = {}
+
+    def set_cap(self, sid: str, cap: Cap) -> None:
+        if cap.max_instances is None and cap.max_state_bytes is None:
+            self.caps.pop(sid, None)
+        else:
+            self.caps[sid] = cap
+
+    def forget(self, sid: str) -> None:
+        self.caps.pop(sid, None)
+        self.runaways.pop(sid, None)
+
+    def capped(self) -> bool:
+        return bool(self.caps) or self.default_cap > 0
+
+    def until_check(self, fed: int) -> int:
+        """Events the engine may take before the next check (the batch ends there)."""
+        n = CHECK_EVENTS - fed % CHECK_EVENTS
+        if self.capped():
+            n = min(n, CAP_CHECK_EVENTS - fed % CAP_CHECK_EVENTS)
+        return n
+
+    def due(self, fed: int) -> tuple[bool, bool]:
+        """Whether the full check and the caps' check are due after ``fed`` events."""
+        if not fed:
+            return False, False
+        return fed % CHECK_EVENTS == 0, self.capped() and fed % CAP_CHECK_EVENTS == 0
+
+    def check(self, fed: int, stream_events: Mapping[str, int], owners: Iterable[str]) -> CheckResult | None:
+        """The checks due at ``fed`` (None when none is): ``stream_events``, the
+        events taken per input stream so far (the runaways' growth is per event
+        of their stream)."""
+        full, capped = self.due(fed)
+        if not (full or capped):
+            return None
+        owners = [o for o in owners if self.engine.has_owner(o)]
+        decisions: list[Decision] = []
+        expired = 0
+        if full:
+            expired, decisions = self._check_budget(stream_events, owners)
+        if capped:
+            shed = {d.sid for d in decisions}
+            decisions += [d for d in self._check_caps(fed, owners) if d.sid not in shed]
+        return CheckResult(tuple(self.footprint), expired, dict(self.runaways), decisions)
+
+    def _check_budget(self, events: Mapping[str, int], owners: list[str]) -> tuple[int, list[Decision]]:
+        eng = self.engine
+        weights = {s: n - self._stream_prev.get(s, 0) for s, n in events.items()}
+        found = footprint.survey(eng, expire=True, heavy=RUNAWAY_VISITS / 2)  # candidates, to see them grow
+        self.footprint = found.footprint
+        self._find_runaways(found.heavy, events, weights, set(owners))
+        self._stream_prev = dict(events)
+        if found.footprint.bytes <= self.max_bytes:
+            return found.expired, []
+        need = found.footprint.bytes - int(self.max_bytes * SHED_TO)
+        sizes = []
+        for i, sid in enumerate(owners):
+            n, b = footprint.owner_footprint(eng, sid)
+            if n:
+                sizes.append((-b, i, sid, n, b))
+        sizes.sort()
+        out = []
+        for _nb, _i, sid, n, b in sizes:
+            if need <= 0:
+                break
+            per = b / n
+            lose = min(n, math.ceil(min(b, need) / per))
+            need -= lose * per
+            out.append(Decision(sid, n - lose, f"the server's state budget (max_state_bytes {self.max_bytes} bytes) "
+                                               f"was exceeded ({found.footprint.bytes} bytes estimated); this "
+                                               f"subscription held the most ({b} bytes, {n} instances)", True))
+        return found.expired, out
+
+    def _check_caps(self, fed: int, owners: list[str]) -> list[Decision]:
+        """Subscriptions above their own cap, counted by the instances only they
+        see: a cap sheds nothing an identical subscription (a merged state) sees
+        too, which would cost that one its results and free no memory."""
+        eng, default = self.engine, self.default_cap
+        out = []
+        for sid in (owners if default > 0 else [o for o in owners if o in self.caps]):
+            cap = self.caps.get(sid, Cap())
+            if cap.since > fed:  # a replay, before the point the cap came into force
+                cap = Cap()
+            limit = cap.max_instances if cap.max_instances is not None else (default or None)
+            if limit is None and cap.max_state_bytes is None:
+                continue
+            n, b = footprint.owner_footprint(eng, sid, exclusive=True)
+            keep, why = n, ""
+            if limit is not None and n > limit:
+                keep = int(limit * SHED_TO)
+                why = (f"its max_instances ({limit})" if cap.max_instances is not None
+                       else f"max_instances_per_subscription ({limit})")
+            if cap.max_state_bytes is not None and b > cap.max_state_bytes and n:
+                by_bytes = int(cap.max_state_bytes * SHED_TO / (b / n))
+                if by_bytes < keep:
+                    keep, why = by_bytes, f"its max_state_bytes ({cap.max_state_bytes})"
+            if keep < n:
+                seen = eng.instance_count(sid)
+                out.append(Decision(sid, seen - (n - keep), f"it held {n} instances ({b} bytes), above {why}", False))
+        return out
+
+    def _find_runaways(self, heavy: list, events: Mapping[str, int], weights: Mapping[str, int],
+                       owners: set[str]) -> None:
+        """The subscriptions whose nodes every event of their stream visits by the thousand and
+        which grow with those events (``heavy``: the survey's costly nodes)."""
+        found: dict[str, dict] = {}
+        prev, self._heavy_prev, self._heavy_nodes = self._heavy_prev, {}, {}
+        total_work = None
+        for cost in heavy:
+            node = cost.node
+            seen = events.get(node.stream, 0)
+            self._heavy_prev[id(node)] = (cost.instances, seen)
+            self._heavy_nodes[id(node)] = (node, seen)
+            before = prev.get(id(node))
+            if cost.visits < RUNAWAY_VISITS or before is None or seen <= before[1]:
+                continue
+            growth = (cost.instances - before[0]) / (seen - before[1])
+            if growth < RUNAWAY_GROWTH:
+                continue
+            if total_work is None:
+                total_work = footprint.survey(self.engine, weights=weights).work + sum(weights.values())
+            work = cost.visits * weights.get(node.stream, 0)
+            for owner in node.owners:
+                if owner not in owners:
+                    continue
+                got = found.setdefault(owner, {"instances": 0, "visits_per_event": 0.0, "growth_per_event": 0.0,
+                                               "work": 0.0, "stream": node.stream, "state": node.label})
+                got["instances"] += cost.instances
+                got["visits_per_event"] += cost.visits
+                got["growth_per_event"] = max(got["growth_per_event"], growth)
+                got["work"] += work
+        for _sid, got in found.items():
+            share = got.pop("work") / total_work if total_work else 0.0
+            got["share"] = round(min(share, 1.0), 3)
+            got["visits_per_event"] = round(got["visits_per_event"], 1)
+            got["growth_per_event"] = round(got["growth_per_event"], 2)
+            got["reason"] = (
+                f"every {got['stream']} event visits {got['visits_per_event']:.0f} of its instances (about "
+                f"{got['share']:.0%} of the engine's work) and it holds {got['growth_per_event']:.2f} more after "
+                f"each: its instances at {got['state']} are never released (e.g. a FOLD whose rebind is always "
+                "true, or a NEXT that nothing matches). Bound it in time (AND DUR < 1 HOUR), give it a cap "
+                "(max_instances in its registration), or delete it")
+        self.runaways = found
+
+    def apply(self, d: Decision) -> Outcome:
+        """``Engine.evict_oldest(sid, keep, shared)``: the instances only ``sid``
+        sees go first, oldest first; then, with ``shared``, if it still sees more
+        than ``keep``, the oldest it shares with identical subscriptions (merged
+        states), which lose them too (``losers``)."""
+        eng = self.engine
+        if not eng.has_owner(d.sid):
+            return Outcome(d.sid, 0, 0, {})
+        losers: dict[str, int] = {}
+        before = eng.instance_count(d.sid)
+        removed = eng.evict_oldest(d.sid, d.keep, shared=d.shared, losers=losers)
+        return Outcome(d.sid, removed, before, losers)
+
+    def after_shedding(self) -> None:
+        """What is left, as /health and /metrics show it; the runaways grow from here."""
+        self.footprint = footprint.measure(self.engine)
+        for key, (node, seen) in self._heavy_nodes.items():
+            self._heavy_prev[key] = (node.count + len(node.pending), seen)
