@@ -308,10 +308,9 @@ class StateBudget:
         if self.remote is None or now < self._count_next_pass or self._count_queue:
             return
         self._count_queue.append("")  # a request is out
-        asked = time.perf_counter()
 
-        def got(counts: dict[str, int]) -> None:
-            cost = time.perf_counter() - asked
+        def got(answer: tuple[dict[str, int], float]) -> None:
+            counts, cost = answer  # what the counting cost the worker: it keeps to COUNT_SHARE of its time
             self.instances = counts
             top = max(counts.items(), key=lambda kv: kv[1], default=None)
             self.heaviest = top if top and top[1] else None

@@ -47,6 +47,9 @@ from server.observability.counters import Counters
 from server.observability.health import Health
 from server.observability.metrics import make_registry
 from server.processing import EngineThread
+from server.workers.dispatch import WorkerEngineThread
+from server.workers.link import WorkerLink
+from server.workers.mirror import MirroredEngine
 from server.subscriptions.registry import (LimitReached, Registered, Registrar, Subscription, SubscriptionError,
                                            SubscriptionInUse, Validation, compile_subscription)
 
@@ -67,7 +70,14 @@ class Daemon:
         self.settings = settings
         self.counters = Counters()
         self.disk = DiskState()  # what of the data dir cannot be written now (/health, metrics)
-        self.engine = Engine(functions=settings.function_registry())
+        # engine_workers: 1 runs the automata in a worker process (server/workers/); this engine is then the
+        # catalogue that registrations are checked against, every change sent on to the worker
+        self.link: WorkerLink | None = None
+        if settings.engine_workers:
+            self.link = WorkerLink(settings.model_dump())
+            self.engine: Engine = MirroredEngine(self.link, functions=settings.function_registry())
+        else:
+            self.engine = Engine(functions=settings.function_registry())
         self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms,
                                 event_time=settings.time == "event")
         self.hub = NotifierHub()
@@ -77,8 +87,13 @@ class Daemon:
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
         self._stop = threading.Event()
         self.started = False
-        self.processing = EngineThread(self.engine, self.queue, settings, self.counters, latency=None,
-                                       stopping=self._stop)
+        if self.link is not None:
+            self.processing: EngineThread = WorkerEngineThread(self.engine, self.queue, settings, self.counters,
+                                                               latency=None, stopping=self._stop, link=self.link)
+            self.processing.hub = self.hub
+        else:
+            self.processing = EngineThread(self.engine, self.queue, settings, self.counters, latency=None,
+                                           stopping=self._stop)
         self.registrar = Registrar(settings, self.engine, self.store, self.counters, self.processing,
                                    submit=self.submit, storing=self._storing, require_ready=self._require_ready,
                                    on_removed=self._removed, invalidate_routes=self.hub.invalidate,
@@ -88,7 +103,8 @@ class Daemon:
                                    queued=lambda: len(self.queue))
         self.engine.on_emit = self.witnesses.on_emit
         self.budget = StateBudget(self.engine, settings, self.store, self.counters, self.processing,
-                                  self.subscriptions, storing=self._storing, seqs=lambda: self.witnesses.seq)
+                                  self.subscriptions, storing=self._storing, seqs=lambda: self.witnesses.seq,
+                                  local=self.link is None)
         self.budget.notify = self._notify
         self.checkpoints = Checkpoints(settings, self.engine, self.queue, self.store, self.disk, self.counters,
                                        self.processing, self.budget, self.witnesses)
@@ -97,6 +113,10 @@ class Daemon:
                                  self.processing, self.witnesses, self.budget, self.checkpoints,
                                  start_engine=self.processing.start, stopping=self._stop)
         self.budget.recovery = self.recovery
+        if self.link is not None:  # what reads or writes the instances asks the worker
+            self.budget.remote = self.checkpoints.remote = self.processing
+            self.recovery.import_engine = self.processing.import_snapshot
+            self.link.on_snapshot = self.snapshotter.remote_done
         self.processing.recovery, self.processing.budget = self.recovery, self.budget
         self.processing.witnesses, self.processing.checkpoints = self.witnesses, self.checkpoints
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
@@ -149,6 +169,8 @@ class Daemon:
         if self.started:
             return
         st = self.settings
+        if self.link is not None:
+            self.link.start()  # first: every stream and subscription below is sent on to it
         witlog = WitnessLog(st.data_dir / "witnesses", max_bytes=st.witness_log_bytes,
                             max_seconds=st.witness_log_seconds, disk=self.disk)
         self.witnesses.open(witlog)
@@ -189,6 +211,8 @@ class Daemon:
             if self.journal is not None:
                 self.journal.close()
             witlog.close()
+            if self.link is not None:
+                self.link.stop()
             raise
         self.started = True
         self.recovery.start(stored)
@@ -231,6 +255,8 @@ class Daemon:
             ch.close()
         if self.journal is not None:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
+        if self.link is not None:
+            self.link.stop()  # after the shutdown snapshot, which the worker wrote
         self.store.close()
         if self.witlog is not None and not self.processing.alive:
             self.witlog.close()  # synced; readers still open read what they have
@@ -254,6 +280,8 @@ class Daemon:
         if sid not in self.subscriptions:
             raise KeyError(sid)
         try:
+            if self.link is not None:
+                return self.processing.state_counts(sid, timeout)
             return self.submit(lambda eng: eng.state_counts(sid)).result(timeout=timeout)
         except EngineError:
             raise KeyError(sid) from None

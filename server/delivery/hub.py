@@ -253,6 +253,7 @@ class NotifierHub:
         self._by_owner: dict[str, set[ClientChannel]] = {}
         self._by_stream: dict[str, set[ClientChannel]] = {}
         self._routes: dict[tuple[str, str], tuple[ClientChannel, ...]] = {}
+        self.version = 0  # bumped when a client comes or goes (an engine worker learns which streams are watched)
 
     def _table(self, kind: str) -> dict[str, set[ClientChannel]]:
         return self._by_owner if kind == "subscription" else self._by_stream
@@ -261,6 +262,7 @@ class NotifierHub:
         with self._lock:
             self._table(kind).setdefault(key, set()).add(ch)
             self._routes = {}
+            self.version += 1
 
     def unregister(self, kind: str, key: str, ch: ClientChannel) -> None:
         with self._lock:
@@ -270,6 +272,7 @@ class NotifierHub:
                 if not chans:
                     del self._table(kind)[key]
             self._routes = {}
+            self.version += 1
 
     def invalidate(self) -> None:
         """Forget cached routes (a subscription was added or removed)."""
@@ -290,6 +293,11 @@ class NotifierHub:
                 if routes is self._routes:  # not invalidated meanwhile
                     routes[(owner, stream)] = chans
         return chans
+
+    def watched_streams(self) -> set[str]:
+        """The streams some client watches (as a stream, not as a subscription)."""
+        with self._lock:
+            return set(self._by_stream)
 
     def channels(self) -> list[ClientChannel]:
         with self._lock:

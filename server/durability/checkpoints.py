@@ -48,6 +48,7 @@ class Checkpoints:
         self.progress = progress
         self.budget = budget
         self.witnesses = witnesses
+        self.remote = None  # an engine worker's engine thread (server/workers/dispatch.py), when there is one
         self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
         self.snapshots = SnapshotStore(settings.data_dir / "snapshots")
         self.snapshotter = Snapshotter(self.snapshots, before_publish=self.before_publish,
@@ -65,10 +66,14 @@ class Checkpoints:
     def state(self) -> dict:
         """Everything a snapshot holds (called in the forked child, or on the
         engine thread once it has stopped)."""
+        return {**self.main_state(), "engine": self.engine.export_state()}
+
+    def main_state(self) -> dict:
+        """A snapshot's state but the engine's (an engine worker adds that: server/workers/)."""
         return {"version": 1, "created": time.time(), "fed": self.progress.fed, "evictions": self.budget.seq,
                 "journal": self.journal.appended if self.journal is not None else 0,
-                "engine": self.engine.export_state(), "queue": self.queue.export_state(),
-                "witness_seq": dict(self.witnesses.seq), "inexact": self.budget.export_marks()}
+                "queue": self.queue.export_state(), "witness_seq": dict(self.witnesses.seq),
+                "inexact": self.budget.export_marks()}
 
     def due(self, now: float) -> bool:
         s = self.settings
@@ -88,8 +93,13 @@ class Checkpoints:
         if self.snapshotter.running:
             return
         self._fork_mark = self.budget.seq  # before the fork: its watcher publishes it
-        if self.snapshotter.fork(self.queue.lock, lambda: journal.appended if journal is not None else 0,
-                                 self.state):
+        position = (lambda: journal.appended if journal is not None else 0)
+        if self.remote is not None:  # the engine's state is an engine worker's: its child writes the file
+            started = self.snapshotter.fork_remote(self.queue.lock, position, self.main_state,
+                                                   lambda tmp, part: self.remote.snapshot(tmp, part, fork=True))
+        else:
+            started = self.snapshotter.fork(self.queue.lock, position, self.state)
+        if started:
             self._snap_fed, self._snap_changes, self._snap_at = self.progress.fed, self.progress.changes, now
             self.counters.add(Count.SNAPSHOT_FORKS)
 
@@ -119,6 +129,11 @@ class Checkpoints:
             position = self.journal.appended if self.journal is not None else 0
             self._fork_mark = self.budget.seq
             self.before_publish()
+            if self.remote is not None:  # the engine worker writes it, then it is published here
+                tmp, final = self.snapshots.next_path(position)
+                self.remote.snapshot(tmp, self.main_state(), fork=False)
+                self.after_publish(self.snapshots.publish(tmp, final))
+                return
             with paused_gc():  # a million instances become a million tuples
                 state = self.state()
             self.after_publish(self.snapshots.write(state, position))

@@ -66,6 +66,8 @@ class Recovery:
         self.witnesses = witnesses
         self.budget = budget
         self.checkpoints = checkpoints
+        #: With an engine worker (server/workers/), how the snapshot's engine state reaches it (else: this engine)
+        self.import_engine: Callable[[SnapshotFile], dict] | None = None
         self._start_engine = start_engine
         self.stopping = stopping
         self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
@@ -251,6 +253,18 @@ class Recovery:
                     self.budget.apply(x.sid, x.keep, replayed=True, reason=x.reason, shared=bool(x.shared))
                     self.budget.seq = x.seq
 
+    def take_recorded(self, fed: int) -> list[Eviction]:
+        """The recorded sheddings due once ``fed`` events are taken, taken out of
+        :attr:`due` (an engine worker applies them with the batch that reaches
+        that point, before it checks: server/workers/dispatch.py)."""
+        out: list[Eviction] = []
+        for _at, items in (x for x in self.due if x[0] <= fed):
+            out += [x for x in items if isinstance(x, Eviction)]
+            items[:] = [x for x in items if not isinstance(x, Eviction)]
+        while self.due and not self.due[0][1]:
+            self.due.popleft()
+        return out
+
     def check_done(self) -> None:
         """On the engine thread: note (and log) the end of the replay."""
         if self.replaying and not self.due and self.progress.fed >= self.replay_until:
@@ -263,7 +277,10 @@ class Recovery:
         the witness numbers go on from the witness log's where that is
         further (fresh numbers for fresh witnesses)."""
         try:
-            counts = self.engine.import_state(snap["engine"])
+            if self.import_engine is not None:  # an engine worker holds the instances: it reads them from the file
+                counts = self.import_engine(snap_file)
+            else:
+                counts = self.engine.import_state(snap["engine"])
         except EngineError as exc:
             log.error("snapshot %s does not fit the stored subscriptions (%s): they start without instances",
                       snap_file.path.name, exc)

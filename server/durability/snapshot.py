@@ -234,6 +234,8 @@ class Snapshotter:
         self._started = 0.0
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
+        self._remote_done = threading.Event()
+        self._remote_status: int | None = None
         self.taken = 0
         self.failed = 0
         self.last_pause = 0.0  # seconds the engine thread stood still for the last fork
@@ -264,19 +266,57 @@ class Snapshotter:
         self._watcher.start()
         return True
 
+    def fork_remote(self, lock: threading.Lock, journal: Callable[[], int], collect: Callable[[], dict],
+                    start: Callable[[Path, dict], None]) -> bool:
+        """:meth:`fork`, when another process holds the engine (an engine worker,
+        server/workers/): ``collect()`` (this process's part, read under
+        ``lock`` with the journal's position) and the temporary path go to
+        ``start``, which has that process's forked child write the file; its
+        end comes to :meth:`remote_done` (the exit status)."""
+        if self._child is not None:
+            return False
+        begin = time.perf_counter()
+        with lock:
+            position = journal()
+            tmp, final = self.store.next_path(position)
+            part = collect()
+        self._remote_status = None
+        self._remote_done.clear()
+        self._child, self._paths, self._started = -1, (tmp, final), time.monotonic()
+        try:
+            start(tmp, part)
+        except BaseException:
+            self._child = None
+            raise
+        self.last_pause = time.perf_counter() - begin
+        self._watcher = threading.Thread(target=self._watch, name="cayuga-snapshot", daemon=True)
+        self._watcher.start()
+        return True
+
+    def remote_done(self, status: int) -> None:
+        """The remote child of :meth:`fork_remote` has ended with ``status`` (as ``os.waitpid`` gives it)."""
+        self._remote_status = status
+        self._remote_done.set()
+
     def _watch(self) -> None:
         pid = self._child
         status = None
         while not self._stop.is_set():
+            if pid == -1:  # a remote child (fork_remote)
+                if self._remote_done.wait(0.02):
+                    status = self._remote_status
+                    break
+                continue
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
             self._stop.wait(0.02)
-        else:  # stopping: the child's work is abandoned
-            with _suppress():
-                os.kill(pid, signal.SIGKILL)
-            with _suppress():
-                os.waitpid(pid, 0)
+        else:  # stopping: the child's work is abandoned (a remote one dies with its worker)
+            if pid != -1:
+                with _suppress():
+                    os.kill(pid, signal.SIGKILL)
+                with _suppress():
+                    os.waitpid(pid, 0)
             self._paths[0].unlink(missing_ok=True)
             self._child = None
             return

@@ -160,6 +160,9 @@ class Preparer:
         if got is None:
             return self._build(eng, bq, owner)
         self.prepared += 1
+        mirror = getattr(eng, "mirror_prepared", None)
+        if mirror is not None:  # an engine worker runs the automata: it gets them built (server/workers/mirror.py)
+            mirror(owner, bq.automata)
         return got
 
     @staticmethod

@@ -1,0 +1,164 @@
+"""The main process's end of an engine worker (server/workers/worker.py): the
+process, its pipe, and the thread that reads what it sends.
+
+Messages go out in one order — whoever sends, under :attr:`WorkerLink.lock` —
+and the worker handles them in that order. What comes back is read by a
+thread of its own (``cayuga-worker-reader``), so that the worker never waits
+on a full pipe while the main process is busy writing: a command's answer
+resolves its future there; a batch's result, and the answer to ``P``, go on
+:attr:`WorkerLink.results`, for the engine thread (server/workers/dispatch.py)
+to take in order; a snapshot's end goes to ``on_snapshot``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import pickle
+import queue as stdqueue
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from typing import Callable
+
+from server.workers import codec
+
+log = logging.getLogger("cayuga.daemon")
+
+#: Seconds a command may take before its caller gives up (the worker goes on with it).
+COMMAND_TIMEOUT = 60.0
+
+
+class WorkerGone(RuntimeError):
+    """The engine worker process has ended (its pipe closed)."""
+
+
+class WorkerLink:
+    """One engine worker: start, send, receive, stop (see the module's docstring)."""
+
+    def __init__(self, settings: dict, name: str = "cayuga-engine-worker-0") -> None:
+        self.settings = settings
+        self.name = name
+        self.process: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self.lock = threading.Lock()  # one sender at a time: the order of the pipe is the order of the worker
+        self.results: stdqueue.Queue = stdqueue.Queue()
+        self.on_snapshot: Callable[[int], None] | None = None
+        self._numbers = itertools.count(1)
+        self._pending: dict[int, Future] = {}
+        self._reader: threading.Thread | None = None
+        self.gone: str | None = None  # why the worker is no longer there (None while it runs)
+
+    def start(self) -> None:
+        """Start ``python -m server.workers.worker`` on one end of a socket pair (a
+        fresh interpreter, not a fork of this threaded process, and not one that
+        imports the caller's ``__main__`` as multiprocessing's spawn does)."""
+        mine, theirs = socket.socketpair()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", "server.workers.worker", str(theirs.fileno())],
+                                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self._conn = Connection(mine.detach())
+        self._conn.send_bytes(pickle.dumps(self.settings, pickle.HIGHEST_PROTOCOL))
+        self._reader = threading.Thread(target=self._read, name="cayuga-worker-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.gone is None and self.process is not None and self.process.poll() is None
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, data: bytes) -> None:
+        if self.gone is not None:
+            raise WorkerGone(self.gone)
+        with self.lock:
+            try:
+                self._conn.send_bytes(data)
+            except (OSError, ValueError) as exc:
+                raise WorkerGone(f"the engine worker {self.name} has ended ({exc})") from None
+
+    def command(self, name: str, *args) -> Future:
+        """Send a command; its answer resolves the future (in the worker's order)."""
+        fut: Future = Future()
+        if self.gone is not None:
+            fut.set_exception(WorkerGone(self.gone))
+            return fut
+        with self.lock:
+            number = next(self._numbers)
+            self._pending[number] = fut
+            try:
+                self._conn.send_bytes(codec.COMMAND + pickle.dumps((number, name, args), pickle.HIGHEST_PROTOCOL))
+            except (OSError, ValueError) as exc:
+                self._pending.pop(number, None)
+                fut.set_exception(WorkerGone(f"the engine worker {self.name} has ended ({exc})"))
+        return fut
+
+    def call(self, name: str, *args, timeout: float = COMMAND_TIMEOUT):
+        """:meth:`command` and wait for its answer (raises what the worker raised)."""
+        return self.command(name, *args).result(timeout=timeout)
+
+    # ------------------------------------------------------------------ receiving
+
+    def _read(self) -> None:
+        conn = self._conn
+        while True:
+            try:
+                msg = conn.recv_bytes()
+            except (EOFError, OSError):
+                break
+            tag, body = msg[:1], msg[1:]
+            if tag == codec.RESULT:
+                self.results.put((tag, body))
+            elif tag == codec.ANSWER:
+                number, ok, value = pickle.loads(body)
+                if number == 0:
+                    self.results.put((tag, value))
+                    continue
+                fut = self._pending.pop(number, None)
+                if fut is None:
+                    continue
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+            elif tag == codec.SNAPSHOT:
+                if self.on_snapshot is not None:
+                    self.on_snapshot(pickle.loads(body))
+        try:
+            code = self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.gone = f"the engine worker {self.name} has ended (exit code {code})"
+        for fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(WorkerGone(self.gone))
+        self._pending.clear()
+        self.results.put((b"", None))  # wakes the engine thread
+
+    # ------------------------------------------------------------------ stopping
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the worker to end (after what it has been sent), then make sure it has."""
+        proc = self.process
+        if proc is None:
+            return
+        if self.gone is None and proc.poll() is None:
+            try:
+                self.call("stop", timeout=timeout)
+            except Exception:  # noqa: BLE001 - it is stopped below in any case
+                pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        with self.lock:
+            self._conn.close()
+        if self._reader is not None:
+            self._reader.join(5)

@@ -1,0 +1,241 @@
+"""An engine worker: a process of its own that owns an engine and is its only
+writer (issue 32). The main process decodes events, orders them (the
+T-delayed queue), journals them, numbers, logs and delivers witnesses; the
+worker runs the automata, on a core of its own, beside the main process's
+interpreter lock instead of under it.
+
+It reads messages from its pipe in order (server/workers/codec.py): batches,
+which it feeds to the engine and answers with the batch's witnesses already
+encoded; commands (install or remove a subscription, declare a stream, counts,
+snapshots...), answered in turn. Everything that changes the engine's state
+comes through the pipe, in the order the main process decided it: the
+worker's engine goes through exactly the states an engine thread's would.
+
+After a batch that ends at a check point of the state budget
+(server/budgetcheck.py), the worker checks; if it decides to shed, it sends
+the decisions with the batch's result and takes nothing more from the pipe
+(later batches wait in it) until the main process has recorded them and says
+which to apply (``P``): a shedding is applied only once it is durable.
+
+Snapshots: the worker forks (it runs one thread: a fork is safe) and the child
+writes the whole snapshot file — the main process's part, sent with the
+command, and the engine's state — in the format server/durability/snapshot.py
+reads, then exits; the worker reports the child's end (``S``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from pathlib import Path
+
+from air.engine import Engine, EngineError, LateEvent
+from server.budgetcheck import BudgetCheck, Cap, Decision
+from server.delivery.witnesses import WitnessEncoder
+from server.workers import codec
+
+log = logging.getLogger("cayuga.worker")
+
+
+class Worker:
+    """The worker's state and its handling of each message (see the module's docstring)."""
+
+    def __init__(self, conn, settings: dict) -> None:
+        from server.config import Settings
+
+        self.conn = conn
+        self.settings = Settings(**settings)
+        self.engine = Engine(functions=self.settings.function_registry())
+        self.outbox: list = []
+        self.engine.on_emit = self.outbox.append
+        self.watched: set[str] = set()  # internal streams a client watches (their witnesses are encoded)
+        self.encoder = WitnessEncoder(self.engine.schema, lambda owner, stream: stream in self.watched)
+        self.check = BudgetCheck(self.engine, self.settings.max_state_bytes,
+                                 self.settings.max_instances_per_subscription)
+        self.stream_events: dict[str, int] = {}
+        self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
+        self.waiting = False  # decisions sent: nothing but their answer is taken
+        self.snapshot_child: int | None = None
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        conn = self.conn
+        while True:
+            if self.held and not self.waiting:
+                msg = self.held.popleft()
+            else:
+                if self.snapshot_child is not None:
+                    while not conn.poll(0.02):
+                        self._reap()
+                        if self.snapshot_child is None:
+                            break
+                try:
+                    msg = conn.recv_bytes()
+                except (EOFError, OSError):
+                    return  # the main process has gone
+                if self.waiting and msg[:1] != codec.APPLY:
+                    self.held.append(msg)
+                    continue
+            tag, body = msg[:1], msg[1:]
+            if tag == codec.BATCH:
+                self._batch(body)
+            elif tag == codec.APPLY:
+                self._apply(pickle.loads(body))
+            elif tag == codec.COMMAND:
+                number, name, args = pickle.loads(body)
+                if name == "stop":
+                    self._reap(wait=True)
+                    conn.send_bytes(codec.ANSWER + pickle.dumps((number, True, None)))
+                    return
+                try:
+                    value, ok = getattr(self, "cmd_" + name)(*args), True
+                except Exception as exc:  # noqa: BLE001 - handed to the caller
+                    value, ok = _portable(exc), False
+                conn.send_bytes(codec.ANSWER + pickle.dumps((number, ok, value)))
+            self._reap()
+
+    def _batch(self, body: bytes) -> None:
+        fed, recorded, events = codec.decode_batch(body)
+        eng, errors = self.engine, []
+        counts = self.stream_events
+        for ev in events:
+            counts[ev.stream] = counts.get(ev.stream, 0) + 1
+            try:
+                eng.feed(ev)
+            except LateEvent:
+                pass  # counted by the engine
+            except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the worker
+                errors.append(f"{type(exc).__name__}: {exc} (event {ev!r})")
+        ems = self.outbox[:]
+        del self.outbox[:]
+        encoded = self.encoder.encode(ems)
+        outcomes = [tuple(self.check.apply(Decision(*r[:4]))) for r in recorded]
+        if any(o[1] for o in outcomes):
+            self.check.after_shedding()
+        result = self.check.check(fed, counts, eng.owners)
+        if result is not None and result.decisions:
+            self.waiting = True
+        self.conn.send_bytes(codec.encode_result(len(events), encoded, dataclasses.astuple(eng.stats), eng.epoch,
+                                                 errors, result, outcomes))
+
+    def _apply(self, decisions: list[Decision]) -> None:
+        outcomes = [tuple(self.check.apply(d)) for d in decisions]
+        if any(o[1] for o in outcomes):
+            self.check.after_shedding()
+        self.waiting = False
+        self.conn.send_bytes(codec.ANSWER + pickle.dumps((0, True, (outcomes, tuple(self.check.footprint)))))
+
+    # ------------------------------------------------------------------ commands
+
+    def cmd_declare(self, schema) -> None:
+        self.engine.declare(schema)
+
+    def cmd_add(self, owner: str, automata) -> list[str]:
+        return self.engine.add(automata, owner)
+
+    def cmd_remove(self, owner: str) -> None:
+        self.engine.remove(owner)
+        self.check.forget(owner)
+
+    def cmd_set_cap(self, sid: str, cap: tuple) -> None:
+        self.check.set_cap(sid, Cap(*cap))
+
+    def cmd_watch_streams(self, streams: set[str]) -> None:
+        self.watched = set(streams)
+
+    def cmd_state_counts(self, owner: str) -> dict[str, int]:
+        return self.engine.state_counts(owner)
+
+    def cmd_instance_count(self, owner: str | None) -> int:
+        return self.engine.instance_count(owner)
+
+    def cmd_instances(self, owner: str, pending: bool) -> dict:
+        return self.engine.instances(owner, pending)
+
+    def cmd_counts(self) -> tuple[dict[str, int], float]:
+        """Every subscription's instance count, and what counting them cost (seconds)."""
+        eng, start = self.engine, time.perf_counter()
+        counts = {o: eng.instance_count(o) for o in eng.owners}
+        return counts, time.perf_counter() - start
+
+    def cmd_stats(self) -> tuple:
+        return dataclasses.astuple(self.engine.stats)
+
+    def cmd_import_snapshot(self, path: str) -> dict:
+        """Load the engine's part of a snapshot file (the main process loads the rest)."""
+        from server.durability.snapshot import decode
+
+        state = decode(Path(path).read_bytes(), path)
+        return self.engine.import_state(state["engine"])
+
+    def cmd_import_state(self, state: dict) -> dict:
+        return self.engine.import_state(state)
+
+    def cmd_snapshot(self, tmp: str, main_part: dict, fork: bool) -> int | None:
+        """Write a snapshot file: ``main_part`` and the engine's state. Forked:
+        the child writes while the worker goes on (its end comes as ``S``);
+        else written here, before the answer."""
+        from server.durability import snapshot
+
+        if not fork:
+            snapshot._write_file(Path(tmp), snapshot.encode({**main_part, "engine": self.engine.export_state()}))
+            return None
+        if self.snapshot_child is not None:
+            raise EngineError("a snapshot is still being written")
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            snapshot._child_main(Path(tmp), lambda: {**main_part, "engine": self.engine.export_state()})
+        self.snapshot_child = pid
+        return pid
+
+    def _reap(self, wait: bool = False) -> None:
+        pid = self.snapshot_child
+        if pid is None:
+            return
+        done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+        if not done:
+            return
+        self.snapshot_child = None
+        self.conn.send_bytes(codec.SNAPSHOT + pickle.dumps(status))
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """An exception the main process can unpickle (the engine's own, or one that says what it was)."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001
+        return EngineError(f"{type(exc).__name__}: {exc}")
+
+
+def main(fd: int) -> None:
+    """The worker process's entry point: ``python -m server.workers.worker FD``,
+    FD its end of the socket pair; the settings come first on it."""
+    from multiprocessing.connection import Connection
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process stops it (a Ctrl-C reaches the whole group)
+    from server.durability.snapshot import PR_SET_PDEATHSIG, _prctl
+
+    if _prctl is not None:  # killed with the main process (kill -9 included): never an orphan holding state
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    conn = Connection(fd)
+    settings = pickle.loads(conn.recv_bytes())
+    logging.basicConfig(level=str(settings.get("log_level", "info")).upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        Worker(conn, settings).run()
+    except BaseException:  # noqa: BLE001 - said, then the main process sees the pipe close
+        traceback.print_exc()
+        raise
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
