@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sqlite3
 import threading
 import time
 from concurrent.futures import Future
@@ -34,6 +35,7 @@ from server.config import Settings
 from server.delivery.hub import ClientChannel, NotifierHub
 from server.delivery.witnesses import Witnesses
 from server.durability.checkpoints import Checkpoints
+from server.durability.datadir import DataDirLock, DataDirUnusable
 from server.durability.diskfull import DiskFull, DiskState, storing
 from server.durability.journal import SUFFIX as JOURNAL_SUFFIX, Journal
 from server.durability.recovery import Recovery, ServerStarting
@@ -69,7 +71,18 @@ class Daemon:
         self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms,
                                 event_time=settings.time == "event")
         self.hub = NotifierHub()
-        self.store = Store(settings.data_dir / "cayuga.sqlite3")
+        # one server per data directory (server/durability/datadir.py): before anything opens a file there
+        self.lock = DataDirLock(settings.data_dir)
+        self.lock.acquire(settings.host)
+        try:
+            self.store = Store(settings.data_dir / "cayuga.sqlite3")
+        except BaseException as exc:
+            self.lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise DataDirUnusable(f"the store {settings.data_dir / 'cayuga.sqlite3'} cannot be opened "
+                                            f"({exc}); check that file, or give another data directory "
+                                            "(--data-dir or CAYUGA_DATA_DIR)") from None
+            raise
         self.receiver: TcpReceiver | None = None
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
@@ -212,8 +225,10 @@ class Daemon:
             time.sleep(0.01)
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop everything (idempotent); returns when threads have ended."""
+        """Stop everything (idempotent); returns when threads have ended. The
+        data directory's lock is released last, once nothing writes there."""
         if not self.started:
+            self.lock.release()
             return
         timeout = timeout if timeout is not None else self.settings.shutdown_timeout
         self.drain(timeout)
@@ -225,6 +240,10 @@ class Daemon:
         if self.witlog is not None and not self.processing.alive:
             self.witlog.close()  # synced; readers still open read what they have
         self.started = False
+        if self.processing.alive:  # it may still write: the data directory stays locked until the process exits
+            log.error("the engine thread did not stop; %s stays locked until this process exits", self.lock.directory)
+        else:
+            self.lock.release()
         gc.unfreeze()  # what large batches froze (see Registrar.install) may be collected again, this daemon included
 
     # ------------------------------------------------------------------ the engine thread

@@ -142,6 +142,8 @@ class CayugaServer(uvicorn.Server):
         await super().startup(sockets)  # the lifespan started the daemon: its TCP receiver is bound
         if not self.should_exit:
             freeze_startup_objects()
+        if not self.should_exit and sockets:  # for a second server's message (server/durability/datadir.py)
+            self.daemon.lock.note_ports(sockets[0].getsockname()[1], self.daemon.receiver.port)
         if self.port_file and not self.should_exit and sockets:
             _write_port_file(self.port_file, sockets[0].getsockname()[1], self.daemon.receiver.port)
 
@@ -200,8 +202,12 @@ class RunningServer:
         ensure_descriptors(settings)
         self.settings = settings
         self.daemon = Daemon(settings)
-        self.app = create_app(settings, self.daemon)
-        self._sock = bind_http(settings.host, settings.http_port)
+        try:
+            self.app = create_app(settings, self.daemon)
+            self._sock = bind_http(settings.host, settings.http_port)
+        except BaseException:
+            self.daemon.stop()  # not started: releases the data directory
+            raise
         config = uvicorn_config(self.app, settings, self.daemon.counters, access_log=False)
         self.server = CayugaServer(config, self.daemon, self.app.state.draining)
         self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
@@ -266,9 +272,13 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     if young:  # 0: collection is off (PYTHONGC-like settings of the host): leave it so
         gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), *older)
     ensure_descriptors(settings)
-    daemon = Daemon(settings)
-    app = create_app(settings, daemon)
-    sock = bind_http(settings.host, settings.http_port)
+    daemon = Daemon(settings)  # takes the data directory's lock, or refuses to start (DataDirInUse)
+    try:
+        app = create_app(settings, daemon)
+        sock = bind_http(settings.host, settings.http_port)
+    except BaseException:
+        daemon.stop()
+        raise
     server = CayugaServer(uvicorn_config(app, settings, daemon.counters), daemon, app.state.draining)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
