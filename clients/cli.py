@@ -686,7 +686,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     line on standard error and exit status 1."""
     import httpx
 
-    from clients.client import CayugaAPIError, CayugaClient
+    from clients.client import CayugaAPIError, CayugaClient, WebSocketRefused
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
@@ -725,6 +725,8 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
             if count is not None and n >= count:
                 break
     except CayugaAPIError as exc:
+        if isinstance(exc, WebSocketRefused):  # e.g. a WebSocket cap (503): retried for --retry-for
+            _fail(f"gave up after {retry_for:g} s of retries: the server refused the WebSocket: {exc}", 1)
         _fail(f"the server closed the connection: {exc}", 1)
     except KeyboardInterrupt:
         pass
