@@ -113,6 +113,7 @@ class Daemon:
                              self.hub, self.snapshotter, self.processing, self.evictions, self.recovery,
                              self.witnesses, self.subscriptions)
         self.registry, self.latency = make_registry(self.health)
+        self.disk.retry_with("store", self._retry_store)
         self.processing.latency = self.latency
         # the parts' public state the api reads (the same objects)
         self.ready = self.recovery.ready  # stored subscriptions restored, engine thread running
@@ -126,6 +127,13 @@ class Daemon:
     def _storing(self, what: str):
         """A write to the SQLite store: a full disk raises :class:`DiskFull` saying ``what``."""
         return storing(self.store, self.disk, what)
+
+    def _retry_store(self) -> bool:
+        """The store could not be written: whether a small write works again (then the episode ends)."""
+        if not self.store.probe():
+            return False
+        self.disk.recovered("store")
+        return True
 
     def _removed(self, sid: str) -> None:
         """On the engine thread: a subscription left the engine; drop what the parts kept of it."""
@@ -173,6 +181,7 @@ class Daemon:
             self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk)
             self.queue.journal = self.recovery.journal = self.checkpoints.journal = self.journal
             self.evictions.journal = self.health.journal = self.journal
+            self.disk.retry_with("journal", self.journal.probe)  # a freed disk ends the episode by itself
             if begins:
                 # the journal begins now (a new data directory, or one whose journal was off or removed):
                 # a replay from its first record numbers witnesses on from where the log stands now. Not
@@ -234,6 +243,7 @@ class Daemon:
         self.drain(timeout)
         for ch in self.hub.channels():
             ch.close()
+        self.disk.close()  # no more retries of what could not be written
         if self.journal is not None:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
         self.store.close()
