@@ -30,8 +30,8 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.sync.client import connect
 
 #: WebSocket close codes after which reconnecting cannot help: bad parameter,
-#: bad token, unknown subscription or stream, no longer retained.
-FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410})
+#: bad token, unknown subscription or stream, no longer retained, ``from`` beyond the end.
+FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410, 4416})
 #: The ``<seq> `` that starts each line of a message asked for with seq.
 
 
