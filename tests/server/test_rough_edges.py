@@ -100,7 +100,8 @@ def test_one_nan_in_a_post_events_list_rejects_that_item_only_as_tcp_does(srv):
         assert answer["rejected"] == [{"index": 1, "error": reasons(t)[0]}, {"index": 3, "error": reasons(t)[1]}]
     wait_until(lambda: received(srv) == 6, what="the good events of TCP and of both posts")
     # a body that is not a list of items at all is still one 400 saying where
-    r = srv.http_client.post("/events", content=b'[{"stream": "Stock", "t1": 1', headers={"content-type": "application/json"})
+    r = srv.http_client.post("/events", content=b'[{"stream": "Stock", "t1": 1',
+                             headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["detail"].startswith("invalid JSON"), r.text
 
 
