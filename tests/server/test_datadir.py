@@ -13,6 +13,8 @@ A read-only data directory gave a 60-line traceback; now one line, exit 2.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -119,9 +121,30 @@ CHILD_KEEPS = textwrap.dedent("""
 """)
 
 
+@contextlib.contextmanager
+def reaping_orphans():
+    """This process adopts its descendants' orphans (PR_SET_CHILD_SUBREAPER), so a
+    test can reap a grandchild whose parent it killed: no process is left behind."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        pytest.skip(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+    try:
+        yield
+    finally:
+        prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
 def test_a_forked_child_does_not_keep_the_lock_after_its_parent_dies(tmp_path):
     """A flock belongs to the open file a forked child shares: a child still
     running after its parent's kill -9 would keep every restart out."""
+    with reaping_orphans():
+        _a_forked_child_outlives_its_parent(tmp_path)
+
+
+def _a_forked_child_outlives_its_parent(tmp_path) -> None:
     data = tmp_path / "data"
     parent = subprocess.Popen([sys.executable, "-c", CHILD_KEEPS, str(data)], env=cayuga_env(),
                               stdout=subprocess.PIPE, text=True)
@@ -145,7 +168,8 @@ def test_a_forked_child_does_not_keep_the_lock_after_its_parent_dies(tmp_path):
         stop_process(parent)
         parent.stdout.close()
         if child is not None:
-            os.kill(child, signal.SIGKILL)  # reparented: init reaps it
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)  # adopted by this process (reaping_orphans)
 
 
 def test_a_read_only_data_directory_is_one_line_and_exit_2(tmp_path):
