@@ -262,6 +262,15 @@ class _Lost(Exception):
     resume, while ``--retry-for`` allows."""
 
 
+class _Stalled(_Lost):
+    """The server took no line while this connection waited ``seconds``: cayuga
+    send's own finding, not the server's word."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class _Progress:
     """How far ``cayuga send`` has got: the lines the server has acknowledged
     (or said it had, ``#resume``), the furthest line sent, and since when no
@@ -387,6 +396,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     had = None  # lines the server had when this run began (#resume of its first connection)
     backoff = Backoff()
     failing = False  # a failure since the last progress (told once, with the retry)
+    said = ""  # the server's last refusal since the last progress ("error: disk full: ...")
     start = time.monotonic()
     address = None
     bar = tqdm(total=total, unit="ev", unit_scale=True, disable=None)
@@ -429,7 +439,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                     say(f"reconnected; the server has {resume} of {plural(total, 'line')}, going on from line {resume + 1}"
                         if resume < total else f"reconnected; the server has all {plural(total, 'line')}")
                 if progress.acknowledged(resume):
-                    failing = False
+                    failing, said = False, ""
                     backoff.reset()
                 if resume == total:  # nothing to send: no line would bring an #ack
                     sender.close(timeout=1.0)
@@ -449,20 +459,29 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                 if sender is not None:
                     _collect(sender.abort(), errors, other)
                     if progress.acknowledged(sender.acked):
-                        failing = False
+                        failing, said = False, ""
                         backoff.reset()
                 problem = ((_last_error(sender) if sender is not None else "")
                            or (str(exc) if isinstance(exc, _Lost) else f"the connection was lost: {exc}"))
+                if problem.startswith("error"):  # the server's own words
+                    said = problem
+                elif isinstance(exc, _Stalled) and exc.seconds < MIN_PATIENCE and said:
+                    # the time ran out on a connection made just before: that is no finding about the
+                    # server; its last reply since the last progress is why nothing got through
+                    problem = said
                 if _FINAL.match(problem) and not _TAKEN.match(problem):
                     stop(f"{problem}; {progress.acked} of {plural(total, 'line')} acknowledged", 1)
                 what, todo = _explain(problem, sender_id)
+                gave_up = (f"gave up after {retry_for:g} s of retries: {what}" + (f": {todo}" if todo else "")
+                           + f"; {progress.acked} of {plural(total, 'line')} acknowledged")
                 if progress.exhausted():
-                    stop(f"gave up after {retry_for:g} s of retries: {what}" + (f": {todo}" if todo else "")
-                         + f"; {progress.acked} of {plural(total, 'line')} acknowledged", 1)
+                    stop(gave_up, 1)
                 if not failing:
                     failing = True
                     say(f"{what}; retrying for up to {retry_for:g} s (--retry-for)")
                 time.sleep(min(backoff.next(), max(retry_for - (time.monotonic() - progress.since), 0)))
+                if progress.exhausted():  # no time left for another connection: this is why
+                    stop(gave_up, 1)
                 address = address if tcp_port else None  # the server may come back on another port
     except KeyboardInterrupt:
         stop(f"interrupted; {progress.acked} of {plural(total, 'line')} acknowledged", 130)
@@ -508,7 +527,7 @@ def _send_acked(sender, data: bytes, first: int, total: int, rate, start: float,
         try:
             sender.send_lines(block, n)
         except TimeoutError:  # the server stopped reading: TCP flow control holds the rest
-            raise _Lost(_stalled(progress)) from None
+            raise _stalled(progress) from None
         progress.acknowledged(sender.acked)
         pos += len(block)
         line += n
@@ -523,15 +542,16 @@ def _await_acks(sender, n: int, progress: _Progress) -> None:
     while sender.acked < n and not sender.ended:
         left = progress.patience()
         if left <= 0:
-            raise _Lost(_stalled(progress))
+            raise _stalled(progress)
         progress.acknowledged(sender.wait_for_ack(n, left))
     if sender.acked < n:
         raise _Lost(_last_error(sender) or "the server closed the connection before acknowledging every line")
 
 
-def _stalled(progress: _Progress) -> str:
-    return (f"the server has taken no line for {progress.idle():.0f} s (overloaded, shutting down, "
-            "or its journal stuck?)")
+def _stalled(progress: _Progress) -> _Stalled:
+    idle = progress.idle()
+    return _Stalled(f"the server has taken no line for {idle:.0f} s (overloaded, shutting down, "
+                    "or its journal stuck?)", idle)
 
 
 def _offset_of_line(data: bytes, k: int) -> int:
@@ -703,7 +723,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     line on standard error and exit status 1."""
     import httpx
 
-    from clients.client import CayugaAPIError, CayugaClient
+    from clients.client import CayugaAPIError, CayugaClient, WebSocketRefused
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
@@ -745,6 +765,8 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
             if count is not None and n >= count:
                 break
     except CayugaAPIError as exc:
+        if isinstance(exc, WebSocketRefused):  # e.g. a WebSocket cap (503): retried for --retry-for
+            _fail(f"gave up after {retry_for:g} s of retries: the server refused the WebSocket: {exc}", 1)
         _fail(f"the server closed the connection: {exc}", 1)
     except KeyboardInterrupt:
         pass

@@ -26,12 +26,12 @@ from typing import Callable, Iterable, Iterator
 from urllib.parse import quote, urlparse
 
 import httpx
-from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect
 
 #: WebSocket close codes after which reconnecting cannot help: bad parameter,
-#: bad token, unknown subscription or stream, no longer retained.
-FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410})
+#: bad token, unknown subscription or stream, no longer retained, ``from`` beyond the end.
+FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410, 4416})
 #: The ``<seq> `` that starts each line of a message asked for with seq.
 
 
@@ -99,8 +99,23 @@ class CayugaAPIError(RuntimeError):
         super().__init__(f"HTTP {status}: {detail}")
 
 
+class WebSocketRefused(CayugaAPIError):
+    """The server answered a WebSocket handshake with an HTTP error (e.g. 503 at
+    ``max_websockets``); ``body`` is its JSON, whose ``detail`` names the cap."""
+
+
 class _RecvTimeout(Exception):
     pass
+
+
+def _handshake_body(body: bytes | None):
+    """The body of a refused WebSocket handshake: its JSON (the server's
+    ``{"detail": ...}``), else its text."""
+    text = bytes(body or b"").decode(errors="replace").strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text or "(no body)"
 
 
 class SenderRefused(ConnectionError):
@@ -380,6 +395,9 @@ class CayugaClient:
                 if exc.status < 500:
                     raise
                 reason, failure = str(exc), exc
+            except InvalidStatus as exc:  # refused before it became a WebSocket (a cap reached: 503)
+                failure = WebSocketRefused(exc.response.status_code, _handshake_body(exc.response.body))
+                reason = f"the server refused the WebSocket: {failure}"
             except (OSError, InvalidHandshake, httpx.TransportError) as exc:
                 reason, failure = f"cannot connect: {exc}", exc
             now = time.monotonic()

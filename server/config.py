@@ -71,9 +71,14 @@ class Settings(BaseModel):
     #: Seconds a TCP event connection may go without sending a complete line.
     idle_timeout: float = Field(300.0, gt=0)
     max_line_bytes: int = Field(1 << 20, ge=64)
-    #: Concurrent HTTP connections, WebSockets included. One more evicts the oldest connection
+    #: Concurrent HTTP connections, WebSockets not included. One more evicts the oldest connection
     #: that has not sent a complete request (or is idle between requests), else it is refused (503).
     max_http_connections: int = Field(256, ge=1)
+    #: Concurrent WebSockets (watchers), all clients together, beside max_http_connections: one
+    #: more is refused with 503 (its body names the setting).
+    max_websockets: int = Field(256, ge=1)
+    #: Of those, from one client address.
+    max_websockets_per_address: int = Field(128, ge=1)
     #: Seconds an HTTP connection has to send complete request headers (from when it opens, and
     #: from the first byte of each later request); it is answered 408 and closed otherwise.
     http_header_timeout: float = Field(10.0, gt=0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sqlite3
 import threading
 import time
 from concurrent.futures import Future
@@ -36,6 +37,7 @@ from server.config import Settings
 from server.delivery.hub import ClientChannel, NotifierHub
 from server.delivery.witnesses import Witnesses
 from server.durability.checkpoints import Checkpoints
+from server.durability.datadir import DataDirLock, DataDirUnusable
 from server.durability.diskfull import DiskFull, DiskState, storing
 from server.durability.journal import SUFFIX as JOURNAL_SUFFIX, Journal
 from server.durability.recovery import Recovery, ServerStarting
@@ -81,7 +83,18 @@ class Daemon:
         self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms,
                                 event_time=settings.time == "event")
         self.hub = NotifierHub()
-        self.store = Store(settings.data_dir / "cayuga.sqlite3")
+        # one server per data directory (server/durability/datadir.py): before anything opens a file there
+        self.lock = DataDirLock(settings.data_dir)
+        self.lock.acquire(settings.host)
+        try:
+            self.store = Store(settings.data_dir / "cayuga.sqlite3")
+        except BaseException as exc:
+            self.lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise DataDirUnusable(f"the store {settings.data_dir / 'cayuga.sqlite3'} cannot be opened "
+                                            f"({exc}); check that file, or give another data directory "
+                                            "(--data-dir or CAYUGA_DATA_DIR)") from None
+            raise
         self.receiver: TcpReceiver | None = None
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
@@ -123,6 +136,7 @@ class Daemon:
                              self.hub, self.snapshotter, self.processing, self.budget, self.recovery,
                              self.witnesses, self.subscriptions)
         self.registry, self.latency = make_registry(self.health)
+        self.disk.retry_with("store", self._retry_store)
         self.processing.latency = self.latency
         # the parts' public state the api reads (the same objects)
         self.ready = self.recovery.ready  # stored subscriptions restored, engine thread running
@@ -136,6 +150,13 @@ class Daemon:
     def _storing(self, what: str):
         """A write to the SQLite store: a full disk raises :class:`DiskFull` saying ``what``."""
         return storing(self.store, self.disk, what)
+
+    def _retry_store(self) -> bool:
+        """The store could not be written: whether a small write works again (then the episode ends)."""
+        if not self.store.probe():
+            return False
+        self.disk.recovered("store")
+        return True
 
     def _removed(self, sid: str) -> None:
         """On the engine thread: a subscription left the engine; drop what the parts kept of it."""
@@ -192,6 +213,7 @@ class Daemon:
             self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk)
             self.queue.journal = self.recovery.journal = self.checkpoints.journal = self.journal
             self.budget.journal = self.health.journal = self.journal
+            self.disk.retry_with("journal", self.journal.probe)  # a freed disk ends the episode by itself
             if begins:
                 # the journal begins now (a new data directory, or one whose journal was off or removed):
                 # a replay from its first record numbers witnesses on from where the log stands now. Not
@@ -246,13 +268,16 @@ class Daemon:
             time.sleep(0.01)
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop everything (idempotent); returns when threads have ended."""
+        """Stop everything (idempotent); returns when threads have ended. The
+        data directory's lock is released last, once nothing writes there."""
         if not self.started:
+            self.lock.release()
             return
         timeout = timeout if timeout is not None else self.settings.shutdown_timeout
         self.drain(timeout)
         for ch in self.hub.channels():
             ch.close()
+        self.disk.close()  # no more retries of what could not be written
         if self.journal is not None:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
         if self.link is not None:
@@ -261,6 +286,10 @@ class Daemon:
         if self.witlog is not None and not self.processing.alive:
             self.witlog.close()  # synced; readers still open read what they have
         self.started = False
+        if self.processing.alive:  # it may still write: the data directory stays locked until the process exits
+            log.error("the engine thread did not stop; %s stays locked until this process exits", self.lock.directory)
+        else:
+            self.lock.release()
         gc.unfreeze()  # what large batches froze (see Registrar.install) may be collected again, this daemon included
 
     # ------------------------------------------------------------------ the engine thread

@@ -26,7 +26,7 @@ import time
 import uvicorn
 
 from air.engine import BUILD as ENGINE_BUILD
-from server.api.httpguard import GuardedHttpToolsProtocol, HttpGuard
+from server.api.httpguard import GuardedHttpToolsProtocol, GuardedWebSocketProtocol, HttpGuard
 from server.app import create_app
 from server.config import Settings
 from server.daemon import Daemon
@@ -66,9 +66,11 @@ HTTP_CLOSE_SECONDS = 3.0
 #: the SQLite store (database, WAL, shared memory), journal and witness-log
 #: segments, snapshot files, the event loop's own, standard streams, imports.
 RESERVED_FDS = 128
-#: Descriptors one HTTP connection may hold: its socket and, for a WebSocket
-#: client catching up from the witness log, the segment it reads.
-FDS_PER_HTTP_CONNECTION = 2
+#: Descriptors one HTTP connection may hold: its socket.
+FDS_PER_HTTP_CONNECTION = 1
+#: Descriptors one WebSocket may hold: its socket and, for a client catching up from
+#: the witness log, the segment it reads.
+FDS_PER_WEBSOCKET = 2
 
 
 def freeze_startup_objects() -> int:
@@ -90,8 +92,8 @@ class DescriptorLimit(OSError):
 
 
 def descriptors_needed(settings: Settings) -> int:
-    return (settings.max_http_connections * FDS_PER_HTTP_CONNECTION + settings.max_connections
-            + RESERVED_FDS)
+    return (settings.max_http_connections * FDS_PER_HTTP_CONNECTION + settings.max_websockets * FDS_PER_WEBSOCKET
+            + settings.max_connections + RESERVED_FDS)
 
 
 def ensure_descriptors(settings: Settings) -> int:
@@ -105,10 +107,10 @@ def ensure_descriptors(settings: Settings) -> int:
     if hard != resource.RLIM_INFINITY and hard < need:
         raise DescriptorLimit(
             f"the process may open {hard} files (ulimit -n, hard limit) but the settings need {need}: "
-            f"2 x max_http_connections ({settings.max_http_connections}) + max_connections "
-            f"({settings.max_connections}) + {RESERVED_FDS} for the server's own files; lower "
-            f"max_http_connections or max_connections, or raise the limit (ulimit -Hn, LimitNOFILE= in a "
-            f"systemd unit, --ulimit nofile= for docker run)")
+            f"max_http_connections ({settings.max_http_connections}) + 2 x max_websockets "
+            f"({settings.max_websockets}) + max_connections ({settings.max_connections}) + {RESERVED_FDS} for "
+            f"the server's own files; lower max_http_connections, max_websockets or max_connections, or raise "
+            f"the limit (ulimit -Hn, LimitNOFILE= in a systemd unit, --ulimit nofile= for docker run)")
     target = hard if hard != resource.RLIM_INFINITY else need
     resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     log.info("raised the open-file limit from %d to %d (the settings need %d)", soft, target, need)
@@ -118,8 +120,10 @@ def ensure_descriptors(settings: Settings) -> int:
 def uvicorn_config(app, settings: Settings, counters, access_log: bool = True) -> uvicorn.Config:
     """uvicorn's settings for ``app``, with the guarded HTTP protocol."""
     guard = HttpGuard(settings.max_http_connections, settings.http_header_timeout, settings.http_body_timeout,
-                      counters)
-    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                      counters, max_websockets=settings.max_websockets,
+                      max_websockets_per_address=settings.max_websockets_per_address)
+    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on",
+                            ws=functools.partial(GuardedWebSocketProtocol, guard=guard),
                             access_log=access_log, ws_per_message_deflate=WS_DEFLATE,
                             http=functools.partial(GuardedHttpToolsProtocol, guard=guard),
                             timeout_graceful_shutdown=HTTP_CLOSE_SECONDS)
@@ -142,6 +146,8 @@ class CayugaServer(uvicorn.Server):
         await super().startup(sockets)  # the lifespan started the daemon: its TCP receiver is bound
         if not self.should_exit:
             freeze_startup_objects()
+        if not self.should_exit and sockets:  # for a second server's message (server/durability/datadir.py)
+            self.daemon.lock.note_ports(sockets[0].getsockname()[1], self.daemon.receiver.port)
         if self.port_file and not self.should_exit and sockets:
             _write_port_file(self.port_file, sockets[0].getsockname()[1], self.daemon.receiver.port)
 
@@ -200,8 +206,12 @@ class RunningServer:
         ensure_descriptors(settings)
         self.settings = settings
         self.daemon = Daemon(settings)
-        self.app = create_app(settings, self.daemon)
-        self._sock = bind_http(settings.host, settings.http_port)
+        try:
+            self.app = create_app(settings, self.daemon)
+            self._sock = bind_http(settings.host, settings.http_port)
+        except BaseException:
+            self.daemon.stop()  # not started: releases the data directory
+            raise
         config = uvicorn_config(self.app, settings, self.daemon.counters, access_log=False)
         self.server = CayugaServer(config, self.daemon, self.app.state.draining)
         self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
@@ -266,9 +276,13 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     if young:  # 0: collection is off (PYTHONGC-like settings of the host): leave it so
         gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), *older)
     ensure_descriptors(settings)
-    daemon = Daemon(settings)
-    app = create_app(settings, daemon)
-    sock = bind_http(settings.host, settings.http_port)
+    daemon = Daemon(settings)  # takes the data directory's lock, or refuses to start (DataDirInUse)
+    try:
+        app = create_app(settings, daemon)
+        sock = bind_http(settings.host, settings.http_port)
+    except BaseException:
+        daemon.stop()
+        raise
     server = CayugaServer(uvicorn_config(app, settings, daemon.counters), daemon, app.state.draining)
     log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
              settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)

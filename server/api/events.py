@@ -33,7 +33,8 @@ _BODY = {"required": True, "content": {"application/json": {
 @router.post("", status_code=202, response_model=EventsOut, openapi_extra={"requestBody": _BODY},
              summary="Send a batch of events (JSON)",
              responses=errors(400, 413, 415, 503, 507, why={
-                 400: "The body is not JSON, or not an event, a list of events or {\"events\": [...]}",
+                 400: "The body is not JSON, or not an event, a list of events or {\"events\": [...]} (a list "
+                      "whose items are not JSON is answered 202, each such item in 'rejected')",
                  413: f"The body is larger than max_body_bytes, or holds more than {MAX_BATCH} events: split it",
                  503: "The events were not accepted: the server is stopping, still recovering, or its queue "
                       "stayed full (or the journal did not sync) for 30 s; retry",
@@ -41,7 +42,10 @@ _BODY = {"required": True, "content": {"application/json": {
                       "which events, if any, were accepted"}))
 async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     """One event object, a list of them, or ``{"events": [...]}``. Each bad event
-    is reported with its index and reason; the others are accepted. The answer
+    is reported with its index and reason; the others are accepted -- also an
+    item that is not JSON at all (``NaN``, ``Infinity``, a number out of range),
+    as TCP refuses just that line: the list is split at its top-level commas and
+    each item decoded on its own. A body that is not such a list answers 400. The answer
     comes once the accepted events are durable in the journal (per the
     ``durability`` setting). When the journal cannot be written (a full
     disk) the answer is 507 and none of the events is accepted -- unless the
@@ -58,7 +62,10 @@ async def post_events(request: Request, d: DaemonDep) -> EventsOut:
     try:
         events, errors = decoder.decode_document(body)
     except LineError as exc:
-        raise HTTPException(400, detail=str(exc)) from None
+        try:  # a list with an item that is not JSON (NaN): each item on its own, as TCP takes each line
+            events, errors = await run_in_threadpool(decoder.decode_items, body)
+        except LineError:
+            raise HTTPException(400, detail=str(exc)) from None
     if len(events) + len(errors) > MAX_BATCH:
         d.counters.add(Count.HTTP_BATCH_TOO_LARGE)
         raise HTTPException(413, detail=f"at most {MAX_BATCH} events per request; split the batch")

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from air.names import IDENTIFIER_PATTERN, IDENTIFIER_RULE, MAX_NAME_LENGTH, name_problem
+from air.names import IDENTIFIER_PATTERN, IDENTIFIER_RULE, MAX_NAME_LENGTH, NAME_PATTERN, NAME_RULE, name_problem
 
 
 class StreamIn(BaseModel):
@@ -48,13 +48,23 @@ class SubscriptionIn(BaseModel):
 
     cel: str | None = Field(None, max_length=1_000_000, description="A CEL query")
     air: str | None = Field(None, max_length=4_000_000, description="AIR XML: one <NFA> or several in <NFAs>")
-    name: str | None = Field(None, max_length=200, description="An optional label")
+    name: str | None = Field(None, description=f"An optional label: {NAME_RULE.removeprefix('a name is ')}",
+                             json_schema_extra={"maxLength": MAX_NAME_LENGTH, "pattern": NAME_PATTERN})
     max_instances: int | None = Field(None, ge=1, description=(
         "An optional cap on its live instances (partial matches): above it, its oldest are shed down to 90% of "
         "it and it is marked inexact (server/budget.py)"))
     max_state_bytes: int | str | None = Field(None, description=(
         "An optional cap on the memory of its state, in bytes or as a size ('64MiB', '1GB', or '10%' of the "
         "server's max_state_bytes): above it, its oldest instances are shed and it is marked inexact"))
+
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        problem = None if v is None else name_problem(v, what="subscription name")  # the one rule: air/names.py
+        if problem is not None:
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _exactly_one(self):

@@ -17,12 +17,19 @@ numbered 1, 2, 3, ... (its *seq*) and kept in the witness log
 - ``/ws/subscriptions/{id}?from=<seq>`` (implies ``seq=1``): starts at that
   seq: the witnesses from the log, then live ones, with no gap and no
   duplicate at the switch. A client that printed up to seq N resumes with
-  ``from=N+1``. ``from`` beyond the last seq waits for it.
+  ``from=N+1``. ``from`` may be at most the last seq + 1 (which waits for the
+  next witness); one further is closed with 4416 and a reason naming the last
+  seq (``from 999 is beyond the end of s1: its last witness is 41; from=42
+  waits for the next``): the client has a number the server never gave, or
+  lost in a crash. While a recovery replays its journal (``/health``'s
+  ``replay_remaining`` > 0) a ``from`` ahead of the log waits instead: the
+  replay is numbering those witnesses again.
 - ``/ws/streams/{name}?seq=1``: each line is ``<sid>:<seq> <witness JSON>``
   (every subscription publishing the stream numbers its own witnesses).
 - ``/ws/streams/{name}?from=<sid>:<seq>,<sid>:<seq>,...`` (implies ``seq=1``):
   each named subscription from that seq, the others from the start of what
-  the log holds, then live.
+  the log holds, then live; a seq beyond a subscription's last + 1 is closed
+  with 4416 as above.
 
 Without ``seq`` or ``from`` the messages are exactly the witnesses, as above.
 Streams that are internal to a subscription (links between its automata) are
@@ -44,7 +51,8 @@ an inexact subscription (or to a stream one publishes), and again as the loss
 grows (at most every ten seconds).
 
 Close codes: 4400 bad query parameter, 4401 bad token, 4404 unknown
-subscription or stream, 4410 what the client needs is no longer retained
+subscription or stream, 4416 ``from`` beyond the end of the log (the reason
+names the last seq), 4410 what the client needs is no longer retained
 (the reason says where the log now starts, e.g. ``from 5 is no longer
 retained: the log of s7 starts at 1200``), 1013 the server is starting (try
 again shortly), or a client of an internal stream was too slow (its buffer
@@ -69,6 +77,8 @@ from server.observability.counters import Count
 router = APIRouter(tags=["notifications"])
 
 MAX_BATCH = 10_000
+#: Close code for a ``from`` beyond the last seq + 1 (as HTTP 416: the range cannot be served).
+BEYOND_END_CLOSE = 4416
 #: Seconds the server waits for a too-slow client to read up to its 1013 close
 #: frame (it is queued right behind the witnesses already sent); then it gives up.
 SLOW_CLOSE_SECONDS = 15.0
@@ -115,6 +125,19 @@ def _params(ws: WebSocket, kind: str) -> tuple[int, bool, dict[str, int] | None]
     return batch, True, after
 
 
+def _beyond_end(d, wlog, kind: str, key: str, after: dict[str, int]) -> str | None:
+    """Why a ``from`` cannot be served (a seq beyond the last one + 1), or None."""
+    for sid, had in after.items():
+        sid = sid or key  # a subscription's own from
+        if kind == "stream" and sid not in d.subscriptions:
+            continue  # not a subscription: nothing of it is served (as before)
+        last = wlog.last_seq(sid)
+        if had > last:
+            return (f"from {had + 1} is beyond the end of {sid}: its last witness is {last}; "
+                    f"from={last + 1} waits for the next")
+    return None
+
+
 def _fit(reason: str) -> str:
     """A close reason cut to the 123 bytes a close frame can carry (a longer one
     broke the connection without a close frame)."""
@@ -145,6 +168,11 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
                                               "logged: watch it without seq or from"))
         return
     wlog = d.witlog
+    if after and not d.replay_remaining:  # during a replay the witnesses ahead are being numbered again
+        beyond = _beyond_end(d, wlog, kind, key, after)
+        if beyond is not None:
+            await ws.close(code=BEYOND_END_CLOSE, reason=_fit(beyond))
+            return
     positions = (lambda: wlog.stream_last(key)) if kind == "stream" else None
     ch = ClientChannel(asyncio.get_running_loop(), d.settings.client_buffer, on_drop=d.on_client_drop,
                        label=f"{kind}:{key}", batch=batch, resumable=resumable, positions=positions)

@@ -8,7 +8,12 @@ callers turn it into a refusal the client can act on -- ``error: disk full:
 ...`` on TCP, HTTP 507 on the API. :class:`DiskState` remembers, per part of
 the data directory, the failure that lasts, for ``/health`` and ``/metrics``,
 and logs once when an episode starts and once when it ends, not for every
-refused line. No sockets, no FastAPI.
+refused line. An episode also ends without a client writing: while one lasts, a
+thread (``cayuga-disk-retry``) calls the part's retry (:meth:`DiskState.retry_with`:
+the journal's probe, the store's small write) every :data:`RETRY_SECONDS`,
+doubling to :data:`RETRY_MAX_SECONDS`, and ends when no episode is left; so once
+space is freed ``/readyz`` turns 200 by itself (issue 33). The witness log and
+snapshots are retried by the engine thread already. No sockets, no FastAPI.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger("cayuga.disk")
 
@@ -28,6 +34,10 @@ log = logging.getLogger("cayuga.disk")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 #: SQLite's primary result codes for a full disk and an I/O error.
 SQLITE_FULL, SQLITE_IOERR = 13, 10
+#: While a part cannot be written, its retry runs after this many seconds, then twice as
+#: long each time up to RETRY_MAX_SECONDS (bounded: one small write per part and period).
+RETRY_SECONDS = 0.5
+RETRY_MAX_SECONDS = 5.0
 #: What each part of the data directory is called in messages.
 PARTS = {"journal": "the journal", "witness_log": "the witness log", "store": "the SQLite store",
          "snapshot": "a snapshot"}
@@ -101,12 +111,26 @@ class DiskState:
 
     :meth:`failed` notes one (logged at ERROR when the episode starts),
     :meth:`recovered` ends it (logged at WARNING); :meth:`current` is what
-    /health reports."""
+    /health reports. While an episode of a part with a retry lasts, the
+    retry thread tries it (see the module docstring); :meth:`close` stops it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._episodes: dict[str, _Episode] = {}
         self.episodes = 0  # episodes started since start-up (all parts)
+        self._retries: dict[str, Callable[[], bool]] = {}
+        self._retrier: threading.Thread | None = None
+        self._closed = False
+        self.retried = 0  # retries run (all parts)
+
+    def retry_with(self, part: str, retry: Callable[[], bool]) -> None:
+        """While ``part`` cannot be written, call ``retry()`` now and then (on
+        the retry thread). It tries the part without a client's write and,
+        when it can be written again, ends the episode itself
+        (:meth:`recovered`, under whatever lock orders it against the part's
+        own writes); it returns whether it did."""
+        self._retries[part] = retry
 
     def failed(self, exc: DiskFull) -> None:
         with self._lock:
@@ -116,8 +140,37 @@ class DiskState:
                 return
             self._episodes[exc.part] = _Episode(exc, time.time())
             self.episodes += 1
+            if exc.part in self._retries and self._retrier is None and not self._closed:
+                self._retrier = threading.Thread(target=self._retry_loop, name="cayuga-disk-retry", daemon=True)
+                self._retrier.start()
         log.error("%s: %s -- %s; refusing what needs it until it can be written (logged once per episode)",
                   exc.path, exc, exc.hint)
+
+    def _retry_loop(self) -> None:
+        delay = RETRY_SECONDS
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed, delay)
+                due = [self._retries[p] for p in self._episodes if p in self._retries]
+                if self._closed or not due:
+                    self._retrier = None  # under the lock: a new episode starts another
+                    return
+            for retry in due:
+                self.retried += 1
+                try:
+                    retry()
+                except Exception:  # noqa: BLE001 - a retry that fails is tried again later
+                    log.debug("a disk retry failed", exc_info=True)
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the retry thread (the server is stopping)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            retrier = self._retrier
+        if retrier is not None:
+            retrier.join(timeout)
 
     def recovered(self, part: str) -> None:
         if part not in self._episodes:  # the common case, without the lock

@@ -61,6 +61,11 @@ that fails leaves :meth:`durable` where it was (nothing more is acknowledged),
 refuses appends while it lasts and is retried every ``RETRY_SECONDS``; a cut
 back that itself fails refuses every append until it succeeds. Each failure
 and the end of an episode go to the ``disk`` state given (/health, metrics).
+While an append failure lasts, :meth:`probe` (called by the ``disk`` state's
+retrier, server/durability/diskfull.py) tries again without a client: it
+writes a file the size of the refused record beside the segments (and the cut
+back, if that failed), and ends the episode when that works, so a server whose
+disk was freed turns ready with no sender writing.
 
 **Sender table.** :attr:`senders` maps a sender id to the data lines of that
 sender journaled so far (the ``lines_done`` of its newest record), rebuilt on
@@ -97,6 +102,9 @@ SYNC_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1
 _ARRAY3 = 0x93  # MessagePack fixarray of 3: an event record
 #: Seconds between two tries of a journal sync that failed.
 RETRY_SECONDS = 0.5
+#: The file :meth:`Journal.probe` writes beside the segments (and removes) to see whether
+#: a refused append would fit now; never a segment (no ``.journal`` suffix).
+PROBE_NAME = "write-probe.tmp"
 
 _encode = msgspec.msgpack.Encoder().encode
 _peek = msgspec.msgpack.Decoder(tuple[Optional[str], Optional[int], msgspec.Raw]).decode
@@ -159,6 +167,7 @@ class Journal:
         self.sync_failure: DiskFull | None = None  # a sync that failed and has not succeeded since
         self._cut_to: int | None = None  # a cut back that failed: the offset the active segment must go back to
         self.write_failures = 0  # appends refused because the journal could not be written or synced
+        self._refused_bytes = 0  # the size of the last record refused (what probe() checks room for)
         self.senders: dict[str, int] = {}
         self.appended = 0
         self._synced = 0
@@ -177,6 +186,7 @@ class Journal:
         self.torn = 0
         self.torn_bytes = 0
         self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / PROBE_NAME).unlink(missing_ok=True)  # a probe's, left by a crash
         self._segments: list[_Segment] = []
         self._next_first = 1  # where a new journal starts (a removed segment's name, else 1)
         self._recover()
@@ -344,6 +354,7 @@ class Journal:
             except DiskFull as exc:
                 self.write_failures += 1
                 self.failure = exc
+                self._refused_bytes = len(record)
                 if self.disk is not None:
                     self.disk.failed(exc)
                 raise
@@ -361,6 +372,50 @@ class Journal:
             if self._flusher is not None:
                 self._cond.notify_all()
             return self.appended
+
+    def probe(self) -> bool:
+        """After an append was refused (a full disk): whether the journal can be
+        written again, tried without appending anything -- the cut back that
+        failed, if one did, then a file of the refused record's size written
+        (and synced, with ``fsync``) beside the segments and removed. When that
+        works the episode ends (``disk.recovered``) and the next append goes
+        ahead; nothing is ever half written. A failed sync is left to the
+        flusher, which retries it itself."""
+        with self._lock:
+            failure = self.failure
+            if self._closed or self.sync_failure is not None:
+                return False
+            if failure is None:
+                return True
+            if self._cut_to is not None:
+                try:
+                    self._cut_back(self._cut_to)
+                except DiskFull:
+                    return False
+            size = max(self._refused_bytes, 1)
+        path = self.directory / PROBE_NAME
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                framing.write_all(fd, bytes(size))
+                if self.durability == "fsync":
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            return False
+        finally:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
+        with self._lock:
+            if self.failure is not failure:  # an append since: it worked (None) or failed anew
+                return self.failure is None
+            self.failure = None
+            if self.disk is not None:
+                self.disk.recovered("journal")
+            return True
 
     def _cut_back(self, offset: int) -> None:
         """Truncate the active segment to ``offset`` (the end of its last whole

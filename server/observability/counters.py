@@ -39,6 +39,9 @@ class Count(Enum):
     HTTP_CONN_BODY_TIMEOUT = "http_conn_body_timeout"
     HTTP_CONN_EVICTED = "http_conn_evicted"
     HTTP_CONN_MAX_CONNECTIONS = "http_conn_max_connections"
+    HTTP_CONN_WEBSOCKETS = "http_conn_websockets"  # a WebSocket refused at max_websockets
+    HTTP_CONN_WEBSOCKETS_PER_ADDRESS = "http_conn_websockets_per_address"  # ... at max_websockets_per_address
+    HTTP_CONN_REQUEST_TOO_LARGE = "http_conn_request_too_large"  # a request line or headers too long (414, 431)
     DISK_FULL_REFUSALS_TCP = "disk_full_refusals_tcp"
     DISK_FULL_REFUSALS_HTTP = "disk_full_refusals_http"
     WITNESS_LOG_ERRORS = "witness_log_errors"  # witness-log appends that failed
@@ -60,7 +63,8 @@ DISK_FULL_REFUSALS = {"tcp": Count.DISK_FULL_REFUSALS_TCP, "http": Count.DISK_FU
 TCP_REFUSED = {r: Count[f"TCP_REFUSED_{r.upper()}"] for r in ("max_connections", "per_address", "idle", "auth")}
 #: Per reason an HTTP connection was closed or refused (server/api/httpguard.py).
 HTTP_CONN_REFUSED = {r: Count[f"HTTP_CONN_{r.upper()}"]
-                     for r in ("header_timeout", "body_timeout", "evicted", "max_connections")}
+                     for r in ("header_timeout", "body_timeout", "evicted", "max_connections", "websockets",
+                               "websockets_per_address", "request_too_large")}
 #: Per reason a WebSocket client was closed (server/delivery/hub.py's policies).
 CLIENT_DROPS = {"retention": Count.DROP_RETENTION, "disconnect": Count.DROP_DISCONNECT}
 

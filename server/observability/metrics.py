@@ -147,7 +147,10 @@ class _Collector:
                                     "http_header_timeout, 408), body_timeout (a request body paused for "
                                     "http_body_timeout, 408), evicted (the oldest waiting connection, to make "
                                     "room at max_http_connections, 503), max_connections (one more at "
-                                    "max_http_connections, all busy, 503)", labels=["reason"])
+                                    "max_http_connections, all busy, 503), websockets and websockets_per_address "
+                                    "(a WebSocket beyond max_websockets or max_websockets_per_address, 503), "
+                                    "request_too_large (a request line over 8 KiB, 414, or headers over 64 KiB, "
+                                    "431)", labels=["reason"])
         for reason, key in HTTP_CONN_REFUSED.items():
             conns.add_metric([reason], c[key])
         yield conns

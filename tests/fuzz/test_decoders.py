@@ -2,7 +2,7 @@
 test from the documented rules (README, "Events over TCP": JSON lines whose
 ``int`` is 64-bit, ``float`` finite -- NaN and Infinity are not JSON --, text
 valid UTF-8, a number in a string converted, ``t0`` defaulting to ``t1``, the
-clock stamping events without times; the Cayuga line format
+clock stamping events without times, each key given once; the Cayuga line format
 ``v1,...,vn,Stream,t0,t1``; CSV with a header). The reference uses the
 standard library's ``json`` and ``csv``, not air/formats.py.
 
@@ -45,6 +45,10 @@ def json_line(draw) -> bytes:
     for key in draw(st.lists(st.sampled_from(["t0", "t1", "Name", "Price", "Volume", "Extra"]), max_size=3)):
         obj[key] = draw(values)  # then a few keys set to anything
     text = json.dumps(obj, allow_nan=True, ensure_ascii=draw(st.booleans()))
+    if draw(st.integers(0, 4)) == 0:  # a key given twice, sometimes (with or without space before its colon)
+        key = draw(st.sampled_from(sorted(obj)))
+        text = text[:-1] + f", {json.dumps(key)}{draw(st.sampled_from(['', ' ', chr(9)]))}: " \
+            f"{json.dumps(draw(values), allow_nan=True)}}}"
     if draw(st.integers(0, 3)) == 0:  # cut short, sometimes
         text = text[:draw(st.integers(0, len(text)))]
     return text.encode("utf-8", "surrogatepass")
@@ -166,11 +170,19 @@ def _times(t0, t1) -> tuple:
     return t0, t1
 
 
+def _once(pairs: list) -> dict:
+    """An object whose every key is given once (a key given twice is refused, not its last value taken)."""
+    if len({k for k, _ in pairs}) != len(pairs):
+        raise Refused("a key given twice")
+    return dict(pairs)
+
+
 def ref_json(line: bytes):
     """The event a JSON line is, or Refused."""
     try:
         text = line.decode("utf-8")  # valid UTF-8
-        obj = json.loads(text, parse_float=_json_number_finite, parse_constant=_refuse_constant)
+        obj = json.loads(text, parse_float=_json_number_finite, parse_constant=_refuse_constant,
+                         object_pairs_hook=_once)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise Refused("not JSON") from None
     if isinstance(obj, int) or isinstance(obj, float):  # (a bare number is no event either)

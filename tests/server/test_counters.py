@@ -25,7 +25,8 @@ def test_a_misspelt_counter_fails_instead_of_reading_zero():
 def test_every_label_of_a_counter_family_has_its_counter():
     assert TCP_REFUSED["idle"] is Count.TCP_REFUSED_IDLE and set(TCP_REFUSED) == {
         "max_connections", "per_address", "idle", "auth"}
-    assert set(HTTP_CONN_REFUSED) == {"header_timeout", "body_timeout", "evicted", "max_connections"}
+    assert set(HTTP_CONN_REFUSED) == {"header_timeout", "body_timeout", "evicted", "max_connections", "websockets",
+                                      "websockets_per_address", "request_too_large"}
     assert CLIENT_DROPS["disconnect"] is Count.DROP_DISCONNECT
     assert len({m.value for m in Count}) == len(Count)  # no two counters share a key
 

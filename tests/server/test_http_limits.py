@@ -219,13 +219,23 @@ def test_a_request_body_that_stops_arriving_is_closed_after_the_body_timeout(sta
     assert answer.startswith(b"HTTP/1.1 202 "), answer
 
 
+def busy_request(port: int) -> socket.socket:
+    """A connection in the middle of a request: complete headers, the body still to come."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(b"POST /events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n[")
+    return sock
+
+
 def test_at_the_cap_a_waiting_connection_makes_room_and_busy_ones_do_not(start_server):
-    srv = start_server(max_http_connections=3, http_header_timeout=60)
+    srv = start_server(max_http_connections=3, http_header_timeout=60, http_body_timeout=60)
     with httpx.Client(base_url=srv.base_url, timeout=10) as c:
         sub = c.post("/subscriptions", json={"cel": "SELECT * FROM Stock PUBLISH All"}).json()
     path = f"/ws/subscriptions/{sub['id']}"
-    socks = [stalled_websocket(srv.http_port, path), stalled_websocket(srv.http_port, path)]
+    # WebSockets have caps of their own (max_websockets): these hold no room of the three
+    socks = [stalled_websocket(srv.http_port, path) for _ in range(4)]
     try:
+        socks += [busy_request(srv.http_port), busy_request(srv.http_port)]
         half = socket.create_connection(("127.0.0.1", srv.http_port), timeout=10)
         socks.append(half)
         half.sendall(HALF_HEADER)
@@ -235,24 +245,25 @@ def test_at_the_cap_a_waiting_connection_makes_room_and_busy_ones_do_not(start_s
             assert c.get("/health").status_code == 200
         answer = read_to_eof(half)
         assert answer.startswith(b"HTTP/1.1 503 ") and b"made room for a new one" in answer
-        wait_for_connections(srv, 2)  # the client's connection is closed on the server's side too
-        # three busy connections (WebSockets): a fourth is refused at once
-        third = stalled_websocket(srv.http_port, path)
+        wait_for_connections(srv, 4 + 2)  # the client's connection is closed on the server's side too
+        # three busy connections (requests whose bodies are coming): a fourth is refused at once
+        third = busy_request(srv.http_port)
         socks.append(third)
+        wait_for_connections(srv, 4 + 3)
         refused = socket.create_connection(("127.0.0.1", srv.http_port), timeout=10)
         socks.append(refused)
         answer = read_to_eof(refused)
         assert answer.startswith(b"HTTP/1.1 503 ") and b"all of them busy" in answer
         third.close()
         deadline = time.monotonic() + 10
-        while True:  # once a WebSocket is gone, there is room again
+        while True:  # once a busy connection is gone, there is room again
             try:
                 r = httpx.get(srv.base_url + "/metrics", timeout=10)
                 if r.status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
-            assert time.monotonic() < deadline, "no room after a WebSocket closed"
+            assert time.monotonic() < deadline, "no room after a busy connection closed"
             time.sleep(0.05)
         text = r.text
         assert 'cayuga_http_connections_refused_total{reason="evicted"} 1.0' in text
@@ -269,8 +280,8 @@ def test_serve_refuses_to_start_when_the_hard_descriptor_limit_is_too_low(tmp_pa
     with cayuga_serve(tmp_path, nofile=(1024, 1024), wait=False, max_http_connections=1000) as srv:
         assert srv.proc.wait(60) != 0
     err = srv.log.read_text()
-    assert ("the process may open 1024 files (ulimit -n, hard limit) but the settings need 2192: "
-            "2 x max_http_connections (1000) + max_connections (64) + 128") in err
+    assert ("the process may open 1024 files (ulimit -n, hard limit) but the settings need 1704: "
+            "max_http_connections (1000) + 2 x max_websockets (256) + max_connections (64) + 128") in err
     assert "Traceback" not in err
 
 

@@ -79,6 +79,38 @@ def test_a_cel_name_longer_than_the_limit_is_refused_with_the_rule(client):
     assert body["errors"][0]["column"] == len("SELECT Name FROM Stock PUBLISH ") + 1
 
 
+@pytest.mark.parametrize("n", [201, 10_240])
+def test_a_cel_publish_name_just_over_the_limit_is_refused_and_validate_says_so(client, n):
+    body = _refused(lambda: client.subscribe(cel=f"SELECT Name FROM Stock PUBLISH {'P' * n}"), 400)
+    assert f"({n} characters) is too long" in body["detail"] and IDENTIFIER_RULE in body["detail"]
+    assert not client.validate(cel=f"SELECT Name FROM Stock PUBLISH {'P' * n}")["valid"]
+    assert client.subscriptions() == []
+
+
+# issue 33: a subscription's name is a name like any other
+BAD_LABELS = {"slash": "a/b", "dots": "../../x", "empty": "", "NUL": "a\u0000b", "201": "x" * 201,
+              "10 KB": LONG, "space": "a b"}
+
+
+@pytest.mark.parametrize("bad", BAD_LABELS.values(), ids=BAD_LABELS.keys())
+def test_a_subscription_name_that_breaks_the_rule_is_refused_with_the_rule(server, bad):
+    with httpx.Client(base_url=server.base_url) as h:
+        for path, body in (("/subscriptions", {"cel": "SELECT * FROM Stock PUBLISH Q", "name": bad}),
+                           ("/subscriptions/batch", {"subscriptions": [{"cel": "SELECT * FROM Stock PUBLISH Q"},
+                                                                       {"cel": "SELECT * FROM Stock PUBLISH R",
+                                                                        "name": bad}]})):
+            r = h.post(path, json=body)
+            assert r.status_code == 422, r.text
+            detail = r.json()["detail"]
+            assert "the subscription name" in detail and NAME_RULE in detail and LONG not in r.text, detail
+        assert h.get("/subscriptions").json() == []
+
+
+def test_a_good_subscription_name_is_taken(client):
+    for name in ("pairs_2", "9lives", "N" * 200):
+        assert client.subscribe(cel="SELECT * FROM Stock PUBLISH Q", name=name)["name"] == name
+
+
 def test_a_name_the_cel_compiler_makes_too_long_is_refused(client):
     name = "P" * 199  # fits; the compiler's P..._1 (201 characters) does not
     client.declare_stream("Long", {name: "float", "Name": "string"})
