@@ -162,3 +162,23 @@ def test_a_directory_of_per_symbol_queries_loads_in_name_order_with_one_shape(tm
     assert got == [{"stream": "Up_S00007", "t0": 1, "t1": 3, "First": 1.0, "Last": 3.0},
                    {"stream": "Up_S00007", "t0": 2, "t1": 4, "First": 2.0, "Last": 4.0}]
     assert "Up_S00007" in increasing_cel("S00007")
+
+
+def test_arithmetic_at_the_edges_of_the_int_and_float_ranges(tmp_path):
+    """Issue 34: ``FILTER{Volume % 7 = 1}`` matched ``Volume = 2^60 + 1`` (the
+    remainder went through a float: it is 2); a product beyond 64 bits was
+    written into an int column, and a float overflow as ``null``. Now such an
+    operation fails (docs/design/semantics.md#arithmetic-and-comparison): no witness."""
+    events = tmp_path / "e.jsonl"
+    events.write_text("".join(json.dumps({"stream": "Stock", "t1": t, "Name": "A", "Price": p, "Volume": v}) + "\n"
+                              for t, (p, v) in enumerate([(1e308, 2 ** 60 + 1), (1.5, 8), (2.0, 2 ** 62 + 5)])))
+    queries = {"mod": ("FILTER{Volume % 7 = 1}(Stock)", [8]),
+               "square": ("SELECT Volume * Volume AS v FROM Stock", [64]),
+               "big": ("SELECT Price * 10 AS v FROM Stock", [15.0, 20.0])}
+    for name, (text, want) in queries.items():
+        q = tmp_path / f"{name}.cel"
+        q.write_text(f"SELECT * FROM {text} PUBLISH Out" if text.startswith("FILTER") else f"{text} PUBLISH Out")
+        r = cayuga("run", "--stream", STOCK_DECL, "--query", str(q), "--events", str(events))
+        assert r.returncode == 0, r.stderr
+        got = [json.loads(x) for x in r.stdout.splitlines()]
+        assert [w["Volume" if name == "mod" else "v"] for w in got] == want, name

@@ -5,6 +5,7 @@ unindexed runs give identical witnesses, errors and instances."""
 from __future__ import annotations
 
 import math
+import sys
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -54,7 +55,10 @@ def sorted_automaton(ineq: int, other: int, rebind: int, first: bool) -> Automat
     return Automaton(states, "sorted")
 
 
-PRICES = st.one_of(st.integers(0, 12).map(float), st.just(math.nan), st.just(math.inf), st.just(-0.0))
+#: Values of the data model (docs/design/semantics.md#values): the largest floats make the atoms'
+#: arithmetic overflow, which fails (docs/design/semantics.md#arithmetic-and-comparison). No decoder
+#: passes NaN or infinity and no operation makes one; the example below still feeds a NaN directly.
+PRICES = st.one_of(st.integers(0, 12).map(float), st.sampled_from([sys.float_info.max, -1e308]), st.just(-0.0))
 EVENTS = st.lists(st.tuples(st.integers(0, 2), PRICES, st.sampled_from([0, 1, 2, 7]), st.sampled_from([0, 0, 1, 2]),
                             st.sampled_from([0, 0, 0, 1, 3])), min_size=1, max_size=40)
 CONFIGS = {"all": {}, "no-sorted": {"sorted_index": False}, "no-mqo": {"index": False, "merge": False}}
