@@ -146,6 +146,23 @@ def test_errors_keep_their_own_line_column_and_excerpt():
     assert cache.stats()["shapes"] == 1  # errors are not cached
 
 
+def test_a_literal_out_of_range_is_refused_from_a_cached_shape_too():
+    """Issue 34: a query of a cached shape was bound without reading its
+    literals, so ``1e999`` (infinite) or an int beyond 64 bits got in where
+    compile_cel refuses them (docs/design/semantics.md#arithmetic-and-comparison)."""
+    cache = ShapeCache()
+    cache.compile("SELECT Name FROM FILTER{Price > 1.5 AND Volume > 5}(Stock)", STREAMS)
+    for bad in ["SELECT Name FROM FILTER{Price > 1e999 AND Volume > 5}(Stock)",
+                "SELECT Name FROM FILTER{Price > 1.5 AND Volume > 9223372036854775808}(Stock)"]:
+        with pytest.raises(CelError) as own:
+            compile_cel(bad, STREAMS)
+        with pytest.raises(CelError) as got:
+            cache.compile(bad, STREAMS)
+        assert "out of range" in str(own.value) and str(got.value) == str(own.value)
+    smallest = "SELECT Name FROM FILTER{Price > 1.5 AND Volume > -9223372036854775808}(Stock)"
+    assert same_compiled(cache.compile(smallest, STREAMS), compile_cel(smallest, STREAMS))
+
+
 def test_a_stream_declared_again_differently_means_a_recompile():
     cache = ShapeCache()
     text = "SELECT Name FROM FILTER{{Name = '{}'}}(Quote)"
