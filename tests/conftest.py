@@ -22,6 +22,7 @@ import os
 import random
 import secrets
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -91,6 +92,22 @@ def pytest_configure(config):
     want = os.environ.get("CAYUGA_EXPECT_ENGINE")
     if want and want != BUILD:
         raise pytest.UsageError(f"CAYUGA_EXPECT_ENGINE={want}, but the engine build is {BUILD}")
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run (``CI=true``, as .ci/run sets it)."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A test that cannot run on this machine (no root to mount a tmpfs, no
+    compiled engine, no promtool, ...): skipped with ``reason``, but under
+    ``CI=true`` a failure with it. .ci/run installs everything the tests need,
+    so there a missing capability is a broken machine, and a test that
+    vanished would hide it."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: .ci/run provides this, so it is a failure, not a skip)", pytrace=False)
+    pytest.skip(f"{reason} (CI=true makes this a failure)")
 
 
 STOCK = parse_stream_decl("Stock(Name string, Price float, Volume int)")
