@@ -8,6 +8,12 @@ Hypothesis profiles (``CAYUGA_HYPOTHESIS_PROFILE``; default ``ci`` when
 - ``dev``: Hypothesis' usual 100 examples;
 - ``long``: the long fuzzing campaign (RELIABILITY.md), thousands of examples.
 
+The profile decides how many examples every property test runs: a test
+takes ``@settings(examples(scale))`` (below), the profile's number times its
+scale, never a fixed number, so ``long`` is long for every test. A scale says
+how a test's examples cost next to a typical one's: 3 for a cheap test,
+below 1 for one whose examples start a server or a child process.
+
 No profile is derandomized and none has a deadline (a wall-clock limit is
 flaky on a busy machine). Each run draws a fresh seed unless
 ``--hypothesis-seed=N`` is given; the profile and seed are printed in the
@@ -63,6 +69,15 @@ def hypothesis_profile_name() -> str:
 # directories named on its command line (tests/fuzz/) before it configures, and
 # their module-level settings must see this profile
 settings.load_profile(hypothesis_profile_name())
+
+
+def examples(scale: float = 1.0, **kw) -> settings:
+    """Settings for one property test: the loaded profile's ``max_examples`` times
+    ``scale`` (at least 1); ``scale`` is relative to ``dev``'s 100, so 3 means 300
+    examples under ``dev``, 150 under ``ci`` and 9000 under ``long``. Call it in
+    the test module (collected after ``--hypothesis-profile`` is loaded), not in a
+    conftest.py (tests/fuzz/conftest.py says why). Other settings in ``kw``."""
+    return settings(max_examples=max(1, round(settings.default.max_examples * scale)), **kw)
 
 
 def _hypothesis_run(config) -> str:

@@ -16,6 +16,7 @@ from air.cel.shapes import ShapeCache, same_compiled, split_shape
 from air.model import StreamSchema, parse_stream_decl
 from tests.cel.corpus import STREAMS, cel_files, cel_text
 from tests.cel.test_equivalence import events, witnesses
+from tests.conftest import examples
 
 
 def _compiles(text: str, **kw) -> bool:
@@ -82,7 +83,7 @@ def fill_template(template: str, rnd: random.Random) -> str:
     return "".join(out).replace("{{", "{").replace("}}", "}")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(examples(0.6))
 @given(st.integers(0, 10 ** 9), st.sampled_from(TEMPLATES), st.sampled_from([1.0, 1000.0]))
 def test_random_constants_bind_exactly_as_compiling_alone(seed, template, unit):
     rnd = random.Random(seed)

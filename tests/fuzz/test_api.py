@@ -11,7 +11,8 @@ import pytest
 import schemathesis
 from hypothesis import given, settings
 
-from tests.fuzz.conftest import LONG, healthy
+from tests.conftest import examples
+from tests.fuzz.conftest import healthy
 
 TOKEN = "fuzz-token"
 #: The routes open without a token: the probes.
@@ -46,7 +47,7 @@ def test_no_request_breaks_the_server(open_server):
 
     for op in ops:
         @given(case=op.as_strategy())
-        @settings(max_examples=300 if LONG else 25)
+        @settings(examples(0.25))  # per operation, on a real server
         def run(case):
             _no_server_error(case, open_server.base_url)
 
@@ -57,7 +58,7 @@ def test_no_request_breaks_the_server(open_server):
 def test_with_auth_no_token_is_401_and_the_token_opens(auth_server):
     for op in _operations(auth_server.base_url):
         @given(case=op.as_strategy())
-        @settings(max_examples=100 if LONG else 10)
+        @settings(examples(0.1))  # per operation, two requests each
         def run(case):
             r = _no_server_error(case, auth_server.base_url)
             if case.path not in OPEN:

@@ -13,6 +13,7 @@ from air.engine import Event
 from server.durability.framing import HEADER
 from server.durability.journal import Journal, segment_name
 from server.ingest.queue import DelayQueue
+from tests.conftest import examples
 
 
 def ev(t1, name="IBM", t0=None):
@@ -307,7 +308,7 @@ _OPS = st.lists(st.one_of(
     st.tuples(st.just("get"), st.integers(1, 8), st.integers(0, 40))), max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(examples(1.5))
 @given(ops=_OPS, delay=st.sampled_from([0, 5]))
 def test_the_journal_holds_exactly_the_kept_events_in_arrival_order(tmp_path_factory, ops, delay):
     now = [0.0]
