@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from air.cel import CelError, compile_cel
@@ -88,6 +88,7 @@ def fill_template(template: str, rnd: random.Random) -> str:
 def test_random_constants_bind_exactly_as_compiling_alone(seed, template, unit):
     rnd = random.Random(seed)
     cache = ShapeCache()
+    matched = 0
     for k in range(6):
         text = fill_template(template, rnd)
         prefix = f"s{k}"
@@ -100,9 +101,12 @@ def test_random_constants_bind_exactly_as_compiling_alone(seed, template, unit):
             continue
         got = cache.compile(text, STREAMS, name_prefix=prefix, time_unit_ms=unit)
         assert same_compiled(got, own), text
-        if k == 5:
+        if not matched:  # the witnesses too, until one of the queries has matched something
             out = own.outputs[-1]
-            assert witnesses(got.automata, events(seed % 4), out) == witnesses(own.automata, events(seed % 4), out)
+            want = witnesses(own.automata, events(seed % 4), out)
+            assert witnesses(got.automata, events(seed % 4), out) == want, text
+            matched = sum(want.values())
+    assume(matched)  # something was compared: an example whose queries match nothing shows nothing
 
 
 def test_per_symbol_queries_share_one_shape_and_give_the_same_witnesses():

@@ -1,7 +1,8 @@
 """Every operation of /openapi.json under schemathesis-generated requests,
-on a real server, with and without auth. What it proves: no answer is a 5xx
-(each request has a timeout: a hang fails too), and the server stays healthy
-after each operation's examples. With auth, without the token every route
+on a real server, with and without auth. What it proves: every answer is one
+that /openapi.json documents for its operation (its status code, content type
+and body schema) and none is a 5xx (each request has a timeout: a hang fails
+too), and the server stays healthy after each operation's examples. With auth, without the token every route
 but the open probes (/health, /livez, /readyz) answers 401, and with the token
 none does (the token opens)."""
 
@@ -9,6 +10,9 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
+from schemathesis.checks import (
+    content_type_conformance, not_a_server_error, response_schema_conformance, status_code_conformance,
+)
 from hypothesis import given, settings
 
 from tests.conftest import examples
@@ -35,9 +39,14 @@ def _operations(base_url: str):
     return [r.ok() for r in schema.get_all_operations()]
 
 
+#: What each answer must be: no 5xx, and documented (status code, content type, body schema).
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
 def _no_server_error(case, base_url: str, headers: dict | None = None):
     response = case.call(base_url=base_url, headers=headers, timeout=30)
     assert response.status_code < 500, (case.method, case.path, response.status_code, response.text[:300])
+    case.validate_response(response, checks=CHECKS, headers=headers)  # raises, saying what differs
     return response
 
 

@@ -13,7 +13,7 @@ import sqlite3
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from air.cel.shapes import BoundQuery, ShapeCache
@@ -98,7 +98,9 @@ def test_random_queries_restored_from_bindings_make_the_same_network_and_witness
     ref, fast, _prep, kept = _restore(texts, unit)
     assert fast.plan_stats() == ref.plan_stats()
     evs = events(seed % 4)
-    assert _witnesses(fast, evs) == _witnesses(ref, evs)
+    want = _witnesses(ref, evs)
+    assume(want)  # something to compare: an example whose queries match nothing shows nothing
+    assert _witnesses(fast, evs) == want
 
 
 def test_per_symbol_queries_are_installed_without_building_automata():

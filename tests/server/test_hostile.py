@@ -284,7 +284,9 @@ def test_cayuga_send_with_token(start_server, tmp_path):
     assert "sent 2 lines, 1 rejected" in result.output
     assert f"{f}: error line 2: invalid JSON" in result.output  # counted in the file, not the connection
     result = CliRunner().invoke(main, args)  # refused for good: no retries for --retry-for seconds
-    assert "authentication required" in result.output or "401" in result.output
+    assert result.output == ("cayuga: error line 1: authentication required: the first line must be "
+                             "'#token <token>' with one of the server's auth_tokens; closing; "
+                             "0 of 2 lines acknowledged\n")
     assert result.exit_code == 1
 
 
