@@ -19,6 +19,9 @@ from typing import Callable, Iterator, Union
 from air.errors import ExprSyntaxError
 from air.names import IDENTIFIER_RULE, MAX_NAME_LENGTH, shown
 
+#: The int range (docs/design/semantics.md#values); a literal outside it is refused.
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+
 # --------------------------------------------------------------------------- tokens
 
 
@@ -346,9 +349,11 @@ class ExprParser:
     def _unary(self) -> Expr:
         if self.ts.at_op("-"):
             tok = self.ts.next()
+            if self.ts.peek.type == "NUMBER":  # -5 is one literal: -9223372036854775808 is an int
+                return self._number(-self.ts.next().value, tok)
             operand = self._unary()
             if isinstance(operand, Literal) and operand.type in ("int", "float"):
-                return Literal(-operand.value, tok.line, tok.column)  # type: ignore[operator]
+                return self._number(-operand.value, tok)  # type: ignore[operator]
             return Unary("-", operand, tok.line, tok.column)
         if self.ts.at_op("+"):
             self.ts.next()
@@ -360,7 +365,7 @@ class ExprParser:
         tok = ts.peek
         if tok.type == "NUMBER":
             ts.next()
-            return Literal(tok.value, tok.line, tok.column)
+            return self._number(tok.value, tok)
         if tok.type == "STRING":
             ts.next()
             return Literal(tok.value, tok.line, tok.column)
@@ -395,6 +400,14 @@ class ExprParser:
             return Ref(tok.text, None, tok.line, tok.column)
         ts.fail("expected a value")
         raise AssertionError  # unreachable
+
+    def _number(self, value, tok: Token) -> Literal:
+        """A number literal (docs/design/semantics.md#arithmetic-and-comparison):
+        an int in 64 bits; a float literal that overflows is refused by the tokenizer."""
+        if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+            raise self.ts.error(f"the number {value} is out of range (beyond a 64-bit int)", tok.line, tok.column,
+                                self.ts.source)
+        return Literal(value, tok.line, tok.column)
 
     def _cel_ref(self) -> Expr:
         ts = self.ts

@@ -8,6 +8,12 @@ Hypothesis profiles (``CAYUGA_HYPOTHESIS_PROFILE``; default ``ci`` when
 - ``dev``: Hypothesis' usual 100 examples;
 - ``long``: the long fuzzing campaign (RELIABILITY.md), thousands of examples.
 
+The profile decides how many examples every property test runs: a test
+takes ``@settings(examples(scale))`` (below), the profile's number times its
+scale, never a fixed number, so ``long`` is long for every test. A scale says
+how a test's examples cost next to a typical one's: 3 for a cheap test,
+below 1 for one whose examples start a server or a child process.
+
 No profile is derandomized and none has a deadline (a wall-clock limit is
 flaky on a busy machine). Each run draws a fresh seed unless
 ``--hypothesis-seed=N`` is given; the profile and seed are printed in the
@@ -22,6 +28,7 @@ import os
 import random
 import secrets
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -64,6 +71,15 @@ def hypothesis_profile_name() -> str:
 settings.load_profile(hypothesis_profile_name())
 
 
+def examples(scale: float = 1.0, **kw) -> settings:
+    """Settings for one property test: the loaded profile's ``max_examples`` times
+    ``scale`` (at least 1); ``scale`` is relative to ``dev``'s 100, so 3 means 300
+    examples under ``dev``, 150 under ``ci`` and 9000 under ``long``. Call it in
+    the test module (collected after ``--hypothesis-profile`` is loaded), not in a
+    conftest.py (tests/fuzz/conftest.py says why). Other settings in ``kw``."""
+    return settings(max_examples=max(1, round(settings.default.max_examples * scale)), **kw)
+
+
 def _hypothesis_run(config) -> str:
     """The profile and seed of this run, and the options that replay it."""
     profile, seed = settings.get_current_profile_name(), config.getoption("hypothesis_seed")
@@ -91,6 +107,22 @@ def pytest_configure(config):
     want = os.environ.get("CAYUGA_EXPECT_ENGINE")
     if want and want != BUILD:
         raise pytest.UsageError(f"CAYUGA_EXPECT_ENGINE={want}, but the engine build is {BUILD}")
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run (``CI=true``, as .ci/run sets it)."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A test that cannot run on this machine (no root to mount a tmpfs, no
+    compiled engine, no promtool, ...): skipped with ``reason``, but under
+    ``CI=true`` a failure with it. .ci/run installs everything the tests need,
+    so there a missing capability is a broken machine, and a test that
+    vanished would hide it."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: .ci/run provides this, so it is a failure, not a skip)", pytrace=False)
+    pytest.skip(f"{reason} (CI=true makes this a failure)")
 
 
 STOCK = parse_stream_decl("Stock(Name string, Price float, Volume int)")

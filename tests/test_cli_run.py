@@ -179,3 +179,23 @@ def test_run_warns_of_a_next_without_a_time_bound_and_runs_it(tmp_path):
     r = cayuga("run", "--stream", STOCK_DECL, "--query", str(bounded), "--events", "examples/example9.jsonl")
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr
+
+
+def test_arithmetic_at_the_edges_of_the_int_and_float_ranges(tmp_path):
+    """Issue 34: ``FILTER{Volume % 7 = 1}`` matched ``Volume = 2^60 + 1`` (the
+    remainder went through a float: it is 2); a product beyond 64 bits was
+    written into an int column, and a float overflow as ``null``. Now such an
+    operation fails (docs/design/semantics.md#arithmetic-and-comparison): no witness."""
+    events = tmp_path / "e.jsonl"
+    events.write_text("".join(json.dumps({"stream": "Stock", "t1": t, "Name": "A", "Price": p, "Volume": v}) + "\n"
+                              for t, (p, v) in enumerate([(1e308, 2 ** 60 + 1), (1.5, 8), (2.0, 2 ** 62 + 5)])))
+    queries = {"mod": ("FILTER{Volume % 7 = 1}(Stock)", [8]),
+               "square": ("SELECT Volume * Volume AS v FROM Stock", [64]),
+               "big": ("SELECT Price * 10 AS v FROM Stock", [15.0, 20.0])}
+    for name, (text, want) in queries.items():
+        q = tmp_path / f"{name}.cel"
+        q.write_text(f"SELECT * FROM {text} PUBLISH Out" if text.startswith("FILTER") else f"{text} PUBLISH Out")
+        r = cayuga("run", "--stream", STOCK_DECL, "--query", str(q), "--events", str(events))
+        assert r.returncode == 0, r.stderr
+        got = [json.loads(x) for x in r.stdout.splitlines()]
+        assert [w["Volume" if name == "mod" else "v"] for w in got] == want, name

@@ -142,3 +142,21 @@ def test_rising_is_the_query_of_the_readme_and_of_the_server_benchmark():
     root = Path(__file__).resolve().parents[1]
     assert (root / "clients" / "bench" / "queries" / "rising.cel").read_text() == RISING + "\n"
     assert RISING in (root / "README.md").read_text().replace("\n", " ")
+
+
+#: Test files that still poll with a loop of their own (a deadline and a sleep) instead
+#: of wait_until: test_runaway.py is being rewritten; the others are left for later.
+OWN_POLLING = {"tests/server/test_runaway.py", "tests/server/test_crash.py", "tests/server/test_witlog.py",
+               "tests/server/test_diskfull.py", "tests/test_readme_walkthrough.py",
+               "tests/spark/test_stream_recovery.py", "tests/ui/readme_screenshot.py"}
+
+
+def test_tests_wait_with_wait_until_not_a_polling_loop_of_their_own():
+    """A private copy of wait_until (a deadline, a condition and a sleep in a loop)
+    repeats its timeout and failure message in its own way; test_send_cli,
+    test_diskfull_serve and test_http_limits each had one."""
+    root = Path(__file__).resolve().parents[1]
+    deadline, sleep = "deadline = time." + "monotonic()", "time." + "sleep("  # (not this file's own text)
+    own = sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("*.py")
+                 if deadline in p.read_text() and sleep in p.read_text())
+    assert set(own) <= OWN_POLLING, f"use clients.testing.wait_until in {sorted(set(own) - OWN_POLLING)}"

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -51,7 +52,7 @@ from typing import Callable, Iterable, Mapping
 
 from air.cel.compiler import CompiledQuery, Origin, _const_text, _schemas, compile_cel
 from air.cel.semantics import UNIT_MS, Duration, dur_constant
-from air.expr import Literal
+from air.expr import INT_MAX, Literal
 from air.model import Clause, DurationAtom, StaticAtom, StreamSchema
 from air import expr as _expr
 from air import model as _model
@@ -104,8 +105,12 @@ def split_shape(text: str) -> tuple[str, tuple, tuple] | None:
         elif kind == 4:
             n = m.group()
             if "." in n or "e" in n or "E" in n:
+                if not math.isfinite(float(n)):
+                    return None  # out of range: compile_cel refuses it, with its position
                 values.append(float(n))
                 cuts.append((m.start(), m.end(), "\x00f"))
+            elif int(n) > INT_MAX:
+                return None  # out of range (but -9223372036854775808 is not): compile_cel decides
             elif int(n):  # 0 stays in the shape: 2 ^ -0 is an int, 2 ^ -1 a float
                 values.append(int(n))
                 cuts.append((m.start(), m.end(), "\x00i"))

@@ -7,14 +7,24 @@ schema order; ``et0``/``et1``: event timestamps; ``nt0``: instance start)::
     smap(e, n) -> tuple          # the destination's values, in schema order
 
 A TRUE predicate compiles to ``None`` so the engine can skip the call.
-Arithmetic follows the original: ``int / int`` truncates toward zero and ``%``
-is the C remainder; both raise ``ZeroDivisionError`` on a zero divisor, which
-the engine counts as an evaluation error.
+Arithmetic and comparisons follow docs/design/semantics.md#arithmetic-and-comparison:
+``int op int`` is exact (``/`` truncates toward zero, ``%`` is C's remainder,
+never through a float), an int result must fit in 64 bits and a float result
+must be finite, and arithmetic on a string or a bool, or a comparison of values
+of different kinds, is a type clash. An operation that breaks a rule raises
+(``OverflowError``, ``ZeroDivisionError``, ``TypeError``, ``ValueError``), which
+the engine counts as an evaluation error: the edge is not taken.
+
+The types of attributes and literals are known when a function is compiled, so
+``+ - *`` and unary minus on them compile to the plain operation and an inline
+range check (no call); ``/``, ``%``, ``^``, and operands of unknown type (a user
+function's result) go through helpers that check at run time.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import sys
 import types
 from typing import Callable, Sequence
@@ -23,7 +33,7 @@ from air.expr import And, Binary, Call, Compare, Dur, Expr, Literal, Or, Ref, Un
 from air.model import (
     Attribute, Clause, ComplexAtom, Computed, DurationAtom, DynamicAtom, Predicate, Rename, StaticAtom,
 )
-from air.engine.functions import FunctionRegistry
+from air.engine.functions import FunctionRegistry, contains, similarity
 
 
 class BindError(ValueError):
@@ -33,27 +43,131 @@ class BindError(ValueError):
 _PY_OP = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+FLOAT_MAX = sys.float_info.max
+
+#: ``code`` checked inline: its value if it is an int in 64 bits (a finite float), else _ovf() raises.
+#: One local ``_t`` serves every nested check: each reads it right after its own assignment.
+_INT_CHECK = f"(_t if {INT_MIN} <= (_t := {{}}) <= {INT_MAX} else _ovf())"
+_FLOAT_CHECK = f"(_t if {-FLOAT_MAX!r} <= (_t := {{}}) <= {FLOAT_MAX!r} else _ovf())"
+
+
+def _ovf():
+    raise OverflowError("the result is not a 64-bit int or a finite float")
+
+
+def _clash(op: str):
+    raise TypeError(f"'{op}' on values of the wrong types (a type clash)")
+
+
+def _kind(x) -> type:
+    """int and float are one kind (numbers); str, bool and anything else its own."""
+    t = type(x)
+    return float if t is int else t
+
+
+def _num(x) -> type:
+    t = type(x)
+    if t is int or t is float:
+        return t
+    raise TypeError(f"arithmetic on a non-number {x!r}")
+
+
+def _checked(r):
+    if type(r) is int:
+        if INT_MIN <= r <= INT_MAX:
+            return r
+        raise OverflowError(f"int overflow: {r} does not fit in 64 bits")
+    if -FLOAT_MAX <= r <= FLOAT_MAX:
+        return r
+    raise OverflowError(f"float result {r} is not finite")
+
+
+def _add(a, b):
+    _num(a), _num(b)
+    return _checked(a + b)
+
+
+def _sub(a, b):
+    _num(a), _num(b)
+    return _checked(a - b)
+
+
+def _mul(a, b):
+    _num(a), _num(b)
+    return _checked(a * b)
+
+
+def _neg(a):
+    _num(a)
+    return _checked(-a)
+
+
 def _div(a, b):
-    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and not isinstance(b, bool):
+    if _num(a) is int and _num(b) is int:
         q = abs(a) // abs(b)  # ZeroDivisionError on b == 0
-        return q if (a >= 0) == (b >= 0) else -q
-    return a / b
+        return _checked(q if (a >= 0) == (b >= 0) else -q)
+    return _checked(a / b)  # ZeroDivisionError on 0.0; an int operand is converted to float
 
 
 def _mod(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return int(math.fmod(a, b)) if b else a % b  # a % 0 raises
+    if _num(a) is int and _num(b) is int:
+        r = abs(a) % abs(b)  # exact (never through a float); ZeroDivisionError on b == 0
+        return r if a >= 0 else -r
+    if b == 0:
+        raise ZeroDivisionError(f"{a!r} % {b!r}")
     return math.fmod(a, b)
 
 
 def _pow(a, b):
-    return a ** b
+    if _num(a) is int and _num(b) is int and b >= 0:
+        if b >= 64 and (a > 1 or a < -1):
+            raise OverflowError(f"int overflow: {a} ^ {b}")  # not computed: it could take all memory
+        return _checked(a ** b)
+    if a == 0 and b < 0:
+        raise ZeroDivisionError(f"{a!r} ^ {b!r}")
+    try:
+        return _checked(math.pow(a, b))  # OverflowError past the float range
+    except ValueError:
+        raise ValueError(f"{a!r} ^ {b!r} has no real value") from None
+
+
+_CMP_FN = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+           ">=": operator.ge}
+
+
+def _cmp(op: str, a, b) -> bool:
+    """A comparison whose operand types are not known when it is compiled."""
+    if _kind(a) is not _kind(b):
+        raise TypeError(f"cannot compare {a!r} {op} {b!r} (a type clash)")
+    return _CMP_FN[op](a, b)
+
+
+def _store(type_: str, x):
+    """A value of unknown type stored into an attribute of ``type_`` (an int into a float one is converted)."""
+    t = type(x)
+    if type_ == "float" and (t is float or t is int):
+        return float(x)
+    if t is _PY_TYPES.get(type_, t):
+        return x
+    raise TypeError(f"a {t.__name__} value stored into a {type_} attribute (a type clash)")
+
+
+_PY_TYPES = {"int": int, "float": float, "string": str, "bool": bool}
+_NUMERIC = ("int", "float")
+_HELPER_FNS = {"_ovf": _ovf, "_clash": _clash, "_add": _add, "_sub": _sub, "_mul": _mul, "_neg": _neg,
+               "_div": _div, "_mod": _mod, "_pow": _pow, "_cmp": _cmp, "_store": _store}
+_ARITH_FN = {"+": "_add", "-": "_sub", "*": "_mul"}
+_BUILTIN_FNS = (contains, similarity)
 
 
 def convert_const(text: str, type_: str):
     """An AIR ``Const`` string as a value of the attribute's type (numbers
     and strings interned: thousands of subscriptions repeat their constants)."""
     value = _convert_const(text, type_)
+    if value is _OUT_OF_RANGE:
+        raise BindError(f"constant {text!r} is out of range for the attribute's type {type_} "
+                        "(a 64-bit int, a finite float)")
     t = type(value)
     if t is str:
         return sys.intern(value)
@@ -63,18 +177,23 @@ def convert_const(text: str, type_: str):
 
 
 _INTERNED: dict = {}
+_OUT_OF_RANGE = object()
 _INTERN_MAX = 1_000_000
 
 
 def _convert_const(text: str, type_: str):
     try:
-        if type_ == "int":
+        if type_ in ("int", "float"):
             try:
-                return int(text)
+                value = int(text) if type_ == "int" else float(text)
             except ValueError:
-                return float(text)
-        if type_ == "float":
-            return float(text)
+                if type_ == "float":
+                    raise
+                value = float(text)
+            # docs/design/semantics.md#arithmetic-and-comparison: a constant out of range is refused
+            if (type(value) is int and not INT_MIN <= value <= INT_MAX) or not math.isfinite(value):
+                return _OUT_OF_RANGE
+            return value
         if type_ == "bool":
             low = text.strip().lower()
             if low in ("1", "true", "t", "yes"):
@@ -97,7 +216,7 @@ class Scope:
         self.has_node = node is not None
         self.functions = functions
         self.where = where
-        self.globals: dict[str, object] = {"_div": _div, "_mod": _mod, "_pow": _pow}
+        self.globals: dict[str, object] = dict(_HELPER_FNS)
         self._consts = 0
         #: Global name of each StaticAtom constant compiled -> (atom, attribute type): what a
         #: template (see :class:`FnTemplate`) rebinds for automata differing only in constants.
@@ -128,27 +247,57 @@ class Scope:
         return f"n[{self.node[name][0]}]"
 
     def expr(self, x: Expr) -> str:
+        return self.typed(x)[0]
+
+    def typed(self, x: Expr) -> tuple[str, str | None]:
+        """The code of ``x`` and the type of its value (``int``, ``float``,
+        ``string``, ``bool``; None where only the run can tell: a user
+        function's result, ``int ^ int`` with an exponent that is not a constant)."""
         if isinstance(x, Literal):
-            return self.const(x.value)
+            v = x.value
+            if (type(v) is int and not INT_MIN <= v <= INT_MAX) or (type(v) is float and not math.isfinite(v)):
+                raise BindError(f"{self.where}: the number {v} is out of range (a 64-bit int, a finite float)")
+            return self.const(v), x.type
         if isinstance(x, Ref):
             if x.source == "EV":
-                return self.ev_ref(x.name)
+                return self.ev_ref(x.name), self.ev[x.name][1]
             if x.source == "NODE":
-                return self.node_ref(x.name)
+                return self.node_ref(x.name), self.node[x.name][1]
             if x.source is None:  # bare name: the event's if it has it, else the instance's
-                return self.ev_ref(x.name) if x.name in self.ev else self.node_ref(x.name)
+                if x.name in self.ev:
+                    return self.ev_ref(x.name), self.ev[x.name][1]
+                return self.node_ref(x.name), self.node[x.name][1]
             raise BindError(f"{self.where}: CEL decorator ${x.source}. is not valid in AIR")
         if isinstance(x, Unary):
-            return f"(-{self.expr(x.operand)})"
+            code, t = self.typed(x.operand)
+            if t == "int":
+                return _INT_CHECK.format(f"-{code}"), t  # -(-2^63) does not fit
+            if t == "float":
+                return f"(-{code})", t
+            if t is None:
+                return f"_neg({code})", None
+            return "_clash('-')", None
         if isinstance(x, Binary):
-            left, right = self.expr(x.left), self.expr(x.right)
+            (left, lt), (right, rt) = self.typed(x.left), self.typed(x.right)
+            if lt in _NUMERIC and rt in _NUMERIC:
+                t = "int" if lt == rt == "int" else "float"
+            elif lt is None and rt in (None, *_NUMERIC) or rt is None and lt in _NUMERIC:
+                t = None
+            else:
+                return f"_clash('{x.op}')", None  # a string or a bool operand
+            if x.op in _ARITH_FN:
+                if t is None:
+                    return f"{_ARITH_FN[x.op]}({left}, {right})", None
+                return (_INT_CHECK if t == "int" else _FLOAT_CHECK).format(f"{left} {x.op} {right}"), t
             if x.op == "/":
-                return f"_div({left}, {right})"
+                return f"_div({left}, {right})", t
             if x.op == "%":
-                return f"_mod({left}, {right})"
+                return f"_mod({left}, {right})", t
             if x.op == "^":
-                return f"_pow({left}, {right})"
-            return f"({left} {x.op} {right})"
+                if t == "int" and not (isinstance(x.right, Literal) and x.right.value >= 0):
+                    t = None  # 2 ^ n is an int for n >= 0, a float for n < 0
+                return f"_pow({left}, {right})", t
+            raise BindError(f"{self.where}: unknown operator {x.op!r}")
         if isinstance(x, Call):
             fn = self.functions.get(x.name)
             if fn is None:
@@ -158,13 +307,20 @@ class Scope:
             gname = f"_f_{x.name}"
             self.globals[gname] = fn.fn
             self.calls[x.name] = fn
-            return f"{gname}(" + ", ".join(self.expr(a) for a in x.args) + ")"
+            # the built-ins return what they declare; a user function's result is checked where it is used
+            t = fn.return_type if fn.fn in _BUILTIN_FNS else None
+            return f"{gname}(" + ", ".join(self.expr(a) for a in x.args) + ")", t
         if isinstance(x, Compare):
-            return f"({self.expr(x.left)} {_PY_OP[x.op]} {self.expr(x.right)})"
+            (left, lt), (right, rt) = self.typed(x.left), self.typed(x.right)
+            if lt is None or rt is None:
+                return f"_cmp('{x.op}', {left}, {right})", "bool"
+            if lt != rt and not (lt in _NUMERIC and rt in _NUMERIC):
+                return f"_clash('{x.op}')", "bool"
+            return f"({left} {_PY_OP[x.op]} {right})", "bool"
         if isinstance(x, And):
-            return "(" + " and ".join(self.expr(i) for i in x.items) + ")"
+            return "(" + " and ".join(self.expr(i) for i in x.items) + ")", "bool"
         if isinstance(x, Or):
-            return "(" + " or ".join(self.expr(i) for i in x.items) + ")"
+            return "(" + " or ".join(self.expr(i) for i in x.items) + ")", "bool"
         if isinstance(x, Dur):
             raise BindError(f"{self.where}: DUR is only allowed in a DurationPred")
         raise BindError(f"{self.where}: unsupported expression {x!r}")
@@ -177,7 +333,11 @@ class Scope:
             self.sites[name] = (a, type_)
             return f"({ref} {_PY_OP[a.op]} {name})"
         if isinstance(a, DynamicAtom):
-            return f"({self.ev_ref(a.event_attr)} {_PY_OP[a.op]} {self.node_ref(a.node_attr)})"
+            ev, node = self.ev_ref(a.event_attr), self.node_ref(a.node_attr)
+            et, nt = self.ev[a.event_attr][1], self.node[a.node_attr][1]
+            if et != nt and not (et in _NUMERIC and nt in _NUMERIC):
+                return f"_clash('{a.op}')"
+            return f"({ev} {_PY_OP[a.op]} {node})"
         if isinstance(a, DurationAtom):
             if a.kind == "COMPOSITE":
                 if not self.has_node:
@@ -243,7 +403,7 @@ class FnTemplate:
 
 
 _CODE_CACHE: dict[str, types.CodeType] = {}
-_HELPERS = frozenset({"_div", "_mod", "_pow"})
+_HELPERS = frozenset(_HELPER_FNS)
 #: Constant-free functions by (code, ids of the helpers they read).
 _SHARED: dict[tuple, Callable] = {}
 _CONST_NAMES = tuple(f"_c{i}" for i in range(64))
@@ -271,14 +431,21 @@ def compile_schema_map(entries, dest: Sequence[Attribute], scope: Scope) -> Call
             else:
                 by_name[m.new] = (scope.node_ref(m.old), scope.node[m.old][1])
         elif isinstance(m, Computed):
-            by_name[m.attr] = (scope.expr(m.expr), None)
+            by_name[m.attr] = (*scope.typed(m.expr), True)
     items = []
     for a in dest:
         if a.name not in by_name:
             raise BindError(f"{scope.where}: the schema map does not produce {a.name!r}")
-        code, src_type = by_name[a.name]
-        if a.type == "float" and src_type != "float":
-            code = f"float({code})"  # an int expression stored in a float attribute
+        code, src_type, *computed = by_name[a.name]
+        if computed and src_type != a.type:  # docs/design/semantics.md#arithmetic-and-comparison
+            if src_type is None:
+                code = f"_store('{a.type}', {code})"
+            elif a.type == "float" and src_type == "int":
+                code = f"float({code})"  # an int expression stored in a float attribute
+            else:
+                code = f"_clash('{a.type} attribute {a.name} := {src_type}')"
+        elif a.type == "float" and src_type != "float":
+            code = f"float({code})"  # a renamed int attribute stored in a float attribute
         items.append(code)
     body = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     return scope.build("smap", "e, n", body)

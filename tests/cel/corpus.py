@@ -21,6 +21,9 @@ AIR_OF.update({
     "test203": ("IBM_MSFT_PAIR.xml",), "test204": ("IBM_OTHER_PAIR.xml",),
     "test206": ("94.xml", "LONG_MONOTONIC_INC.xml"), "test207": ("IBM_PAIR.xml",),
 })
+#: AIR files of AIR_OF that this copy does not hold (tests/conformance/README.md): T35 was
+#: never produced, the others are held back on purpose. Put back, they are paired again.
+WITHHELD = frozenset(f"T{n}.xml" for n in (10, 13, 21, 23, 24, 27, 28, 31, 35, 36, 37, 41))
 #: Queries over the undeclared ``webfeeds`` stream: they parse but need not compile.
 UNKNOWN_SCHEMA = {"test100", "test101", "test102"}
 
@@ -33,11 +36,17 @@ def cel_files() -> list[Path]:
     return sorted((CONFORMANCE / "cel").glob("*.cel"), key=_key)
 
 
-def pairs() -> list[tuple[str, tuple[Path, ...]]]:
+def pairs(root: Path | None = None) -> list[tuple[str, tuple[Path, ...]]]:
+    """Each CEL file with the AIR files the original compiler made of it, except
+    those :data:`WITHHELD`; any other AIR file missing is an error, not a pair
+    that quietly goes untested."""
     out = []
     for name, airs in sorted(AIR_OF.items(), key=lambda kv: int(kv[0][4:])):
-        paths = tuple(CONFORMANCE / "air" / a for a in airs)
-        if all(p.exists() for p in paths):
+        paths = tuple((root or CONFORMANCE) / "air" / a for a in airs)
+        missing = [p.name for p in paths if not p.exists()]
+        if missing and not set(missing) <= WITHHELD:
+            raise FileNotFoundError(f"{name}: the conformance corpus lacks {', '.join(missing)}")
+        if not missing:
             out.append((name, paths))
     return out
 

@@ -12,6 +12,7 @@ from air.cel.ast import Filter, Fold, Next, Quantity, Query, SelectItem, Star, S
 from air.cel.printer import format_query
 from air.expr import And, Binary, Call, Compare, Dur, Literal, Or, Ref
 from tests.cel.corpus import cel_files
+from tests.conftest import examples
 
 
 @pytest.mark.parametrize("path", cel_files(), ids=lambda p: p.stem)
@@ -215,7 +216,7 @@ _queries = st.builds(Query, st.lists(_items, min_size=1, max_size=3).map(tuple),
                      st.recursive(_streams, _exprs, max_leaves=5), st.one_of(st.none(), _names))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(examples(3))
 @given(_queries)
 def test_printer_round_trips_random_trees(q):
     assert parse(format_query(q)) == q

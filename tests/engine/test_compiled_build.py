@@ -15,13 +15,17 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
+from xml.etree import ElementTree
 
 import pytest
 
 from air.engine import BUILD
 from air.engine import build as engine_build
+from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ["tests/engine", "tests/cel", "tests/bench", "tests/server", "tests/spark", "tests/test_cli_run.py",
@@ -47,7 +51,7 @@ def compiled_tree(tmp_path_factory) -> Path:
     if BUILD == "compiled":
         return ROOT
     if not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("no C compiler on this machine: the compiled build cannot be made here")
+        unavailable("no C compiler on this machine: the compiled build cannot be made here")
     dst = tmp_path_factory.mktemp("compiled")
     skip = shutil.ignore_patterns("*.so", "*.pyd", "__pycache__", ".hypothesis", ".pytest_cache")
     for d in ("air", "server", "clients", "tests", "examples"):
@@ -111,15 +115,58 @@ def test_installed_files_in_any_order_of_time_are_not_stale(compiled_tree, tmp_p
     assert engine_build.stale("runtime", engine)
 
 
+class Nested(NamedTuple):
+    """What a nested pytest run did, from its JUnit XML report (not from its last lines)."""
+    returncode: int
+    tail: str
+    tests: int
+    failures: int
+    errors: int
+    skipped: list[str]  # "test id: reason", one per skipped test
+
+    def report(self) -> str:
+        lines = [f"nested run: {self.tests} tests, {self.failures} failed, {self.errors} errors, "
+                 f"{len(self.skipped)} skipped"]
+        return "\n".join(lines + [f"  skipped {s}" for s in self.skipped])
+
+    def problems(self) -> list[str]:
+        """Why the run does not show that the suites pass: it failed, ran nothing, or
+        skipped a test (none of the suites it runs skips, but for a missing capability:
+        a compiled engine, a C compiler, root; each skip would hide that)."""
+        out = []
+        if self.returncode != 0 or self.failures or self.errors:
+            out.append(f"it failed (exit status {self.returncode})")
+        if self.tests == 0:
+            out.append("it ran no test")
+        if self.skipped:
+            out.append(f"it skipped {len(self.skipped)} tests, each hiding what it would have checked")
+        return out
+
+
+def nested_pytest(args: list[str], tree: Path, timeout: float, **env) -> Nested:
+    """``python -m pytest args`` in ``tree``, counted from its JUnit XML report."""
+    with tempfile.TemporaryDirectory(prefix="cayuga-nested-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        r = _run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                  *args], tree, timeout, **env)
+        tail = (r.stdout + r.stderr)[-4000:]
+        if not junit.exists():
+            return Nested(r.returncode, tail, 0, 0, 0, [])
+        root = ElementTree.parse(junit).getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    count = lambda attr: sum(int(suite.get(attr, 0)) for suite in suites)  # noqa: E731
+    skipped = [f"{case.get('classname')}::{case.get('name')}: {skip.get('message')}"
+               for case in root.iter("testcase") for skip in case.findall("skipped")]
+    return Nested(r.returncode, tail, count("tests"), count("failures"), count("errors"), skipped)
+
+
 def test_the_suites_pass_against_the_other_build(compiled_tree):
     if BUILD == "compiled":  # this run is compiled: the suites again in plain Python
         tree, env = ROOT, {"CAYUGA_ENGINE": "python", "CAYUGA_EXPECT_ENGINE": "python"}
     else:
         tree, env = compiled_tree, {"CAYUGA_EXPECT_ENGINE": "compiled"}
-    r = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *SUITES,
-              "--ignore=tests/engine/test_compiled_build.py", "--ignore=tests/engine/test_builds_agree.py",
-              *[f"--ignore={p}" for p in NOT_ENGINE]],
-             tree, 1800, **env, PYTHONPATH=str(tree))  # also for the processes the suites start (server, Spark)
-    tail = (r.stdout + r.stderr)[-4000:]
-    assert r.returncode == 0, tail
-    assert " passed" in tail and "failed" not in tail
+    run = nested_pytest(["-x", *SUITES, "--ignore=tests/engine/test_compiled_build.py",
+                         "--ignore=tests/engine/test_builds_agree.py", *[f"--ignore={p}" for p in NOT_ENGINE]],
+                        tree, 1800, **env, PYTHONPATH=str(tree))  # also for the processes the suites start
+    print(run.report())
+    assert not run.problems(), f"{'; '.join(run.problems())}\n{run.report()}\n{run.tail}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.cel import compile_cel
@@ -23,7 +23,7 @@ from air.model import (
 from air.engine.loader import _constant_attrs
 from air.engine import Engine, Event
 from air.expr import Literal
-from tests.conftest import STOCK
+from tests.conftest import STOCK, examples
 from tests.engine.test_indexes_support import CONFIGS, witnesses
 
 
@@ -156,7 +156,7 @@ def _run(opts: dict, subs, events, churn_at: int | None) -> Counter:
     return witnesses(emitted)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(0.6))
 @given(subs=subs_st, raw=events_st, churn=st.one_of(st.none(), st.integers(0, 29)))
 def test_per_symbol_queries_give_the_same_witnesses_under_every_switch(subs, raw, churn):
     events = _events(raw)

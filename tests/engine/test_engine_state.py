@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pickle
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.engine import Engine, Event
-from tests.conftest import STOCK
+from tests.conftest import STOCK, examples
 from tests.engine.test_indexes_sorted import INEQUALITIES, OTHERS, sorted_automaton
 from tests.engine.test_indexes_support import CONFIGS, random_automaton, stream
 
@@ -59,7 +59,7 @@ VALUES = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 5), st.integers(1,
                             st.sampled_from([0, 0, 0, 1, 3])), min_size=1, max_size=40)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(1.5))
 @given(specs=SPECS, sorted_specs=SORTED, values=VALUES, cut=st.integers(0, 40), config=st.sampled_from(sorted(CONFIGS)))
 def test_a_restored_engine_goes_on_exactly_as_the_uninterrupted_one(specs, sorted_specs, values, cut, config):
     opts = CONFIGS[config]
@@ -83,7 +83,7 @@ def test_a_restored_engine_goes_on_exactly_as_the_uninterrupted_one(specs, sorte
     assert second.stats.events == len(events)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples())
 @given(specs=SPECS, values=VALUES, cut=st.integers(0, 40), gone=st.integers(0, 4), late=st.integers(0, 4))
 def test_owners_gone_before_the_cut_are_skipped_and_owners_added_after_it_start_empty(specs, values, cut, gone,
                                                                                        late):

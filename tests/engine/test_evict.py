@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pickle
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from air.cel import compile_cel
 from air.engine import Engine, Event
 from air.engine import instance as slot  # (VALUES below is test_engine_state's strategy)
-from tests.conftest import STOCK
+from tests.conftest import STOCK, examples
 from tests.engine.test_engine_state import SORTED, SPECS, VALUES, _engine, _feed, _key, _uninterrupted
 from tests.engine.test_indexes_sorted import sorted_automaton
 from tests.engine.test_indexes_support import CONFIGS, random_automaton, stream
@@ -112,7 +112,7 @@ def _positions_kept(eng: Engine, owner: str, gone: set) -> dict:
 OPS = st.tuples(st.integers(0, 6), st.sampled_from([0, 0, 1, 2, 3, 5, 8]), st.booleans(), st.booleans())
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(3))
 @given(specs=SPECS, sorted_specs=SORTED, values=VALUES, cut=st.integers(0, 40), op=OPS,
        config=st.sampled_from(sorted(CONFIGS)))
 def test_evict_oldest_removes_exactly_the_oldest_and_the_engine_goes_on(specs, sorted_specs, values, cut, op,
@@ -249,7 +249,7 @@ STEPS = st.lists(st.one_of(st.tuples(st.just("event"), st.sampled_from("ABCDE"))
                            st.tuples(st.just("evict"), st.integers(0, 6))), max_size=40)
 
 
-@settings(max_examples=200)
+@settings(examples(2))
 @given(raw=STEPS)
 def test_evict_oldest_matches_an_independent_model_of_the_query(raw):
     """Against the model above, which knows the engine only through what it is

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.engine import Engine, Event
 from clients.bench import workloads as wl
 from clients.testing import STOCK, increasing_query, increasing_stream, random_walk, rise_query, runup_query, symbols
-from tests.conftest import AIR_DIR, PUBLISHERS, air, stock_stream
+from tests.conftest import AIR_DIR, PUBLISHERS, air, examples, stock_stream
 from tests.engine.test_indexes_support import (
     CONFIGS, random_automaton, run_config, stream, witnesses,
 )
@@ -64,7 +64,7 @@ EVENTS = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 5), st.integers(1,
                             st.sampled_from([0, 0, 0, 1, 3])), min_size=1, max_size=30)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(1.5))
 @given(specs=st.lists(SPEC, min_size=1, max_size=6), extra=st.lists(st.integers(0, 5), max_size=4), values=EVENTS)
 def test_random_automata_give_the_same_witnesses_under_every_switch(specs, extra, values):
     specs = specs + [specs[i % len(specs)] for i in extra]  # duplicates: merging must not double or lose

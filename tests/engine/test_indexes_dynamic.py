@@ -4,11 +4,11 @@ before it existed; removing one removes exactly its own work."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from air.engine import Engine
-from tests.conftest import STOCK, air
+from tests.conftest import STOCK, air, examples
 from tests.engine.test_indexes_support import random_automaton, run_config, stream, witnesses
 from tests.engine.test_indexes import EVENTS, SPEC
 
@@ -19,7 +19,7 @@ def _alone(auto, owner, events):
     return witnesses(ems)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(2))
 @example(pool=[(0, 1, 0, 0, 0, 0, 0, 0, 0, 1)], specs=[(0, 0, 40), (0, 3, 40)], values=[(0, 1, 1, 1, 0)] * 6,
          merge=True, index=True)  # the same automaton again, added after its first run began
 @example(pool=[(1, 1, 1, 1, 0, 1, 0, 0, 0, 0)], specs=[(0, 0, 4), (0, 2, 40), (0, 1, 9)],

@@ -5,14 +5,16 @@ unindexed runs give identical witnesses, errors and instances."""
 from __future__ import annotations
 
 import math
+import sys
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from air.engine import Engine, Event
 from air.expr import Binary, Compare, Literal, Ref
 from air.model import Automaton, ComplexAtom, DynamicAtom, Edge, OutputStream, Predicate, State, StaticAtom
 from clients.testing import STOCK, random_walk, rise_query
+from tests.conftest import examples
 from tests.engine.test_indexes_support import KEEP, NAMES, NPV, STEP, TAKE, _p, run_config, witnesses
 
 EV_PRICE, EV_VOL, I_P, I_V = Ref("Price", "EV"), Ref("Volume", "EV"), Ref("P", "NODE"), Ref("V", "NODE")
@@ -54,7 +56,10 @@ def sorted_automaton(ineq: int, other: int, rebind: int, first: bool) -> Automat
     return Automaton(states, "sorted")
 
 
-PRICES = st.one_of(st.integers(0, 12).map(float), st.just(math.nan), st.just(math.inf), st.just(-0.0))
+#: Values of the data model (docs/design/semantics.md#values): the largest floats make the atoms'
+#: arithmetic overflow, which fails (docs/design/semantics.md#arithmetic-and-comparison). No decoder
+#: passes NaN or infinity and no operation makes one; the example below still feeds a NaN directly.
+PRICES = st.one_of(st.integers(0, 12).map(float), st.sampled_from([sys.float_info.max, -1e308]), st.just(-0.0))
 EVENTS = st.lists(st.tuples(st.integers(0, 2), PRICES, st.sampled_from([0, 1, 2, 7]), st.sampled_from([0, 0, 1, 2]),
                             st.sampled_from([0, 0, 0, 1, 3])), min_size=1, max_size=40)
 CONFIGS = {"all": {}, "no-sorted": {"sorted_index": False}, "no-mqo": {"index": False, "merge": False}}
@@ -72,7 +77,7 @@ def _has_sorted_index(eng: Engine) -> bool:
     return any(n.iq is not None for h in eng.holdings().values() for _a, _s, n in h.states)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(3))
 @example(specs=[(9, 0, 0, False), (8, 0, 1, True), (11, 0, 0, True)],
          values=[(0, 5.0, 0, 1, 0), (0, 4.0, 2, 0, 0), (0, 6.0, 0, 1, 0), (0, math.nan, 1, 1, 0), (0, 9.0, 0, 1, 1)])
 @given(specs=st.lists(st.tuples(st.integers(0, len(INEQUALITIES) - 1), st.integers(0, len(OTHERS) - 1),
@@ -96,7 +101,7 @@ def test_sorted_index_gives_the_same_results_as_none(specs, values):
     assert results["no-sorted"][1] == results["all"][1]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples())
 @given(ops=st.lists(st.tuples(st.sampled_from(["add", "remove", "feed", "feed"]), st.integers(0, 3),
                               st.sampled_from([0, 3, 11])), max_size=40),
        values=EVENTS)

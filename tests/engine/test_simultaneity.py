@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
 from air.engine import Engine, Event
-from tests.conftest import AIR_DIR, PUBLISHERS, STOCK, air
+from tests.conftest import AIR_DIR, PUBLISHERS, STOCK, air, examples
 
 NAMES = ["IBM", "MSFT", "Dell", "IBM Corporation International", "IBM Corporation Internationals"]
 
@@ -40,7 +40,7 @@ event_st = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(examples(0.6))
 @given(
     files=st.lists(st.sampled_from(ALL_AIR), min_size=1, max_size=4, unique=True),
     raw=st.lists(event_st, min_size=1, max_size=25),

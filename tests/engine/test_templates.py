@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.expr import Call, Compare, Literal, Ref
@@ -24,6 +24,7 @@ from air.model import (
     StreamSchema,
 )
 from air.engine import Engine, EngineError, Event
+from tests.conftest import examples
 from tests.engine.test_indexes_support import CONFIGS, random_automaton, stream, witnesses
 
 STOCK = StreamSchema("Stock", (Attribute("Name", "string"), Attribute("Price", "float"), Attribute("Volume", "int")))
@@ -197,7 +198,7 @@ SPEC = st.tuples(*[st.integers(0, 6)] * 10)
 EVENT = st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(1, 3), st.integers(0, 2), st.integers(0, 2))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(0.4))
 @given(shapes=st.lists(SPEC, min_size=1, max_size=3),
        loads=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 5), min_size=1, max_size=4)),
                       min_size=1, max_size=12),

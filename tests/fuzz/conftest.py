@@ -21,6 +21,7 @@ from hypothesis import settings
 
 from clients.client import CayugaClient
 from server.serve import RunningServer
+from tests.conftest import examples
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
 
 #: The long campaign (CAYUGA_HYPOTHESIS_PROFILE=long; tests/conftest.py loads it first).
@@ -29,13 +30,16 @@ LONG = settings.get_current_profile_name() == "long"
 
 def FUZZ(test):
     """What most fuzzers run under: the loaded profile as it is, when they run
-    (a settings object here would freeze the profile of import time)."""
+    (a settings object here would freeze the profile of import time: pytest
+    imports this file before ``--hypothesis-profile`` is loaded)."""
     return test
 
 
-#: Fewer examples for fuzzers that go through a real socket (a third of the
-#: profile's, at most 500).
-FUZZ_NET = settings(max_examples=max(10, min(settings.default.max_examples // 3, 500)))
+def FUZZ_NET(test):
+    """Fewer examples for fuzzers that go through a real socket: a third of the
+    profile's (``tests.conftest.examples``, worked out when the test module is
+    imported, after the profile is loaded)."""
+    return examples(1 / 3)(test)
 #: Seconds of overload.
 OVERLOAD_SECONDS = 60.0 if LONG else 4.0
 

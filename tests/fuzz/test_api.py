@@ -1,7 +1,8 @@
 """Every operation of /openapi.json under schemathesis-generated requests,
-on a real server, with and without auth. What it proves: no answer is a 5xx
-(each request has a timeout: a hang fails too), and the server stays healthy
-after each operation's examples. With auth, without the token every route
+on a real server, with and without auth. What it proves: every answer is one
+that /openapi.json documents for its operation (its status code, content type
+and body schema) and none is a 5xx (each request has a timeout: a hang fails
+too), and the server stays healthy after each operation's examples. With auth, without the token every route
 but the open probes (/health, /livez, /readyz) answers 401, and with the token
 none does (the token opens)."""
 
@@ -9,9 +10,13 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
+from schemathesis.checks import (
+    content_type_conformance, not_a_server_error, response_schema_conformance, status_code_conformance,
+)
 from hypothesis import given, settings
 
-from tests.fuzz.conftest import LONG, healthy
+from tests.conftest import examples
+from tests.fuzz.conftest import healthy
 
 TOKEN = "fuzz-token"
 #: The routes open without a token: the probes.
@@ -34,9 +39,14 @@ def _operations(base_url: str):
     return [r.ok() for r in schema.get_all_operations()]
 
 
+#: What each answer must be: no 5xx, and documented (status code, content type, body schema).
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
 def _no_server_error(case, base_url: str, headers: dict | None = None):
     response = case.call(base_url=base_url, headers=headers, timeout=30)
     assert response.status_code < 500, (case.method, case.path, response.status_code, response.text[:300])
+    case.validate_response(response, checks=CHECKS, headers=headers)  # raises, saying what differs
     return response
 
 
@@ -46,7 +56,7 @@ def test_no_request_breaks_the_server(open_server):
 
     for op in ops:
         @given(case=op.as_strategy())
-        @settings(max_examples=300 if LONG else 25)
+        @settings(examples(0.25))  # per operation, on a real server
         def run(case):
             _no_server_error(case, open_server.base_url)
 
@@ -57,7 +67,7 @@ def test_no_request_breaks_the_server(open_server):
 def test_with_auth_no_token_is_401_and_the_token_opens(auth_server):
     for op in _operations(auth_server.base_url):
         @given(case=op.as_strategy())
-        @settings(max_examples=100 if LONG else 10)
+        @settings(examples(0.1))  # per operation, two requests each
         def run(case):
             r = _no_server_error(case, auth_server.base_url)
             if case.path not in OPEN:

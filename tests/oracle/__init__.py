@@ -43,11 +43,17 @@ re-derived here from docs/design/semantics.md or the README, not copied from the
    ``t1 - t0 + 1`` (docs/design/references.md#cayugas-algebra-and-indexes).
 3. A StaticPred's ``Const`` is read as the type of the event attribute it is
    compared with (string as is; int as an int if it reads as one, else float).
-4. Arithmetic: ``int op int`` stays int; ``/`` truncates toward zero (docs/design/semantics.md#cel);
-   ``%`` takes the dividend's sign (C, the original's language); ``^`` of ints
-   with a non-negative exponent is an int, otherwise a float; anything with a
-   float is a float. Unary minus binds tighter than ``^``; ``^`` and ``%`` share
-   one level above ``*`` and ``/`` (docs/design/semantics.md#cel).
+4. Arithmetic (docs/design/semantics.md#arithmetic-and-comparison): ``int op
+   int`` stays int and is exact; ``/`` truncates toward zero; ``%`` takes the
+   dividend's sign (C, the original's language); ``^`` of ints with a
+   non-negative exponent is an int, otherwise a float (``math.pow``); anything
+   with a float is a float (Python's floats are IEEE doubles). An int result
+   outside 64 bits, a float result that is not finite, a zero divisor and a
+   string or bool operand make the operation fail; comparisons are exact
+   between numbers and a type clash otherwise. Unary minus binds tighter than
+   ``^``; ``^`` and ``%`` share one level above ``*`` and ``/``. A number
+   literal (with its minus sign) or a StaticPred ``Const`` outside 64 bits or
+   not finite is refused when the automaton is read or added.
 5. An expression that fails (division by zero, a type clash) makes the whole
    edge predicate false for that event (README "Semantics in one paragraph"),
    and only that edge's: the instance's other edges are still evaluated. A

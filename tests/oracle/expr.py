@@ -10,6 +10,10 @@ function calls ``F(x, ...)``; comparisons ``= != <> < <= > >=``.
 
 Precedence, lowest first: comparison; ``+ -``; ``* /``; ``^ %``; unary minus;
 atoms. Every binary operator is left-associative (docs/design/semantics.md#cel).
+A unary minus before a number literal is part of the literal; ``TRUE`` and
+``FALSE`` are bool literals. Values and failures follow
+docs/design/semantics.md#arithmetic-and-comparison: ints stay in 64 bits and
+floats finite, or the operation fails.
 
 The syntax tree is plain tuples, evaluated by one recursive function:
 
@@ -99,7 +103,12 @@ class _Parser:
     def unary(self):
         if self.peek() == "-":
             self.take()
-            return ("neg", self.unary())
+            if self.i < len(self.toks) and self.toks[self.i][0] == "num":  # -5 is one literal
+                return ("lit", literal(-_number(self.take()[1]), self.text))
+            inner = self.unary()
+            if inner[0] == "lit" and is_number(inner[1]):
+                return ("lit", literal(-inner[1], self.text))
+            return ("neg", inner)
         if self.peek() == "+":
             self.take()
             return self.unary()
@@ -108,7 +117,7 @@ class _Parser:
     def atom(self):
         kind, text = self.take()
         if kind == "num":
-            return ("lit", float(text) if any(c in text for c in ".eE") else int(text))
+            return ("lit", literal(_number(text), self.text))
         if kind == "str":
             return ("lit", text[1:-1].replace("''", "'"))
         if text == "(":
@@ -129,8 +138,14 @@ class _Parser:
                         args.append(self.comparison())
                 self.take(")")
                 return ("call", text.upper(), tuple(args))
+            if text.upper() in ("TRUE", "FALSE"):
+                return ("lit", text.upper() == "TRUE")
             return ("ref", None, text)
         raise OracleExprError(f"{self.text!r}: unexpected {text!r}")
+
+
+def _number(text: str):
+    return float(text) if any(c in text for c in ".eE") else int(text)
 
 
 def parse(text: str):
@@ -178,46 +193,90 @@ BUILTINS = {"CONTAINS": contains, "SIMILARITY": similarity}
 
 # --------------------------------------------------------------------------- evaluation
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+INT_MIN, INT_MAX = -2 ** 63, 2 ** 63 - 1
+FLOAT_MAX = 1.7976931348623157e308
+
+
+def is_number(x) -> bool:
+    return type(x) in (int, float)
+
+
+def literal(value, text: str = ""):
+    """A number literal as written (after its minus sign): an int in 64 bits,
+    a finite float, or the expression is refused."""
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        raise OracleExprError(f"{text!r}: the int literal {value} does not fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OracleExprError(f"{text!r}: the float literal {value} is not finite")
+    return value
+
+
+def value(x, what: str):
+    """``x`` if it is a value of the data model, else the operation ``what`` fails."""
+    if type(x) is int:
+        if INT_MIN <= x <= INT_MAX:
+            return x
+        raise OracleExprError(f"{what}: int overflow ({x} does not fit in 64 bits)")
+    if math.isfinite(x):
+        return x
+    raise OracleExprError(f"{what}: float result {x} is not finite")
 
 
 def arith(op: str, a, b):
-    """One arithmetic step. ``int op int`` stays int: ``/`` truncates toward
-    zero and ``%`` takes the dividend's sign (C's rules, which the original
-    engine had); ``^`` of ints with a negative exponent, and any operation
-    with a float, gives a float."""
+    """One arithmetic step (docs/design/semantics.md#arithmetic-and-comparison).
+    ``int op int`` stays int and is exact: ``/`` truncates toward zero and
+    ``%`` takes the dividend's sign (C's rules, which the original engine had);
+    ``^`` of ints with a negative exponent, and any operation with a float,
+    gives a float (IEEE doubles: Python's float). An int result outside 64
+    bits, a float result that is not finite, a zero divisor and a non-number
+    operand fail."""
     for x in (a, b):
-        if isinstance(x, str) or isinstance(x, bool):
+        if not is_number(x):  # str, bool: a type clash
             raise OracleExprError(f"{op!r} on a non-number {x!r}")
-    both_int = _is_int(a) and _is_int(b)
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
+    what = f"{a!r} {op} {b!r}"
+    both_int = type(a) is int and type(b) is int
     if op in ("/", "%") and b == 0:
-        raise OracleExprError(f"{a!r} {op} 0")
+        raise OracleExprError(f"{what}: division by zero")
+    if op == "+":
+        return value(a + b, what)
+    if op == "-":
+        return value(a - b, what)
+    if op == "*":
+        return value(a * b, what)
     if op == "/":
         if both_int:
             q = abs(a) // abs(b)
-            return q if (a < 0) == (b < 0) else -q
-        return a / b
+            return value(q if (a < 0) == (b < 0) else -q, what)
+        return value(float(a) / float(b), what)
     if op == "%":
         if both_int:
             r = abs(a) % abs(b)
             return r if a >= 0 else -r
-        return math.fmod(a, b)
+        return value(math.fmod(a, b), what)
     if op == "^":
         if both_int and b >= 0:
-            return a ** b
-        return math.pow(a, b)
+            if abs(a) >= 2 and b >= 64:  # at least 2 ^ 64: not an int (and not computed)
+                raise OracleExprError(f"{what}: int overflow")
+            return value(a ** b, what)
+        if a == 0 and b < 0:
+            raise OracleExprError(f"{what}: division by zero")
+        try:
+            return value(math.pow(a, b), what)
+        except OverflowError:
+            raise OracleExprError(f"{what}: float overflow") from None
+        except ValueError:  # a negative base, a non-integral exponent: no real value
+            raise OracleExprError(f"{what}: no real value") from None
     raise OracleExprError(f"unknown operator {op!r}")
 
 
+def _kind(x) -> str:
+    return "string" if isinstance(x, str) else "bool" if isinstance(x, bool) else "number"
+
+
 def compare(op: str, a, b) -> bool:
-    if isinstance(a, str) != isinstance(b, str):
+    """Numbers by exact value (Python compares an int and a float exactly),
+    strings by code points, bools with bools; anything else is a type clash."""
+    if _kind(a) != _kind(b):
         raise OracleExprError(f"cannot compare {a!r} {op} {b!r}")
     if op == "=":
         return a == b
@@ -251,9 +310,9 @@ def evaluate(tree, event: dict, node: dict | None, functions: dict):
         return node[name]
     if tag == "neg":
         x = evaluate(tree[1], event, node, functions)
-        if isinstance(x, str):
+        if not is_number(x):
             raise OracleExprError(f"unary minus on {x!r}")
-        return -x
+        return value(-x, f"-{x!r}")
     if tag == "bin":
         return arith(tree[1], evaluate(tree[2], event, node, functions), evaluate(tree[3], event, node, functions))
     if tag == "cmp":

@@ -14,14 +14,24 @@ repeated forward edges, nodes in any document order with any ids, ``<>``,
 constants of another numeric type than their attribute, and the same automaton
 loaded twice (its states merged by the engine). Streams mix point and interval events
 with many simultaneous ones. Values come from small domains so that
-predicates often hold. Divisors are non-zero constants, so no expression fails,
-unless asked for (``errors=True``).
+predicates often hold; divisors are non-zero constants (some negative), so no
+expression fails, unless asked for (``errors=True``). Then some divisors are
+attributes that may be 0, and values, literals and exponents are also drawn
+from the whole domain (docs/design/semantics.md#arithmetic-and-comparison): ints up to
+the 64-bit extremes, floats from the smallest subnormal to the largest finite
+one and -0.0, long and non-ASCII strings; so additions, products and powers
+overflow and fail too. Expressions that may fail go only where every
+evaluation order gives the same result (one-clause predicates, schema maps);
+predicates of several clauses then get only operations that cannot fail
+(a division by 2 or 3, a remainder by a constant).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
+import struct
 from dataclasses import dataclass
 from xml.sax.saxutils import quoteattr
 
@@ -31,8 +41,16 @@ BASE = {
     "Stock": (("Name", "string"), ("Price", "float"), ("Volume", "int")),
     "Quote": (("Name", "string"), ("Bid", "int")),
 }
-NAMES = ["A", "B", "C", "AB", "A&B<é", "Alpha Beta Gamma Delta", "Alpha Beta Gamma Delts"]
+NAMES = ["A", "B", "C", "AB", "A&B<é", "Alpha Beta Gamma Delta", "Alpha Beta Gamma Delts",
+         "Γάμμα Δέλτα 日本語 😀 x'y", "Γάμμα Δέλτα 日本語 😀 x'z", "", ("αβγδε ζηθ " * 30)[:299] + "😀"]
+#: Event values only (an AIR literal cannot carry control characters).
+EVENT_NAMES = ["tab\there", "nul\x00", "line\nbreak \u2028", "e\u0301\ufeff"]
 OPS = ["=", "!=", "<", "<=", ">", ">="]
+INT_MIN, INT_MAX = -2 ** 63, 2 ** 63 - 1
+INT_EDGES = [INT_MIN, INT_MIN + 1, -2 ** 62, -2 ** 53 - 1, -2 ** 31, -7, 7, 2 ** 31 - 1, 2 ** 32, 2 ** 53 + 1,
+             2 ** 60 + 1, 2 ** 62, INT_MAX - 1, INT_MAX]
+FLOAT_EDGES = [-0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1e-300, 0.1, 2.0 ** 53, 9.2e18, 2.0 ** 63, 1e308,
+               -1e308, 1.7976931348623157e308, -1.7976931348623157e308]
 XML_OPS = {"<": "&lt;", "<=": "&lt;=", ">": "&gt;", ">=": "&gt;=", "=": "=", "!=": "!="}
 
 
@@ -47,14 +65,26 @@ class Case:
                                      # before this event (a snapshot; no effect on the witnesses)
 
 
-def _num(rng: random.Random, typ: str):
+def _num(rng: random.Random, typ: str, wide: bool = False):
+    """A number from the small domain, or (``wide``, one time in four) from the whole one."""
+    if wide and rng.random() < 0.25:
+        if typ == "int":
+            return rng.choice(INT_EDGES) if rng.random() < 0.7 else rng.randint(INT_MIN, INT_MAX)
+        if rng.random() < 0.6:
+            return rng.choice(FLOAT_EDGES)
+        while True:  # any finite double, by its bits: magnitudes from 5e-324 to 1.8e308 alike
+            x = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+            if math.isfinite(x):
+                return x
     if typ == "int":
         return rng.choice([-3, -1, 0, 1, 2, 3, 4, 5])
     return rng.choice([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
 
 
-def _value(rng: random.Random, typ: str):
-    return rng.choice(NAMES) if typ == "string" else _num(rng, typ)
+def _value(rng: random.Random, typ: str, wide: bool = False, event: bool = False):
+    if typ == "string":
+        return rng.choice(NAMES + EVENT_NAMES) if wide and event and rng.random() < 0.3 else rng.choice(NAMES)
+    return _num(rng, typ, wide)
 
 
 def _lit(v) -> str:
@@ -86,18 +116,28 @@ class _Gen:
         if node and rng.random() < 0.2:  # a bare name: the event's if it has it, else the instance's
             bare = [a for a, t in ev + node if t in ok and not (a in dict(ev) and dict(ev)[a] not in ok)]
             leaves += bare
+        wide = self.errors
         if depth >= 2 or rng.random() < 0.4:
             if leaves and rng.random() < 0.7:
                 return rng.choice(leaves)
-            return _lit(_num(rng, rng.choice(ok)))
-        op = rng.choice(["+", "-", "*", "/", "%", "^", "neg"])
+            return _lit(_num(rng, rng.choice(ok), wide))
+        # with wide values, + - * ^ and negation may overflow: not where the order of evaluation decides
+        safe = wide and not self.may_fail
+        op = rng.choice(["/", "%"] if safe else ["+", "-", "*", "/", "%", "^", "neg"])
         if op == "neg":
-            return f"-({self.num_expr(ev, node, typ, depth + 1)})"
+            inner = self.num_expr(ev, node, typ, depth + 1)
+            # -(-9223372036854775808) is the literal 9223372036854775808, out of range: refused on loading
+            return inner if inner == str(INT_MIN) else f"-({inner})"
         if op in ("/", "%"):
-            left = self.num_expr(ev, node, "int" if op == "%" else typ, depth + 1)
-            return f"({left}){op}({rng.choice([1, 2, 3])})"
+            left = self.num_expr(ev, node, "int" if op == "%" and (typ == "int" or rng.random() < 0.7) else typ,
+                                 depth + 1)
+            divisors = [2, 3, -2, -3] if safe else [1, 2, 3, -1, -2, 7, -7]
+            return f"({left}){op}({rng.choice(divisors)})"
         if op == "^":
-            return f"({self.num_expr(ev, node, typ, depth + 1)})^({rng.choice([0, 1, 2])})"
+            exps = [0, 1, 2] + ([3, 31, 62, 63, 64] if wide else [])
+            if typ == "float" and wide and rng.random() < 0.4:  # a float power: negative, fractional
+                exps = [-1, -2, 0.5, -0.5, 2.5, 300]
+            return f"({self.num_expr(ev, node, typ, depth + 1)})^({rng.choice(exps)})"
         return f"({self.num_expr(ev, node, typ, depth + 1)}){op}({self.num_expr(ev, node, typ, depth + 1)})"
 
     def complex_atom(self, ev: tuple, node: tuple) -> str:
@@ -138,7 +178,7 @@ class _Gen:
                 kind = "event"
             else:
                 op = rng.choice(["=", "!="] if t == "string" else OPS)
-                const = _value(rng, t)
+                const = _value(rng, t, self.errors)
                 if t != "string" and rng.random() < 0.2:  # 2.5 against an int, 3 against a float
                     const = rng.choice([2.5, -0.5, 3, 1])
                 xop = "&lt;&gt;" if op == "!=" and rng.random() < 0.3 else XML_OPS[op]
@@ -270,14 +310,15 @@ class _Gen:
         return "<NFA>\n" + "".join(nodes) + "</NFA>\n", published
 
 
-def stream(rng: random.Random, streams: dict, n: int, max_gap: int = 2, max_dur: int = 4) -> list[Event]:
+def stream(rng: random.Random, streams: dict, n: int, max_gap: int = 2, max_dur: int = 4,
+           wide: bool = False) -> list[Event]:
     """``n`` events of the base streams: a gap of 0 (simultaneous) is common,
-    and some events are intervals."""
+    and some events are intervals; ``wide``: values from the whole domain too."""
     t, out = 0, []
     for _ in range(n):
         t += rng.choice([0, 0, 0] + list(range(1, max_gap + 1)))
         name = rng.choice(list(BASE))
-        values = tuple(_value(rng, typ) for _, typ in streams[name])
+        values = tuple(_value(rng, typ, wide, event=True) for _, typ in streams[name])
         dur = rng.choice([0, 0, rng.randint(0, max_dur)])
         out.append(Event(name, values, t - dur, t))
     return out
@@ -285,7 +326,8 @@ def stream(rng: random.Random, streams: dict, n: int, max_gap: int = 2, max_dur:
 
 def case(seed: int, max_automata: int = 3, max_events: int = 18, errors: bool = False) -> Case:
     """One random case; with ``errors``, some divisors are attributes that may
-    be 0, so some expressions fail on some events."""
+    be 0 and values come from the whole domain, so some expressions fail on
+    some events."""
     rng = random.Random(seed)
     g = _Gen(rng, errors)
     streams = dict(BASE)
@@ -301,7 +343,7 @@ def case(seed: int, max_automata: int = 3, max_events: int = 18, errors: bool = 
             copy = re.sub(r'<OutputStreamName Name="([A-Z])[0-9]+', rf'<OutputStreamName Name="\g<1>{copy_idx}', text)
             texts.append(copy)
             streams.update({re.sub(r"^([A-Z])[0-9]+", rf"\g<1>{copy_idx}", k): v for k, v in published.items()})
-    events = stream(rng, streams, rng.randint(3, max_events))
+    events = stream(rng, streams, rng.randint(3, max_events), wide=errors)
     schedule = _schedule(rng, texts, events)
     restart_at = rng.randrange(len(events)) if rng.random() < 0.4 else None
     return Case(seed, texts, streams, events, schedule, restart_at)

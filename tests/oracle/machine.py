@@ -59,6 +59,17 @@ def _convert(value, typ: str):
     return value
 
 
+def _stored(value, typ: str | None):
+    """A UDF's value for an attribute of ``typ``: a value of another type is
+    a type clash (docs/design/semantics.md#arithmetic-and-comparison), but
+    an int may go into a float attribute (and becomes a float, see
+    ``_convert``)."""
+    kind = {bool: "bool", int: "int", float: "float", str: "string"}.get(type(value))
+    if typ is None or kind == typ or (typ == "float" and kind == "int"):
+        return value
+    raise expr.OracleExprError(f"a {kind} value stored into a {typ} attribute")
+
+
 def _const(text: str, typ: str):
     """A StaticPred's constant, read as the type of the event attribute it is
     compared with."""
@@ -124,6 +135,12 @@ class Oracle:
                 for atom in clause:
                     if atom[0] in ("static", "dynamic") and atom[1] not in names:
                         raise OracleAirError(f"{auto.name}: node {s.id}: stream {s.stream} has no {atom[1]!r}")
+                    typ = dict(self.streams[s.stream]).get(atom[1])
+                    if atom[0] == "static" and typ in ("int", "float"):
+                        try:  # docs/design/semantics.md#arithmetic-and-comparison: in range, or refused
+                            expr.literal(_const(atom[3], typ), atom[3])
+                        except (ValueError, expr.OracleExprError) as exc:
+                            raise OracleAirError(f"{auto.name}: node {s.id}: constant {atom[3]!r}: {exc}") from None
 
     # ------------------------------------------------------------------ predicates
 
@@ -158,6 +175,7 @@ class Oracle:
         """The new instance's values; None when an expression fails."""
         node = inst.values if inst else None
         out = {}
+        types = dict(dest.schema)
         try:
             for src, old, new in edge.mapping:
                 if src == "EV":
@@ -165,7 +183,7 @@ class Oracle:
                 elif src == "NODE":
                     out[new] = node[old]
                 else:
-                    out[new] = expr.evaluate(old, ev, node, self.functions)
+                    out[new] = _stored(expr.evaluate(old, ev, node, self.functions), types.get(new))
         except (expr.OracleExprError, KeyError, TypeError, ZeroDivisionError, OverflowError, ValueError) as exc:
             self._error(exc)
             return None

@@ -13,7 +13,7 @@ import sqlite3
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from air.cel.shapes import BoundQuery, ShapeCache
@@ -27,6 +27,7 @@ from server.subscriptions.prepared import Preparer
 from tests.cel.corpus import STREAMS
 from tests.cel.test_equivalence import events
 from tests.cel.test_shapes import TEMPLATES, fill_template
+from tests.conftest import examples
 from tests.server.conftest import assert_no_cayuga_threads, collect, make_settings, stock
 
 
@@ -88,7 +89,7 @@ def _restore(texts: list[tuple[str, str]], unit: float = 1.0):
     return ref, fast, prep, kept
 
 
-@settings(max_examples=40, deadline=None)
+@settings(examples(0.4))
 @given(st.integers(0, 10 ** 9), st.lists(st.sampled_from(TEMPLATES), min_size=1, max_size=3),
        st.sampled_from([1.0, 1000.0]))
 def test_random_queries_restored_from_bindings_make_the_same_network_and_witnesses(seed, templates, unit):
@@ -97,7 +98,9 @@ def test_random_queries_restored_from_bindings_make_the_same_network_and_witness
     ref, fast, _prep, kept = _restore(texts, unit)
     assert fast.plan_stats() == ref.plan_stats()
     evs = events(seed % 4)
-    assert _witnesses(fast, evs) == _witnesses(ref, evs)
+    want = _witnesses(ref, evs)
+    assume(want)  # something to compare: an example whose queries match nothing shows nothing
+    assert _witnesses(fast, evs) == want
 
 
 def test_per_symbol_queries_are_installed_without_building_automata():

@@ -3,6 +3,7 @@ instances per state, /stats; and the pages (console, offline /docs)."""
 
 from __future__ import annotations
 
+import time
 
 import pytest
 
@@ -76,15 +77,20 @@ def test_live_instances_per_state_and_stats(client):
     graph = client.http.get(f"/subscriptions/{sid}/automaton").json()
     assert [s["instances"] for s in graph["states"]] == [None, 3, None]
 
+    before = time.time()
     s = wait_for(lambda: (lambda j: j if j["subscriptions"][sid]["witnesses"] == 1 else None)(
         client.http.get("/stats").json()))
+    after = time.time()
     assert s["received"] == 4 and s["events"] == 4 and s["streams"] == {"Stock": 4}
     assert s["witnesses"] == 1 and s["subscription_count"] == 1
     assert s["subscriptions"][sid]["witnesses"] == 1
-    assert s["queue_depth"] == 0 and s["epoch_lag"] >= 0 and s["epoch_lag_seconds"] >= 0
-    bounds = [b for b, _ in s["latency_buckets"]]
-    assert bounds[-1] is None and bounds[:-1] == sorted(bounds[:-1])
-    assert s["latency_buckets"][-1][1] >= 1  # one per batch
+    assert s["queue_depth"] == 0 and s["stream_time"] == 4
+    # the epoch is the last event's t1 (4 ms after 1970): the lag is the server's clock minus that, in ms
+    assert before * 1000 - 4 <= s["epoch_lag"] <= after * 1000 - 4
+    assert before - 0.004 <= s["epoch_lag_seconds"] <= after - 0.004
+    bounds, counts = zip(*s["latency_buckets"])  # cumulative, one observation per batch of events
+    assert bounds[-1] is None and len(bounds) > 2 and list(bounds[:-1]) == sorted(set(bounds[:-1]))
+    assert list(counts) == sorted(counts) and 1 <= counts[-1] <= 4  # 1 to 4 batches of the 4 events
     assert client.http.get("/stats", params={"limit": 0}).json()["subscriptions"] == {}
     client.unsubscribe(sid)
     assert client.http.get(f"/subscriptions/{sid}/automaton").status_code == 404

@@ -26,14 +26,13 @@ import json
 import os
 import re
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
 
 from clients.client import CayugaClient
-from clients.testing import RISING, cayuga_command, cayuga_env, write_ticks
+from clients.testing import RISING, cayuga_command, cayuga_env, wait_until, write_ticks
 from tests.server.test_crash import Server, expected_witnesses, start_watchers
 from tests.server.tmpfs import fill, free_space, tmpfs
 
@@ -49,16 +48,14 @@ WATCHED = {"rising.cel": "Rising", "half.cel": "Half"}
 
 
 def _wait(what: str, check, timeout: float = WAIT, procs=()):
-    """Poll ``check()`` until it returns something truthy (returned)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """``wait_until(check)``, failing at once if one of ``procs`` ends meanwhile."""
+    def running_and_check():
         got = check()
-        if got:
-            return got
-        for p in procs:
+        for p in () if got else procs:
             assert p.poll() is None, f"{p.args} ended while waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+        return got
+
+    return wait_until(running_and_check, timeout, what, interval=0.05)
 
 
 def _metric(text: str, name: str, labels: str = "") -> float:

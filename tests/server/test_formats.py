@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.engine import Event
 from air.formats import JsonDecoder, LineError, make_decoder, witness_bytes, witness_dict
 from air.model import parse_stream_decl
-from tests.conftest import STOCK
+from tests.conftest import STOCK, examples
 
 CATALOG = {"Stock": STOCK, "Temp": parse_stream_decl("Temp(Room string, Celsius float, Open bool)")}
 
@@ -141,7 +141,7 @@ def _line(draw) -> bytes:
     return json.dumps(obj).encode()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(examples(1.5))
 @given(lines=st.lists(_line(), max_size=25), streams=st.sampled_from([(), ("Stock",), ("Stock", "Temp")]))
 def test_block_and_line_paths_agree_on_random_lines(lines, streams):
     def clock():
@@ -183,7 +183,7 @@ def test_witnesses_are_encoded_as_their_dict_would_be():
                                                                                   "x": 8}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(examples(3))
 @given(st.lists(st.sampled_from([b" ", b"\t", b"\r", b"\n", b"{", b"a"]), max_size=60).map(b"".join))
 def test_nonblank_lines_counts_the_lines_with_more_than_blanks(data):
     """The typed path's count of lines (compiled: one pass; plain Python: newlines or a

@@ -24,6 +24,7 @@ from server.durability.framing import FramingError, Scan, frame
 from server.durability.journal import Journal, segment_name
 from server.durability.snapshot import MAGIC, SnapshotError, SnapshotStore, decode, encode
 from server.durability.witlog import WitnessLog
+from tests.conftest import examples
 
 # --------------------------------------------------------------------------- the older framings, by hand
 
@@ -128,7 +129,7 @@ def test_a_snapshot_in_several_records_reads_back_and_refuses_every_tear_and_fli
             decode(bytes(bad))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(examples(3))
 @given(payloads=st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=8), data=st.data())
 def test_the_scan_yields_the_records_before_the_first_damaged_one_and_never_a_damaged_one(payloads, data):
     """Records framed by this test's own code; torn at any offset or one byte

@@ -14,6 +14,7 @@ from air.engine import Event
 from clients.testing import wait_until
 from server.ingest.queue import DelayQueue, QueueClosed
 from server.observability.counters import Count
+from tests.conftest import examples
 
 
 def ev(t1, t0=None):
@@ -196,7 +197,7 @@ _OPS = st.lists(st.one_of(
     st.tuples(st.just("get"), st.integers(1, 8), st.integers(0, 40))), max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(examples(3))
 @given(ops=_OPS, delay=st.sampled_from([0, 5]))
 def test_blocks_leave_in_the_order_of_one_heap_entry_per_event(ops, delay):
     """Blocks in order go through runs, others through the heap; what leaves, and

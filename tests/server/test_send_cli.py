@@ -14,13 +14,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
 
+from clients.testing import wait_until
 from tests.server.conftest import stock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,14 +54,6 @@ def metric(srv, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise KeyError(name)
-
-
-def wait_for(what: str, predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def last_line(r: subprocess.CompletedProcess) -> str:
@@ -123,7 +115,7 @@ def test_a_half_sent_file_resumes_and_the_server_has_each_line_once(start_server
         first.sendall(text[:cut])
         while reply.readline() != b"#ack 25\n":
             pass
-    wait_for("the first connection to end", lambda: srv.daemon.receiver.connections == 0)
+    wait_until(lambda: srv.daemon.receiver.connections == 0, 10, "the first connection to end")
 
     r = cayuga_send(path, srv, "--sender-id", "half", timeout=20)
     assert r.returncode == 0, r.stderr
@@ -186,8 +178,7 @@ def test_a_second_sender_gets_in_once_the_connected_one_ends(start_server, tmp_p
         proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "send", str(path), "--url", srv.base_url,
                                  "--port", str(srv.tcp_port), "--sender-id", "taken", "--retry-for", "60"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for("cayuga send to be refused once", lambda: metric(srv, "cayuga_tcp_protocol_errors_total") >= 1,
-                 timeout=20)
+        wait_until(lambda: metric(srv, "cayuga_tcp_protocol_errors_total") >= 1, 20, "cayuga send to be refused once")
         holder.close()
         out, err = proc.communicate(timeout=HUNG)
     finally:

@@ -1,7 +1,9 @@
 """A small real tmpfs to fill up: the full disk of issue 19, for tests.
 
 Mounting needs root (CI and the sessions run as root); elsewhere the tests
-that use it are skipped with the reason. The mount is always undone, also
+that use it are skipped with the reason, and under ``CI=true`` they fail with
+it (tests/conftest.py ``unavailable``): a CI machine that cannot mount would
+otherwise pass without running any of them. The mount is always undone, also
 when the test fails."""
 
 from __future__ import annotations
@@ -13,23 +15,23 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
+from tests.conftest import unavailable
 
 
 @contextlib.contextmanager
 def tmpfs(where: Path, size: str):
     """A tmpfs of ``size`` (``mount -o size=``) mounted on a new directory under ``where``."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs (a small disk to fill) needs root; CI runs these tests as root")
+        unavailable("mounting a tmpfs (a small disk to fill) needs root; CI runs these tests as root")
     if shutil.which("mount") is None or shutil.which("umount") is None:
-        pytest.skip("no mount/umount command to mount a tmpfs with")
+        unavailable("no mount/umount command to mount a tmpfs with")
     mnt = Path(where) / f"tmpfs-{uuid.uuid4().hex[:8]}"
     mnt.mkdir(parents=True)
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
                           capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         mnt.rmdir()
-        pytest.skip(f"mount -t tmpfs is not permitted here: {done.stderr.strip() or done.returncode}")
+        unavailable(f"mount -t tmpfs is not permitted here: {done.stderr.strip() or done.returncode}")
     try:
         yield mnt
     finally:
