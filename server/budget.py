@@ -171,15 +171,15 @@ class StateBudget:
         if recovery is not None and recovery.due:
             recovery.install_due()  # what a replay recorded at this point comes first
         result = local.check(fed, self.progress.stream_events(), self._subscriptions)
-        decisions = self.on_check(result)
+        decisions = self.on_check(result, fed)
         for d in decisions:
-            self.applied(d, local.apply(d))
+            self.applied(d, local.apply(d), fed=fed)
         if decisions:
             local.after_shedding()
             self.footprint = tuple(local.footprint)
 
-    def on_check(self, result: CheckResult) -> list[Decision]:
-        """What a check found (here or in an engine worker): the figures /health
+    def on_check(self, result: CheckResult, fed: int) -> list[Decision]:
+        """What a check found (here or in an engine worker) after ``fed`` events: the figures /health
         shows, and the decisions recorded durably (without a journal there is
         no exact replay, and nothing to record). Returns the decisions to apply:
         none when they could not be recorded (a full disk: the next check
@@ -193,7 +193,7 @@ class StateBudget:
             return decisions
         try:
             with self._storing("a shedding of state could not be recorded; it is tried again at the next check"):
-                seqs = self.store.save_evictions([(self.progress.fed, *d) for d in decisions])
+                seqs = self.store.save_evictions([(fed, *d) for d in decisions])
         except DiskFull:  # not applied unrecorded: a replay could not apply it again
             return []
         self.seq = max(seqs)
@@ -205,8 +205,9 @@ class StateBudget:
         d = Decision(sid, keep, reason or "", shared)
         return self.applied(d, self.local.apply(d), replayed)
 
-    def applied(self, d: Decision, outcome: Outcome, replayed: bool = False) -> int:
-        """A decision was applied (here or in an engine worker): counted, logged and marked."""
+    def applied(self, d: Decision, outcome: Outcome, replayed: bool = False, fed: int | None = None) -> int:
+        """A decision was applied (here or in an engine worker) after ``fed`` events (by default, as
+        many as the engine thread has taken): counted, logged and marked."""
         sid, removed, before, losers = outcome
         if not removed:
             return 0
@@ -218,9 +219,10 @@ class StateBudget:
         if n_shared:
             self.counters.add(Count.INSTANCES_EVICTED_SHARED, n_shared)
         why = d.reason or "a shedding recorded before the restart, applied again at the same point"
-        self._mark(sid, removed, why)
+        fed = self.progress.fed if fed is None else fed
+        self._mark(sid, removed, why, fed)
         for other, n in losers.items():
-            self._mark(other, n, f"it shares state with {sid}, which was shed ({why})")
+            self._mark(other, n, f"it shares state with {sid}, which was shed ({why})", fed)
         now, (logged, quiet) = time.monotonic(), self._shed_log.get(sid, (-SHED_LOG_SECONDS, 0))
         if now - logged < SHED_LOG_SECONDS:
             self._shed_log[sid] = (logged, quiet + 1)
@@ -233,11 +235,11 @@ class StateBudget:
                         if quiet else "")
         return removed
 
-    def _mark(self, sid: str, lost: int, reason: str) -> None:
+    def _mark(self, sid: str, lost: int, reason: str, fed: int) -> None:
         now = time.time()
         got = self.inexact.get(sid)
         if got is None:
-            got = self.inexact[sid] = Inexact(now, self.progress.fed, self._seqs().get(sid, 0), 0, reason, now)
+            got = self.inexact[sid] = Inexact(now, fed, self._seqs().get(sid, 0), 0, reason, now)
         got.instances_lost += lost
         got.reason, got.last = reason, now
         last = self._noticed.get(sid)

@@ -300,7 +300,10 @@ class Daemon:
 
     @property
     def engine_error(self) -> str | None:
-        """The last error the engine raised on an event (the thread survived it)."""
+        """The last error the engine raised on an event (the thread survived it), or why an
+        engine worker is gone (server/workers/link.py)."""
+        if self.link is not None and self.link.gone is not None:
+            return f"{self.link.gone}: its subscriptions get no events; restart the server"
         return self.processing.error
 
     def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:

@@ -51,11 +51,18 @@ class EngineThread:
         self._commands: stdqueue.Queue = stdqueue.Queue(maxsize=1000)
         self.thread: threading.Thread | None = None
         self.fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
+        self._in_batch = 0  # of those, the batch being fed and delivered now
         self.changes = 0  # subscriptions installed or removed (a snapshot is due after a change too)
         self.epoch = None
         self.error: str | None = None
         # for the console's rates; written by the engine thread only, read as copies (see stream_events())
         self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
+
+    @property
+    def processed(self) -> int:
+        """Events taken from the queue and through the engine (their witnesses delivered), over every
+        life of the data dir: :attr:`fed` but the batch under way."""
+        return self.fed - self._in_batch
 
     @property
     def alive(self) -> bool:
@@ -119,6 +126,7 @@ class EngineThread:
             recovery.check_done()
             batch = queue.get_batch(limit, timeout=idle)
             if batch:
+                self._in_batch = len(batch)
                 self.fed += len(batch)
                 self._count_batch(batch)
                 start = perf()
@@ -128,6 +136,7 @@ class EngineThread:
                 if not witnesses.deliver():  # stopped while the witness log could not take the batch
                     return
                 budget.at_check(self.fed)  # after the numbering: a shedding now affects later witnesses
+                self._in_batch = 0
             now = time.monotonic()
             budget.refresh(now)
             if checkpoints.due(now):

@@ -93,6 +93,8 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
     reasons = [f"{v['error']} at {v['path']}" for v in disk.values()] + ([stalled] if stalled else [])
     if d.engine_error:
         reasons.append(f"engine error: {d.engine_error}")
+    elif status == "degraded" and not alive:
+        reasons.append("the engine thread is not running: restart the server")
     if inexact:
         reasons.append(_inexact_reason(inexact))
     if heavy:

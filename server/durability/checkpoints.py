@@ -92,6 +92,8 @@ class Checkpoints:
         journal = self.journal
         if self.snapshotter.running:
             return
+        if self.remote is not None and not self.remote.quiesce():  # nothing in flight: the worker's state
+            return                                                   # is the one this process describes
         self._fork_mark = self.budget.seq  # before the fork: its watcher publishes it
         position = (lambda: journal.appended if journal is not None else 0)
         if self.remote is not None:  # the engine's state is an engine worker's: its child writes the file

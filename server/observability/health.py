@@ -34,6 +34,9 @@ class EngineProgress(Protocol):
     epoch: float | None
 
     @property
+    def processed(self) -> int: ...
+
+    @property
     def alive(self) -> bool: ...
 
     def stream_events(self) -> dict[str, int]: ...
@@ -143,9 +146,10 @@ class Health:
 
     @property
     def events_taken(self) -> int:
-        """Events the engine thread has taken from the queue, over every life
-        of the data directory (a replay takes the journaled ones again)."""
-        return self._progress.fed
+        """Events the engine thread has taken from the queue and through the
+        engine, over every life of the data directory (a replay takes the
+        journaled ones again)."""
+        return self._progress.processed
 
     @property
     def replay_remaining(self) -> int:

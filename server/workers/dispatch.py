@@ -52,9 +52,10 @@ class WorkerEngineThread(EngineThread):
     def __init__(self, engine, queue, settings, counters, latency, stopping, link: WorkerLink) -> None:
         super().__init__(engine, queue, settings, counters, latency, stopping)
         self.link = link
-        # of each batch not yet back: (events, when sent, the recorded sheddings it carries)
-        self.in_flight: deque[tuple[int, float, list]] = deque()
+        # of each batch not yet back: (events, when sent, the recorded sheddings it carries, events taken after it)
+        self.in_flight: deque[tuple[int, float, list, int]] = deque()
         self._deciding: list[Decision] = []  # decisions sent to the worker to apply (its answer comes in order)
+        self._deciding_at = 0
         self._watched_version = -1
         self._fields = [f.name for f in dataclasses.fields(engine.stats)]
         self.hub = None  # wired by the daemon: which internal streams clients watch
@@ -88,6 +89,11 @@ class WorkerEngineThread(EngineThread):
     @property
     def alive(self) -> bool:
         return super().alive and self.link.alive
+
+    @property
+    def processed(self) -> int:
+        """Events taken and back from the worker (their witnesses delivered); :attr:`fed` counts those sent too."""
+        return self.fed - sum(n for n, *_rest in list(self.in_flight))
 
     # ------------------------------------------------------------------ the loop
 
@@ -130,23 +136,35 @@ class WorkerEngineThread(EngineThread):
                 return
 
     def _send(self, batch: list) -> None:
+        self._sync_watched()  # a client that came while this thread waited for events hears this batch's too
         self.fed += len(batch)
         self._count_batch(batch)
         recorded = self.recovery.take_recorded(self.fed)
         self.link.send(codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in recorded],
                                           batch))
-        self.in_flight.append((len(batch), time.perf_counter(), recorded))
+        self.in_flight.append((len(batch), time.perf_counter(), recorded, self.fed))
 
-    def _take_results(self, block: bool) -> bool:
+    def quiesce(self) -> bool:
+        """Take back every batch in flight (on this thread): the worker's state is
+        then the one this process's parts describe (a snapshot's cut). False
+        when the thread must stop."""
+        while self.in_flight and self.link.gone is None:
+            if not self._take_results(block=True, for_commands=False):
+                return False
+        return not self.in_flight
+
+    def _take_results(self, block: bool, for_commands: bool = True) -> bool:
         """Take what the worker has sent back, in order (waiting for one with
-        ``block``); False when the thread must stop (the witness log could not
-        take a batch while the server stopped)."""
+        ``block``, unless an API command waits and ``for_commands``); False
+        when the thread must stop (the witness log could not take a batch
+        while the server stopped)."""
         results = self.link.results
         while True:
             try:
                 tag, body = results.get(timeout=0.05) if block else results.get_nowait()
             except stdqueue.Empty:
-                if block and self.link.gone is None and self.in_flight and not self._commands.qsize():
+                if (block and self.link.gone is None and self.in_flight
+                        and not (for_commands and self._commands.qsize())):
                     continue  # (an API command waiting is run first, then the wait goes on)
                 return True
             block = False
@@ -160,7 +178,7 @@ class WorkerEngineThread(EngineThread):
 
     def _result(self, result: list) -> bool:
         _events, groups, internal, stats, epoch, errors, check, outcomes = result
-        n, sent, recorded = self.in_flight.popleft()
+        n, sent, recorded, fed = self.in_flight[0]  # taken off once delivered (``processed`` counts it then)
         self.latency.observe((time.perf_counter() - sent) / max(n, 1))
         st = self.engine.stats
         for name, value in zip(self._fields, stats):
@@ -172,22 +190,24 @@ class WorkerEngineThread(EngineThread):
             log.error("engine failed on an event: %s", e)
         if not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
             return False
+        self.in_flight.popleft()
         budget = self.budget
         for r, outcome in zip(recorded, outcomes):  # a replay's recorded sheddings, applied before the check
-            budget.applied(Decision(r.sid, r.keep, r.reason or "", bool(r.shared)), Outcome(*outcome), replayed=True)
+            budget.applied(Decision(r.sid, r.keep, r.reason or "", bool(r.shared)), Outcome(*outcome),
+                           replayed=True, fed=fed)
             budget.seq = r.seq
         if check is not None:
             found = CheckResult(*check)
-            decisions = budget.on_check(found)  # recorded durably first (none when that failed)
+            decisions = budget.on_check(found, fed)  # recorded durably first (none when that failed)
             if found.decisions:  # the worker waits for the word
-                self._deciding = decisions
+                self._deciding, self._deciding_at = decisions, fed
                 self.link.send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
         return True
 
     def _applied(self, value) -> None:
         outcomes, fp = value
         for d, outcome in zip(self._deciding, outcomes):
-            self.budget.applied(d, Outcome(*outcome))
+            self.budget.applied(d, Outcome(*outcome), fed=self._deciding_at)
         self._deciding = []
         self.budget.footprint = tuple(fp)
 

@@ -49,8 +49,9 @@ def _crash(srv: RunningServer) -> None:
 
 @pytest.mark.parametrize("snapshot", [False, True])
 def test_a_replay_applies_each_recorded_shedding_again_at_the_same_point(tmp_path, snapshot):
+    # white-box: it captures the engine's own emissions (tests/server/test_workers.py has the worker's case)
     settings = make_settings(tmp_path, max_instances_per_subscription=5, snapshot_seconds=0,
-                             snapshot_events=10_000_000, time="event")
+                             snapshot_events=10_000_000, time="event", engine_workers=0)
     keep = int(5 * SHED_TO)
     first: list = []
     srv = RunningServer(settings)

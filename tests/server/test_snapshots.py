@@ -61,12 +61,15 @@ def test_a_running_server_forks_snapshots_and_a_restart_keeps_its_partial_matche
         c.post_events([stock("IBM", 10.0 + i, 1, i) for i in range(1, 4)])  # 3 rising: the last one waits
         d = srv.daemon
         before = d.snapshotter.taken
-        def taken():
+        def taken():  # one that holds the three events (one of before them may still be on its way)
             c.post_events([])  # nudge nothing: the engine thread forks between its loop turns
-            return d.snapshotter.taken > before and not d.snapshotter.running
+            if d.snapshotter.taken <= before or d.snapshotter.running:
+                return False
+            got = d.snapshots.load_latest()
+            return got is not None and got[0]["fed"] == 3
 
         wait_until(taken, what=f"a snapshot (last error: {d.snapshotter.last_error})")
-        assert d.snapshotter.failed == 0
+        assert d.snapshotter.failed == 0, d.snapshotter.last_error
         assert d.snapshotter.last_pause > 0  # measured, not judged: the fork returned
         state, _f = d.snapshots.load_latest()
         assert state["fed"] == 3 and sid in state["engine"]["owners"]
