@@ -15,9 +15,6 @@ air/bounds.py).
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +22,7 @@ from hypothesis import strategies as st
 from air.bounds import Horizon, filter_horizon
 from air.cel import compile_cel
 from air.engine import Engine, Event, footprint
+from clients.bench.state_cost import estimate_against_tracemalloc
 from clients.testing.market import RISING, STOCK, random_walk
 
 DUR_QUERIES = [
@@ -135,26 +133,8 @@ def test_the_estimate_counts_what_instance_count_counts_and_is_the_same_on_every
 
 def test_the_estimate_is_near_what_the_instances_take():
     """Rising's instances as tracemalloc sees them (the events' strings fresh, as
-    a decoder makes them): the estimate is within 30% above or 20% below."""
-    events = [Event(e.stream, ("".join(list(e.values[0])),) + e.values[1:], e.t0, e.t1)
-              for e in random_walk(500, 60_000, seed=6, down=0.01, up=0.01)]
-    eng = Engine()
-    eng.declare(STOCK)
-    eng.add(compile_cel(RISING, {"Stock": STOCK}).automata, "s1")
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for e in events:
-            eng.feed(e)
-        eng.flush()
-        del events, e
-        gc.collect()
-        used = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    live = eng.instance_count()
-    strings = live * 55  # each instance keeps its event's symbol, a fresh 6-character string
-    estimate = footprint.measure(eng).bytes
-    assert live > 20_000
-    assert 0.8 * (used + strings) <= estimate <= 1.3 * (used + strings), (estimate, used, strings, live)
+    a decoder makes them; ``cayuga bench``'s measurement, BENCHMARKS.md "Memory of
+    automaton state"): the estimate is within 30% above or 20% below."""
+    got = estimate_against_tracemalloc(60_000)
+    assert got["live_instances"] > 20_000
+    assert 0.8 <= got["estimate_over_measured"] <= 1.3, got
