@@ -93,6 +93,11 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30) -> int | None:
     return proc.returncode
 
 
+#: The CAYUGA_* variables a ServerProcess keeps from the calling environment: which engine build,
+#: and where the automata run (a test run with CAYUGA_ENGINE_WORKERS=1 runs them in a worker).
+PASSED_THROUGH = ("CAYUGA_ENGINE", "CAYUGA_ENGINE_WORKERS")
+
+
 class ServerProcess:
     """``cayuga serve`` as a child process on fixed free ports, with its output
     in a log file; it can be killed (SIGKILL) and started again on the same
@@ -100,7 +105,7 @@ class ServerProcess:
 
     ``settings``: environment variables beside the shipped config.yaml (e.g.
     ``{"CAYUGA_SNAPSHOT_SECONDS": "0.3"}``); the ``CAYUGA_*`` variables of the
-    calling environment are left out (all but ``CAYUGA_ENGINE``), so that a
+    calling environment are left out (all but :data:`PASSED_THROUGH`), so that a
     test runs the shipped defaults wherever it runs. ``log`` defaults to
     ``<data_dir>.log``."""
 
@@ -112,7 +117,7 @@ class ServerProcess:
         self.http_port = http_port or free_port()
         self.tcp_port = tcp_port or free_port()
         self.base_url = f"http://127.0.0.1:{self.http_port}"
-        base = {k: v for k, v in cayuga_env().items() if not k.startswith("CAYUGA_") or k == "CAYUGA_ENGINE"}
+        base = {k: v for k, v in cayuga_env().items() if not k.startswith("CAYUGA_") or k in PASSED_THROUGH}
         self.env = {**base, "CAYUGA_LOG_LEVEL": log_level, **(settings or {})}
         self.proc: subprocess.Popen | None = None
         self.http_client = httpx.Client(base_url=self.base_url, timeout=10)

@@ -232,6 +232,8 @@ def main(fd: int) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         Worker(conn, settings).run()
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass  # the main process has gone (a kill -9: this process is being killed too)
     except BaseException:  # noqa: BLE001 - said, then the main process sees the pipe close
         traceback.print_exc()
         raise
