@@ -227,7 +227,8 @@ def main(fd: int) -> None:
     if _prctl is not None:  # killed with the main process (kill -9 included): never an orphan holding state
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     conn = Connection(fd)
-    settings = pickle.loads(conn.recv_bytes())
+    settings, path = pickle.loads(conn.recv_bytes())
+    sys.path[:] = path  # imports as the main process does (user functions: server/config.py)
     logging.basicConfig(level=str(settings.get("log_level", "info")).upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
