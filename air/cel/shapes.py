@@ -611,7 +611,7 @@ class ShapeCache:
 
     def bound(self, binding: tuple[str, str], streams: Mapping[str, StreamSchema], *,
               functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
-              name_prefix: str | None = None) -> BoundQuery | None:
+              name_prefix: str | None = None, count: bool = True) -> BoundQuery | None:
         """The automata of a query from its binding (:meth:`compile_keyed`),
         as :meth:`compile` would make them of its text, bound when first read;
         None when that cannot be vouched for (the shape is not held, e.g. one
@@ -637,7 +637,7 @@ class ShapeCache:
                 or not all(type(n) is str for n in names)
                 or tuple([names.index(n) for n in names]) != key[1]):
             return None
-        self.hits += 1
+        self.hits += count  # (not when the query was just compiled from its text: that was its hit)
         return BoundQuery(entry, tuple(values), tuple(names), name_prefix)
 
     def _make(self, text: str, shape: str, values: tuple, names: tuple, rec: _Recorder, own: CompiledQuery,
