@@ -449,6 +449,9 @@ class Daemon:
     def inexact(self) -> dict[str, dict]:
         return self.health.inexact()
 
+    def workers(self) -> list[dict]:
+        return self.health.workers()
+
     def runaways(self) -> dict[str, dict]:
         return self.health.runaways()
 

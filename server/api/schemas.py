@@ -164,6 +164,8 @@ class SubscriptionDetail(SubscriptionOut):
     last_seq: int = 0
     #: Set while the state budget's last check found it a runaway: what it costs the engine.
     runaway: dict[str, Any] | None = None
+    #: Where its automata run: "engine thread", or "worker N" (engine_workers).
+    runs_on: str = "engine thread"
 
 
 class ValidationOut(BaseModel):

@@ -35,7 +35,7 @@ def _out(d, s: Subscription, detail: bool = False):
     if detail:
         last = d.witlog.last_seq(s.id) if d.witlog is not None else 0
         return SubscriptionDetail(**common, text=s.text, air=s.air, last_seq=last,
-                                  runaway=d.budget.runaways.get(s.id))
+                                  runaway=d.budget.runaways.get(s.id), runs_on=d.processing.runs_on(s.id))
     return SubscriptionOut(**common)
 
 

@@ -133,6 +133,9 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         "events_taken": d.events_taken,
         "engine_thread": d.engine_alive,
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
+        # engine_workers: 0 runs the automata on the engine thread; else the worker processes, each with its state
+        "engine_workers": d.settings.engine_workers,
+        "workers": d.workers(),
         "engine_error": d.engine_error,
         "queue_depth": len(d.queue),
         "subscriptions": len(d.subscriptions),

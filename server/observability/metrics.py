@@ -77,6 +77,8 @@ class MetricsSource(Protocol):
 
     def state(self) -> dict: ...
 
+    def workers(self) -> list[dict]: ...
+
 
 class _Collector:
     def __init__(self, source: MetricsSource) -> None:
