@@ -19,8 +19,8 @@ imported by the event loop (runtime.py).
 - :func:`node_costs` says how much of the engine's work each active node
   causes: how many of its instances an event of its stream visits.
 
-The per-instance sizes were calibrated against tracemalloc on CPython 3.11
-(BENCHMARKS.md, "Memory of automaton state").
+The per-instance sizes are air/engine/sizes.py's (calibrated against
+tracemalloc on CPython 3.11: BENCHMARKS.md, "Memory of automaton state").
 """
 
 from __future__ import annotations
@@ -32,41 +32,11 @@ from air.engine.eviction import evict_from
 from air.engine.instance import T0
 from air.engine.introspect import _unordered, owned_count
 from air.engine.network import Node, live_node_list, tally_nodes
+from air.engine.sizes import (  # noqa: F401 - the size model, importable from here as before
+    BUCKET_BYTES, INSTANCE_BASE, SORTED_EXTRA, VALUE_BYTES, instance_bytes, per_instance_bytes)
 
 if TYPE_CHECKING:
     from air.engine.runtime import Engine
-
-#: An instance's own list (VALUES, T0, T1, BORN, DEAD; two more slots with a
-#: sorted index), its values tuple's header, and the pointer that holds it in
-#: its node's list or bucket, with the GC header and list over-allocation.
-INSTANCE_BASE = 152
-#: Each value: the tuple's pointer plus the object (an int above the small-int
-#: cache, a float, a string of ~16 ASCII characters as symbols and names are;
-#: a bool is a shared singleton).
-VALUE_BYTES = {"int": 40, "float": 32, "string": 72, "bool": 8}
-#: A sorted index's extra per instance: its key and install number, in three
-#: parallel lists (network.SortedBucket).
-SORTED_EXTRA = 72
-#: Each AI bucket: its dict entry and key, and the bucket list's header.
-BUCKET_BYTES = 136
-
-_SIZES: dict[tuple, int] = {}
-
-
-def instance_bytes(schema: tuple) -> int:
-    """Estimated bytes of one instance of a state with this schema (a tuple of
-    :class:`air.model.Attribute`); cached per schema."""
-    got = _SIZES.get(schema)
-    if got is None:
-        got = INSTANCE_BASE + sum(VALUE_BYTES.get(a.type, 72) for a in schema)
-        if len(_SIZES) < 100_000:
-            _SIZES[schema] = got
-    return got
-
-
-def per_instance_bytes(schema: tuple, sorted_index: bool) -> int:
-    """What a node's instance costs (``Node.inst_bytes``, set by the loader when it makes the node)."""
-    return instance_bytes(schema) + (SORTED_EXTRA if sorted_index else 0)
 
 
 class Footprint(NamedTuple):

@@ -38,7 +38,7 @@ from air.engine.codegen import (
     BindError, FnTemplate, Scope, compile_atoms, compile_predicate, compile_schema_map, convert_const, eq_key,
     split_clause, split_inequality,
 )
-from air.engine.footprint import per_instance_bytes
+from air.engine.sizes import per_instance_bytes
 from air.engine.network import NEdge, Node, StreamPlan
 
 
