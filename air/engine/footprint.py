@@ -36,7 +36,7 @@ from air.engine.sizes import (  # noqa: F401 - the size model, importable from h
     BUCKET_BYTES, INSTANCE_BASE, SORTED_EXTRA, VALUE_BYTES, instance_bytes, per_instance_bytes)
 
 if TYPE_CHECKING:
-    from air.engine.runtime import Engine
+    from air.engine.enginelike import EngineLike
 
 
 class Footprint(NamedTuple):
@@ -47,7 +47,7 @@ class Footprint(NamedTuple):
     nodes: int
 
 
-def live_nodes(eng: "Engine") -> list[Node]:
+def live_nodes(eng: "EngineLike") -> list[Node]:
     """Every node holding installed instances (the stream plans' active nodes),
     then those holding only pending ones (made this epoch, not yet installed)."""
     return live_node_list(list(eng.network.plans.values()), eng._dirty)  # noqa: SLF001 - read only
@@ -63,13 +63,13 @@ def node_bytes(node: Node, instances: int | None = None) -> int:
     return b
 
 
-def measure(eng: "Engine") -> Footprint:
+def measure(eng: "EngineLike") -> Footprint:
     """Estimated bytes of every live instance in the engine (see the module's docstring)."""
     total, insts, count, _heavy = tally_nodes(live_nodes(eng), float("inf"), BUCKET_BYTES)
     return Footprint(total, insts, count)
 
 
-def owner_footprint(eng: "Engine", owner: str, exclusive: bool = False) -> tuple[int, int]:
+def owner_footprint(eng: "EngineLike", owner: str, exclusive: bool = False) -> tuple[int, int]:
     """``(instances, bytes)`` of what ``owner`` sees (installed and pending);
     with ``exclusive``, only of the instances no other live owner sees (those
     a merged node holds for identical queries registered since are shared)."""
@@ -97,7 +97,7 @@ def _expire_node(node: Node, now) -> int:
     return evict_from(node, gone) if gone else 0
 
 
-def expire(eng: "Engine") -> int:
+def expire(eng: "EngineLike") -> int:
     """Drop every instance that no event at the current epoch or later can
     affect (its state's filter is past its ``DUR`` bound, air/bounds.py);
     returns how many went. Call it between events (mid-epoch too)."""
@@ -130,7 +130,7 @@ def visits(node: Node, n: int) -> float:
     return float(n)
 
 
-def survey(eng: "Engine", *, expire: bool = False, heavy: float | None = None,
+def survey(eng: "EngineLike", *, expire: bool = False, heavy: float | None = None,
            weights: Mapping[str, float] | None = None) -> Survey:
     """One pass over the nodes holding instances: with ``expire``, drop the
     expired ones first (see :func:`expire`); then the footprint (as

@@ -15,7 +15,7 @@ from air.engine.instance import BORN, T0, T1, VALUES
 from air.engine.network import Node
 
 if TYPE_CHECKING:
-    from air.engine.runtime import Engine
+    from air.engine.enginelike import EngineLike
 
 
 class LiveInstance(NamedTuple):
@@ -26,7 +26,7 @@ class LiveInstance(NamedTuple):
     t1: object
 
 
-def instances(eng: "Engine", owner: str, pending: bool = False) -> dict[str, list[LiveInstance]]:
+def instances(eng: "EngineLike", owner: str, pending: bool = False) -> dict[str, list[LiveInstance]]:
     """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``,
     in the order the node keeps them; with ``pending``, followed by those
     the current epoch made (installed when it closes), in the order made."""
@@ -40,7 +40,7 @@ def instances(eng: "Engine", owner: str, pending: bool = False) -> dict[str, lis
     return out
 
 
-def instance_count(eng: "Engine", owner: str | None = None) -> int:
+def instance_count(eng: "EngineLike", owner: str | None = None) -> int:
     """Installed and pending instances of ``owner`` (as if nothing were
     merged), or of the whole network."""
     if owner is None:
@@ -51,7 +51,7 @@ def instance_count(eng: "Engine", owner: str | None = None) -> int:
     return sum(owned_count(node, g) for _ai, _sid, node in holding.states)
 
 
-def state_counts(eng: "Engine", owner: str) -> dict[str, int]:
+def state_counts(eng: "EngineLike", owner: str) -> dict[str, int]:
     """Installed and pending instances of ``owner`` per state key
     ``"<automaton>/<state id>"`` (as :func:`instances` names them; start
     states hold none)."""
@@ -89,7 +89,7 @@ def _unordered(node: Node) -> Iterable[list]:
     return chain(chain.from_iterable(map(_INSTS, buckets)), map(_SECOND, chain.from_iterable(map(_REST, buckets))))
 
 
-def plan_stats(eng: "Engine") -> dict[str, int]:
+def plan_stats(eng: "EngineLike") -> dict[str, int]:
     """Size of the query network: nodes and edges after merging, the
     states and edges the loaded automata have, and active nodes."""
     holdings = eng.holdings().values()

@@ -19,7 +19,6 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Mapping
 from operator import itemgetter
-from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
 
 from air.engine import eviction, introspect
@@ -31,6 +30,7 @@ from air.engine.instance import *  # noqa: F403,F405 - the slot names; C constan
 from air.engine.introspect import LiveInstance
 from air.engine.loader import Holding, LoadError, Loader, Options
 from air.engine.network import COMPILED, Node, SortedBucket, _bisect_keys, new_instance, seq_of, untrack_instances
+from air.engine.stats import EngineStats
 from air.model import Automaton, StreamSchema
 
 try:
@@ -79,21 +79,6 @@ class Emission(NamedTuple):
 
 
 _make_emission = tuple.__new__
-
-
-@dataclass(slots=True)  # the engine adds to three of these per event: a slot is read and set faster
-class EngineStats:
-    events: int = 0
-    epochs: int = 0
-    witnesses: int = 0
-    resubscribed: int = 0
-    eval_errors: int = 0
-    last_eval_error: str = ""
-    late: int = 0
-    evicted: int = 0  # instances removed by Engine.evict_oldest
-    evicted_shared: int = 0  # ... of which other owners saw too (they lost them with it)
-    expired: int = 0  # instances past their filter's DUR bound, dropped by air/engine/footprint.expire
-
 
 
 #: A runaway resubscription loop within one epoch stops after this many events.
@@ -710,7 +695,8 @@ class Engine:
         self.stats.last_eval_error = f"{where}: {type(exc).__name__}: {exc}"
 
     # ------------------------------------------------------------------ beside the loop
-    # (not on the event path: plain Python in both builds, in the modules named)
+    # (not on the event path: plain Python in both builds, in the modules named; they take
+    # the engine as an EngineLike, air/engine/enginelike.py, and never import this module)
 
     def holding(self, owner: str) -> Holding:
         """What ``owner`` holds in the network (its generation, and its states as
