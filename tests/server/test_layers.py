@@ -1,7 +1,8 @@
 """Imports in server/ point one way (issue 24): the rooms (ingest, subscriptions,
 durability, delivery, observability) never import the daemon, the app, the api
 or the server runner, and no module of server/, air/ or clients/ takes part in
-an import circle, not even one only a type checker follows (``if TYPE_CHECKING:``)."""
+an import circle, not even one only a type checker follows (``if TYPE_CHECKING:``);
+and no module there grows past MAX_LINES (issue 32)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,17 @@ def test_the_offline_runner_and_spark_need_the_engine_not_the_server():
     graph = _imports("clients/offline.py", "clients/spark")
     bad = [(mod, imp) for mod, imps in graph.items() for imp in imps if imp.split(".")[0] == "server"]
     assert not bad, bad
+
+
+#: The most lines a module of air/, server/ or clients/ may have (issue 32). One that
+#: needs more holds more than one responsibility: split it along a seam (a part with a
+#: job of its own, named for it), keeping its public names importable where they were.
+MAX_LINES = 700
+
+
+def test_no_module_is_longer_than_max_lines():
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+               for place in ("air", "server", "clients") for path in sorted((ROOT / place).rglob("*.py"))}
+    assert len(lengths) > 100, "the probe found too few modules: is it looking in the right place?"
+    long = {p: n for p, n in lengths.items() if n > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them along a seam): {long}"
