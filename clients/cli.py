@@ -208,6 +208,8 @@ def serve(config_path, host, http_port, tcp_port, data_dir, port_file) -> None:
 
     try:
         run_server(settings, port_file=port_file)
+    except ConfigError as exc:  # TLS files that cannot be used (server/security/tls.py)
+        _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot start: {exc}")
 
