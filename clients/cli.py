@@ -13,7 +13,7 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
-from clients.options import url_option
+from clients.options import make_client, tls_options, url_option
 from clients.words import QueryWarnings, plural
 
 
@@ -319,8 +319,10 @@ class _Progress:
                    max(self.since, self.attempt_at) + ACK_STALL_SECONDS) - now
 
 
-#: A refusal no retry can mend: a wrong token, a bad ``#from``, a malformed ``#sender``.
-_FINAL = re.compile(r"error(?: line \d+)?: (?:authentication required|#from |a second #sender|sender id )")
+#: A refusal no retry can mend: a wrong token, one without the ingest scope, a bad ``#from``, a malformed ``#sender``,
+#: plain text to a TLS port.
+_FINAL = re.compile(r"error(?: line \d+)?: (?:authentication required|forbidden|#from |a second #sender|sender id "
+                    r"|this port takes TLS)")
 #: Another connection holds the sender id.
 _TAKEN = re.compile(r"error: sender \S+ is already connected")
 #: The server cannot journal: its disk is full (retry; it answers again once there is room).
@@ -353,6 +355,7 @@ def _explain(problem: str, sender_id: str) -> tuple[str, str]:
               help="The id the server tracks this file's progress by (#sender); default: derived from "
                    "the file's absolute path and content, so sending the same file again resumes it (or, "
                    "when the server has it all, sends nothing), and a changed file is sent as new.")
+@tls_options
 @click.option("--retry-for", type=click.FloatRange(0), default=60.0, show_default=True,
               help="Seconds to keep trying while no line gets acknowledged: reconnecting with exponential "
                    "backoff (0.1 s doubling to 5 s, each wait drawn between half and all of it) when the "
@@ -360,7 +363,7 @@ def _explain(problem: str, sender_id: str) -> tuple[str, str]:
                    "id, its disk is full), and waiting for a "
                    f"server that takes no line (a connected server gets at least {MIN_PATIENCE:g} s). Each "
                    "reconnection resumes where the server's journal stands. Then exit 1 with the reason.")
-def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> None:
+def send(events_path, url, tcp_port, fmt, rate, token, sender_id, cacert, cert, key, retry_for) -> None:
     """Send an event file to a running server's TCP port, with a progress bar.
 
     Every line is delivered exactly once: the connection names a sender
@@ -379,7 +382,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     server that takes no line); 130 when interrupted."""
     from tqdm import tqdm
 
-    from clients.client import Backoff, CayugaClient, SenderRefused, TcpSender
+    from clients.client import Backoff, SenderRefused, TcpSender, explain_tls
     from server.ingest.protocol import SENDER_ID
 
     with click.open_file(events_path, "rb") as fh:
@@ -391,7 +394,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     if total == 0:
         click.echo(f"cayuga: nothing to send: {events_path} is empty", err=True)
         return
-    client = CayugaClient(url, token=token, tcp_port=tcp_port)
+    client = make_client(url, token=token, tcp_port=tcp_port, cacert=cacert, cert=cert, key=key)
     errors: dict[int, str] = {}  # by file line: a line resent after a reconnection may be reported twice
     other: list[str] = []
     progress = _Progress(retry_for)
@@ -421,11 +424,14 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                         client.http.timeout = max(min(progress.patience(), 30.0), 0.1)
                         address = client.tcp_address()
                     sender = TcpSender(*address, fmt=fmt, token=token, sender_id=sender_id, ack=True,
-                                       timeout=max(progress.patience(), 0.1))
+                                       timeout=max(progress.patience(), 0.1), ssl_context=client.tcp_ssl_context)
                 except SenderRefused as exc:
                     raise _Lost(exc.answer) from None
                 except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, an HTTP error: all mean retry
-                    raise _Lost(f"cannot reach the server at {url}: {exc}") from None
+                    tls_problem = explain_tls(exc, url) or (str(exc) if "speaks HTTPS only" in str(exc) else None)
+                    if tls_problem is not None and "expired" not in tls_problem:  # no retry mends a CA or a name
+                        stop(f"{tls_problem}; {progress.acked} of {plural(total, 'line')} acknowledged", 1)
+                    raise _Lost(f"cannot reach the server at {url}: {tls_problem or exc}") from None
                 resume = sender.resume
                 if resume > total:
                     sender.abort()
@@ -647,7 +653,8 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
                    "(down to 90%%) and it is marked inexact.")
 @click.option("--max-state-bytes", default=None, metavar="SIZE",
               help="Cap each subscription's state in memory (64MiB, 1GB, 10%% of the server's max_state_bytes).")
-def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> None:
+@tls_options
+def register(paths, url, token, batch_size, max_instances, max_state_bytes, cacert, cert, key) -> None:
     """Register the queries of files and directories with a running server,
     many per request (POST /subscriptions/batch), with a progress bar.
 
@@ -662,10 +669,10 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> N
     import httpx
     from tqdm import tqdm
 
-    from clients.client import CayugaAPIError, CayugaClient
+    from clients.client import CayugaAPIError, explain_tls
 
     queries = _queries_in(paths)
-    client = CayugaClient(url, token=token, timeout=600)
+    client = make_client(url, token=token, timeout=600, cacert=cacert, cert=cert, key=key)
     done = 0
     warnings = QueryWarnings(lambda text: tqdm.write(text, file=sys.stderr))
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
@@ -685,7 +692,7 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> N
                            f"queries {k + 1}-{k + len(chunk)} was refused", err=True)
                 sys.exit(1)
             except (OSError, httpx.HTTPError) as exc:
-                _fail(f"cannot reach the server at {url}: {exc}")
+                _fail(explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}", 1)
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
                 for w in sub.get("warnings") or ():
@@ -714,7 +721,9 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> N
 @click.option("--retry-for", type=float, default=300.0, show_default=True,
               help="After a disconnect (server restart, crash, network), keep reconnecting this many seconds; "
                    "it resumes after the last witness printed, so none is printed twice or missed.")
-def watch(subscription, stream, url, token, count, from_seq, from_start, show_seq, retry_for) -> None:
+@tls_options
+def watch(subscription, stream, url, token, count, from_seq, from_start, show_seq, retry_for, cacert, cert,
+          key) -> None:
     """Print the witnesses of a subscription (or stream) as JSON lines.
 
     From the subscription's newest witness on (a stream: from when it is
@@ -725,7 +734,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     line on standard error and exit status 1."""
     import httpx
 
-    from clients.client import CayugaAPIError, CayugaClient, WebSocketRefused
+    from clients.client import CayugaAPIError, TlsSetupError, WebSocketRefused, explain_tls
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
@@ -739,7 +748,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     after = None
     if subscription and (from_start or from_seq is not None):
         after = {subscription: 0 if from_start else from_seq - 1}
-    client = CayugaClient(url, token=token)
+    client = make_client(url, token=token, cacert=cacert, cert=cert, key=key)
     out = sys.stdout.buffer
     n = 0
 
@@ -772,8 +781,11 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
         _fail(f"the server closed the connection: {exc}", 1)
     except KeyboardInterrupt:
         pass
+    except TlsSetupError as exc:  # a TLS failure no retry mends (an unknown CA, a wrong name)
+        _fail(str(exc), 1)
     except (OSError, httpx.TransportError) as exc:  # the WebSocket, or the REST call for last_seq
-        _fail(f"gave up after {retry_for:g} s of retries: cannot reach the server at {url}: {exc}", 1)
+        _fail(f"gave up after {retry_for:g} s of retries: "
+              + (explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}"), 1)
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         _fail(f"{type(exc).__name__}: {exc}", 1)
     finally:
