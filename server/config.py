@@ -78,8 +78,10 @@ class TokenSpec(BaseModel):
         if "admin" in self.scopes and (self.own or self.prefixes):
             raise ValueError(f"token {self.name}: an admin token reaches every subscription; drop 'own' and "
                              "'prefixes', or give it the scopes it needs instead of admin")
-        if any(not p for p in self.prefixes):
-            raise ValueError(f"token {self.name}: an empty prefix would match every name; drop it")
+        for p in self.prefixes:
+            problem = name_problem(p, what=f"prefix of token {self.name}")  # no name could start with a bad one
+            if problem is not None:
+                raise ValueError(problem + " (an empty prefix would match every name)")
         return self
 
 

@@ -71,12 +71,12 @@ def test_tokens_with_scopes_from_the_environment_and_plain_ones_beside_them(monk
 
     monkeypatch.setenv("CAYUGA_AUTH_TOKENS", '[{"name": "dashboard", "token": "d4sh", "scopes": ["watch"]}, '
                                              '"0ld-plain", {"name": "team-a", "token": "t3am", "scopes": '
-                                             '["manage", "watch"], "prefixes": ["a."]}]')
+                                             '["manage", "watch"], "prefixes": ["a_"]}]')
     table = TokenTable(load_settings().auth_tokens)
     dash, plain, team = (table.identify(t) for t in ("d4sh", "0ld-plain", "t3am"))
     assert (dash.name, sorted(dash.scopes), dash.allows("manage")) == ("dashboard", ["watch"], False)
     assert (plain.name, plain.allows("manage"), plain.allows("metrics")) == ("auth_tokens[1]", True, True)  # admin
-    assert team.restricted and team.reaches("a.x", None) and not team.reaches("b.x", "team-a")
+    assert team.restricted and team.reaches("a_x", None) and not team.reaches("b_x", "team-a")
     assert table.identify("d4sh ") is None and table.identify("nope") is None
 
 
@@ -88,6 +88,9 @@ def test_tokens_with_scopes_from_the_environment_and_plain_ones_beside_them(monk
      "two tokens are named d"),
     ('["same", {"name": "d", "token": "same", "scopes": ["watch"]}]', "d has the same secret as an earlier token"),
     ('[{"name": "has space", "token": "x", "scopes": ["watch"]}]', "a name is 1-64 characters"),
+    ('[{"name": "d", "token": "x", "scopes": ["watch"], "prefixes": ["a."]}]',
+     "the prefix of token d 'a.' has the character '.'; a name is 1 to 200 letters, digits and underscores"),
+    ('[{"name": "d", "token": "x", "scopes": ["watch"], "prefixes": [""]}]', "an empty prefix would match every"),
 ])
 def test_bad_tokens_are_reported_precisely_and_never_show_a_secret(monkeypatch, tokens, fragment):
     monkeypatch.setenv("CAYUGA_AUTH_TOKENS", tokens)

@@ -22,7 +22,7 @@ from server.security.throttle import FIRST_WAIT, FREE_FAILURES, MAX_ADDRESSES, M
 #: One token per scope, named after it; and two that reach only some subscriptions.
 TOKENS = [{"name": s, "token": f"{s}-secret", "scopes": [s]} for s in SCOPES] + [
     {"name": "team-own", "token": "own-secret", "scopes": ["manage", "watch"], "own": True},
-    {"name": "team-a", "token": "prefix-secret", "scopes": ["manage", "watch"], "prefixes": ["a."]}]
+    {"name": "team-a", "token": "prefix-secret", "scopes": ["manage", "watch"], "prefixes": ["a_"]}]
 #: The operations anyone may call.
 OPEN = {("get", "/health"), ("get", "/livez"), ("get", "/readyz")}
 
@@ -175,18 +175,18 @@ def test_a_token_limited_to_name_prefixes(start_server):
     srv = start_server(auth_tokens=TOKENS)
     with CayugaClient(srv.base_url, token=secret("admin")) as admin, \
             CayugaClient(srv.base_url, token=secret("team-a")) as team:
-        ax = admin.subscribe(cel="SELECT * FROM Stock PUBLISH AX", name="a.x")["id"]
-        admin.subscribe(cel="SELECT * FROM Stock PUBLISH BY", name="b.y")
-        for name in (None, "b.mine"):
+        ax = admin.subscribe(cel="SELECT * FROM Stock PUBLISH AX", name="a_x")["id"]
+        admin.subscribe(cel="SELECT * FROM Stock PUBLISH BY", name="b_y")
+        for name in (None, "b_mine"):
             with pytest.raises(CayugaAPIError) as info:
                 team.subscribe(cel="SELECT * FROM Stock PUBLISH Mine", name=name)
-            assert info.value.status == 403 and "registers only subscriptions named with a prefix of its own (a.)" \
+            assert info.value.status == 403 and "registers only subscriptions named with a prefix of its own (a_)" \
                 in str(info.value)
         with pytest.raises(CayugaAPIError) as info:
-            team.subscribe_many([{"cel": "SELECT * FROM Stock PUBLISH M1", "name": "a.1"},
+            team.subscribe_many([{"cel": "SELECT * FROM Stock PUBLISH M1", "name": "a_1"},
                                  {"cel": "SELECT * FROM Stock PUBLISH M2"}])
         assert info.value.status == 403 and str(info.value).startswith("HTTP 403: subscriptions[1]: token team-a")
-        mine = team.subscribe(cel="SELECT * FROM AX PUBLISH Mine", name="a.mine")["id"]  # reads a.x: in reach
+        mine = team.subscribe(cel="SELECT * FROM AX PUBLISH Mine", name="a_mine")["id"]  # reads a_x: in reach
         assert [s["id"] for s in team.subscriptions()] == [ax, mine]
         with team.watch(ax, timeout=10) as matches:
             admin.post_events([stock("IBM", 1.0, 1, None)])
