@@ -19,6 +19,9 @@ the audit log.
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections import OrderedDict
 from typing import Iterable
 
 from server.config import Settings
@@ -30,6 +33,33 @@ from server.security.tls import ServerTls
 from server.security.tokens import OPEN, Principal, TokenTable
 
 __all__ = ["AuthRefused", "OPEN", "Principal", "Security"]
+
+
+class Repeats:
+    """At most one audit record a window per key: :meth:`seen` says how many were held back since the
+    last one written (0: none), or None to hold this one back too. Bounded like the backoff's table."""
+
+    WINDOW = 60.0
+    KEYS = 10_000
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._keys: OrderedDict[tuple, list] = OrderedDict()  # key -> [when written, held back since]
+
+    def seen(self, key: tuple) -> int | None:
+        now = self.clock()
+        with self._lock:
+            entry = self._keys.pop(key, None)
+            if entry is not None and now - entry[0] < self.WINDOW:
+                entry[1] += 1
+                self._keys[key] = entry
+                return None
+            held = entry[1] if entry is not None else 0
+            self._keys[key] = [now, 0]
+            while len(self._keys) > self.KEYS:
+                self._keys.popitem(last=False)
+            return held
 
 
 class AuthRefused(Exception):
@@ -53,6 +83,7 @@ class Security:
         self.audit = AuditLog(settings.data_dir / "audit", settings.audit_log_bytes, settings.audit_log_files,
                               counters)
         self.owners = Owners(store)
+        self.repeats = Repeats()
         #: None without tls_certfile; raises TlsError (a ConfigError) when the files cannot be used
         self.tls: ServerTls | None = ServerTls.from_settings(settings, counters)
 
@@ -104,8 +135,17 @@ class Security:
         raise AuthRefused("scope", message, scope=scope)
 
     def _failed(self, port: str, reason: str, address: str, what: str, token: str | None = None) -> None:
+        """Count a refusal; write it to the audit log, but for a missing token or a scope at most once a
+        minute per address (and token): a flood of requests without a token must not rotate the records of
+        changes out of the log. Wrong tokens are bounded by the backoff: each is written."""
         self.counters.add(AUTH_FAILURES[port, reason])
-        self.audit.record("auth.failure", token=token, address=address, port=port, reason=reason, what=what)
+        repeated = 0
+        if reason != "wrong":
+            repeated = self.repeats.seen((address, reason, token, port))
+            if repeated is None:
+                return
+        self.audit.record("auth.failure", token=token, address=address, port=port, reason=reason, what=what,
+                          **({"repeated": repeated} if repeated else {}))
 
     # ------------------------------------------------------------------ reach
 

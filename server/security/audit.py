@@ -16,7 +16,12 @@ tokens, or when no token was recognised), ``address`` (the client's IP),
 - ``stream.declare``: ``stream``, ``schema``;
 - ``auth.failure``: ``reason`` (``missing``: no token; ``wrong``: not one of
   the server's; ``scope``: a known token without the scope or the reach the
-  request needs), ``what`` (the request);
+  request needs), ``what`` (the request). Every wrong token is written (the
+  backoff bounds them per address); a missing token or scope at most once a
+  minute per address (and token), with ``repeated``: how many more were refused
+  since the last record of that kind, so that a flood of requests without a
+  token cannot rotate the records of changes out of the log (the metric counts
+  them all);
 - ``auth.throttled``: ``failures``, ``wait_seconds``: the address sent too many
   wrong tokens and is slowed down (server/security/throttle.py); the attempts
   refused while it waits are counted in ``cayuga_auth_failures_total``, not

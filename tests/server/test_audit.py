@@ -97,3 +97,22 @@ def test_the_audit_log_rotates_and_is_read_across_its_files(tmp_path):
     assert more and [r["subscriptions"][0] for r in newest] == [f"s{i}" for i in range(295, 300)]
     assert log.read(subscription=ids[0])[0][0]["subscriptions"] == [ids[0]]  # in the oldest file kept
     assert log.read(subscription="s0") == ([], False)  # rotated away
+
+
+def test_a_flood_without_a_token_is_one_record_a_minute_per_address(start_server):
+    """Requests without a token cost a writer nothing to send: written one by one they would rotate
+    the records of changes out of the log. One record a minute per address, with how many more came."""
+    srv = start_server(auth_tokens=TOKENS)
+    now = [0.0]
+    srv.daemon.security.repeats.clock = lambda: now[0]  # the window's clock, moved by the test alone
+    with CayugaClient(srv.base_url) as anonymous:
+        for _ in range(50):
+            assert anonymous.http.get("/streams").status_code == 401
+        now[0] += 60
+        assert anonymous.http.get("/subscriptions").status_code == 401
+    with _client(srv, "ops") as ops:
+        records = ops.audit(action="auth.failure")["records"]
+        metrics = ops.http.get("/metrics").text
+    assert [(r["reason"], r["what"], r.get("repeated")) for r in records] == [
+        ("missing", "GET /streams", None), ("missing", "GET /subscriptions", 49)]
+    assert 'cayuga_auth_failures_total{port="http",reason="missing"} 51.0' in metrics  # the metric has them all
