@@ -144,3 +144,24 @@ def test_the_cayuga_clients_over_tls(tls_server, tmp_path):
     assert plain.returncode == 1 and "HTTPS only" in plain.stderr, plain.stderr
     wrong = _cayuga("watch", sid, "--url", srv.base_url.replace("https", "http"), "--cacert", str(files.ca))
     assert wrong.returncode == 2 and "the URL http://" in wrong.stderr and "is not https://" in wrong.stderr
+
+
+def test_spark_source_and_sink_check_their_tls_files_before_spark_starts(tmp_path):
+    """cayuga spark source/sink take --cacert/--cert/--key as the other commands do (a run over TLS:
+    tests/spark/test_source_sink.py); a URL or files that cannot be used are a usage error at once."""
+    from click.testing import CliRunner
+
+    from clients.cli import main
+
+    files = make_tls_files(tmp_path / "tls")
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"stream": "Stock", "Name": "IBM", "Price": 1.0, "Volume": 1}\n')
+    runner = CliRunner()
+    for args in (["spark", "sink", "s1", "--output", str(tmp_path / "out")],
+                 ["spark", "source", str(events)]):
+        r = runner.invoke(main, [*args, "--url", "http://127.0.0.1:1", "--cacert", str(files.ca)])
+        assert r.exit_code == 2 and "the URL http://127.0.0.1:1 is not https://" in r.output, r.output
+        r = runner.invoke(main, [*args, "--url", "https://127.0.0.1:1", "--key", str(files.client_key)])
+        assert r.exit_code == 2 and "--key needs --cert" in r.output, r.output
+        r = runner.invoke(main, [*args, "--url", "https://127.0.0.1:1", "--cacert", str(files.key)])
+        assert r.exit_code == 2 and f"--cacert {files.key}: not a PEM CA certificate" in r.output, r.output
