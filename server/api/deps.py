@@ -11,7 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, SecurityS
 from starlette.requests import HTTPConnection
 
 from server.daemon import Daemon
-from server.security import AuthRefused, Principal
+from server.security import Principal
 
 
 # They are async so that FastAPI runs them on the event loop: a plain def would

@@ -261,7 +261,7 @@ class TcpReceiver:
                 conn.sendall(b"error: this port takes TLS only (the server has tls_certfile set): connect with TLS, "
                              b"e.g. cayuga send --url https://HOST:HTTP_PORT --cacert CA.pem (TcpSender(..., "
                              b"ssl_context=...)); closing\n")
-                close_gently(conn, LINGER_SECONDS)  # closed with its lines unread, it would be reset: line unread
+                close_gently(conn, LINGER_SECONDS)  # closed at once, what it sent unread, it would be reset first
             except OSError:
                 pass
         except (ssl.SSLError, TimeoutError, OSError) as exc:
