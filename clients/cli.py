@@ -12,7 +12,7 @@ import click
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
 from clients.cli_send import send
-from clients.options import url_option
+from clients.options import make_client, tls_options, url_option
 from clients.words import QueryWarnings, plural
 
 
@@ -210,6 +210,8 @@ def serve(config_path, host, http_port, tcp_port, data_dir, port_file) -> None:
 
     try:
         run_server(settings, port_file=port_file)
+    except ConfigError as exc:  # TLS files that cannot be used (server/security/tls.py)
+        _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot start: {exc}")
 
@@ -277,7 +279,8 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
                    "(down to 90%%) and it is marked inexact.")
 @click.option("--max-state-bytes", default=None, metavar="SIZE",
               help="Cap each subscription's state in memory (64MiB, 1GB, 10%% of the server's max_state_bytes).")
-def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> None:
+@tls_options
+def register(paths, url, token, batch_size, max_instances, max_state_bytes, cacert, cert, key) -> None:
     """Register the queries of files and directories with a running server,
     many per request (POST /subscriptions/batch), with a progress bar.
 
@@ -292,10 +295,10 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> N
     import httpx
     from tqdm import tqdm
 
-    from clients.client import CayugaAPIError, CayugaClient
+    from clients.client import CayugaAPIError, explain_tls
 
     queries = _queries_in(paths)
-    client = CayugaClient(url, token=token, timeout=600)
+    client = make_client(url, token=token, timeout=600, cacert=cacert, cert=cert, key=key)
     done = 0
     warnings = QueryWarnings(lambda text: tqdm.write(text, file=sys.stderr))
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
@@ -315,7 +318,7 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> N
                            f"queries {k + 1}-{k + len(chunk)} was refused", err=True)
                 sys.exit(1)
             except (OSError, httpx.HTTPError) as exc:
-                _fail(f"cannot reach the server at {url}: {exc}")
+                _fail(explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}", 1)
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
                 for w in sub.get("warnings") or ():
@@ -344,7 +347,9 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes) -> N
 @click.option("--retry-for", type=float, default=300.0, show_default=True,
               help="After a disconnect (server restart, crash, network), keep reconnecting this many seconds; "
                    "it resumes after the last witness printed, so none is printed twice or missed.")
-def watch(subscription, stream, url, token, count, from_seq, from_start, show_seq, retry_for) -> None:
+@tls_options
+def watch(subscription, stream, url, token, count, from_seq, from_start, show_seq, retry_for, cacert, cert,
+          key) -> None:
     """Print the witnesses of a subscription (or stream) as JSON lines.
 
     From the subscription's newest witness on (a stream: from when it is
@@ -355,7 +360,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     line on standard error and exit status 1."""
     import httpx
 
-    from clients.client import CayugaAPIError, CayugaClient, WebSocketRefused
+    from clients.client import CayugaAPIError, TlsSetupError, WebSocketRefused, explain_tls
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
@@ -369,7 +374,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     after = None
     if subscription and (from_start or from_seq is not None):
         after = {subscription: 0 if from_start else from_seq - 1}
-    client = CayugaClient(url, token=token)
+    client = make_client(url, token=token, cacert=cacert, cert=cert, key=key)
     out = sys.stdout.buffer
     n = 0
 
@@ -402,8 +407,11 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
         _fail(f"the server closed the connection: {exc}", 1)
     except KeyboardInterrupt:
         pass
+    except TlsSetupError as exc:  # a TLS failure no retry mends (an unknown CA, a wrong name)
+        _fail(str(exc), 1)
     except (OSError, httpx.TransportError) as exc:  # the WebSocket, or the REST call for last_seq
-        _fail(f"gave up after {retry_for:g} s of retries: cannot reach the server at {url}: {exc}", 1)
+        _fail(f"gave up after {retry_for:g} s of retries: "
+              + (explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}"), 1)
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         _fail(f"{type(exc).__name__}: {exc}", 1)
     finally:

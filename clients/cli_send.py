@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from clients.options import url_option
+from clients.options import make_client, tls_options, url_option
 from clients.words import plural
 
 
@@ -103,8 +103,10 @@ class _Progress:
                    max(self.since, self.attempt_at) + ACK_STALL_SECONDS) - now
 
 
-#: A refusal no retry can mend: a wrong token, a bad ``#from``, a malformed ``#sender``.
-_FINAL = re.compile(r"error(?: line \d+)?: (?:authentication required|#from |a second #sender|sender id )")
+#: A refusal no retry can mend: a wrong token, one without the ingest scope, a bad ``#from``, a malformed ``#sender``,
+#: plain text to a TLS port.
+_FINAL = re.compile(r"error(?: line \d+)?: (?:authentication required|forbidden|#from |a second #sender|sender id "
+                    r"|this port takes TLS)")
 #: Another connection holds the sender id.
 _TAKEN = re.compile(r"error: sender \S+ is already connected")
 #: The server cannot journal: its disk is full (retry; it answers again once there is room).
@@ -137,6 +139,7 @@ def _explain(problem: str, sender_id: str) -> tuple[str, str]:
               help="The id the server tracks this file's progress by (#sender); default: derived from "
                    "the file's absolute path and content, so sending the same file again resumes it (or, "
                    "when the server has it all, sends nothing), and a changed file is sent as new.")
+@tls_options
 @click.option("--retry-for", type=click.FloatRange(0), default=60.0, show_default=True,
               help="Seconds to keep trying while no line gets acknowledged: reconnecting with exponential "
                    "backoff (0.1 s doubling to 5 s, each wait drawn between half and all of it) when the "
@@ -144,7 +147,7 @@ def _explain(problem: str, sender_id: str) -> tuple[str, str]:
                    "id, its disk is full), and waiting for a "
                    f"server that takes no line (a connected server gets at least {MIN_PATIENCE:g} s). Each "
                    "reconnection resumes where the server's journal stands. Then exit 1 with the reason.")
-def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> None:
+def send(events_path, url, tcp_port, fmt, rate, token, sender_id, cacert, cert, key, retry_for) -> None:
     """Send an event file to a running server's TCP port, with a progress bar.
 
     Every line is delivered exactly once: the connection names a sender
@@ -163,7 +166,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     server that takes no line); 130 when interrupted."""
     from tqdm import tqdm
 
-    from clients.client import Backoff, CayugaClient, SenderRefused, TcpSender
+    from clients.client import Backoff, SenderRefused, TcpSender, explain_tls
     from server.ingest.protocol import SENDER_ID
 
     with click.open_file(events_path, "rb") as fh:
@@ -175,7 +178,7 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
     if total == 0:
         click.echo(f"cayuga: nothing to send: {events_path} is empty", err=True)
         return
-    client = CayugaClient(url, token=token, tcp_port=tcp_port)
+    client = make_client(url, token=token, tcp_port=tcp_port, cacert=cacert, cert=cert, key=key)
     errors: dict[int, str] = {}  # by file line: a line resent after a reconnection may be reported twice
     other: list[str] = []
     progress = _Progress(retry_for)
@@ -205,11 +208,14 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, retry_for) -> 
                         client.http.timeout = max(min(progress.patience(), 30.0), 0.1)
                         address = client.tcp_address()
                     sender = TcpSender(*address, fmt=fmt, token=token, sender_id=sender_id, ack=True,
-                                       timeout=max(progress.patience(), 0.1))
+                                       timeout=max(progress.patience(), 0.1), ssl_context=client.tcp_ssl_context)
                 except SenderRefused as exc:
                     raise _Lost(exc.answer) from None
                 except Exception as exc:  # noqa: BLE001 - refused, reset, timed out, an HTTP error: all mean retry
-                    raise _Lost(f"cannot reach the server at {url}: {exc}") from None
+                    tls_problem = explain_tls(exc, url) or (str(exc) if "speaks HTTPS only" in str(exc) else None)
+                    if tls_problem is not None and "expired" not in tls_problem:  # no retry mends a CA or a name
+                        stop(f"{tls_problem}; {progress.acked} of {plural(total, 'line')} acknowledged", 1)
+                    raise _Lost(f"cannot reach the server at {url}: {tls_problem or exc}") from None
                 resume = sender.resume
                 if resume > total:
                     sender.abort()

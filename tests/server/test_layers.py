@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("ingest", "subscriptions", "durability", "delivery", "observability")
+ROOMS = ("ingest", "subscriptions", "durability", "delivery", "observability", "security")
 #: What a room must not import: the wiring above the rooms.
 ABOVE_ROOMS = ("server.daemon", "server.app", "server.api", "server.serve", "server.processing")
 
