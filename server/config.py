@@ -145,9 +145,9 @@ class Settings(BaseModel):
     #: An optional cap on the live instances of every subscription (0: none, the default; a
     #: subscription may set its own in its registration body: max_instances, max_state_bytes).
     max_instances_per_subscription: int = Field(0, ge=0)
-    #: Engine workers (server/workers/): 0 runs the automata on an engine thread of this process;
-    #: 1 in a worker process of their own, beside this process's interpreter lock, not under it.
-    engine_workers: int = Field(0, ge=0, le=1)
+    #: Engine workers (server/workers/): 1 (the default) runs the automata in a worker process of
+    #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here.
+    engine_workers: int = Field(1, ge=0, le=1)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)
