@@ -210,6 +210,7 @@ async def delete_subscription(sid: str, d: DaemonDep, who: Manage, request: Requ
     deletion (with every subscription a cascade deleted) is written to the audit
     log with the token's name (GET /audit)."""
     def remove() -> None:
+        d.recovery.require_ready()  # while restoring, 503 (retry), not a 404 for what is not back yet
         s = d.subscriptions.get(sid)
         if s is None:
             raise KeyError(sid)
