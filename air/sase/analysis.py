@@ -123,8 +123,10 @@ class _Analyzer:
                 sch = self.streams.get(t.name)
                 if sch is None:
                     declared = sorted(self.streams)
-                    raise self.error(SaseNameError, f"unknown event type '{t.name}'{hint(t.name, declared)}: an "
-                                     f"event type is a declared stream (declared: {', '.join(declared) or 'none'})", t)
+                    listing = ", ".join(declared[:20]) + (f" and {len(declared) - 20} more" if len(declared) > 20
+                                                          else "") if declared else "none"
+                    raise self.error(SaseNameError, f"unknown event type '{t.name}'{hint(t.name, declared)} (an "
+                                     f"event type is a declared stream; declared: {listing})", t)
                 if [u.name for u in c.types].count(t.name) > 1:
                     raise self.error(SaseNameError, f"ANY names '{t.name}' twice", t)
                 read.setdefault(t.name, sch)
@@ -319,8 +321,8 @@ class _Analyzer:
             y = negs[0]
             if not isinstance(cj, Compare):
                 raise self.error(SaseRefused, f"a condition on the negated component {y.var} must be one "
-                                 "comparison, joined to the others by AND: under OR, the SASE paper's meaning (the WHERE "
-                                 "clause in disjunctive normal form, each disjunct's negation tested apart) is "
+                                 "comparison, joined to the others by AND: under OR, the SASE paper's meaning (the "
+                                 "WHERE clause in disjunctive normal form, each disjunct's negation tested apart) is "
                                  "'no such event for one disjunct or another', which is not what it reads as; write "
                                  "the alternatives as ANY(...) types or separate queries", cj)
             later = [self.comps[k] for k in sorted(used) if k > y.index]
@@ -336,7 +338,8 @@ class _Analyzer:
                                  "that the condition does *not* hold on an event that may continue the match, and "
                                  "the negation of an expression that can fail (docs/design/semantics.md"
                                  "#arithmetic-and-comparison) is not the opposite comparison; compare attributes "
-                                 "and constants only here", cj)
+                                 "and constants only here",
+                                 next(x for x in walk(cj) if isinstance(x, (Binary, Unary, Call))))
             kill[y.index].append(cj)
         return at, kill
 
