@@ -36,11 +36,15 @@ from clients.testing import wait_until
 from clients.testing.witnesses import logged_witnesses
 from tests.oracle import Event, Oracle, read_air, sase_gen
 from tests.oracle.sase import Sase
-from tests.oracle.test_differential import LONG, ROOT, SEED, builds, probe, replay
+from tests.oracle.test_differential import LONG, ROOT, SEED, builds, probe
 from tests.server.conftest import server, start_server  # noqa: F401  (fixtures)
 
 CASES = 1500 if LONG else 150
 THROUGH = 80 if LONG else 16  # cases through the server and cayuga run
+def replay() -> str:
+    return f"seed={SEED} (replay: CAYUGA_FUZZ_SEED={SEED} python -m pytest tests/oracle/test_sase_differential.py)"
+
+
 SCHEMAS = [StreamSchema(n, tuple(Attribute(a, t) for a, t in attrs)) for n, attrs in sase_gen.STREAMS.items()]
 
 
