@@ -152,9 +152,10 @@ class _Analyzer:
         first = q.components[0]
         if first.negated:
             raise self.error(SaseRefused, "a negated component cannot start the sequence: the SASE paper's negated "
-                             "start needs the absence of an event *before* the first match event, and an "
-                             "automaton cannot stop a match for an event it saw before the match began "
-                             "(docs/design/sase.md#what-is-refused-and-why); start with a positive component", first)
+                             "start needs the absence of an event *before* the first match event, and when the "
+                             "last event directly follows the first, nothing an earlier event left in the "
+                             "automata can stop the report (docs/design/sase.md#what-is-refused-and-why); start "
+                             "with a positive component", first)
         for a, b in zip(q.components, q.components[1:]):
             if a.negated and b.negated:
                 raise self.error(SaseRefused, "two consecutive components cannot both be negative (the SASE paper's "
