@@ -24,8 +24,11 @@ EXPOSE 8400 8401
 
 # /livez fails (503) only when the engine thread is gone: a restart helps. /readyz (503 while
 # starting, draining or degraded) is for load balancers and orchestrators' readiness checks.
+# With CAYUGA_TLS_CERTFILE the port speaks https only: the probe asks it over TLS without checking the
+# certificate (it stays on loopback and sends nothing secret). With CAYUGA_TLS_CLIENT_CA (mutual TLS)
+# it has no client certificate: give the container a probe of your own, or use your orchestrator's.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8400/livez', timeout=2).status == 200 else 1)"]
+    CMD ["python", "-c", "import os, ssl, sys, urllib.request; tls = bool(os.environ.get('CAYUGA_TLS_CERTFILE')); url = ('https' if tls else 'http') + '://127.0.0.1:8400/livez'; sys.exit(0 if urllib.request.urlopen(url, timeout=2, context=ssl._create_unverified_context() if tls else None).status == 200 else 1)"]
 # SIGTERM (docker stop) drains the queue and notifies clients before exiting 0.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["cayuga"]

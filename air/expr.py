@@ -51,7 +51,7 @@ _TOKEN_RE = re.compile(
 
 #: Characters XML 1.0 cannot carry, even escaped (so neither can AIR).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-#: The placeholder air/cel/shapes.py puts for a string constant when it compiles a query
+#: The placeholder air/cel/shapetext.py puts for a string constant when it compiles a query
 #: shape ("\x00<n>\x00"); never written as AIR (the constants are bound in its place).
 _SHAPE_MARKER = re.compile("'\x00\\d+\x00'")
 

@@ -28,8 +28,9 @@ event names each key once: a line with a duplicate key (``"Price": 1, "Price": 2
 is refused, not read as its last value (msgspec and the standard library both
 keep the last one silently). The typed path checks this cheaply: a block with
 no more colons (or key ends) than its records hold keys has no duplicate
-(:func:`_keys_as_decoded`); any other block takes the precise path, which finds
-the duplicates (:func:`_first_duplicate`).
+(``keys_as_decoded``); any other block takes the precise path, which finds
+the duplicates (``first_duplicate``). Both, and the splitting of a list into
+items, are air/jsontext.py's: JSON text read without decoding it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ import msgspec
 
 from air.engine import Event
 from air.engine.convert import Layout, emissions_to_records, nonblank_lines, records_to_events
+from air.jsontext import (
+    at_most_keys, duplicate_reason, duplicates_per_item, first_duplicate, item_spans, json_reason, keys_as_decoded,
+)
 from air.model import StreamSchema
 
 FORMATS = ("jsonl", "cayuga", "csv")
@@ -322,10 +326,10 @@ class JsonDecoder(Decoder):
         if not line.strip():
             return None
         obj = _loads(line, "line")
-        if isinstance(obj, dict) and not _at_most_keys(line, len(obj)):  # a duplicate key, or nested objects' keys
-            dup = _first_duplicate(line)
+        if isinstance(obj, dict) and not at_most_keys(line, len(obj)):  # a duplicate key, or nested objects' keys
+            dup = first_duplicate(line)
             if dup is not None:
-                raise LineError(_duplicate_reason(dup))
+                raise LineError(duplicate_reason(dup))
         return self.from_mapping(obj)
 
     def from_mapping(self, obj) -> Event:
@@ -364,7 +368,7 @@ class JsonDecoder(Decoder):
                 break
             if len(records) != nonblank_lines(data):
                 break  # a line held more than one object: the precise path refuses it
-            if not _keys_as_decoded(data, records, self._by_type):
+            if not keys_as_decoded(data, records, self._by_type):
                 break  # maybe a duplicate key (msgspec keeps the last): the precise path finds it
             try:
                 return Batch(self._events(records), [], None, data, first_line)
@@ -385,7 +389,7 @@ class JsonDecoder(Decoder):
             except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
                 pass
             else:
-                if _keys_as_decoded(body, records, self._by_type):  # else maybe a duplicate key: item by item
+                if keys_as_decoded(body, records, self._by_type):  # else maybe a duplicate key: item by item
                     try:
                         return self._events(records), []
                     except LineError:
@@ -395,13 +399,13 @@ class JsonDecoder(Decoder):
         items = doc["events"] if wrapped else doc
         items = items if isinstance(items, list) else [items]
         dups: list[str | None] = [None] * len(items)
-        if not _at_most_keys(body, sum(len(o) for o in items if isinstance(o, dict)) + (1 if wrapped else 0)):
-            dups = _duplicates_per_item(body, wrapped, len(items))  # a duplicate key, or nested objects' keys
+        if not at_most_keys(body, sum(len(o) for o in items if isinstance(o, dict)) + (1 if wrapped else 0)):
+            dups = duplicates_per_item(body, wrapped, len(items))  # a duplicate key, or nested objects' keys
         events, errors = [], []
         for i, obj in enumerate(items):
             try:
                 if dups[i] is not None:
-                    raise LineError(_duplicate_reason(dups[i]))
+                    raise LineError(duplicate_reason(dups[i]))
                 events.append(self.from_mapping(obj))
             except LineError as exc:
                 errors.append((i, str(exc)))
@@ -416,7 +420,7 @@ class JsonDecoder(Decoder):
         Raises LineError when the body is not such a list whose items can be
         told apart (an unbalanced bracket, a string never closed, an empty
         item): the caller reports the whole body's error then."""
-        spans = _item_spans(body)
+        spans = item_spans(body)
         if spans is None:
             raise LineError("not a list of items")
         events, errors = [], []
@@ -424,10 +428,10 @@ class JsonDecoder(Decoder):
             item = body[start:end].strip()  # columns in errors count from the item's first character
             try:
                 obj = _loads(item, "item")
-                if isinstance(obj, dict) and not _at_most_keys(item, len(obj)):
-                    dup = _first_duplicate(item)
+                if isinstance(obj, dict) and not at_most_keys(item, len(obj)):
+                    dup = first_duplicate(item)
                     if dup is not None:
-                        raise LineError(_duplicate_reason(dup))
+                        raise LineError(duplicate_reason(dup))
                 events.append(self.from_mapping(obj))
             except LineError as exc:
                 errors.append((i, str(exc)))
@@ -466,140 +470,12 @@ class JsonDecoder(Decoder):
         self._block = _block_decoder(types) if types else None
 
 
-def _at_most_keys(data: str | bytes, n: int) -> bool:
-    """Whether JSON text ``data`` holds at most ``n`` object keys. Every key is
-    followed by a colon, so a text with no more colons than ``n`` holds no
-    more keys; else the keys are counted as an unescaped ``"`` followed by
-    ``:`` (that always ends a key; inside a string a ``"`` is escaped, and
-    ``\\":`` is counted too: the answer errs towards "more", never "fewer"),
-    with the whitespace JSON allows between a key and its colon taken out first."""
-    if isinstance(data, str):
-        data = data.encode("utf-8", "surrogateescape")
-    return data.count(b":") <= n or data.translate(None, b" \t\r\n").count(b'":') <= n
-
-
-def _keys_as_decoded(data: bytes, records: list, layouts: Mapping[type, Layout]) -> bool:
-    """Whether the text of well-typed ``records`` names only the keys they
-    hold (stream, each attribute, t0 and t1 when not null), so that none was
-    given twice. The text holds at least those keys (each field a record has
-    came from one), so at most as many proves that no key came twice; more
-    (a duplicate, a colon in a string, a ``null`` time) sends the block to
-    the precise path, which tells them apart. Costs a colon count and one
-    pass over the records (about 65 ns an event)."""
-    width = {t: layout.n + 1 for t, layout in layouts.items()}  # stream + attributes (ta, tb: below)
-    expected = (len(records) * next(iter(width.values())) if len(width) == 1
-                else sum(map(width.__getitem__, map(type, records))))
-    expected += sum((r.ta is not None) + (r.tb is not None) for r in records)
-    return _at_most_keys(data, expected)
-
-
-class _Keyed(dict):
-    """A JSON object as the standard library reads it, with its first repeated key (or None)."""
-
-    __slots__ = ("duplicate",)
-
-
-def _keyed(pairs: list) -> _Keyed:
-    obj = _Keyed(pairs)
-    obj.duplicate = None
-    if len(obj) != len(pairs):
-        seen: set = set()
-        obj.duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))
-    return obj
-
-
-def _parse_keyed(data: str | bytes):
-    """``data`` read by the standard library, each object a :class:`_Keyed`
-    (None where it does not read: msgspec has read it, its error stands)."""
-    try:
-        return json.loads(data, object_pairs_hook=_keyed)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _first_duplicate(line: str | bytes) -> str | None:
-    """The first key a JSON line's object gives twice, or None."""
-    obj = _parse_keyed(line)
-    return obj.duplicate if isinstance(obj, _Keyed) else None
-
-
-def _duplicates_per_item(body: bytes, wrapped: bool, n: int) -> list[str | None]:
-    """Per item of a document (``[...]``, one object, ``{"events": [...]}``):
-    the first key that item gives twice, or None."""
-    doc = _parse_keyed(body)
-    if wrapped and isinstance(doc, dict):
-        doc = doc.get("events")
-    items = doc if isinstance(doc, list) else [doc]
-    if len(items) != n:
-        return [None] * n
-    return [o.duplicate if isinstance(o, _Keyed) else None for o in items]
-
-
-#: What splits a list into items: strings (whose brackets and commas do not count) and structure.
-_ITEM_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|["\[\]{},]')
-_WRAPPED = re.compile(rb'\A\s*\{\s*"events"\s*:\s*(?=\[)')
-_WRAPPED_END = re.compile(rb'\}\s*\Z')
-
-
-def _item_spans(body: bytes) -> list[tuple[int, int]] | None:
-    """Where each item of a top-level JSON list (or of ``{"events": [...]}``)
-    starts and ends, found from its brackets, braces, commas and strings alone
-    (so an item need not be JSON to be found); None when they do not make such
-    a list."""
-    start, stop = 0, len(body)
-    wrapped = _WRAPPED.match(body)
-    if wrapped:
-        end = _WRAPPED_END.search(body)
-        if end is None:
-            return None
-        start, stop = wrapped.end(), end.start()
-    head = body[start:stop].lstrip()
-    if not head.startswith(b"["):
-        return None
-    start = stop - len(head)  # the list's opening bracket
-    spans: list[tuple[int, int]] = []
-    depth, item_at, closed_at = 0, start + 1, None
-    for m in _ITEM_TOKENS.finditer(body, start, stop):
-        tok = m.group()
-        if closed_at is not None:
-            return None  # something after the list's closing bracket
-        if tok == b'"':
-            return None  # a string never closed
-        if tok in (b"[", b"{"):
-            depth += 1
-        elif tok in (b"]", b"}"):
-            depth -= 1
-            if depth == 0:
-                if tok != b"]":
-                    return None
-                spans.append((item_at, m.start()))
-                closed_at = m.end()
-            elif depth < 0:
-                return None
-        elif tok == b"," and depth == 1:
-            spans.append((item_at, m.start()))
-            item_at = m.end()
-    if closed_at is None or body[closed_at:stop].strip():
-        return None
-    if len(spans) == 1 and not body[spans[0][0]:spans[0][1]].strip():
-        return []  # []
-    if any(not body[a:b].strip() for a, b in spans):
-        return None  # an empty item: [1,,2] or a trailing comma
-    return spans
-
-
-def _duplicate_reason(key: str) -> str:
-    shown = repr(key) if len(key) <= 40 else f"{key[:40]!r}... ({len(key)} characters)"
-    return (f"duplicate key {shown}: a JSON event names each key once (the stream, t0, t1 and each attribute); "
-            "send it with one value")
-
-
 def _loads(data: str | bytes, what: str):
     """Untyped JSON, every failure as a LineError saying what and where."""
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        raise LineError(f"invalid JSON: {_json_reason(exc, data)}") from None
+        raise LineError(f"invalid JSON: {json_reason(exc, data)}") from None
     except msgspec.ValidationError:  # without a type, only "Number out of range"
         raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
     except UnicodeDecodeError:
@@ -609,26 +485,6 @@ def _loads(data: str | bytes, what: str):
 
 
 _NONBLANK = re.compile(rb"^[ \t\r]*[^ \t\r\n]", re.M)
-
-
-def _json_reason(exc: msgspec.DecodeError, line: str | bytes) -> str:
-    """msgspec's 'JSON is malformed: invalid character (byte 4)' as
-    'invalid character at column 5', naming NaN and Infinity when they are the cause."""
-    text = str(exc).removeprefix("JSON is malformed: ")
-    m = re.match(r"^(.*) \(byte (\d+)\)$", text)
-    start = len(line) - len(line.lstrip())
-    if line[start:start + 1] not in ("{", "[", b"{", b"["):
-        return f"expected a JSON object at column {start + 1}"
-    if not m:
-        return text
-    at = int(m.group(2))
-    rest = line[at:at + 9] if isinstance(line, str) else line[at:at + 9].decode("utf-8", "replace")
-    for word in ("NaN", "Infinity"):
-        if rest.startswith(word):
-            if word == "Infinity" and at and line[at - 1:at] in ("-", b"-"):
-                word, at = "-Infinity", at - 1
-            return f"{word} at column {at + 1} (non-finite numbers are not JSON and not accepted)"
-    return f"{m.group(1)} at column {at + 1}"
 
 
 # --------------------------------------------------------------------------- text formats

@@ -1,5 +1,10 @@
 """A small Python client for a Cayuga server: REST, WebSocket and the TCP event port.
 
+An ``https://`` URL speaks TLS on all three (the server's tls_certfile covers
+both its ports): ``cacert`` is the CA (PEM) that signed the server's
+certificate when it is not one the system trusts, ``cert``/``key`` the
+client's certificate for a server that wants one (tls_client_ca).
+
 >>> c = CayugaClient("http://127.0.0.1:8400")                       # doctest: +SKIP
 >>> c.declare_stream("Stock", {"Name": "string", "Price": "float"})  # doctest: +SKIP
 >>> sub = c.subscribe(cel="SELECT * FROM Stock PUBLISH All")          # doctest: +SKIP
@@ -16,6 +21,7 @@ import os
 import random
 import re
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -28,6 +34,8 @@ from urllib.parse import quote, urlparse
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect
+
+from clients.tls import TlsSetupError, alert_of, explain_tls, tls_context  # noqa: F401  (part of this API)
 
 #: WebSocket close codes after which reconnecting cannot help: bad parameter,
 #: bad token, unknown subscription or stream, no longer retained, ``from`` beyond the end.
@@ -70,7 +78,8 @@ def default_url(environ=None) -> str:
     """The server's base URL from the environment: ``CAYUGA_URL`` when set;
     else, for a client beside the server, the server's own settings
     ``CAYUGA_HOST`` (a wildcard address such as 0.0.0.0 means this machine)
-    and ``CAYUGA_HTTP_PORT``; else :data:`DEFAULT_URL`. Raises ValueError
+    and ``CAYUGA_HTTP_PORT`` (``https`` when ``CAYUGA_TLS_CERTFILE`` is set);
+    else :data:`DEFAULT_URL`. Raises ValueError
     when those settings give no address a client can reach."""
     env = os.environ if environ is None else environ
     url = (env.get("CAYUGA_URL") or "").strip()
@@ -86,7 +95,8 @@ def default_url(environ=None) -> str:
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    scheme = "https" if (env.get("CAYUGA_TLS_CERTFILE") or "").strip() else "http"  # the server's TLS setting
+    return f"{scheme}://{host}:{port}"
 
 
 class CayugaAPIError(RuntimeError):
@@ -150,13 +160,20 @@ class Backoff:
 
 class CayugaClient:
     def __init__(self, base_url: str | None = None, *, token: str | None = None,
-                 tcp_port: int | None = None, timeout: float = 30.0) -> None:
+                 tcp_port: int | None = None, timeout: float = 30.0, cacert: str | None = None,
+                 cert: str | None = None, key: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         """``base_url`` defaults to :func:`default_url` (``CAYUGA_URL``, or the
-        server's own ``CAYUGA_HOST``/``CAYUGA_HTTP_PORT``, or http://127.0.0.1:8400)."""
+        server's own ``CAYUGA_HOST``/``CAYUGA_HTTP_PORT``, or http://127.0.0.1:8400).
+        With an ``https://`` URL, REST, WebSockets and the TCP port speak TLS:
+        ``cacert``, ``cert``, ``key`` as :func:`tls_context` takes them (or a
+        ready ``ssl_context``)."""
         self.base_url = (base_url or default_url()).rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.token = token
-        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self.tls = urlparse(self.base_url).scheme == "https"
+        self.ssl_context = ssl_context or (tls_context(cacert, cert, key) if self.tls else None)
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
+                                 verify=self.ssl_context if self.ssl_context is not None else True)
         self._tcp_port = tcp_port
 
     def close(self) -> None:
@@ -232,6 +249,15 @@ class CayugaClient:
     def post_events(self, events: list[dict]) -> dict:
         return self._call("POST", "/events", json=events)
 
+    def whoami(self) -> dict:
+        """What this client's token may do: its name, scopes and reach (GET /whoami)."""
+        return self._call("GET", "/whoami")
+
+    def audit(self, limit: int = 100, **filters) -> dict:
+        """The newest records of the server's audit log (GET /audit; an admin token): ``filters``
+        are ``action``, ``token`` (a name), ``subscription``, ``address``."""
+        return self._call("GET", "/audit", params={"limit": limit, **{k: v for k, v in filters.items() if v}})
+
     # -- WebSocket
     def ws_url(self, subscription: str | None = None, *, stream: str | None = None, batch: int = 1,
                seq: bool = False, from_: int | str | None = None) -> str:
@@ -260,7 +286,7 @@ class CayugaClient:
         ``timeout`` bounds the wait for each message (TimeoutError)."""
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         url = self.ws_url(subscription, stream=stream, batch=batch, seq=seq, from_=from_)
-        with connect(url, additional_headers=headers, open_timeout=10, max_size=None) as ws:
+        with connect(url, additional_headers=headers, open_timeout=10, max_size=None, ssl=self._ws_ssl()) as ws:
             def messages() -> Iterator[str]:
                 while True:
                     try:
@@ -353,7 +379,8 @@ class CayugaClient:
                 else:
                     frm = ",".join(f"{s}:{n + 1}" for s, n in after.items()) or None
                 url = self.ws_url(subscription, stream=stream, batch=batch, seq=True, from_=frm)
-                with connect(url, additional_headers=headers, open_timeout=10, max_size=None) as ws:
+                with connect(url, additional_headers=headers, open_timeout=10, max_size=None,
+                             ssl=self._ws_ssl()) as ws:
                     down_since = None
                     backoff.reset()
                     while True:
@@ -401,7 +428,10 @@ class CayugaClient:
                 failure = WebSocketRefused(exc.response.status_code, _handshake_body(exc.response.body))
                 reason = f"the server refused the WebSocket: {failure}"
             except (OSError, InvalidHandshake, httpx.TransportError) as exc:
-                reason, failure = f"cannot connect: {exc}", exc
+                tls_problem = explain_tls(exc, self.base_url)
+                if tls_problem is not None and "expired" not in tls_problem:  # retrying cannot mend a CA or a name
+                    raise TlsSetupError(tls_problem) from None
+                reason, failure = f"cannot connect: {tls_problem or exc}", exc
             now = time.monotonic()
             if down_since is None:
                 down_since = now
@@ -412,14 +442,22 @@ class CayugaClient:
                 on_retry(reason, delay)
             time.sleep(delay)
 
+    def _ws_ssl(self) -> ssl.SSLContext | None:
+        return self.ssl_context if self.tls else None
+
     # -- TCP
     def tcp_address(self) -> tuple[str, int]:
         port = self._tcp_port or self.health()["tcp_port"]
         return urlparse(self.base_url).hostname or "127.0.0.1", port
 
+    @property
+    def tcp_ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for the TCP port (the HTTP port's: the server has one certificate for both), or None."""
+        return self.ssl_context if self.tls else None
+
     @contextmanager
     def sender(self, fmt: str = "jsonl") -> Iterator["TcpSender"]:
-        s = TcpSender(*self.tcp_address(), fmt=fmt, token=self.token)
+        s = TcpSender(*self.tcp_address(), fmt=fmt, token=self.token, ssl_context=self.tcp_ssl_context)
         try:
             yield s
         finally:
@@ -442,6 +480,10 @@ class TcpSender:
     line sent is the sender's line K+1). A refusal of ``#sender`` raises
     :class:`SenderRefused` with the server's line.
 
+    With ``ssl_context`` the connection speaks TLS (a server with
+    tls_certfile), checking the server's certificate for ``server_hostname``
+    (default: ``host``).
+
     ``timeout`` bounds the connection, the wait for ``#resume`` and each send
     (:meth:`set_timeout` changes it for the sends that follow); a send that
     runs out raises ``TimeoutError``, after which :meth:`abort` is the way out:
@@ -449,11 +491,19 @@ class TcpSender:
     got for a whole line."""
 
     def __init__(self, host: str, port: int, fmt: str = "jsonl", timeout: float = 30.0,
-                 token: str | None = None, sender_id: str | None = None, ack: bool = False) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+                 token: str | None = None, sender_id: str | None = None, ack: bool = False,
+                 ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
         # lines go out as they are sent: Nagle's algorithm held small writes back
         # for the server's delayed ACK (tens of milliseconds at 10K events/s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
         self.timeout = timeout
         self.errors: list[str] = []
         self.sent = 0
@@ -467,7 +517,10 @@ class TcpSender:
         buf = b""
         try:
             if header:
-                self.sock.sendall(header.encode())
+                try:
+                    self.sock.sendall(header.encode())
+                except ssl.SSLError as exc:  # the server ended the session: its alert says why, if it came
+                    raise alert_of(self.sock, exc) from None
             if sender_id:  # wait for "#resume N" (an "error: ..." line if refused)
                 while b"\n" not in buf:
                     chunk = self.sock.recv(65536)
@@ -500,6 +553,9 @@ class TcpSender:
                 chunk = self.sock.recv(65536)
             except socket.timeout:
                 continue
+            except ssl.SSLError as exc:  # e.g. the server wants a client certificate (TLS 1.3 says so only now)
+                self.errors.append(f"error: TLS: {exc.reason or exc}")
+                break
             except OSError:
                 break
             if not chunk:
@@ -552,8 +608,8 @@ class TcpSender:
     def close(self, timeout: float | None = None) -> list[str]:
         """Finish sending and wait until the server has read everything (it
         closes its side); returns the server's error lines."""
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
+        try:  # the TCP half-close (on TLS too: the reader thread goes on reading the server's answers)
+            socket.socket.shutdown(self.sock, socket.SHUT_WR)
         except OSError:
             pass
         self._reader.join(timeout if timeout is not None else self.timeout)
@@ -568,7 +624,7 @@ class TcpSender:
         was fixed). Returns the server's error lines."""
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.sock.shutdown(socket.SHUT_RD)  # wakes the reader thread; sends nothing
+            socket.socket.shutdown(self.sock, socket.SHUT_RD)  # wakes the reader thread; sends nothing
         except OSError:
             pass
         self._reader.join(timeout)

@@ -15,7 +15,7 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError
-from clients.options import url_option
+from clients.options import make_client, tls_options, url_option
 from clients.words import noun, plural
 
 _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volume int)". Repeatable.'
@@ -186,27 +186,29 @@ def run(streams, schema_files, config_path, master, queries, input_path, input_f
 @click.option("--port", "tcp_port", type=int, default=None, help="TCP event port (default: asked from /health).")
 @click.option("--token", envvar="CAYUGA_TOKEN", default=None, help="API token (or CAYUGA_TOKEN).")
 @click.option("--partitions", type=int, default=None, help="Partitions of the time-ordered sort.")
+@tls_options
 def source(streams, schema_files, config_path, master, input_path, input_format, columns, url, tcp_port,
-           token, partitions) -> None:
+           token, partitions, cacert, cert, key) -> None:
     """Stream the events of INPUT to a server, in detection-time order."""
     _need_pyspark()
-    from clients.client import CayugaClient
+    from clients.client import explain_tls
     from clients.spark.io import InputError
     from clients.spark.source import stream_to_server
 
     schemas = _schemas(streams, schema_files, config_path)
     mapping = _mapping(columns)
-    with CayugaClient(url, token=token, tcp_port=tcp_port) as client:
+    with make_client(url, token=token, tcp_port=tcp_port, cacert=cacert, cert=cert, key=key) as client:
         try:
             host, port = client.tcp_address()
         except Exception as exc:  # noqa: BLE001 - any connection failure is reported the same way
-            _fail(f"cannot reach the server at {url}: {exc}")
+            _fail(explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}")
+        tcp_tls = client.tcp_ssl_context
     session = _session(master, "cayuga-spark-source")
     spark_session = session.spark
     try:
         try:
             res = stream_to_server(spark_session, input_path, schemas, host, port, input_format,
-                                   mapping=mapping, partitions=partitions, token=token)
+                                   mapping=mapping, partitions=partitions, token=token, ssl_context=tcp_tls)
         except (InputError, OSError) as exc:
             _fail(str(exc))
     finally:
@@ -232,23 +234,26 @@ def source(streams, schema_files, config_path, master, input_path, input_format,
 @click.option("--batch-size", type=int, default=10_000, show_default=True, help="Witnesses per Parquet append.")
 @click.option("--master", default="local[2]", show_default=True,
               help="Spark master; 'none' leaves it to spark-submit.")
-def sink(subscription, stream, output, url, token, count, idle_timeout, batch_size, master) -> None:
+@tls_options
+def sink(subscription, stream, output, url, token, count, idle_timeout, batch_size, master, cacert, cert,
+         key) -> None:
     """Write the witnesses of SUBSCRIPTION (or --stream) as Parquet."""
     _need_pyspark()
-    from clients.client import CayugaAPIError, CayugaClient
+    from clients.client import CayugaAPIError, explain_tls
     from clients.spark.sink import sink_to_parquet
 
     if not subscription and not stream:
         _fail("give a subscription id or --stream")
+    client = make_client(url, token=token, cacert=cacert, cert=cert, key=key)  # TLS files checked before Spark starts
     session = _session(master, "cayuga-spark-sink")
     spark_session = session.spark
     try:
-        with CayugaClient(url, token=token) as client:
+        with client:
             try:
                 n = sink_to_parquet(spark_session, client, output, subscription, stream=stream, count=count,
                                     idle_timeout=idle_timeout, batch_size=batch_size)
             except (CayugaAPIError, KeyError, ValueError, OSError) as exc:
-                _fail(str(exc))
+                _fail(explain_tls(exc, url) or str(exc))
     finally:
         session.stop()
     click.echo(f"cayuga spark: wrote {plural(n, 'witness')} to {output}", err=True)

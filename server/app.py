@@ -12,11 +12,12 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from server.api.bodylimit import BodyLimit
-from server.api import automaton, console, events, stats, streams, subscriptions, system, ws
+from server.api import automaton, console, events, security, stats, streams, subscriptions, system, ws
 from server.config import Settings
 from server.daemon import Daemon, LimitReached, ServerStarting
 from server.durability.diskfull import DiskFull
 from server.observability.counters import Count
+from server.security import AuthRefused
 from server.version import version
 
 
@@ -30,14 +31,45 @@ DESCRIPTION = (
     "WebSockets (`/ws/subscriptions/{id}`, `/ws/streams/{name}`: see the README).\n\n"
     "Every error answer is JSON with a `detail` saying what went wrong and what to do (the `ErrorOut` schema). "
     "When the server has `auth_tokens`, every operation but /health, /livez and /readyz needs "
-    "`Authorization: Bearer <token>`. Below the operations, any request may also get 408 (its headers or body "
-    "did not arrive in time) or 503 (the server holds max_http_connections connections), with the same body.")
+    "`Authorization: Bearer <token>`, and a token with the scope the operation names (its security requirement, "
+    "and **Scope** in its description: ingest, watch, manage, metrics or admin; admin has them all): without a "
+    "token, or with a wrong one, 401; with a token that lacks the scope (or does not reach the subscription), "
+    "403 naming it (`missing_scope`); from an address that sent too many wrong tokens, 429 with Retry-After. "
+    "Below the operations, any request may also get 408 (its headers or body did not arrive in time) or 503 "
+    "(the server holds max_http_connections connections), with the same body.")
 
 
 def operation_id(route: APIRoute) -> str:
     """An operation's id in the OpenAPI document: its function's name (``create_subscription``), stable
     for client generators."""
     return route.name
+
+
+#: The answer to each reason a token is refused (server/security: AuthRefused).
+_REFUSED = {"missing": 401, "wrong": 401, "scope": 403, "throttled": 429}
+UNAUTHENTICATED = ("missing or wrong token: send 'Authorization: Bearer <token>' with one of the tokens in the "
+                   "server's auth_tokens setting")
+
+
+def _scopes_in_descriptions(app: FastAPI) -> None:
+    """Say in each operation's description which scope its token needs (its security requirement says it too)."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            doc = build()
+            for ops in doc.get("paths", {}).values():
+                for op in ops.values():
+                    for requirement in op.get("security", ()):
+                        scopes = requirement.get("bearerAuth")
+                        if scopes is None:
+                            continue
+                        need = (f"**Scope:** `{scopes[0]}` (or `admin`)." if scopes else
+                                "**Scope:** none: any token of the server.")
+                        op["description"] = (op.get("description", "").rstrip() + "\n\n" + need).lstrip()
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
@@ -80,14 +112,27 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
             "detail": f"{exc}: {request.method} {request.url.path} changed nothing; {exc.hint}, then retry",
             "disk_full": {"part": exc.part, "path": exc.path, "reason": exc.reason}})
 
+    @app.exception_handler(AuthRefused)
+    async def _refused(request: Request, exc: AuthRefused):
+        status = _REFUSED[exc.reason]
+        if status == 401:
+            return JSONResponse(status_code=401, content={"detail": UNAUTHENTICATED},
+                                headers={"WWW-Authenticate": "Bearer"})
+        if status == 429:
+            return JSONResponse(status_code=429, headers={"Retry-After": str(exc.retry_after)}, content={
+                "detail": f"{exc}: the server slows down an address that sends wrong tokens; check the token "
+                          "(one of the server's auth_tokens)"})
+        return JSONResponse(status_code=403, content={"detail": str(exc), "missing_scope": exc.scope})
+
     @app.exception_handler(LimitReached)
     async def _limit(request: Request, exc: LimitReached):
         return JSONResponse(status_code=403, content={"detail": str(exc)})
 
     for r in (streams.router, subscriptions.router, automaton.router, events.router, system.router, stats.router,
-              ws.router, console.router):
+              security.router, ws.router, console.router):
         app.include_router(r)
     app.mount(console.STATIC_URL, console.static_files(), name="console")
+    _scopes_in_descriptions(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, counters=d.counters)
     # HTTP only: WebSockets pass through untouched. Level 6: most of 9's gain at a fraction of its
     # time, on the event loop (/metrics is compressed too when Prometheus asks: a few KB, microseconds)

@@ -3,20 +3,22 @@
 
 An environment value is read by the type of its setting (:func:`env_value`):
 text stays text (``CAYUGA_HOST=::``), a list of strings is JSON or ``[a, b]``
-with every item a string (``CAYUGA_AUTH_TOKENS='["s3cr3t", "0123"]'``), numbers,
-booleans and mappings are YAML (``CAYUGA_DELAY=250``)."""
+with every item a string (``CAYUGA_AUTH_TOKENS='["s3cr3t", "0123"]'``; tokens with
+scopes are JSON objects: ``'[{"name": "dashboard", "token": "...", "scopes": ["watch"]}]'``),
+numbers, booleans and mappings are YAML (``CAYUGA_DELAY=250``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import types
 import typing
 from pathlib import Path
 from typing import Literal
 
 import yaml
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
 from air.names import name_problem
@@ -46,6 +48,41 @@ class FunctionSpec(BaseModel):
             return normalize_type(v)
         except ModelError as exc:
             raise ValueError(str(exc)) from None
+
+
+#: What a token may do (README, "Tokens and scopes"): send events; read subscriptions' witnesses
+#: and the console's read-only views; register and delete streams and subscriptions; scrape
+#: /metrics; everything (the audit log included).
+SCOPES = ("ingest", "watch", "manage", "metrics", "admin")
+Scope = Literal["ingest", "watch", "manage", "metrics", "admin"]
+
+
+class TokenSpec(BaseModel):
+    """One entry of ``auth_tokens`` with a name and scopes (a plain string is a token with every
+    scope, named ``auth_tokens[i]`` after its place in the list)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: How the audit log, the logs and /whoami name the token (never the secret itself).
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$",
+                      description="1-64 characters of A-Z a-z 0-9 . _ : @ -")
+    token: str = Field(min_length=1)
+    scopes: list[Scope] = Field(min_length=1)
+    #: Only the subscriptions this token registered (for manage and watch) ...
+    own: bool = False
+    #: ... or (also) those whose name starts with one of these; such a token names what it registers so.
+    prefixes: list[str] = []
+
+    @model_validator(mode="after")
+    def _admin_reaches_all(self) -> "TokenSpec":
+        if "admin" in self.scopes and (self.own or self.prefixes):
+            raise ValueError(f"token {self.name}: an admin token reaches every subscription; drop 'own' and "
+                             "'prefixes', or give it the scopes it needs instead of admin")
+        for p in self.prefixes:
+            problem = name_problem(p, what=f"prefix of token {self.name}")  # no name could start with a bad one
+            if problem is not None:
+                raise ValueError(problem + " (an empty prefix would match every name)")
+        return self
 
 
 class Settings(BaseModel):
@@ -108,9 +145,9 @@ class Settings(BaseModel):
     #: An optional cap on the live instances of every subscription (0: none, the default; a
     #: subscription may set its own in its registration body: max_instances, max_state_bytes).
     max_instances_per_subscription: int = Field(0, ge=0)
-    #: Engine workers (server/workers/): 0 runs the automata on an engine thread of this process;
-    #: 1 in a worker process of their own, beside this process's interpreter lock, not under it.
-    engine_workers: int = Field(0, ge=0, le=1)
+    #: Engine workers (server/workers/): 1 (the default) runs the automata in a worker process of
+    #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here.
+    engine_workers: int = Field(1, ge=0, le=1)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)
@@ -121,7 +158,17 @@ class Settings(BaseModel):
     #: beyond this many bytes or once their newest witness is older than this many seconds.
     witness_log_bytes: int = Field(1 << 30, ge=4096)
     witness_log_seconds: float = Field(86_400.0, gt=0)
-    auth_tokens: list[str] = []
+    #: Bearer tokens: plain strings (every scope) or TokenSpec entries (a name, scopes, a reach).
+    auth_tokens: list[str | TokenSpec] = []
+    #: TLS on the HTTP port (REST, WebSockets, console) and the TCP event port: a PEM certificate
+    #: (chain) and its private key (None: the key is in the certificate file); reloaded on SIGHUP.
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    #: Mutual TLS: every client must present a certificate signed by a CA of this PEM file.
+    tls_client_ca: Path | None = None
+    #: The audit log (data_dir/audit): a file is rotated beyond this many bytes; this many are kept.
+    audit_log_bytes: int = Field(16 << 20, ge=4096)
+    audit_log_files: int = Field(8, ge=1)
     #: The event journal (server/durability/journal.py): "fsync" acknowledges events once synced to disk
     #: (survives power loss), "write" once written to the OS (survives kill -9 of the server),
     #: "off" keeps no journal (acknowledged once queued; a crash loses what is queued).
@@ -157,6 +204,56 @@ class Settings(BaseModel):
                 except ModelError as exc:
                     raise ValueError(f"stream {stream}, attribute {name}: {exc}") from None
         return v
+
+    @field_validator("auth_tokens", mode="before")
+    @classmethod
+    def _token_entries(cls, v):
+        """Each entry a string or a TokenSpec, with the errors of the entry and nothing of the union's."""
+        if not isinstance(v, list):
+            return v
+        out = []
+        for i, entry in enumerate(v):
+            if isinstance(entry, (str, TokenSpec)):
+                out.append(entry)
+                continue
+            if not isinstance(entry, dict):
+                raise ValueError(f"auth_tokens[{i}] is not a string (YAML read it as {type(entry).__name__}; the "
+                                 "value is not shown: it may be a secret): quote the token ('0123'), or write it as "
+                                 '{"name": ..., "token": ..., "scopes": [...]}')
+            try:
+                out.append(TokenSpec.model_validate(entry))
+            except ValidationError as exc:
+                what = f"auth_tokens[{i}]" + (f" ({entry['name']})" if isinstance(entry.get("name"), str) else "")
+                problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"{what}: {problems} (scopes are {', '.join(SCOPES)}; a name is 1-64 "
+                                 "characters of A-Z a-z 0-9 . _ : @ -)") from None
+        return out
+
+    @field_validator("auth_tokens")
+    @classmethod
+    def _distinct_tokens(cls, v: list) -> list:
+        names, secrets = set(), set()
+        for i, entry in enumerate(v):
+            name, secret = (f"auth_tokens[{i}]", entry) if isinstance(entry, str) else (entry.name, entry.token)
+            if not secret:
+                raise ValueError(f"auth_tokens[{i}] is empty: a token must be at least one character")
+            if name in names:
+                raise ValueError(f"two tokens are named {name}: names identify tokens in the audit log; "
+                                 "give each its own")
+            if secret in secrets:
+                raise ValueError(f"{name} has the same secret as an earlier token: each token needs its own, "
+                                 "or the server could not tell them apart")
+            names.add(name)
+            secrets.add(secret)
+        return v
+
+    @model_validator(mode="after")
+    def _tls_needs_a_certificate(self) -> "Settings":
+        for name in ("tls_keyfile", "tls_client_ca"):
+            if getattr(self, name) is not None and self.tls_certfile is None:
+                raise ValueError(f"{name} is set but tls_certfile is not: TLS needs the server's certificate "
+                                 "(tls_certfile, CAYUGA_TLS_CERTFILE) as well")
+        return self
 
     @field_validator("max_state_bytes", mode="before")
     @classmethod
@@ -257,8 +354,24 @@ def env_value(annotation, raw: str):
     token ``0123`` stays ``"0123"``); numbers, booleans and mappings are read
     as YAML (``CAYUGA_DELAY=250``, ``CAYUGA_STREAMS='{T: {X: int}}'``)."""
     origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:  # optional: empty means none
+        inner = [a for a in args if a is not type(None)]
+        if not raw.strip():
+            return None
+        if len(inner) == 1:
+            return env_value(inner[0], raw)
     if annotation in (str, Path) or origin is Literal:
         return raw
+    if origin is list and args and args[0] is not str and str in typing.get_args(args[0]):
+        value = None  # a list of strings or objects (auth_tokens): JSON, else the plain forms below
+        try:
+            value = json.loads(raw.strip())
+        except ValueError:
+            pass
+        if isinstance(value, list):
+            return value
+        annotation = list[str]
     if origin is list and typing.get_args(annotation) == (str,):
         text = raw.strip()
         try:

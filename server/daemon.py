@@ -52,6 +52,8 @@ from server.processing import EngineThread
 from server.workers.dispatch import WorkerEngineThread
 from server.workers.link import WorkerLink
 from server.workers.mirror import MirroredEngine
+from server.security import Security
+from server.security.tls import TlsCollector
 from server.subscriptions.registry import (LimitReached, Registered, Registrar, Subscription, SubscriptionError,
                                            SubscriptionInUse, Validation, compile_subscription)
 
@@ -95,6 +97,12 @@ class Daemon:
                                             f"({exc}); check that file, or give another data directory "
                                             "(--data-dir or CAYUGA_DATA_DIR)") from None
             raise
+        try:  # tokens, scopes, the audit log, TLS (server/security); TLS files that cannot be used: TlsError
+            self.security = Security(settings, self.store, self.counters)
+        except BaseException:
+            self.store.close()
+            self.lock.release()
+            raise
         self.receiver: TcpReceiver | None = None
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
@@ -137,6 +145,8 @@ class Daemon:
                              self.witnesses, self.subscriptions)
         self.registry, self.latency = make_registry(self.health)
         self.disk.retry_with("store", self._retry_store)
+        if self.security.tls is not None:
+            self.registry.register(TlsCollector(self.security.tls))
         self.processing.latency = self.latency
         # the parts' public state the api reads (the same objects)
         self.ready = self.recovery.ready  # stored subscriptions restored, engine thread running
@@ -225,7 +235,7 @@ class Daemon:
             max_connections=st.max_connections, max_line_bytes=st.max_line_bytes,
             time_unit_ms=st.time_unit_ms, streams=lambda: list(self.declared),
             max_per_address=st.max_connections_per_address, idle_timeout=st.idle_timeout,
-            tokens=st.auth_tokens, horizon=self.horizon, max_value_bytes=st.max_value_bytes,
+            security=self.security, horizon=self.horizon, max_value_bytes=st.max_value_bytes,
             stamp=st.time == "clock", gate=self.accepting)
         try:
             self.receiver.start()
@@ -283,6 +293,7 @@ class Daemon:
         if self.link is not None:
             self.link.stop()  # after the shutdown snapshot, which the worker wrote
         self.store.close()
+        self.security.close()
         if self.witlog is not None and not self.processing.alive:
             self.witlog.close()  # synced; readers still open read what they have
         self.started = False
@@ -448,6 +459,9 @@ class Daemon:
 
     def inexact(self) -> dict[str, dict]:
         return self.health.inexact()
+
+    def workers(self) -> list[dict]:
+        return self.health.workers()
 
     def runaways(self) -> dict[str, dict]:
         return self.health.runaways()

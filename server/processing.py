@@ -58,6 +58,14 @@ class EngineThread:
         # for the console's rates; written by the engine thread only, read as copies (see stream_events())
         self._stream_events: dict[str, int] = {}  # input stream -> events taken from the queue
 
+    def workers(self) -> list[dict]:
+        """The engine worker processes and how each is (none: the engine runs on this thread)."""
+        return []
+
+    def runs_on(self, sid: str) -> str:
+        """Where a subscription's automata run."""
+        return "engine thread"
+
     @property
     def processed(self) -> int:
         """Events taken from the queue and through the engine (their witnesses delivered), over every

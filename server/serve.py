@@ -8,6 +8,11 @@ signal stops at once.
 
 HTTP connections are limited below uvicorn (:mod:`server.api.httpguard`), and the
 process's descriptor limit is checked at start (:func:`ensure_descriptors`).
+
+With ``tls_certfile`` set, both ports speak TLS (:mod:`server.api.tlsguard` on
+the HTTP port, server/ingest/tcp.py on the TCP port); SIGHUP reloads the
+certificate, its key and the client CAs from their files for new connections
+(:meth:`CayugaServer.reload_tls`), without closing any open one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import uvicorn
 
 from air.engine import BUILD as ENGINE_BUILD
 from server.api.httpguard import GuardedHttpToolsProtocol, GuardedWebSocketProtocol, HttpGuard
+from server.api.tlsguard import TlsFirst, TlsGate
 from server.app import create_app
 from server.config import Settings
 from server.daemon import Daemon
@@ -117,16 +123,23 @@ def ensure_descriptors(settings: Settings) -> int:
     return target
 
 
-def uvicorn_config(app, settings: Settings, counters, access_log: bool = True) -> uvicorn.Config:
-    """uvicorn's settings for ``app``, with the guarded HTTP protocol."""
+def uvicorn_config(app, settings: Settings, counters, access_log: bool = True, tls=None) -> uvicorn.Config:
+    """uvicorn's settings for ``app``, with the guarded HTTP protocol; with ``tls``
+    (server/security/tls.py: ServerTls), under TLS (``config.tls_gate``: the connections
+    in their handshake)."""
     guard = HttpGuard(settings.max_http_connections, settings.http_header_timeout, settings.http_body_timeout,
                       counters, max_websockets=settings.max_websockets,
                       max_websockets_per_address=settings.max_websockets_per_address)
+    http = functools.partial(GuardedHttpToolsProtocol, guard=guard)
+    gate = None
+    if tls is not None:
+        gate = TlsGate(tls, settings.max_http_connections, settings.http_header_timeout, counters)
+        http = functools.partial(TlsFirst, inner=http, gate=gate)
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on",
                             ws=functools.partial(GuardedWebSocketProtocol, guard=guard),
-                            access_log=access_log, ws_per_message_deflate=WS_DEFLATE,
-                            http=functools.partial(GuardedHttpToolsProtocol, guard=guard),
+                            access_log=access_log, ws_per_message_deflate=WS_DEFLATE, http=http,
                             timeout_graceful_shutdown=HTTP_CLOSE_SECONDS)
+    config.tls_gate = gate
     redact.install()  # after the Config: it configures uvicorn's loggers
     return config
 
@@ -175,6 +188,21 @@ class CayugaServer(uvicorn.Server):
     def request_shutdown(self) -> None:
         self.handle_exit(signal.SIGTERM, None)
 
+    async def shutdown(self, sockets=None) -> None:
+        gate = getattr(self.config, "tls_gate", None)
+        if gate is not None:
+            gate.abort_all()  # connections still in their TLS handshake: uvicorn does not know them yet
+        await super().shutdown(sockets)
+
+    def reload_tls(self) -> str | None:
+        """Load the TLS certificate, key and client CAs again for new connections (SIGHUP);
+        the error (the old ones stay in use), or None. Nothing to do without TLS."""
+        tls = self.daemon.security.tls
+        if tls is None:
+            log.info("SIGHUP: the server has no tls_certfile; nothing to reload")
+            return None
+        return tls.reload()
+
 
 def _write_port_file(path: str, http_port: int, tcp_port: int) -> None:
     """The bound ports as JSON, written whole (a reader never sees half a file)."""
@@ -212,7 +240,8 @@ class RunningServer:
         except BaseException:
             self.daemon.stop()  # not started: releases the data directory
             raise
-        config = uvicorn_config(self.app, settings, self.daemon.counters, access_log=False)
+        config = uvicorn_config(self.app, settings, self.daemon.counters, access_log=False,
+                                tls=self.daemon.security.tls)
         self.server = CayugaServer(config, self.daemon, self.app.state.draining)
         self._thread = threading.Thread(target=self._run, name="cayuga-http", daemon=True)
 
@@ -248,7 +277,12 @@ class RunningServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.settings.host}:{self.http_port}"
+        scheme = "https" if self.daemon.security.tls is not None else "http"
+        return f"{scheme}://{self.settings.host}:{self.http_port}"
+
+    def reload_tls(self) -> str | None:
+        """What SIGHUP does to ``cayuga serve``: :meth:`CayugaServer.reload_tls`."""
+        return self.server.reload_tls()
 
     def stop(self, timeout: float | None = None) -> None:
         timeout = timeout if timeout is not None else self.settings.shutdown_timeout + 5
@@ -283,9 +317,21 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     except BaseException:
         daemon.stop()
         raise
-    server = CayugaServer(uvicorn_config(app, settings, daemon.counters), daemon, app.state.draining)
-    log.info("Cayuga: HTTP on http://%s:%d (docs at /docs), events on tcp://%s:%d, %s engine",
-             settings.host, sock.getsockname()[1], settings.host, settings.tcp_port, ENGINE_BUILD)
+    tls = daemon.security.tls
+    server = CayugaServer(uvicorn_config(app, settings, daemon.counters, tls=tls), daemon, app.state.draining)
+    log.info("Cayuga: HTTP on %s://%s:%d (docs at /docs), events on %s://%s:%d, %s engine%s",
+             "https" if tls else "http", settings.host, sock.getsockname()[1], "tls" if tls else "tcp",
+             settings.host, settings.tcp_port, ENGINE_BUILD,
+             f"; TLS with {tls.certfile}" + (f", client certificates from {tls.client_ca}" if tls.mutual else "")
+             + " (SIGHUP reloads them)" if tls else "")
+    if not daemon.security.enabled and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("listening on %s without auth_tokens: anyone who reaches the ports may register, delete and "
+                    "read every subscription and send events; set auth_tokens (and tls_certfile)", settings.host)
+    elif tls is None and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("listening on %s without TLS: tokens and events cross the network in clear text; set "
+                    "tls_certfile and tls_keyfile", settings.host)
+    signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=server.reload_tls, name="cayuga-tls-reload",
+                                                             daemon=True).start())
     if ENGINE_BUILD == "python" and os.environ.get("CAYUGA_ENGINE", "").lower() != "python":
         log.warning("the compiled engine is not built (installed without a C compiler?): the pure-Python engine "
                     "runs, 1.2-3x slower; install gcc and the Python headers, then run `cayuga build-engine`")

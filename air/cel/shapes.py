@@ -43,16 +43,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Callable, Iterable, Mapping
 
 from air.cel.compiler import CompiledQuery, Origin, _const_text, _schemas, compile_cel
+from air.cel.shapetext import MARK, PREFIX, join_shape, name_markers, split_shape, value_markers
 from air.cel.semantics import UNIT_MS, Duration, dur_constant
-from air.expr import INT_MAX, Literal
+from air.expr import Literal
 from air.model import Clause, DurationAtom, StaticAtom, StreamSchema
 from air import expr as _expr
 from air import model as _model
@@ -61,117 +60,7 @@ from air import model as _model
 #: forms and cached shapes of another version are never used.
 COMPILER_VERSION = "cel-1"
 
-#: One pass splits a text into runs of tokens that cannot hold a literal
-#: (words whole, so no digit inside a name is taken for a number; ``$n``
-#: decorators; operators and white space, but no character that starts a
-#: comment or a literal), comments, string literals and number literals, by the
-#: tokenizer's own patterns (air/expr.py) and in its order, so that literals
-#: begin and end where the tokenizer's do.
-_SCAN = re.compile(
-    r"((?:[A-Za-z_][A-Za-z_0-9]*|\$\d*|[^'0-9.A-Za-z_$/\-]|-(?!-)|/(?![/*])|\.(?!\d))+)"
-    r"|(--[^\n]*|//[^\n]*|/\*.*?\*/)"
-    r"|('(?:[^']|'')*')"
-    r"|((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)",
-    re.S)
-#: ``PUBLISH name`` inside one run.
-_PUBLISH = re.compile(r"(?<![A-Za-z_0-9$])PUBLISH[ \t\r\n]+([A-Za-z_][A-Za-z_0-9]*)", re.I)
-
-_MARK = "\x00"  # never valid in CEL outside a string literal: texts holding it are not shaped
-_PREFIX = "\x00P"
 _UNITS = (None, *UNIT_MS)
-
-
-def split_shape(text: str) -> tuple[str, tuple, tuple] | None:
-    """``(shape, constants, names)`` of a CEL text, or None when it is not shaped.
-    ``names`` are the PUBLISH names that appear nowhere else in the text.
-
-    >>> shape, values, names = split_shape("FILTER{Name = 'IBM' AND Price > 1.5}(Stock) PUBLISH Up")
-    >>> shape.replace("\\x00", "?"), values, names
-    ('FILTER{Name = ?s AND Price > ?f}(Stock) PUBLISH ?n', ('IBM', 1.5), ('Up',))
-    """
-    if _MARK in text:
-        return None
-    cuts: list[tuple[int, int, str]] = []
-    values: list = []
-    names: list[tuple[int, int, str]] = []
-    for m in _SCAN.finditer(text):
-        kind = m.lastindex
-        if kind == 1:
-            if "PUBLISH" in m.group().upper():
-                names.extend((p.start(1), p.end(1), p.group(1)) for p in _PUBLISH.finditer(text, m.start(), m.end()))
-        elif kind == 3:
-            values.append(m.group()[1:-1].replace("''", "'"))
-            cuts.append((m.start(), m.end(), "\x00s"))
-        elif kind == 4:
-            n = m.group()
-            if "." in n or "e" in n or "E" in n:
-                if not math.isfinite(float(n)):
-                    return None  # out of range: compile_cel refuses it, with its position
-                values.append(float(n))
-                cuts.append((m.start(), m.end(), "\x00f"))
-            elif int(n) > INT_MAX:
-                return None  # out of range (but -9223372036854775808 is not): compile_cel decides
-            elif int(n):  # 0 stays in the shape: 2 ^ -0 is an int, 2 ^ -1 a float
-                values.append(int(n))
-                cuts.append((m.start(), m.end(), "\x00i"))
-    publish: list[str] = []
-    if names:
-        upper = text.upper()
-        for a, b, w in names:  # a name that occurs anywhere else (even in a string) stays in the shape
-            if upper.count(w.upper()) == sum(1 for x in names if x[2].upper() == w.upper()):
-                cuts.append((a, b, "\x00n"))
-                publish.append(w)
-        cuts.sort()
-    if not cuts:
-        return text, (), ()
-    parts: list[str] = []
-    last = 0
-    for a, b, tag in cuts:
-        parts.append(text[last:a])
-        parts.append(tag)
-        last = b
-    parts.append(text[last:])
-    return "".join(parts), tuple(values), tuple(publish)
-
-
-def _primes(n: int, start: int = 1_000_003) -> list[int]:
-    out: list[int] = []
-    k = start
-    while len(out) < n:
-        if all(k % d for d in range(3, int(k ** 0.5) + 1, 2)):
-            out.append(k)
-        k += 2
-    return out
-
-
-def _markers(values: tuple) -> tuple:
-    primes = iter(_primes(sum(1 for v in values if not isinstance(v, str))))
-    out = []
-    for i, v in enumerate(values):
-        if isinstance(v, str):
-            out.append(f"{_MARK}{i}{_MARK}")
-        elif isinstance(v, int):
-            out.append(next(primes))
-        else:
-            out.append(next(primes) + 0.5)
-    return tuple(out)
-
-
-def _literal_text(v) -> str:
-    if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
-    return repr(v)
-
-
-def _join(shape: str, values: tuple, names: tuple) -> str:
-    """The CEL text of ``shape`` with ``values`` and ``names`` put back."""
-    pieces = re.split("\x00([sifn])", shape)
-    out = [pieces[0]]
-    vals, nams = iter(values), iter(names)
-    for tag, piece in zip(pieces[1::2], pieces[2::2]):
-        out.append(next(nams) if tag == "n" else _literal_text(next(vals)))
-        out.append(piece)
-    return "".join(out)
 
 
 class _Recorder(Mapping):
@@ -208,10 +97,6 @@ def _fields(cls: type) -> tuple[str, ...]:
     if names is None:
         names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
     return names
-
-
-def _name_markers(names: tuple) -> tuple[str, ...]:
-    return tuple(f"_shapeN{i}_" for i in range(len(names)))
 
 
 class _Renamer:
@@ -283,7 +168,7 @@ class _Sites:
         if isinstance(node, str):
             i = self.names.index(node)
             if i is None:
-                if _MARK in node or "_shapeN" in node:
+                if MARK in node or "_shapeN" in node:
                     self.ok = False  # a marker where no rule reaches it
                 return None
             suffix = node[len(self.names.markers[i]):]
@@ -327,7 +212,7 @@ class _Sites:
             if isinstance(node.value, bool):
                 return None
             rule = self._rule(self._lit, node.value)
-            if rule is None and isinstance(node.value, str) and _MARK in node.value:
+            if rule is None and isinstance(node.value, str) and MARK in node.value:
                 self.ok = False
         elif isinstance(node, StaticAtom):
             rule = self._rule(self._static, node.const)
@@ -611,7 +496,7 @@ class ShapeCache:
 
     def bound(self, binding: tuple[str, str], streams: Mapping[str, StreamSchema], *,
               functions: Mapping[str, str] | None = None, time_unit_ms: float = 1.0,
-              name_prefix: str | None = None) -> BoundQuery | None:
+              name_prefix: str | None = None, count: bool = True) -> BoundQuery | None:
         """The automata of a query from its binding (:meth:`compile_keyed`),
         as :meth:`compile` would make them of its text, bound when first read;
         None when that cannot be vouched for (the shape is not held, e.g. one
@@ -637,21 +522,21 @@ class ShapeCache:
                 or not all(type(n) is str for n in names)
                 or tuple([names.index(n) for n in names]) != key[1]):
             return None
-        self.hits += 1
+        self.hits += count  # (not when the query was just compiled from its text: that was its hit)
         return BoundQuery(entry, tuple(values), tuple(names), name_prefix)
 
     def _make(self, text: str, shape: str, values: tuple, names: tuple, rec: _Recorder, own: CompiledQuery,
               functions, time_unit_ms: float, name_prefix: str | None) -> _Shape | None:
         if rec.listed:
             return None
-        markers = _markers(values)
-        name_marks = _name_markers(names)
+        markers = value_markers(values)
+        name_marks = name_markers(names)
         if any(m in text for m in name_marks):
             return None
-        renamer = _Renamer(name_marks + ((_PREFIX,) if name_prefix is not None else ()))
+        renamer = _Renamer(name_marks + ((PREFIX,) if name_prefix is not None else ()))
         try:
-            template = compile_cel(_join(shape, markers, name_marks), rec.streams, functions=functions,
-                                   time_unit_ms=time_unit_ms, name_prefix=_PREFIX if name_prefix is not None else None)
+            template = compile_cel(join_shape(shape, markers, name_marks), rec.streams, functions=functions,
+                                   time_unit_ms=time_unit_ms, name_prefix=PREFIX if name_prefix is not None else None)
         except Exception:  # noqa: BLE001 - a shape its markers break is simply not cached
             return None
         sites = _Sites(markers, renamer, time_unit_ms)

@@ -16,7 +16,7 @@ from air.engine.instance import BORN, DEAD, T0, T1, VALUES
 from air.engine.network import Node
 
 if TYPE_CHECKING:
-    from air.engine.runtime import Engine
+    from air.engine.enginelike import EngineLike
 
 
 def _evict_key(candidate: tuple) -> tuple:
@@ -25,7 +25,7 @@ def _evict_key(candidate: tuple) -> tuple:
     return candidate[:4]
 
 
-def evict_oldest(eng: "Engine", owner: str, keep: int, shared: bool = False,
+def evict_oldest(eng: "EngineLike", owner: str, keep: int, shared: bool = False,
                  losers: dict[str, int] | None = None) -> int:
     """Remove ``owner``'s oldest instances until it sees at most ``keep``
     (as :meth:`Engine.instance_count` counts: installed and pending); returns how

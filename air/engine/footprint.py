@@ -19,8 +19,8 @@ imported by the event loop (runtime.py).
 - :func:`node_costs` says how much of the engine's work each active node
   causes: how many of its instances an event of its stream visits.
 
-The per-instance sizes were calibrated against tracemalloc on CPython 3.11
-(BENCHMARKS.md, "Memory of automaton state").
+The per-instance sizes are air/engine/sizes.py's (calibrated against
+tracemalloc on CPython 3.11: BENCHMARKS.md, "Memory of automaton state").
 """
 
 from __future__ import annotations
@@ -32,41 +32,11 @@ from air.engine.eviction import evict_from
 from air.engine.instance import T0
 from air.engine.introspect import _unordered, owned_count
 from air.engine.network import Node, live_node_list, tally_nodes
+from air.engine.sizes import (  # noqa: F401 - the size model, importable from here as before
+    BUCKET_BYTES, INSTANCE_BASE, SORTED_EXTRA, VALUE_BYTES, instance_bytes, per_instance_bytes)
 
 if TYPE_CHECKING:
-    from air.engine.runtime import Engine
-
-#: An instance's own list (VALUES, T0, T1, BORN, DEAD; two more slots with a
-#: sorted index), its values tuple's header, and the pointer that holds it in
-#: its node's list or bucket, with the GC header and list over-allocation.
-INSTANCE_BASE = 152
-#: Each value: the tuple's pointer plus the object (an int above the small-int
-#: cache, a float, a string of ~16 ASCII characters as symbols and names are;
-#: a bool is a shared singleton).
-VALUE_BYTES = {"int": 40, "float": 32, "string": 72, "bool": 8}
-#: A sorted index's extra per instance: its key and install number, in three
-#: parallel lists (network.SortedBucket).
-SORTED_EXTRA = 72
-#: Each AI bucket: its dict entry and key, and the bucket list's header.
-BUCKET_BYTES = 136
-
-_SIZES: dict[tuple, int] = {}
-
-
-def instance_bytes(schema: tuple) -> int:
-    """Estimated bytes of one instance of a state with this schema (a tuple of
-    :class:`air.model.Attribute`); cached per schema."""
-    got = _SIZES.get(schema)
-    if got is None:
-        got = INSTANCE_BASE + sum(VALUE_BYTES.get(a.type, 72) for a in schema)
-        if len(_SIZES) < 100_000:
-            _SIZES[schema] = got
-    return got
-
-
-def per_instance_bytes(schema: tuple, sorted_index: bool) -> int:
-    """What a node's instance costs (``Node.inst_bytes``, set by the loader when it makes the node)."""
-    return instance_bytes(schema) + (SORTED_EXTRA if sorted_index else 0)
+    from air.engine.enginelike import EngineLike
 
 
 class Footprint(NamedTuple):
@@ -77,7 +47,7 @@ class Footprint(NamedTuple):
     nodes: int
 
 
-def live_nodes(eng: "Engine") -> list[Node]:
+def live_nodes(eng: "EngineLike") -> list[Node]:
     """Every node holding installed instances (the stream plans' active nodes),
     then those holding only pending ones (made this epoch, not yet installed)."""
     return live_node_list(list(eng.network.plans.values()), eng._dirty)  # noqa: SLF001 - read only
@@ -93,13 +63,13 @@ def node_bytes(node: Node, instances: int | None = None) -> int:
     return b
 
 
-def measure(eng: "Engine") -> Footprint:
+def measure(eng: "EngineLike") -> Footprint:
     """Estimated bytes of every live instance in the engine (see the module's docstring)."""
     total, insts, count, _heavy = tally_nodes(live_nodes(eng), float("inf"), BUCKET_BYTES)
     return Footprint(total, insts, count)
 
 
-def owner_footprint(eng: "Engine", owner: str, exclusive: bool = False) -> tuple[int, int]:
+def owner_footprint(eng: "EngineLike", owner: str, exclusive: bool = False) -> tuple[int, int]:
     """``(instances, bytes)`` of what ``owner`` sees (installed and pending);
     with ``exclusive``, only of the instances no other live owner sees (those
     a merged node holds for identical queries registered since are shared)."""
@@ -127,7 +97,7 @@ def _expire_node(node: Node, now) -> int:
     return evict_from(node, gone) if gone else 0
 
 
-def expire(eng: "Engine") -> int:
+def expire(eng: "EngineLike") -> int:
     """Drop every instance that no event at the current epoch or later can
     affect (its state's filter is past its ``DUR`` bound, air/bounds.py);
     returns how many went. Call it between events (mid-epoch too)."""
@@ -160,7 +130,7 @@ def visits(node: Node, n: int) -> float:
     return float(n)
 
 
-def survey(eng: "Engine", *, expire: bool = False, heavy: float | None = None,
+def survey(eng: "EngineLike", *, expire: bool = False, heavy: float | None = None,
            weights: Mapping[str, float] | None = None) -> Survey:
     """One pass over the nodes holding instances: with ``expire``, drop the
     expired ones first (see :func:`expire`); then the footprint (as

@@ -1,12 +1,14 @@
 """Looking into a running engine without changing it: an owner's instances and
 their counts (``Engine.instances``, ``instance_count``, ``state_counts``: the
-API's and metrics' numbers) and the size of the query network
-(``Engine.plan_stats``). Not on the event path: plain Python in both builds;
+API's and metrics' numbers), the size of the query network
+(``Engine.plan_stats``) and the live mapping of its streams
+(``Engine.stream_view``). Not on the event path: plain Python in both builds;
 counts are made of C-level passes (:func:`owned_count`).
 Read-only; call it on the thread that feeds events."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter, le
 from typing import TYPE_CHECKING, Iterable, NamedTuple
@@ -15,7 +17,8 @@ from air.engine.instance import BORN, T0, T1, VALUES
 from air.engine.network import Node
 
 if TYPE_CHECKING:
-    from air.engine.runtime import Engine
+    from air.engine.enginelike import EngineLike
+    from air.model import StreamSchema
 
 
 class LiveInstance(NamedTuple):
@@ -26,7 +29,7 @@ class LiveInstance(NamedTuple):
     t1: object
 
 
-def instances(eng: "Engine", owner: str, pending: bool = False) -> dict[str, list[LiveInstance]]:
+def instances(eng: "EngineLike", owner: str, pending: bool = False) -> dict[str, list[LiveInstance]]:
     """Live (installed) instances of ``owner`` by state key ``"<automaton>/<state id>"``,
     in the order the node keeps them; with ``pending``, followed by those
     the current epoch made (installed when it closes), in the order made."""
@@ -40,7 +43,7 @@ def instances(eng: "Engine", owner: str, pending: bool = False) -> dict[str, lis
     return out
 
 
-def instance_count(eng: "Engine", owner: str | None = None) -> int:
+def instance_count(eng: "EngineLike", owner: str | None = None) -> int:
     """Installed and pending instances of ``owner`` (as if nothing were
     merged), or of the whole network."""
     if owner is None:
@@ -51,7 +54,7 @@ def instance_count(eng: "Engine", owner: str | None = None) -> int:
     return sum(owned_count(node, g) for _ai, _sid, node in holding.states)
 
 
-def state_counts(eng: "Engine", owner: str) -> dict[str, int]:
+def state_counts(eng: "EngineLike", owner: str) -> dict[str, int]:
     """Installed and pending instances of ``owner`` per state key
     ``"<automaton>/<state id>"`` (as :func:`instances` names them; start
     states hold none)."""
@@ -89,7 +92,7 @@ def _unordered(node: Node) -> Iterable[list]:
     return chain(chain.from_iterable(map(_INSTS, buckets)), map(_SECOND, chain.from_iterable(map(_REST, buckets))))
 
 
-def plan_stats(eng: "Engine") -> dict[str, int]:
+def plan_stats(eng: "EngineLike") -> dict[str, int]:
     """Size of the query network: nodes and edges after merging, the
     states and edges the loaded automata have, and active nodes."""
     holdings = eng.holdings().values()
@@ -99,3 +102,30 @@ def plan_stats(eng: "Engine") -> dict[str, int]:
     active = sum(p.an_index.size + len(p.active_scan) for p in net.plans.values())
     return {"nodes": net.nodes, "edges": net.edges, "states": states,
             "automaton_edges": edges, "active_nodes": active}
+
+
+class StreamView(Mapping):
+    """See ``Engine.stream_view``: every stream, declared and published, looked
+    up one dict probe at a time however many there are."""
+
+    __slots__ = ("_eng",)
+
+    def __init__(self, eng: "EngineLike") -> None:
+        self._eng = eng
+
+    def __getitem__(self, name: str) -> StreamSchema:
+        schema = self._eng.schema(name)
+        if schema is None:
+            raise KeyError(name)
+        return schema
+
+    def __contains__(self, name) -> bool:
+        return self._eng.schema(name) is not None
+
+    def __iter__(self):
+        eng = self._eng
+        declared = list(eng._declared)
+        return iter(declared + [n for n in list(eng._published) if n not in eng._declared])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

@@ -20,7 +20,8 @@ differ only in a symbol — are checked, analysed and compiled once, and each
 then costs converting its constants and making its nodes, edges and functions
 (0.35 ms -> about 0.08 ms for an 11-state automaton). A merge key is
 ``(shape token, constants)``: equal exactly when the parts it stands for are
-equal, literal types included.
+equal, literal types included (the keys are air/engine/shapekeys.py's; which
+stored attributes hold constants, for the AN index, air/engine/constant_attrs.py's).
 """
 
 from __future__ import annotations
@@ -29,17 +30,15 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from air.expr import Literal, walk
-from air.model import (
-    Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom, DynamicAtom, Edge, Predicate, Rename, State,
-    StaticAtom, StreamSchema,
-)
+from air.model import Automaton, DynamicAtom, Edge, State, StaticAtom, StreamSchema
 from air.engine.codegen import (
     BindError, FnTemplate, Scope, compile_atoms, compile_predicate, compile_schema_map, convert_const, eq_key,
     split_clause, split_inequality,
 )
-from air.engine.footprint import per_instance_bytes
+from air.engine.constant_attrs import constant_attrs, derived_sites
 from air.engine.network import NEdge, Node, StreamPlan
+from air.engine.shapekeys import automaton_key, map_key, pred_key, schema_key
+from air.engine.sizes import per_instance_bytes
 
 
 class LoadError(ValueError):
@@ -167,21 +166,6 @@ class Loader:
             table[key] = got = attrs
         return got
 
-    def _auto_key(self, auto: Automaton, sites: list) -> tuple:
-        """Everything of ``auto`` that staging reads, except the constants of
-        its StaticAtoms (appended to ``sites``, in a fixed order) and its names
-        (automaton, outputs): automata with equal keys differ only in those."""
-        out = []
-        for s in auto.states:
-            r = s.rebind
-            out.append((
-                s.id, s.is_start, s.input_stream, _schema_key(s.schema), _pred_key(s.filter, sites),
-                None if r is None else (r.destination, _pred_key(r.predicate, sites), _map_key(r.schema_map),
-                                        r.has_map, r.resets_start),
-                tuple([(e.destination, _pred_key(e.predicate, sites), _map_key(e.schema_map), e.has_map,
-                        e.resets_start) for e in s.forwards])))
-        return tuple(out)
-
     def _token(self, key) -> object:
         """A small stand-in for a merge-key shape: equal keys get the same
         token (an int), so a merge key is ``(token, constants)``, hashed and
@@ -213,10 +197,10 @@ class Loader:
         """Stage one automaton through the template of its shape (made on
         first sight; see :class:`_Template`)."""
         sites: list[StaticAtom] = []
-        key = self._auto_key(auto, sites)
+        key = automaton_key(auto, sites)
         texts = [a.const for a in sites]
         rep: dict = {}
-        # which constants are equal decides which attributes hold constants (_constant_attrs)
+        # which constants are equal decides which attributes hold constants (constant_attrs)
         part = tuple([rep.setdefault(t, i) for i, t in enumerate(texts)])
         tkey = (key, part, opts)
         cache = self.cache_templates
@@ -240,7 +224,7 @@ class Loader:
         """The template staging ``auto`` would use now (None: none is held,
         or it no longer holds) and the constants it would be bound with."""
         sites: list[StaticAtom] = []
-        key = self._auto_key(auto, sites)
+        key = automaton_key(auto, sites)
         texts = [a.const for a in sites]
         rep: dict = {}
         part = tuple([rep.setdefault(t, i) for i, t in enumerate(texts)])
@@ -252,7 +236,7 @@ class Loader:
     def static_sites(self, auto: Automaton) -> list[StaticAtom]:
         """The StaticAtoms of ``auto`` whose constants a template binds, in its order."""
         sites: list[StaticAtom] = []
-        self._auto_key(auto, sites)
+        automaton_key(auto, sites)
         return sites
 
     def stage_prepared(self, items: list, owner: str, schema_of) -> tuple[_Stage, list] | None:
@@ -322,7 +306,7 @@ class Loader:
 
         consts: dict[str, dict[str, tuple[int, str]]] = {}
         if self.opt.an_index:
-            for sid, attrs in _constant_attrs(auto, by_id, ev_schema).items():
+            for sid, attrs in constant_attrs(auto, by_id, ev_schema).items():
                 consts[sid] = {k: (rep[text], t) for k, (text, t) in attrs.items()}
         calls: dict[str, object] = {}
 
@@ -339,7 +323,7 @@ class Loader:
                 spec.single = True
                 spec.static = [(scope.ev[a.event_attr][0], slot_of(a, scope.ev[a.event_attr][1]))
                                for a in clause.atoms if _is_static_eq(a)]
-                for idx, r, t in _derived_sites(clause, consts.get(s.id), scope):
+                for idx, r, t in derived_sites(clause, consts.get(s.id), scope):
                     spec.derived.append((idx, len(tpl.dconvs)))
                     tpl.dconvs.append((r, t))
                 use_ai = bool(dyn_eq) and self.opt.instance_index
@@ -424,9 +408,9 @@ class Loader:
         of StaticAtoms are the getter's part (of the automaton's constants)."""
         sl: list[StaticAtom] = []
         r = d.rebind
-        shape = (_pred_key(e.predicate, sl), _map_key(e.schema_map), e.resets_start, d.input_stream,
-                 sch.attributes if sch else None, _schema_key(d.schema), _pred_key(d.filter, sl),
-                 None if r is None else (_pred_key(r.predicate, sl), _map_key(r.schema_map), r.resets_start,
+        shape = (pred_key(e.predicate, sl), map_key(e.schema_map), e.resets_start, d.input_stream,
+                 sch.attributes if sch else None, schema_key(d.schema), pred_key(d.filter, sl),
+                 None if r is None else (pred_key(r.predicate, sl), map_key(r.schema_map), r.resets_start,
                                          r.has_map))
         return self._token(shape), (itemgetter(*[site_rep[id(a)] for a in sl]) if sl else None)
 
@@ -649,185 +633,6 @@ class Loader:
 _NONE: dict = {}
 #: Size limit of the table of shared merge-key parts (see Loader._canon).
 CANON_MAX = 1_000_000
-
-
-def _literal_types(parts) -> tuple:
-    """Types of the literals in the expressions of ``parts``: model equality
-    says ``1 == 1.0 == True``, but ``x / 2`` and ``x / 2.0`` differ. (Dispatch
-    on the exact type: this runs for every state loaded.)"""
-    out: list[str] = []
-    stack = list(parts)
-    pop, push = stack.pop, stack.extend
-    while stack:
-        x = pop()
-        t = type(x)
-        if t is tuple or t is list:
-            push(x)
-        elif t in _NO_LITERALS:
-            continue
-        elif t is Predicate:
-            for cl in x.clauses:
-                push(cl.atoms)
-        elif t is ComplexAtom or t is Computed:
-            out.extend(type(n.value).__name__ for n in walk(x.expr) if isinstance(n, Literal))
-        elif t is Edge:
-            push((x.predicate, x.schema_map))
-        elif isinstance(x, (tuple, list)):  # a subclass, e.g. a named tuple
-            push(x)
-    return tuple(out)
-
-
-_NO_LITERALS = frozenset({str, bool, type(None), int, float, StaticAtom, DynamicAtom, DurationAtom, Rename,
-                          Attribute})
-
-
-def _constant_attrs(auto: Automaton, by_id: dict[str, State], ev_schema: dict[str, StreamSchema | None]
-                    ) -> dict[str, dict[str, tuple[str, str]]]:
-    """Stored attributes that hold the same constant in every instance of a
-    state: ``{state id: {attribute: (AIR constant, type)}}``.
-
-    ``FILTER{Name = 'IBM'}(Stock) NEXT{$1.Name = $2.Name ...} Stock`` copies
-    ``EV.Name`` into ``Name_1`` on an edge that requires ``Name = 'IBM'``, so
-    every instance of the NEXT state has ``Name_1 = 'IBM'`` and its filter atom
-    ``Name = NODE.Name_1`` can go into the AN index as ``Name = 'IBM'``: the
-    state is then visited only for IBM events instead of for every event (one
-    subscription per symbol written in CEL would otherwise cost every event a
-    visit to every subscription). Sound by induction over the ways an instance
-    is made: each incoming forward edge must produce the constant (from a static
-    equality atom of the edge or of its source's filter, both of which hold when
-    it fires, or by copying a constant attribute of its source), and the rebind
-    edge must copy it unchanged. Types must agree exactly; anything unsure
-    (OR-predicates, computed values, a rebind from elsewhere) gives no constant.
-    States on cycles are seen before all their predecessors and so get fewer
-    constants, never wrong ones."""
-
-    types_of: dict[int, dict[str, str]] = {}  # by id of an attribute tuple: name -> type
-
-    def types(attrs: tuple) -> dict[str, str]:
-        got = types_of.get(id(attrs))
-        if got is None:
-            got = types_of[id(attrs)] = {a.name: a.type for a in attrs}
-        return got
-
-    def ev_type(state: State, attr: str) -> str | None:
-        sch = ev_schema.get(state.id)
-        return types(sch.attributes).get(attr) if sch else None
-
-    def attr_type(state: State, attr: str) -> str | None:
-        return types(state.schema).get(attr)
-
-    def holding(src: State, src_consts: dict, pred: Predicate) -> dict[str, tuple[str, str]]:
-        """Event attributes equal to a constant whenever an edge of ``src`` fires."""
-        atoms: list = []
-        if not src.is_start and src.filter is not None:
-            if len(src.filter.clauses) != 1:
-                return {}
-            atoms.extend(src.filter.clauses[0].atoms)
-        if len(pred.clauses) == 1:
-            atoms.extend(pred.clauses[0].atoms)
-        out: dict[str, tuple[str, str]] = {}
-        for a in atoms:
-            t = ev_type(src, a.event_attr) if isinstance(a, (StaticAtom, DynamicAtom)) else None
-            if t is None or a.op != "=":
-                continue
-            if isinstance(a, StaticAtom):
-                out[a.event_attr] = (a.const, t)
-            elif a.node_attr in src_consts and src_consts[a.node_attr][1] == t:
-                out[a.event_attr] = src_consts[a.node_attr]
-        return out
-
-    def produced(src: State, src_consts: dict, edge: Edge, dest: State) -> dict[str, tuple[str, str]]:
-        ev = holding(src, src_consts, edge.predicate)
-        out: dict[str, tuple[str, str]] = {}
-        for m in edge.schema_map:  # a later entry for the same attribute wins, as in compile_schema_map
-            if isinstance(m, Rename):
-                got = ev.get(m.old) if m.source == "EV" else src_consts.get(m.old)
-                if got is not None and attr_type(dest, m.new) == got[1]:
-                    out[m.new] = got
-                    continue
-            out.pop(m.new if isinstance(m, Rename) else m.attr, None)
-        return out
-
-    incoming: dict[str, list[tuple[State, Edge]]] = {s.id: [] for s in auto.states}
-    for s in auto.states:
-        for e in s.forwards:
-            if e.destination in incoming:
-                incoming[e.destination].append((s, e))
-        if s.rebind is not None and s.rebind.destination != s.id and s.rebind.destination in incoming:
-            incoming[s.rebind.destination].append((s, None))  # a rebind from elsewhere: give up
-    result: dict[str, dict[str, tuple[str, str]]] = {}
-    order = deque(s for s in auto.states if s.is_start)
-    seen = {s.id for s in order}
-    while order:
-        s = order.popleft()
-        if not s.is_start:
-            got: dict | None = None
-            for src, e in incoming[s.id]:
-                part = {} if e is None else produced(src, result.get(src.id, {}), e, s)
-                got = part if got is None else {k: v for k, v in got.items() if part.get(k) == v}
-                if not got:
-                    break
-            got = got or {}
-            if got and s.rebind is not None:  # a rebind must keep each one
-                keeps = produced(s, got, s.rebind, s)
-                got = {k: v for k, v in got.items() if keeps.get(k) == v}
-            if got:
-                result[s.id] = got
-        for e in s.forwards:
-            d = by_id.get(e.destination)
-            if d is not None and d.id not in seen:
-                seen.add(d.id)
-                order.append(d)
-    return result
-
-
-def _derived_sites(clause: Clause, consts: dict[str, tuple[int, str]] | None, scope: Scope
-                   ) -> list[tuple[int, int, str]]:
-    """``e.a = I.b`` atoms of a filter clause whose ``b`` is a constant of the
-    state (see :func:`_constant_attrs`; here ``{attribute: (constant number,
-    type)}``), as ``(event attribute index, constant number, type)`` for the AN
-    index (a constant that does not convert is skipped when bound)."""
-    out = []
-    for a in clause.atoms:
-        if consts and isinstance(a, DynamicAtom) and a.op == "=" and a.node_attr in consts and a.event_attr in scope.ev:
-            slot, t = consts[a.node_attr]
-            idx, ev_t = scope.ev[a.event_attr]
-            if ev_t == t:
-                out.append((idx, slot, t))
-    return out
-
-
-def _pred_key(p: Predicate | None, sites: list) -> tuple | None:
-    """The shape of a predicate: its atoms with the constants of StaticAtoms
-    left out (appended to ``sites``, in order) and literal types kept."""
-    if p is None:
-        return None
-    out = []
-    for cl in p.clauses:
-        atoms = []
-        for a in cl.atoms:
-            t = type(a)
-            if t is StaticAtom:
-                sites.append(a)
-                c = a.const
-                atoms.append(("S", a.event_attr, a.op) if type(c) is str else ("S", a.event_attr, a.op, type(c)))
-            elif t is DynamicAtom:
-                atoms.append(("D", a.event_attr, a.op, a.node_attr))
-            elif t is DurationAtom:
-                atoms.append(("U", a.kind, a.op, a.const, type(a.const)))
-            else:  # ComplexAtom, or what the compiler rejects: by value, with literal types
-                atoms.append(("X", t, a, _literal_types((a,))))
-        out.append(tuple(atoms))
-    return tuple(out)
-
-
-def _map_key(entries: tuple) -> tuple:
-    return tuple([("R", m.source, m.old, m.new) if type(m) is Rename else ("X", type(m), m, _literal_types((m,)))
-                  for m in entries])
-
-
-def _schema_key(attrs: tuple) -> tuple:
-    return tuple([(a.name, a.type) for a in attrs])
 
 
 #: Marks a derived constant that did not convert.

@@ -40,6 +40,10 @@ cdef class SortedBucket:
     cdef public list keys, cids, insts, rest
 
 
+@cython.locals(bucket=SortedBucket, insts=list, keys=list)
+cpdef list affectable(iq, bucket, e)
+
+
 cdef class EqIndex:
     cdef public dict groups
     cdef public Py_ssize_t size

@@ -210,6 +210,53 @@ class SortedBucket:
 _first = itemgetter(0)
 
 
+def affectable(iq, bucket: SortedBucket, e: tuple) -> list:
+    """The instances of ``bucket`` whose sorted-index atom ``ev_side(e) OP
+    key`` (``Node.iq`` is ``(OP, ev_side, key)``) holds, plus those without a
+    key, in install order: those event ``e`` can affect (the event loop in
+    runtime.py asks). If the event side is not a number (or raises), every
+    instance: the filter decides (and raises) as without the index."""
+    op, evf, _keyf = iq
+    try:
+        x = evf(e)
+    except Exception:  # noqa: BLE001
+        return bucket.ordered()
+    t = type(x)
+    if t is float and x != x:
+        insts = []  # NaN: no comparison holds
+    elif t is float or t is int:
+        keys = bucket.keys
+        if COMPILED:
+            if op == ">=":
+                insts = bucket.insts[:_bisect_keys(keys, x, True)]
+            elif op == ">":
+                insts = bucket.insts[:_bisect_keys(keys, x, False)]
+            elif op == "<=":
+                insts = bucket.insts[_bisect_keys(keys, x, False):]
+            else:
+                insts = bucket.insts[_bisect_keys(keys, x, True):]
+        elif op == ">=":
+            insts = bucket.insts[:bisect_right(keys, x)]
+        elif op == ">":
+            insts = bucket.insts[:bisect_left(keys, x)]
+        elif op == "<=":
+            insts = bucket.insts[bisect_left(keys, x):]
+        else:
+            insts = bucket.insts[bisect_right(keys, x):]
+    else:
+        return bucket.ordered()
+    if bucket.rest:
+        insts.extend([pair[1] for pair in bucket.rest])
+    if len(insts) > 1:
+        # install order: every installed instance carries its install number (SORT_CID);
+        # sorting by it as a plain int key costs less than pairing and unpairing (cid, instance)
+        insts.sort(key=_cid)
+    return insts
+
+
+_cid = itemgetter(SORT_CID)
+
+
 class EqIndex:
     """Hash index on conjunctions of ``event.attr = constant`` atoms.
 

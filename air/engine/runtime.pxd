@@ -8,7 +8,8 @@ from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from air.engine.instance cimport *
-from air.engine.network cimport EqIndex, NEdge, Node, SortedBucket, StreamPlan, new_instance, untrack_instances
+from air.engine.network cimport (EqIndex, NEdge, Node, SortedBucket, StreamPlan, affectable, new_instance,
+                                 untrack_instances)
 
 
 cdef extern from *:
@@ -99,9 +100,6 @@ cdef inline void _prefetch(list nodes):
 cdef class Event:
     cdef public object stream, values, t0, t1
 
-
-@cython.locals(bucket=SortedBucket, insts=list, keys=list)
-cpdef list _affectable(iq, bucket, e)
 
 @cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, node=Node, other=Node)
 cdef _sort_nodes(list nodes)

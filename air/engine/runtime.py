@@ -15,11 +15,8 @@ The engine is single-threaded by design: exactly one thread may call
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Mapping
-from operator import itemgetter
-from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
 
 from air.engine import eviction, introspect
@@ -28,9 +25,10 @@ from air.engine.codegen import BindError
 from air.engine.errors import EngineError, LateEvent
 from air.engine.functions import FunctionRegistry
 from air.engine.instance import *  # noqa: F403,F405 - the slot names; C constants when compiled (instance.pxd)
-from air.engine.introspect import LiveInstance
+from air.engine.introspect import LiveInstance, StreamView
 from air.engine.loader import Holding, LoadError, Loader, Options
-from air.engine.network import COMPILED, Node, SortedBucket, _bisect_keys, new_instance, seq_of, untrack_instances
+from air.engine.network import COMPILED, Node, SortedBucket, affectable, new_instance, seq_of, untrack_instances
+from air.engine.stats import EngineStats
 from air.model import Automaton, StreamSchema
 
 try:
@@ -81,69 +79,8 @@ class Emission(NamedTuple):
 _make_emission = tuple.__new__
 
 
-@dataclass(slots=True)  # the engine adds to three of these per event: a slot is read and set faster
-class EngineStats:
-    events: int = 0
-    epochs: int = 0
-    witnesses: int = 0
-    resubscribed: int = 0
-    eval_errors: int = 0
-    last_eval_error: str = ""
-    late: int = 0
-    evicted: int = 0  # instances removed by Engine.evict_oldest
-    evicted_shared: int = 0  # ... of which other owners saw too (they lost them with it)
-    expired: int = 0  # instances past their filter's DUR bound, dropped by air/engine/footprint.expire
-
-
-
 #: A runaway resubscription loop within one epoch stops after this many events.
 MAX_EVENTS_PER_EPOCH = 1_000_000
-
-
-def _affectable(iq, bucket: SortedBucket, e: tuple) -> list:
-    """The instances of ``bucket`` whose sorted-index atom ``ev_side(e) OP
-    key`` holds, plus those without a key, in install order. If the event side
-    is not a number (or raises), every instance: the filter decides (and
-    raises) as without the index."""
-    op, evf, _keyf = iq
-    try:
-        x = evf(e)
-    except Exception:  # noqa: BLE001
-        return bucket.ordered()
-    t = type(x)
-    if t is float and x != x:
-        insts = []  # NaN: no comparison holds
-    elif t is float or t is int:
-        keys = bucket.keys
-        if COMPILED:
-            if op == ">=":
-                insts = bucket.insts[:_bisect_keys(keys, x, True)]
-            elif op == ">":
-                insts = bucket.insts[:_bisect_keys(keys, x, False)]
-            elif op == "<=":
-                insts = bucket.insts[_bisect_keys(keys, x, False):]
-            else:
-                insts = bucket.insts[_bisect_keys(keys, x, True):]
-        elif op == ">=":
-            insts = bucket.insts[:bisect_right(keys, x)]
-        elif op == ">":
-            insts = bucket.insts[:bisect_left(keys, x)]
-        elif op == "<=":
-            insts = bucket.insts[bisect_left(keys, x):]
-        else:
-            insts = bucket.insts[bisect_right(keys, x):]
-    else:
-        return bucket.ordered()
-    if bucket.rest:
-        insts.extend([pair[1] for pair in bucket.rest])
-    if len(insts) > 1:
-        # install order: every installed instance carries its install number (SORT_CID);
-        # sorting by it as a plain int key costs less than pairing and unpairing (cid, instance)
-        insts.sort(key=_cid)
-    return insts
-
-
-_cid = itemgetter(SORT_CID)
 
 
 def _sort_nodes(nodes: list) -> None:
@@ -188,33 +125,6 @@ def _sort_edges(edges: list) -> None:
             j -= 1
         edges[j + 1] = edge
 
-
-
-
-class _StreamView(Mapping):
-    """See :attr:`Engine.stream_view`."""
-
-    __slots__ = ("_eng",)
-
-    def __init__(self, eng: "Engine") -> None:
-        self._eng = eng
-
-    def __getitem__(self, name: str) -> StreamSchema:
-        schema = self._eng.schema(name)
-        if schema is None:
-            raise KeyError(name)
-        return schema
-
-    def __contains__(self, name) -> bool:
-        return self._eng.schema(name) is not None
-
-    def __iter__(self):
-        eng = self._eng
-        declared = list(eng._declared)
-        return iter(declared + [n for n in list(eng._published) if n not in eng._declared])
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 class Engine:
@@ -286,7 +196,7 @@ class Engine:
         """A live read-only mapping of every stream: a lookup costs one dict
         probe however many subscriptions publish streams (compiling a query
         against a snapshot of 100K published streams cost 1 ms a query)."""
-        return _StreamView(self)
+        return StreamView(self)
 
     @property
     def owners(self) -> list[str]:
@@ -617,7 +527,7 @@ class Engine:
                 if not insts:
                     continue
                 if node.iq is not None:
-                    insts = _affectable(node.iq, insts, e)
+                    insts = affectable(node.iq, insts, e)
                     if not insts:
                         continue
             else:
@@ -710,7 +620,8 @@ class Engine:
         self.stats.last_eval_error = f"{where}: {type(exc).__name__}: {exc}"
 
     # ------------------------------------------------------------------ beside the loop
-    # (not on the event path: plain Python in both builds, in the modules named)
+    # (not on the event path: plain Python in both builds, in the modules named; they take
+    # the engine as an EngineLike, air/engine/enginelike.py, and never import this module)
 
     def holding(self, owner: str) -> Holding:
         """What ``owner`` holds in the network (its generation, and its states as

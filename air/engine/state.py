@@ -33,7 +33,7 @@ from air.engine.instance import BORN, DEAD, T0, T1, VALUES
 from air.engine.network import Node, new_instance
 
 if TYPE_CHECKING:
-    from air.engine.runtime import Engine
+    from air.engine.enginelike import EngineLike
 
 #: The layout :func:`export_state` writes.
 VERSION = 2
@@ -41,7 +41,7 @@ VERSION = 2
 INSTANCE_FIELDS = ["values", "t0", "t1", "born", "affected"]
 
 
-def export_state(eng: "Engine") -> dict:
+def export_state(eng: "EngineLike") -> dict:
     """The processing state of ``eng`` in the layout above. Call it on the
     engine thread between events, or on a forked copy of it."""
     named: dict[int, list] = {}
@@ -81,7 +81,7 @@ def _saved_nodes(state: dict) -> list[dict]:
                       "was the snapshot written by a newer cayuga?")
 
 
-def import_state(eng: "Engine", state: dict) -> dict[str, int]:
+def import_state(eng: "EngineLike", state: dict) -> dict[str, int]:
     """Load what :func:`export_state` gave (any version) into ``eng``, whose
     owners must have been added afresh in their original order (with no event
     fed since). Owners that are gone are skipped (their instances with them);
@@ -161,7 +161,7 @@ def import_state(eng: "Engine", state: dict) -> dict[str, int]:
     return {"instances": loaded, "skipped": skipped, "clashes": clashes}
 
 
-def clear_state(eng: "Engine") -> None:
+def clear_state(eng: "EngineLike") -> None:
     """Take every instance out of ``eng`` (installed, pending, affected marks)
     and forget the epoch and the counters, so that it stands as if its owners
     had just been added: :func:`import_state` may follow. This lets one engine

@@ -208,11 +208,14 @@ def churn(subscriptions, events, every, seed):
 @click.option("--file", "file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Send this JSON-lines file instead of generated ticks.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
-def server(events, n_symbols, queries, watchers, file, seed):
+@click.option("--tls", type=click.Choice(["off", "on", "both"]), default="off", show_default=True,
+              help="TLS on both of the server's ports (certificates made for the run; needs trustme), or both "
+                   "runs on the same ticks, one after the other, with what TLS cost.")
+def server(events, n_symbols, queries, watchers, file, seed, tls):
     """End to end through a real server: cayuga send -> cayuga serve -> cayuga
     watch, against cayuga run on the same file in the same run."""
-    from clients.bench.server_e2e import throughput
-    _emit(throughput(events, n_symbols, tuple(queries.split(",")), watchers, file, seed))
+    from clients.bench.server_e2e import throughput_tls
+    _emit(throughput_tls(events, n_symbols, tuple(queries.split(",")), watchers, file, seed, tls))
 
 
 @bench.command()

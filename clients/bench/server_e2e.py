@@ -23,6 +23,13 @@ time the witness carries.
 
 Each prints its figure, the target (``target``) and whether it was met
 (``meets_target``) in one JSON object.
+
+``--tls on`` runs ``throughput`` with TLS on both ports (certificates made for
+the run: clients/testing/tls.py, trustme), the clients given ``--cacert``;
+``--tls both`` runs it without and then with TLS on the same ticks in one
+invocation and reports both and what TLS cost (``tls_cost``):
+
+    cayuga bench server --events 1000000 --queries rising --tls both
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import json
 import multiprocessing
 import os
 import platform
+import resource
 import subprocess
 import tempfile
 import time
@@ -54,14 +62,16 @@ TARGET_P99_MS = {50_000: 1.0, 100_000: 5.0}
 
 
 @contextlib.contextmanager
-def server_process(data_dir: Path, **settings):
-    """``cayuga serve`` in a child process on free loopback ports; yields a client."""
+def server_process(data_dir: Path, tls=None, **settings):
+    """``cayuga serve`` in a child process on free loopback ports; yields a client.
+    ``tls``: :class:`clients.testing.TlsFiles`, TLS on both ports (the client trusts its CA)."""
     http, tcp = free_port(), free_port()
-    env = {**cayuga_env(), "CAYUGA_LOG_LEVEL": "warning",
+    env = {**cayuga_env(), "CAYUGA_LOG_LEVEL": "warning", **(tls.env() if tls is not None else {}),
            **{f"CAYUGA_{k.upper()}": str(v) for k, v in settings.items()}}
     proc = subprocess.Popen(cayuga_command("serve", "--http-port", str(http), "--tcp-port", str(tcp), "--data-dir",
                                            str(data_dir)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    client = CayugaClient(f"http://127.0.0.1:{http}", timeout=60)
+    client = CayugaClient(f"{'https' if tls is not None else 'http'}://127.0.0.1:{http}", timeout=60,
+                          cacert=str(tls.ca) if tls is not None else None)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -88,8 +98,27 @@ def _canonical(lines) -> list[str]:
     return sorted(json.dumps(json.loads(x), sort_keys=True) for x in lines if x.strip())
 
 
+def throughput_tls(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str, ...] = ("rising",),
+                   watchers: int | None = None, file: str | None = None, seed: int = 1, tls: str = "off") -> dict:
+    """:func:`throughput` without TLS (``off``), with it (``on``), or both on the same ticks (``both``:
+    one after the other, with what TLS cost: ``tls_cost``, end-to-end time with over without)."""
+    if tls != "both":
+        return throughput(events, symbols, queries, watchers, file, seed, tls=tls == "on")
+    with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
+        if not file:
+            file = str(Path(tmp) / "ticks.jsonl")
+            write_ticks(Path(file), events, symbols, seed)
+        plain = throughput(events, symbols, queries, watchers, file, seed)
+        secure = throughput(events, symbols, queries, watchers, file, seed, tls=True)
+    return {"benchmark": "server_end_to_end_tls", "plain": plain, "tls": secure,
+            "tls_cost": round(secure["end_to_end_s"] / plain["end_to_end_s"], 3),
+            "send_tls_cost": round(secure["send_s"] / plain["send_s"], 3),
+            "server_cpu_tls_cost": round(secure["server_cpu_s"] / plain["server_cpu_s"], 3),
+            "send_cpu_tls_cost": round(secure["send_cpu_s"] / plain["send_cpu_s"], 3)}
+
+
 def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str, ...] = ("rising",),
-               watchers: int | None = None, file: str | None = None, seed: int = 1) -> dict:
+               watchers: int | None = None, file: str | None = None, seed: int = 1, tls: bool = False) -> dict:
     watchers = watchers or len(queries)
     perf = time.perf_counter
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
@@ -114,7 +143,13 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
 
         # the shipped defaults (Rising holds ~22,500 instances at the end of 1M ticks over 1,000 symbols,
         # below max_instances_per_subscription: the server evicts nothing, as `cayuga run`)
-        with server_process(tmp / "data") as client:
+        files = None
+        if tls:
+            from clients.testing import make_tls_files
+
+            files = make_tls_files(tmp / "tls")
+        tls_args = ["--cacert", str(files.ca)] if files is not None else []
+        with server_process(tmp / "data", tls=files) as client:
             subs = [client.subscribe(cel=q.read_text()) for q in qfiles]
             watch_procs = []
             for i in range(watchers):
@@ -122,7 +157,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                 want = sum(len(expected.get(o, ())) for o in sub["outputs"])
                 out = open(tmp / f"watch{i}.jsonl", "wb")
                 count = ("--count", str(want)) if want else ()  # a watcher of nothing runs until the end
-                p = subprocess.Popen(cayuga_command("watch", sub["id"], "--url", client.base_url, *count),
+                p = subprocess.Popen(cayuga_command("watch", sub["id"], "--url", client.base_url, *count, *tls_args),
                                      env=cayuga_env(), stdout=out, stderr=subprocess.PIPE)
                 watch_procs.append((p, out, sub, want))
             deadline = time.monotonic() + 30
@@ -130,10 +165,15 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                 if time.monotonic() > deadline:
                     raise RuntimeError("the watchers did not connect")
                 time.sleep(0.02)
+            cpu_before = metric(client, "process_cpu_seconds_total")
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = perf()
-            send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
+            send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url, *tls_args),
+                                  env=cayuga_env(),
                                   capture_output=True, text=True)
             sent_s = perf() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # only cayuga send ended and was waited for
+            send_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
             done = [sent_s]
             for p, out, sub, want in watch_procs:
                 if want:
@@ -148,6 +188,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                     p.terminate()
                     p.wait(10)
                 out.close()
+            server_cpu = metric(client, "process_cpu_seconds_total") - cpu_before
             drops = metric(client, "cayuga_client_drops_total")
             delivered = metric(client, "cayuga_witnesses_delivered_total")
             health = client.health()
@@ -161,12 +202,17 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
             all_equal &= (p.returncode == 0 or not want) and _canonical(got) == _canonical(exp)
     return {
         "benchmark": "server_end_to_end",
+        "tls": tls,
         "queries": list(queries),
         "watchers": watchers,
         "events": events,
         "witnesses_printed": witnesses,
         "send_exit": send.returncode,
         "send_s": round(sent_s, 3),
+        # CPU seconds, less bent by the machine's load than the times: the server's from the start of
+        # cayuga send until every event was processed, and cayuga send's own
+        "server_cpu_s": round(server_cpu, 2),
+        "send_cpu_s": round(send_cpu, 2),
         "end_to_end_s": round(e2e_s, 3),
         "events_per_second": round(events / e2e_s),
         "witnesses_per_second": round(witnesses / e2e_s),

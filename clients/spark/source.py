@@ -35,9 +35,10 @@ class SourceResult:
 def stream_to_server(spark, path: str, schemas: Sequence[StreamSchema], host: str, port: int,
                      fmt: str | None = None, *, mapping: ColumnMapping | None = None,
                      partitions: int | None = None, progress: bool = True, time_unit_ms: float = 1.0,
-                     close_timeout: float = 10.0, token: str | None = None) -> SourceResult:
+                     close_timeout: float = 10.0, token: str | None = None, ssl_context=None) -> SourceResult:
     """Send the events at ``path`` to the server at ``host:port`` in
-    detection-time order (``token``: the server's ``#token`` line, when it has auth_tokens)."""
+    detection-time order (``token``: the server's ``#token`` line, when it has auth_tokens;
+    ``ssl_context``: TLS, for a server with tls_certfile: ``CayugaClient.tcp_ssl_context``)."""
     inp = read_events(spark, path, list(schemas), fmt, mapping=mapping, time_unit_ms=time_unit_ms)
     n_parts = partitions or spark.sparkContext.defaultParallelism
     ordered = inp.rdd.sortBy(X.event_order, ascending=True, numPartitions=n_parts)
@@ -51,7 +52,7 @@ def stream_to_server(spark, path: str, schemas: Sequence[StreamSchema], host: st
             from tqdm import tqdm
 
             bar = tqdm(total=total, unit="ev", desc="sending", leave=False)
-        sender = TcpSender(host, port, token=token)
+        sender = TcpSender(host, port, token=token, ssl_context=ssl_context)
         try:
             buf: list[bytes] = []
             size = 0

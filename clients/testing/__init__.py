@@ -14,7 +14,9 @@ collecting witnesses.
   their CEL (:func:`increasing_cel`, :func:`write_queries`);
 - :mod:`clients.testing.witnesses`: :func:`collect` (the first n witnesses of
   a watch), :func:`logged_witnesses` (numbered, from the witness log);
-- :mod:`clients.testing.waiting`: :func:`wait_until` instead of a fixed sleep.
+- :mod:`clients.testing.waiting`: :func:`wait_until` instead of a fixed sleep;
+- :mod:`clients.testing.tls`: :func:`make_tls_files` (CAs and certificates made
+  on the spot, for servers with TLS and mutual TLS).
 
 A query tested end to end, in a dozen lines:
 
@@ -48,6 +50,7 @@ _SOURCES = {
                      "runup_query", "stock", "symbols", "write_queries", "write_ticks"), "market"),
     **dict.fromkeys(("WaitTimeout", "wait_until"), "waiting"),
     **dict.fromkeys(("collect", "logged_witnesses"), "witnesses"),
+    **dict.fromkeys(("TlsFiles", "make_tls_files"), "tls"),
 }
 
 __all__ = sorted(_SOURCES)

@@ -107,20 +107,30 @@ class ServerProcess:
     ``{"CAYUGA_SNAPSHOT_SECONDS": "0.3"}``); the ``CAYUGA_*`` variables of the
     calling environment are left out (all but :data:`PASSED_THROUGH`), so that a
     test runs the shipped defaults wherever it runs. ``log`` defaults to
-    ``<data_dir>.log``."""
+    ``<data_dir>.log``. With ``CAYUGA_TLS_CERTFILE`` in ``settings`` the server speaks
+    TLS: ``base_url`` is https, and its own client trusts ``cacert`` (and presents
+    ``client_cert``, a (certificate, key) pair, to a server with tls_client_ca)."""
 
     def __init__(self, data_dir: str | Path, log: str | Path | None = None,
                  settings: Mapping[str, str] | None = None, *, http_port: int | None = None,
-                 tcp_port: int | None = None, log_level: str = "info") -> None:
+                 tcp_port: int | None = None, log_level: str = "info", cacert: str | Path | None = None,
+                 client_cert: tuple[str | Path, str | Path] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.log = Path(log) if log is not None else self.data_dir.with_name(self.data_dir.name + ".log")
         self.http_port = http_port or free_port()
         self.tcp_port = tcp_port or free_port()
-        self.base_url = f"http://127.0.0.1:{self.http_port}"
+        tls = bool((settings or {}).get("CAYUGA_TLS_CERTFILE"))
+        self.base_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.http_port}"
         base = {k: v for k, v in cayuga_env().items() if not k.startswith("CAYUGA_") or k in PASSED_THROUGH}
         self.env = {**base, "CAYUGA_LOG_LEVEL": log_level, **(settings or {})}
         self.proc: subprocess.Popen | None = None
-        self.http_client = httpx.Client(base_url=self.base_url, timeout=10)
+        verify = True
+        if tls:
+            from clients.client import tls_context
+
+            verify = tls_context(str(cacert) if cacert else None,
+                                 *(map(str, client_cert) if client_cert else (None, None)))
+        self.http_client = httpx.Client(base_url=self.base_url, timeout=10, verify=verify)
 
     def start(self) -> None:
         """Start the process (it may take a while to answer: see :meth:`wait_up`)."""

@@ -11,17 +11,16 @@ graph out: the console does that in the browser.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from air.expr import And, Binary, Call, Compare, Dur, Expr, Or, Ref, Unary, to_air
 from air.model import (Automaton, ComplexAtom, Computed, DurationAtom, DynamicAtom, Edge, Predicate, StaticAtom,
                        State)
-from server.api.deps import DaemonDep, require_token
+from server.api.deps import AUTH_ERRORS, DaemonDep, Watch, require_reach
 from server.api.errors import errors
 
-router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)],
-                   responses=errors(401))
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=errors(*AUTH_ERRORS))
 #: What the automaton reads may answer besides 200.
 _ERRORS = errors(404, 422, 503, why={503: "The engine thread did not answer in time (it is busy): retry"})
 
@@ -144,11 +143,12 @@ def resubscriptions(d, sid: str) -> dict:
 
 
 @router.get("/{sid}/automaton", summary="A subscription's automata as a graph", responses=_ERRORS)
-async def get_automaton(sid: str, d: DaemonDep) -> dict:
+async def get_automaton(sid: str, d: DaemonDep, who: Watch, request: Request) -> dict:
     """The subscription's automata as a graph, with live instance counts per state."""
     sub = d.subscriptions.get(sid)
     if sub is None:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them")
+    require_reach(request, who, sub)
     try:
         counts = await run_in_threadpool(d.state_counts, sid)
         links = await run_in_threadpool(resubscriptions, d, sid)
@@ -162,8 +162,11 @@ async def get_automaton(sid: str, d: DaemonDep) -> dict:
 
 
 @router.get("/{sid}/automaton/instances", summary="Live instances per state of a subscription", responses=_ERRORS)
-async def get_automaton_instances(sid: str, d: DaemonDep) -> dict:
+async def get_automaton_instances(sid: str, d: DaemonDep, who: Watch, request: Request) -> dict:
     """Live instances per state (keys as in the graph), counted on the engine thread."""
+    sub = d.subscriptions.get(sid)
+    if sub is not None:
+        require_reach(request, who, sub)
     try:
         counts = await run_in_threadpool(d.state_counts, sid)
     except KeyError:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, WebSocket, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, Request, Security, WebSocket
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, SecurityScopes
+from starlette.requests import HTTPConnection
 
 from server.daemon import Daemon
+from server.security import Principal
 
 
-# Both are async so that FastAPI runs them on the event loop: a plain def would
+# They are async so that FastAPI runs them on the event loop: a plain def would
 # take a worker thread, and with every worker waiting (POST /events on a full
 # queue) even /metrics and /health would wait for one.
 
@@ -22,33 +23,62 @@ async def get_daemon(request: Request) -> Daemon:
     return request.app.state.daemon
 
 
-def token_ok(token: str | None, tokens) -> bool:
-    """Whether ``token`` is one of ``tokens``, compared in constant time (no timing
-    tells a client how much of a guess was right)."""
-    if not token:
-        return False
-    given = token.encode()
-    return any(hmac.compare_digest(given, t.encode()) for t in tokens)
-
-
 #: The bearer scheme, as the OpenAPI document declares it (``securitySchemes``); it only
-#: reads the header: :func:`require_token` decides, and answers 401 with what to do.
+#: reads the header: :func:`authorize` decides. Each operation's security requirement names
+#: the scope it needs (``{"bearerAuth": ["watch"]}``; an empty list: any token of the server).
 bearer = HTTPBearer(auto_error=False, scheme_name="bearerAuth",
                     description="One of the server's auth_tokens, sent as 'Authorization: Bearer <token>'. "
-                                "Needed only when auth_tokens is set; /health, /livez and /readyz never need it")
+                                "Needed only when auth_tokens is set; /health, /livez and /readyz never need it. "
+                                "Each operation names the scope its token needs (ingest, watch, manage, metrics; "
+                                "admin has them all); a token without it gets 403 naming it")
 
 
-async def require_token(request: Request,
-                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
-    """When auth tokens are configured, REST calls need ``Authorization: Bearer <token>``."""
-    tokens = request.app.state.daemon.settings.auth_tokens
-    if not tokens:
-        return
-    if credentials is None or not token_ok(credentials.credentials, tokens):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED,
-                            detail="missing or wrong token: send 'Authorization: Bearer <token>' "
-                                   "with one of the tokens in the server's auth_tokens setting",
-                            headers={"WWW-Authenticate": "Bearer"})
+def client_address(conn: HTTPConnection) -> str:
+    return conn.client.host if conn.client is not None else "unknown"
+
+
+def operation(conn: HTTPConnection) -> str:
+    """``METHOD /route/{param}`` of a request (``WS /ws/...`` of a WebSocket), for messages and the audit log."""
+    route = conn.scope.get("route")
+    method = conn.scope.get("method", "WS")
+    return f"{method} {getattr(route, 'path', None) or conn.url.path}"
+
+
+async def authorize(security_scopes: SecurityScopes, request: Request,
+                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
+    """Who sent the request, once it is known to have the scopes the operation
+    declares; raises :class:`AuthRefused` (401, 403 or 429: server/app.py)."""
+    sec = request.app.state.daemon.security
+    address, what = client_address(request), operation(request)
+    who = sec.authenticate(credentials.credentials if credentials is not None else None, address, "http", what)
+    for scope in security_scopes.scopes:
+        sec.authorize(who, scope, address, "http", what)
+    return who
+
+
+def needs(scope: str | None):
+    """The dependency of an operation that needs ``scope`` (None: any token the
+    server knows); it gives the :class:`Principal` and declares the scope in the
+    OpenAPI document."""
+    return Security(authorize, scopes=[scope] if scope else [])
+
+
+#: What a scoped operation may answer besides its own: no or a wrong token, a scope or reach it lacks,
+#: an address that sent too many wrong tokens.
+AUTH_ERRORS = (401, 403, 429)
+
+Ingest = Annotated[Principal, needs("ingest")]
+Watch = Annotated[Principal, needs("watch")]
+Manage = Annotated[Principal, needs("manage")]
+
+
+def require_reach(conn: HTTPConnection, who: Principal, sub) -> None:
+    """Raise :class:`AuthRefused` (403) unless ``who`` reaches subscription ``sub``."""
+    sec = conn.app.state.daemon.security
+    if not sec.reaches(who, sub):
+        sec.refuse(who, client_address(conn), "http", operation(conn), None,
+                   f"token {who.name} reaches only {who.reach_text()}, not subscription {sub.id}; use a token "
+                   "that reaches it (admin reaches every one)")
 
 
 #: The WebSocket subprotocol the server picks when a client offers it (the console does).
@@ -74,16 +104,20 @@ def _subprotocol_token(ws: WebSocket) -> str | None:
     return None
 
 
-def ws_token_ok(ws: WebSocket) -> bool:
-    """A WebSocket's token: ``Authorization: Bearer`` (clients), a ``cayuga.bearer.``
-    subprotocol (browsers), or ``?token=`` (older clients; logs show it as ``***``)."""
-    tokens = ws.app.state.daemon.settings.auth_tokens
-    if not tokens:
-        return True
+def ws_principal(ws: WebSocket, scope: str) -> Principal:
+    """Who opened a WebSocket, once it is known to have ``scope``: its token from
+    ``Authorization: Bearer`` (clients), a ``cayuga.bearer.`` subprotocol
+    (browsers), or ``?token=`` (older clients; logs show it as ``***``).
+    Raises :class:`AuthRefused`."""
+    sec = ws.app.state.daemon.security
     header = ws.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    return ((scheme.lower() == "bearer" and token_ok(token, tokens)) or token_ok(_subprotocol_token(ws), tokens)
-            or token_ok(ws.query_params.get("token"), tokens))
+    given = (token.strip() if scheme.lower() == "bearer" else None) or _subprotocol_token(ws) \
+        or ws.query_params.get("token")
+    address, what = client_address(ws), operation(ws)
+    who = sec.authenticate(given, address, "http", what)
+    sec.authorize(who, scope, address, "http", what)
+    return who
 
 
 DaemonDep = Annotated[Daemon, Depends(get_daemon)]

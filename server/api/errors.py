@@ -10,11 +10,14 @@ from server.api.schemas import ErrorOut
 MEANINGS = {
     400: "The request cannot be used as it is: the body says why (for a query, each error with its position)",
     401: "Missing or wrong token: the server has auth_tokens set; send 'Authorization: Bearer <token>'",
-    403: "A server limit is reached (max_subscriptions): the body names it",
+    403: "The token lacks the scope the operation needs ('missing_scope' names it) or does not reach the "
+         "subscription, or a server limit is reached (max_subscriptions): the body says which",
     404: "No such resource: the body says where to find the existing ones",
     409: "Conflicts with what exists: the body says with what",
     413: "The body is larger than max_body_bytes (or holds too many items): split it",
     415: "The body is not JSON: send it with content-type: application/json",
+    429: "Too many wrong tokens came from this address: it is slowed down; retry after Retry-After seconds "
+         "with a token of the server",
     422: "The request does not match its schema: 'errors' lists each problem with where it is",
     503: "The server cannot do it now (starting, stopping, or the engine thread is busy): retry; "
          "Retry-After says when, where known",

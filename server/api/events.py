@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from air.formats import JsonDecoder, LineError
-from server.api.deps import DaemonDep, require_token
+from server.api.deps import AUTH_ERRORS, DaemonDep, Ingest
 from server.api.errors import errors
 from server.api.schemas import EventsOut
 from server.durability.diskfull import DiskFull
@@ -15,7 +15,7 @@ from server.ingest.limits import refusals, without
 from server.ingest.queue import QueueClosed
 from server.observability.counters import Count
 
-router = APIRouter(prefix="/events", tags=["events"], dependencies=[Depends(require_token)], responses=errors(401))
+router = APIRouter(prefix="/events", tags=["events"], responses=errors(*AUTH_ERRORS))
 
 MAX_BATCH = 100_000
 #: Events queued at once (the queue takes them in parts of this size while it has room).
@@ -40,7 +40,7 @@ _BODY = {"required": True, "content": {"application/json": {
                       "stayed full (or the journal did not sync) for 30 s; retry",
                  507: "The journal cannot be written (a full disk): 'accepted' and 'not_accepted_from' say "
                       "which events, if any, were accepted"}))
-async def post_events(request: Request, d: DaemonDep) -> EventsOut:
+async def post_events(request: Request, d: DaemonDep, who: Ingest) -> EventsOut:
     """One event object, a list of them, or ``{"events": [...]}``. Each bad event
     is reported with its index and reason; the others are accepted -- also an
     item that is not JSON at all (``NaN``, ``Infinity``, a number out of range),

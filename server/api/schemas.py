@@ -165,6 +165,8 @@ class SubscriptionDetail(SubscriptionOut):
     last_seq: int = 0
     #: Set while the state budget's last check found it a runaway: what it costs the engine.
     runaway: dict[str, Any] | None = None
+    #: Where its automata run: "engine thread", or "worker N" (engine_workers).
+    runs_on: str = "engine thread"
 
 
 class ValidationOut(BaseModel):
@@ -213,9 +215,30 @@ class ErrorOut(BaseModel):
                                                             "item not accepted (send it and the later ones again)")
     disk_full: DiskFullOut | None = Field(None, description="507: which part of the data directory cannot be "
                                                             "written")
+    missing_scope: str | None = Field(None, description="403: the scope the token lacks (ingest, watch, manage, "
+                                                        "metrics, admin); null when it has the scope but does not "
+                                                        "reach the subscription or stream")
 
 
 class ProbeOut(BaseModel):
     status: str = Field(description="/livez: 'alive' or 'dead'; /readyz: 'ok', 'warning', 'starting', "
                                     "'degraded' or 'draining'")
     reason: str | None = Field(None, description="Why, when it is not plainly fine")
+
+
+class WhoAmIOut(BaseModel):
+    auth: bool = Field(description="Whether the server wants tokens at all (auth_tokens is set)")
+    tls: bool = Field(description="Whether the server speaks TLS (tls_certfile is set)")
+    name: str | None = Field(description="The token's name in auth_tokens (never its secret); null without tokens")
+    scopes: list[str] = Field(description="The scopes given to the token")
+    effective_scopes: list[str] = Field(description="What they amount to: admin has every scope")
+    own: bool = Field(description="It reaches only the subscriptions it registered (and those its prefixes name)")
+    prefixes: list[str] = Field(description="It reaches the subscriptions whose name starts with one of these")
+
+
+class AuditOut(BaseModel):
+    records: list[dict[str, Any]] = Field(description="Audit records, oldest first: 'time' (UTC), 'action', "
+                                                      "'token' (its name), 'address', 'port', and what the action "
+                                                      "needs ('subscriptions', 'names', 'stream', 'schema', "
+                                                      "'reason', 'what', 'failures', 'wait_seconds')")
+    more: bool = Field(description="Older records match the filters too (raise limit, or narrow them)")

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from server.api.deps import DaemonDep, require_token
+from server.api.deps import AUTH_ERRORS, DaemonDep, Watch
 from server.api.errors import errors
 from server.observability.counters import Count
 
-router = APIRouter(tags=["system"], dependencies=[Depends(require_token)], responses=errors(401))
+router = APIRouter(tags=["system"], responses=errors(*AUTH_ERRORS))
 
 
 def _latency_buckets(hist) -> list[list[float]]:
@@ -31,15 +31,19 @@ def _latency_buckets(hist) -> list[list[float]]:
 
 
 @router.get("/stats", summary="Running totals as JSON (the console's charts)", responses=errors(422))
-def get_stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subscription (registration order)."),
+def get_stats(d: DaemonDep, who: Watch, offset: int = Query(0, ge=0, description="First subscription (registration order)."),
           limit: int = Query(200, ge=0, le=10_000, description="At most this many subscriptions.")) -> dict:
     """Totals since the server started: events received and processed (per
     input stream too), witnesses (per subscription too), and the gauges queue
-    depth, epoch lag and instances; latency as histogram buckets."""
+    depth, epoch lag and instances; latency as histogram buckets. For a token
+    that reaches only some subscriptions, the per-subscription figures (and
+    ``subscription_count``) are those of its own."""
     c = d.counters.snapshot()
     es = d.engine.stats
     per_stream, per_sub = d.activity()
-    subs = list(d.subscriptions)[offset:offset + limit]
+    mine = [s.id for s in list(d.subscriptions.values()) if d.security.reaches(who, s)] if who.restricted \
+        else list(d.subscriptions)
+    subs = mine[offset:offset + limit]
     inexact = d.budget.inexact
     return {
         "time": time.time(),
@@ -64,7 +68,7 @@ def get_stats(d: DaemonDep, offset: int = Query(0, ge=0, description="First subs
         "clients": d.hub.client_count,
         "latency_buckets": _latency_buckets(d.latency),
         "streams": per_stream,
-        "subscription_count": len(d.subscriptions),
+        "subscription_count": len(mine),
         # "inexact": the subscription lost partial matches (server/budget.py; /health says why), only when it has
         "subscriptions": {sid: {"witnesses": per_sub.get(sid, 0), "instances": d.instance_count(sid),
                                 **({"inexact": inexact[sid].instances_lost} if sid in inexact else {})}

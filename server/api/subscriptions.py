@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from server.api.deps import DaemonDep, require_token
+from server.api.deps import AUTH_ERRORS, DaemonDep, Manage, Watch, client_address, operation, require_reach
 from server.api.errors import errors
 from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionCreated, SubscriptionDetail,
                                 SubscriptionIn, SubscriptionOut, SubscriptionRegistered, ValidationOut)
@@ -14,8 +14,7 @@ from server.budget import Cap
 from server.config import parse_bytes
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
 
-router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], dependencies=[Depends(require_token)],
-                   responses=errors(401))
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=errors(*AUTH_ERRORS))
 #: What POST /subscriptions and /subscriptions/batch may answer besides their success.
 _REGISTER_ERRORS = (403, 413, 422, 503, 507)
 
@@ -35,7 +34,7 @@ def _out(d, s: Subscription, detail: bool = False):
     if detail:
         last = d.witlog.last_seq(s.id) if d.witlog is not None else 0
         return SubscriptionDetail(**common, text=s.text, air=s.air, last_seq=last,
-                                  runaway=d.budget.runaways.get(s.id))
+                                  runaway=d.budget.runaways.get(s.id), runs_on=d.processing.runs_on(s.id))
     return SubscriptionOut(**common)
 
 
@@ -52,10 +51,44 @@ def _cap(d, body: SubscriptionIn, where: str = "") -> Cap | None:
     return Cap(body.max_instances, size)
 
 
-def _identical(d, kind: str, text: str) -> list[Subscription]:
-    """The subscriptions registered with this very query (same kind, same text but for surrounding blanks)."""
+def _identical(d, kind: str, text: str, who) -> list[Subscription]:
+    """The subscriptions registered with this very query (same kind, same text but for surrounding blanks)
+    that ``who`` reaches."""
     text = text.strip()
-    return [s for s in list(d.subscriptions.values()) if s.kind == kind and s.text.strip() == text]
+    return [s for s in list(d.subscriptions.values())
+            if s.kind == kind and s.text.strip() == text and d.security.reaches(who, s)]
+
+
+def _may_name(d, who, request: Request, names: list[str | None]) -> None:
+    """403 unless ``who`` may register subscriptions of these names (a token limited to name prefixes)."""
+    for i, name in enumerate(names):
+        problem = who.naming_problem(name)
+        if problem is not None:
+            where = f"subscriptions[{i}]: " if len(names) > 1 else ""
+            d.security.refuse(who, client_address(request), "http", operation(request), None,
+                              f"{where}{problem}; nothing was registered")
+
+
+def _reads_in_reach(d, who, request: Request, subs: list[Subscription]) -> None:
+    """A token that reaches only some subscriptions must not read, through one
+    of its own, the outputs of others: subscriptions that do are deleted again
+    (before any client could reach them: server/api/ws.py checks the same) and
+    the answer is 403."""
+    if not who.restricted:
+        return
+    bad = {s.id: r for s in subs if (r := d.security.reads_out_of_reach(who, s, d.subscriptions, d.declared))}
+    if not bad:
+        return
+    for s in reversed(subs):
+        try:
+            d.remove_subscription(s.id, cascade=True)
+        except KeyError:
+            pass
+    d.security.owners.forget([s.id for s in subs])
+    streams = sorted({x for r in bad.values() for x in r})
+    d.security.refuse(who, client_address(request), "http", operation(request), None,
+                      f"the query reads {', '.join(streams)}, published by subscriptions token {who.name} does not "
+                      f"reach (it reaches only {who.reach_text()}); nothing was registered")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SubscriptionCreated,
@@ -65,7 +98,8 @@ def _identical(d, kind: str, text: str) -> list[Subscription]:
                                              "returned, nothing new is registered"},
                         **errors(400, *_REGISTER_ERRORS, why={
                             400: "The query has errors: 'errors' lists each with its line, column and excerpt"})})
-async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Response):
+async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Response, who: Manage,
+                              request: Request):
     """Register a subscription. Registering the identical query again is
     flagged: without a name (or under another name) a second subscription is
     made and ``same_as`` lists the earlier ones; with the name of one that
@@ -74,16 +108,21 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
     lists each clause that keeps automaton instances without a time bound
     (e.g. a NEXT without ``DUR < ...``), with its position and the fix; the
     subscription is registered all the same. ``max_instances`` and
-    ``max_state_bytes`` cap its state (server/budget.py)."""
+    ``max_state_bytes`` cap its state (server/budget.py). A registration is
+    written to the audit log with the token's name (GET /audit)."""
     cap = _cap(d, body)
+    _may_name(d, who, request, [body.name])
 
     def add():
-        same = _identical(d, body.kind, body.text)
+        same = _identical(d, body.kind, body.text, who)
         if body.name:
             for s in same:
                 if s.name == body.name:
                     return s, d.subscription_warnings(s), [], False
         sub, warnings = d.register_subscription(body.kind, body.text, body.name)
+        d.security.own(who, [sub])
+        _reads_in_reach(d, who, request, [sub])
+        d.security.registered(who, [sub], client_address(request))
         if cap is not None:
             d.set_cap(sub.id, cap)
         return sub, warnings, [s.id for s in same], True
@@ -102,15 +141,20 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
              responses=errors(400, *_REGISTER_ERRORS, why={
                  400: "Some queries have errors: none is registered; 'errors' lists each with its index in the "
                       "batch and its position"}))
-async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep):
+async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep, who: Manage, request: Request):
     """Register many subscriptions at once, all or nothing, with consecutive
     ids in the order given; a query may read the output of an earlier one.
     Each carries its own ``warnings`` (as POST /subscriptions)."""
     items = [(s.kind, s.text, s.name) for s in body.subscriptions]
     caps = [_cap(d, s, f"subscriptions[{i}].") for i, s in enumerate(body.subscriptions)]
+    _may_name(d, who, request, [s.name for s in body.subscriptions])
 
     def add():
         done = d.register_subscriptions(items)
+        subs = [sub for sub, _w in done]
+        d.security.own(who, subs)
+        _reads_in_reach(d, who, request, subs)
+        d.security.registered(who, subs, client_address(request))
         for (sub, _w), cap in zip(done, caps):
             if cap is not None:
                 d.set_cap(sub.id, cap)
@@ -125,7 +169,7 @@ async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep):
 
 @router.post("/validate", response_model=ValidationOut, summary="Check a query without registering it",
              responses=errors(413, 422))
-async def validate_subscription(body: SubscriptionIn, d: DaemonDep) -> ValidationOut:
+async def validate_subscription(body: SubscriptionIn, d: DaemonDep, who: Manage) -> ValidationOut:
     """Every error a registration would meet (``valid``: false, each with its
     position), or the outputs and the AIR it compiles to; registers nothing.
     ``warnings``, as POST /subscriptions would give them, do not make it invalid."""
@@ -134,34 +178,65 @@ async def validate_subscription(body: SubscriptionIn, d: DaemonDep) -> Validatio
 
 
 @router.get("", response_model=list[SubscriptionOut], summary="List the subscriptions", responses=errors(422))
-def list_subscriptions(d: DaemonDep, offset: int = Query(0, ge=0, description="Skip this many (in registration order)."),
+def list_subscriptions(d: DaemonDep, who: Watch,
+                       offset: int = Query(0, ge=0, description="Skip this many (in registration order)."),
                        limit: int | None = Query(None, ge=1, description="Return at most this many.")):
-    """The subscriptions in registration order, or a page of them (``offset``, ``limit``)."""
+    """The subscriptions in registration order, or a page of them (``offset``, ``limit``); for a token that
+    reaches only some, those."""
     subs = list(d.subscriptions.values())  # registration order
+    if who.restricted:
+        subs = [s for s in subs if d.security.reaches(who, s)]
     end = None if limit is None else offset + limit
     return [_out(d, s) for s in subs[offset:end]]
 
 
 @router.get("/{sid}", response_model=SubscriptionDetail, summary="Describe a subscription",
             responses=errors(404, 422))
-def get_subscription(sid: str, d: DaemonDep):
+def get_subscription(sid: str, d: DaemonDep, who: Watch, request: Request):
     """One subscription with its query, its AIR and the seq of its newest witness (``last_seq``)."""
     s = d.subscriptions.get(sid)
     if s is None:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them")
+    require_reach(request, who, s)
     return _out(d, s, detail=True)
 
 
 @router.delete("/{sid}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a subscription",
                responses=errors(404, 409, 422, 503, 507, why={
                    409: "Other subscriptions read its outputs: 'readers' names them (or use cascade=true)"}))
-async def delete_subscription(sid: str, d: DaemonDep, cascade: bool = Query(
+async def delete_subscription(sid: str, d: DaemonDep, who: Manage, request: Request, cascade: bool = Query(
         False, description="Also delete every subscription that reads its outputs (and theirs).")) -> Response:
-    """Stop and forget a subscription; its WebSocket clients are closed (1001)."""
+    """Stop and forget a subscription; its WebSocket clients are closed (1001). A
+    deletion (with every subscription a cascade deleted) is written to the audit
+    log with the token's name (GET /audit)."""
+    def remove() -> None:
+        s = d.subscriptions.get(sid)
+        if s is None:
+            raise KeyError(sid)
+        require_reach(request, who, s)
+        if cascade and who.restricted:
+            _cascade_in_reach(d, who, request, sid)
+        d.security.deleted(who, d.remove_subscription(sid, cascade), client_address(request))
+
     try:
-        await run_in_threadpool(d.remove_subscription, sid, cascade)
+        await run_in_threadpool(remove)
     except KeyError:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them") from None
     except SubscriptionInUse as exc:
         return JSONResponse(status_code=409, content={"detail": str(exc), "readers": exc.readers})
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _cascade_in_reach(d, who, request: Request, sid: str) -> None:
+    """403 unless ``who`` reaches every subscription a cascading delete of ``sid`` would delete."""
+    doomed, todo = {sid}, [sid]
+    while todo:
+        for r in d.readers_of(todo.pop()):
+            if r not in doomed:
+                doomed.add(r)
+                todo.append(r)
+    out = sorted(r for r in doomed if (s := d.subscriptions.get(r)) is not None and not d.security.reaches(who, s))
+    if out:
+        d.security.refuse(who, client_address(request), "http", operation(request), None,
+                          f"cascade=true would delete {', '.join(out[:10])}, which token {who.name} does not reach "
+                          f"(it reaches only {who.reach_text()}); nothing was deleted")

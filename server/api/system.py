@@ -5,8 +5,8 @@ thread failed, the event queue is stalled or part of the data directory
 cannot be written (``disk_full``: per part, what failed, where, since when;
 ``reason`` says it in one line), until it can be written again; from SIGTERM until the server
 exits it answers 503 with status "draining" (take it out of rotation); "warning" when one
-subscription holds the engine back (``holding_back``: see :func:`holding_back`). /metrics needs a token when
-``auth_tokens`` is set, like every other data route (Prometheus sends one with
+subscription holds the engine back (``holding_back``: see :func:`holding_back`). /metrics needs a token with
+the ``metrics`` scope when ``auth_tokens`` is set (Prometheus sends one with
 ``authorization: {credentials: ...}``). It is answered on the event loop from
 counters and copies, never waiting for the engine thread or a worker thread,
 so it stays fast under load; the live instances (``cayuga_instances``,
@@ -17,12 +17,12 @@ second while idle, every few seconds with 100K subscriptions).
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import choose_encoder
 
 from air.engine import BUILD
-from server.api.deps import DaemonDep, require_token
+from server.api.deps import AUTH_ERRORS, DaemonDep, needs
 from server.api.errors import errors
 from server.api.schemas import ProbeOut
 
@@ -133,6 +133,9 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         "events_taken": d.events_taken,
         "engine_thread": d.engine_alive,
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
+        # engine_workers: 0 runs the automata on the engine thread; else the worker processes, each with its state
+        "engine_workers": d.settings.engine_workers,
+        "workers": d.workers(),
         "engine_error": d.engine_error,
         "queue_depth": len(d.queue),
         "subscriptions": len(d.subscriptions),
@@ -171,10 +174,10 @@ async def get_readiness(request: Request, d: DaemonDep) -> JSONResponse:
                                                                      "reason": "; ".join(reasons) or None})
 
 
-@router.get("/metrics", dependencies=[Depends(require_token)], summary="Prometheus metrics",
+@router.get("/metrics", dependencies=[needs("metrics")], summary="Prometheus metrics",
             response_class=Response,  # no media type of its own: the 200 declares both, the 401 is JSON
             responses={200: {"description": "The metrics, in the format the scraper's Accept asks for",
-                             "content": _METRICS_TYPES}, **errors(401)})
+                             "content": _METRICS_TYPES}, **errors(*AUTH_ERRORS)})
 async def get_metrics(request: Request, d: DaemonDep) -> Response:
     """Prometheus text, or OpenMetrics when the scraper's ``Accept`` asks for it."""
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))

@@ -50,7 +50,10 @@ witnesses after ``since_seq`` may lack some. A client gets it on connecting to
 an inexact subscription (or to a stream one publishes), and again as the loss
 grows (at most every ten seconds).
 
-Close codes: 4400 bad query parameter, 4401 bad token, 4404 unknown
+Close codes: 4400 bad query parameter, 4401 missing or wrong token, 4403 a
+token without the ``watch`` scope, or one that does not reach the
+subscription (or a subscription publishing the stream), 4429 too many wrong
+tokens from the client's address (retry later), 4404 unknown
 subscription or stream, 4416 ``from`` beyond the end of the log (the reason
 names the last seq), 4410 what the client needs is no longer retained
 (the reason says where the log now starts, e.g. ``from 5 is no longer
@@ -69,10 +72,11 @@ import json
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from air.names import shown
-from server.api.deps import ws_subprotocol, ws_token_ok
+from server.api.deps import ws_principal, ws_subprotocol
 from server.delivery.hub import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
 from server.durability.witlog import Gone
 from server.observability.counters import Count
+from server.security import AuthRefused
 
 router = APIRouter(tags=["notifications"])
 
@@ -147,8 +151,12 @@ def _fit(reason: str) -> str:
 async def _serve(ws: WebSocket, kind: str, key: str) -> None:
     d = ws.app.state.daemon
     await ws.accept(subprotocol=ws_subprotocol(ws))
-    if not ws_token_ok(ws):
-        await ws.close(code=4401, reason="missing or wrong token")
+    try:
+        who = ws_principal(ws, "watch")
+    except AuthRefused as exc:
+        code, reason = {"scope": (4403, f"forbidden: {exc}"), "throttled": (4429, str(exc))}.get(
+            exc.reason, (4401, "missing or wrong token"))
+        await ws.close(code=code, reason=_fit(reason))
         return
     if not d.caught_up or d.witlog is None:  # restoring, or a replay has subscriptions still to reinstall
         await ws.close(code=SLOW_CLIENT_CLOSE, reason="the server is starting: try again shortly")
@@ -157,6 +165,16 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
     if not known:
         await ws.close(code=4404, reason=_fit(f"no {kind} named {shown(key)}"))
         return
+    if who.restricted:
+        problem = _out_of_reach(d, who, kind, key)
+        if problem is not None:
+            try:
+                d.security.refuse(who, ws.client.host if ws.client else "unknown", "http", f"WS /ws/{kind}s/{key}",
+                                  None, problem)
+            except AuthRefused:
+                pass
+            await ws.close(code=4403, reason=_fit(f"forbidden: {problem}"))
+            return
     try:
         batch, seq, after = _params(ws, kind)
     except _BadParam as exc:
@@ -208,6 +226,24 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(code=SHUTDOWN_CLOSE, reason="subscription removed or server stopping"),
                                    timeout=1.0)
+
+
+def _out_of_reach(d, who, kind: str, key: str) -> str | None:
+    """Why a token that reaches only some subscriptions may not watch ``key``, or None.
+    A subscription of its own that reads what others publish is refused too: it is
+    being deleted again (server/api/subscriptions.py: its registration is refused)."""
+    sec = d.security
+    if kind == "subscription":
+        sub = d.subscriptions.get(key)
+        if sub is not None and not sec.reaches(who, sub):
+            return f"token {who.name} does not reach subscription {key}"
+        if sub is not None and sec.reads_out_of_reach(who, sub, d.subscriptions, d.declared):
+            return f"subscription {key} reads streams of subscriptions token {who.name} does not reach"
+        return None
+    others = sec.stream_publishers_out_of_reach(who, key, d.subscriptions)
+    if others:
+        return f"stream {key} is published by subscriptions token {who.name} does not reach ({', '.join(others[:3])})"
+    return None
 
 
 def _inexact_of(d, kind: str, key: str) -> list[tuple[str, object]]:

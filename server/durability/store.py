@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS counters (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS owners (    -- the auth token (its name, never its secret) that registered each
+    sid TEXT PRIMARY KEY,              -- subscription (server/security: tokens limited to their own)
+    token TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS witness_base (  -- each subscription's last witness seq when the journal began
     sid TEXT PRIMARY KEY,
     seq INTEGER NOT NULL
@@ -231,6 +235,7 @@ class Store:
         with self._tx():
             self._db.executemany("DELETE FROM subscriptions WHERE id = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM caps WHERE sid = ?", [(sid,) for sid in sids])
+            self._db.executemany("DELETE FROM owners WHERE sid = ?", [(sid,) for sid in sids])
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
@@ -271,6 +276,17 @@ class Store:
         with self._lock:
             return {sid: (a, b, c) for sid, a, b, c in self._db.execute(
                 "SELECT sid, max_instances, max_state_bytes, since FROM caps")}
+
+    # -- who registered each subscription (server/security/owners.py)
+    def save_owners(self, rows: list[tuple[str, str]]) -> None:
+        """Store ``(sid, token name)`` rows in one transaction."""
+        with self._tx():
+            self._db.executemany("INSERT OR REPLACE INTO owners (sid, token) VALUES (?, ?)", rows)
+
+    def owners(self) -> dict[str, str]:
+        """sid -> the name of the token that registered it (subscriptions registered with a token)."""
+        with self._lock:
+            return dict(self._db.execute("SELECT sid, token FROM owners"))
 
     def last_eviction(self) -> int:
         """The sequence number of the last eviction ever stored (0: none)."""

@@ -15,11 +15,10 @@ refusal, acknowledgements, limits, a full disk -- is docs/protocol.md
 
 from __future__ import annotations
 
-import hmac
 import logging
-import os
 import select
 import socket
+import ssl
 import threading
 import time
 from typing import Callable, Iterable
@@ -31,7 +30,10 @@ from server.durability.diskfull import DiskFull
 from server.ingest.limits import AddressSlots, refusals, without
 from server.ingest.protocol import HEADERS, SENDER_ID
 from server.ingest.queue import DelayQueue, QueueClosed
-from server.observability.counters import Count, Counters, TCP_REFUSED
+from server.observability.counters import TCP_REFUSED, TLS_HANDSHAKE_FAILED, TLS_PLAINTEXT, Count, Counters
+from server.security import AuthRefused
+from server.security.tls import (LINGER_SECONDS, PlainText, accept_tls, close_gently, force_shutdown,
+                                 read_more, write_nowait)
 
 log = logging.getLogger("cayuga.receivers")
 
@@ -53,7 +55,10 @@ DISK_FULL_DRAIN_SECONDS = 2.0
 def _ready(conn: socket.socket, events: int) -> bool:
     """Whether ``conn`` is readable (POLLIN) or writable (POLLOUT) now, without
     waiting. poll, not select: select cannot watch a descriptor numbered 1024
-    or more, which a server whose descriptor limit was raised hands out."""
+    or more, which a server whose descriptor limit was raised hands out. A TLS
+    connection is readable too while its TLS layer holds decrypted bytes."""
+    if events == select.POLLIN and isinstance(conn, ssl.SSLSocket) and conn.pending():
+        return True
     p = select.poll()
     p.register(conn, events)
     return bool(p.poll(0))
@@ -98,7 +103,7 @@ class TcpReceiver:
     def __init__(self, host: str, port: int, queue: DelayQueue, catalog: Callable, clock: Callable[[], float],
                  counters: Counters, *, max_connections: int = 64, max_line_bytes: int = 1 << 20,
                  time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple,
-                 max_per_address: int = 16, idle_timeout: float = 300.0, tokens: Iterable[str] = (),
+                 max_per_address: int = 16, idle_timeout: float = 300.0, security=None,
                  horizon: Callable[[], float | None] = lambda: None, max_value_bytes: int = 1 << 16,
                  stamp: bool = True, gate: threading.Event | None = None) -> None:
         """``catalog`` maps a stream name to its schema (or None); ``streams()``
@@ -106,7 +111,8 @@ class TcpReceiver:
         ``horizon()`` the latest t1 accepted now (None: no bound); ``stamp``
         whether events without timestamps get the clock's time (else refused);
         ``gate``: connections are accepted once it is set (they wait in the
-        listen backlog while a recovery puts back the journal's events)."""
+        listen backlog while a recovery puts back the journal's events);
+        ``security`` (server/security: tokens, scopes, TLS), None: open, plain text."""
         self.gate = gate
         self.host = host
         self.requested_port = port
@@ -118,7 +124,9 @@ class TcpReceiver:
         self.time_unit_ms = time_unit_ms
         self.streams = streams
         self.idle_timeout = idle_timeout
-        self.tokens = [t.encode() for t in tokens]
+        self.security = security
+        self.auth = security is not None and security.enabled  # a #token line with the ingest scope is due
+        self.tls = security.tls if security is not None else None
         self.horizon = horizon
         self.max_value_bytes = max_value_bytes
         self.stamp = stamp
@@ -165,10 +173,7 @@ class TcpReceiver:
         for t, c in conns:
             t.join(timeout)
             if t.is_alive():
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                force_shutdown(c)  # under its thread's feet, TLS or not
                 t.join(timeout)
         if self._sock:
             self._sock.close()
@@ -202,9 +207,16 @@ class TcpReceiver:
 
     def _serve(self, conn: socket.socket, addr) -> None:
         st = _Session()
-        self._sessions[conn] = st
         try:
-            self._read_lines(conn, st)
+            if self.tls is not None:
+                tls = self._start_tls(conn, addr[0])
+                if tls is None:
+                    return
+                conn = tls
+                with self._lock:
+                    self._conns[threading.current_thread()] = conn
+            self._sessions[conn] = st
+            self._read_lines(conn, st, addr[0])
         except OSError as exc:
             log.debug("connection %s ended: %s", addr, exc)
         finally:
@@ -221,16 +233,41 @@ class TcpReceiver:
                 self._addresses.release(addr[0])
 
     def _refuse(self, conn: socket.socket, reason: str, message: str) -> None:
-        """Count a refusal, tell the client why, close."""
+        """Count a refusal, tell the client why (in plain text: not on a TLS
+        port, where the client awaits a handshake and could not read it), close."""
         self.counters.add(TCP_REFUSED[reason])
         log.info("TCP connection refused (%s): %s", reason, message)
         try:
-            conn.settimeout(1.0)
-            conn.sendall(f"error: {message}\n".encode())
+            if self.tls is None:
+                conn.settimeout(1.0)
+                conn.sendall(f"error: {message}\n".encode())
         except OSError:
             pass
         finally:
             conn.close()
+
+    def _start_tls(self, conn: socket.socket, address: str) -> ssl.SSLSocket | None:
+        """The connection's TLS side, its handshake done; None when it was
+        refused (plain text: told so in plain text) or the handshake failed
+        (counted, logged). The handshake has the time a ``#token`` line has."""
+        deadline = time.monotonic() + min(self.idle_timeout, AUTH_SECONDS)
+        try:
+            return accept_tls(conn, self.tls.context, deadline, self._stop)
+        except PlainText:
+            self.counters.add(TLS_PLAINTEXT["tcp"])
+            log.info("TCP connection from %s refused: plain text on a TLS port", address)
+            try:
+                conn.settimeout(1.0)
+                conn.sendall(b"error: this port takes TLS only (the server has tls_certfile set): connect with TLS, "
+                             b"e.g. cayuga send --url https://HOST:HTTP_PORT --cacert CA.pem (TcpSender(..., "
+                             b"ssl_context=...)); closing\n")
+                close_gently(conn, LINGER_SECONDS)  # closed at once, what it sent unread, it would be reset first
+            except OSError:
+                pass
+        except (ssl.SSLError, TimeoutError, OSError) as exc:
+            self.counters.add(TLS_HANDSHAKE_FAILED["tcp"])
+            log.info("TLS handshake with %s failed: %s", address, exc)
+        return None
 
     def _blocks(self, conn: socket.socket, idle_work: Callable[[], bool] | None = None):
         """Yield ``(first_line_number, block)`` until EOF or stop: ``block`` is
@@ -242,13 +279,16 @@ class TcpReceiver:
         number = 1  # of the first line in buf
         skipping = False
         limit = self.max_line_bytes
-        idle = min(self.idle_timeout, AUTH_SECONDS) if self.tokens else self.idle_timeout
+        idle = min(self.idle_timeout, AUTH_SECONDS) if self.auth else self.idle_timeout
+        tls = isinstance(conn, ssl.SSLSocket)
         heard = time.monotonic()  # when the last complete line came (or the connection opened)
         while not self._stop.is_set():
             if idle_work is not None:
                 idle_work()
             try:
                 chunk = conn.recv(RECV_BYTES)
+                if tls and chunk:  # one TLS record (16 KiB): take what else has come, as one block
+                    chunk = read_more(conn, chunk, RECV_BYTES)
             except socket.timeout:
                 if time.monotonic() - heard > idle:
                     self.counters.add(Count.TCP_REFUSED_IDLE)
@@ -298,9 +338,9 @@ class TcpReceiver:
         if start < len(lines):
             yield number + start, b"\n".join(lines[start:]) + b"\n"
 
-    def _read_lines(self, conn: socket.socket, st: _Session) -> None:
+    def _read_lines(self, conn: socket.socket, st: _Session, address: str = "") -> None:
         decoder = self._decoder("jsonl")
-        authenticated = not self.tokens
+        authenticated = not self.auth
         header_lines = 0  # lines before the first data line
 
         def idle_work() -> None:
@@ -309,10 +349,8 @@ class TcpReceiver:
 
         for number, block in self._blocks(conn, idle_work):
             if not authenticated:
-                if block is None or not self._authenticate(block.partition(b"\n")[0]):
-                    self.counters.add(Count.TCP_REFUSED_AUTH)
-                    self._reject(conn, number, "authentication required: the first line must be "
-                                 "'#token <token>' with one of the server's auth_tokens; closing", counted=False)
+                if not self._authenticate(conn, None if block is None else block.partition(b"\n")[0], number,
+                                          address):
                     return
                 authenticated = True
                 block = block.partition(b"\n")[2]
@@ -556,16 +594,33 @@ class TcpReceiver:
             st.acked = st.due
             st.due = None
         if st.unsent:
-            try:  # one write on the descriptor (non-blocking: the socket has a timeout), not poll + send
-                n = os.write(conn.fileno(), st.unsent)
-                st.unsent = st.unsent[n:]
-            except (BlockingIOError, InterruptedError):
-                pass
+            # one write, not poll + send; TLS: one whole record or nothing, retried with the same bytes
+            n = write_nowait(conn, st.unsent)
+            st.unsent = st.unsent[n:]
 
-    def _authenticate(self, line: bytes) -> bool:
-        word, _, token = line.strip().partition(b" ")
-        token = token.strip()
-        return word == b"#token" and any(hmac.compare_digest(token, t) for t in self.tokens)
+    def _authenticate(self, conn: socket.socket, line: bytes | None, number: int, address: str) -> bool:
+        """Whether the first line is ``#token <token>`` of a token with the
+        ``ingest`` scope; if not, the client is told why (the connection is
+        to close). A wrong token counts against the address
+        (server/security/throttle.py); while it waits, the token is not
+        looked at."""
+        word, _, token = (line or b"").strip().partition(b" ")
+        try:
+            who = self.security.authenticate(token.strip() if word == b"#token" else None, address, "tcp",
+                                             "sending events over TCP")
+            self.security.authorize(who, "ingest", address, "tcp", "sending events over TCP")
+            return True
+        except AuthRefused as exc:
+            self.counters.add(Count.TCP_REFUSED_AUTH)
+            if exc.reason == "scope":
+                reason = f"forbidden: {exc}; closing"
+            elif exc.reason == "throttled":
+                reason = f"{exc}; closing"
+            else:
+                reason = ("authentication required: the first line must be '#token <token>' with one of the "
+                          "server's auth_tokens; closing")
+            self._reject(conn, number, reason, counted=False)
+            return False
 
     def _decoder(self, fmt: str):
         return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,

@@ -53,6 +53,22 @@ class Count(Enum):
     INSTANCES_EXPIRED = "instances_expired"  # past their filter's DUR bound (changes no witness)
     SNAPSHOT_FORKS = "snapshot_forks"
     ENGINE_ERRORS = "engine_errors"
+    # requests and connections refused for their token (server/security), per port and reason
+    AUTH_HTTP_MISSING = "auth_http_missing"
+    AUTH_HTTP_WRONG = "auth_http_wrong"
+    AUTH_HTTP_SCOPE = "auth_http_scope"
+    AUTH_HTTP_THROTTLED = "auth_http_throttled"
+    AUTH_TCP_MISSING = "auth_tcp_missing"
+    AUTH_TCP_WRONG = "auth_tcp_wrong"
+    AUTH_TCP_SCOPE = "auth_tcp_scope"
+    AUTH_TCP_THROTTLED = "auth_tcp_throttled"
+    AUDIT_WRITE_ERRORS = "audit_write_errors"  # audit records that could not be written
+    TLS_HANDSHAKE_FAILED_HTTP = "tls_handshake_failed_http"  # TLS connections whose handshake failed, per port
+    TLS_HANDSHAKE_FAILED_TCP = "tls_handshake_failed_tcp"
+    TLS_PLAINTEXT_HTTP = "tls_plaintext_http"  # plain-text connections to a TLS port, per port
+    TLS_PLAINTEXT_TCP = "tls_plaintext_tcp"
+    TLS_RELOADS = "tls_reloads"  # certificate reloads (SIGHUP) that took, and that failed
+    TLS_RELOADS_FAILED = "tls_reloads_failed"
 
 
 #: Per source ("tcp", "http"): events accepted, events rejected, requests refused for a full disk.
@@ -65,6 +81,14 @@ TCP_REFUSED = {r: Count[f"TCP_REFUSED_{r.upper()}"] for r in ("max_connections",
 HTTP_CONN_REFUSED = {r: Count[f"HTTP_CONN_{r.upper()}"]
                      for r in ("header_timeout", "body_timeout", "evicted", "max_connections", "websockets",
                                "websockets_per_address", "request_too_large")}
+#: Per (port, reason) a token was refused (server/security): missing, wrong, scope, throttled.
+AUTH_PORTS = ("http", "tcp")
+AUTH_REASONS = ("missing", "wrong", "scope", "throttled")
+AUTH_FAILURES = {(port, reason): Count[f"AUTH_{port.upper()}_{reason.upper()}"]
+                 for port in AUTH_PORTS for reason in AUTH_REASONS}
+#: Per port: TLS handshakes that failed, plain-text connections refused on a TLS port.
+TLS_HANDSHAKE_FAILED = {p: Count[f"TLS_HANDSHAKE_FAILED_{p.upper()}"] for p in AUTH_PORTS}
+TLS_PLAINTEXT = {p: Count[f"TLS_PLAINTEXT_{p.upper()}"] for p in AUTH_PORTS}
 #: Per reason a WebSocket client was closed (server/delivery/hub.py's policies).
 CLIENT_DROPS = {"retention": Count.DROP_RETENTION, "disconnect": Count.DROP_DISCONNECT}
 

@@ -41,6 +41,8 @@ class EngineProgress(Protocol):
 
     def stream_events(self) -> dict[str, int]: ...
 
+    def workers(self) -> list[dict]: ...
+
 
 class InstanceCounts(Protocol):
     """The instance counts and the state budget (server/budget.py, ``StateBudget``)."""
@@ -181,6 +183,10 @@ class Health:
     def subscription_count(self) -> int:
         """Subscriptions registered now."""
         return len(self._subscriptions)
+
+    def workers(self) -> list[dict]:
+        """The engine worker processes (server/workers/), none when the engine runs on the engine thread."""
+        return self._progress.workers()
 
     def inexact(self) -> dict[str, dict]:
         """The subscriptions that lost state (server/budget.py), as /health shows them (a copy)."""

@@ -21,6 +21,15 @@ class HealthCollector:
         d = self.d
         yield GaugeMetricFamily("cayuga_engine_up", "1 while the engine thread runs, 0 once it has died (/livez "
                                 "answers 503: restart the server)", value=1 if d.engine_alive else 0)
+        up = GaugeMetricFamily("cayuga_engine_worker_up", "1 while an engine worker process runs (engine_workers), "
+                               "0 once it has ended", labels=["worker"])
+        flight = GaugeMetricFamily("cayuga_engine_worker_in_flight_events", "Events handed to an engine worker "
+                                   "and not yet back", labels=["worker"])
+        for w in d.workers():
+            up.add_metric([str(w["worker"])], 1 if w["alive"] else 0)
+            flight.add_metric([str(w["worker"])], w["in_flight_events"])
+        yield up
+        yield flight
         yield CounterMetricFamily("cayuga_engine_errors", "Events the engine raised an error on (the thread "
                                   "survived; /health reports the last one and says degraded)",
                                   value=d.counters.get(Count.ENGINE_ERRORS))

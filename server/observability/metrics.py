@@ -31,8 +31,9 @@ from server.durability.snapshot import Snapshotter
 from server.durability.witlog import WitnessLog
 from server.ingest.queue import DelayQueue
 from server.config import Settings
-from server.observability.counters import (CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED, RECEIVED, REJECTED,
-                                           TCP_REFUSED, Count, Counters)
+from server.observability.counters import (AUTH_FAILURES, CLIENT_DROPS, DISK_FULL_REFUSALS, HTTP_CONN_REFUSED,
+                                           RECEIVED, REJECTED, TCP_REFUSED, TLS_HANDSHAKE_FAILED, TLS_PLAINTEXT,
+                                           Count, Counters)
 from server.observability.healthmetrics import HealthCollector
 from server.version import version
 
@@ -76,6 +77,34 @@ class MetricsSource(Protocol):
     def runaways(self) -> dict[str, dict]: ...
 
     def state(self) -> dict: ...
+
+    def workers(self) -> list[dict]: ...
+
+
+def _security(c: dict) -> list:
+    """The security counters (server/security): refused tokens, the audit log, TLS."""
+    auth = CounterMetricFamily("cayuga_auth_failures", "Requests and connections refused for their token, per "
+                               "port (http: REST and WebSockets; tcp: the event port) and reason: missing (no "
+                               "token), wrong (not one of auth_tokens), scope (a token without the scope or the "
+                               "reach the request needs, 403), throttled (its address sent too many wrong tokens "
+                               "and waits, 429)", labels=["port", "reason"])
+    for (port, reason), key in AUTH_FAILURES.items():
+        auth.add_metric([port, reason], c[key])
+    handshakes = CounterMetricFamily("cayuga_tls_handshake_failures", "TLS connections whose handshake failed or "
+                                     "timed out (a client that does not trust the certificate, no client "
+                                     "certificate where tls_client_ca wants one), per port", labels=["port"])
+    plain = CounterMetricFamily("cayuga_tls_plaintext_refused", "Plain-text connections to a TLS port, answered "
+                                "with an error and closed, per port", labels=["port"])
+    for port, key in TLS_HANDSHAKE_FAILED.items():
+        handshakes.add_metric([port], c[key])
+        plain.add_metric([port], c[TLS_PLAINTEXT[port]])
+    reloads = CounterMetricFamily("cayuga_tls_reloads", "Certificate reloads (SIGHUP): ok, or failed (the "
+                                  "server kept the certificate it had; its log says why)", labels=["result"])
+    reloads.add_metric(["ok"], c[Count.TLS_RELOADS])
+    reloads.add_metric(["failed"], c[Count.TLS_RELOADS_FAILED])
+    audit = CounterMetricFamily("cayuga_audit_write_errors", "Audit records that could not be written "
+                                "(data_dir/audit: a full disk, permissions)", value=c[Count.AUDIT_WRITE_ERRORS])
+    return [auth, handshakes, plain, reloads, audit]
 
 
 class _Collector:
@@ -154,6 +183,7 @@ class _Collector:
         for reason, key in HTTP_CONN_REFUSED.items():
             conns.add_metric([reason], c[key])
         yield conns
+        yield from _security(c)
         full = CounterMetricFamily("cayuga_disk_full_refusals", "Requests refused because the data directory "
                                    "could not be written (a full disk): tcp (connections told 'error: disk full' "
                                    "and closed), http (507 answers)", labels=["source"])

@@ -118,7 +118,19 @@ class Preparer:
         self.built = 0  # installed from built automata
 
     def add(self, eng: Engine, bq, owner: str) -> list[str]:
-        """What ``eng.add(bq, owner)`` does, and returns or raises."""
+        """What ``eng.add(bq, owner)`` does, and returns or raises. An engine
+        that sends its changes on to an engine worker (server/workers/mirror.py)
+        sends a bound query as its shape and constants (the worker installs it
+        the same way, from its own templates), not as built automata."""
+        mirror = getattr(eng, "mirror_bound", None)
+        if mirror is not None and isinstance(bq, BoundQuery):
+            with eng.unmirrored():
+                got = self._add(eng, bq, owner)
+            mirror(owner, bq)
+            return got
+        return self._add(eng, bq, owner)
+
+    def _add(self, eng: Engine, bq, owner: str) -> list[str]:
         if not isinstance(bq, BoundQuery):
             return eng.add(bq, owner)
         shape = bq.shape
@@ -160,9 +172,6 @@ class Preparer:
         if got is None:
             return self._build(eng, bq, owner)
         self.prepared += 1
-        mirror = getattr(eng, "mirror_prepared", None)
-        if mirror is not None:  # an engine worker runs the automata: it gets them built (server/workers/mirror.py)
-            mirror(owner, bq.automata)
         return got
 
     @staticmethod

@@ -143,6 +143,7 @@ class Pending:
     binding: tuple[str, str] | None = None  # CEL of a cached shape: (shape id, constants), stored beside the text
     stored: tuple[str | None, str | None] = (None, None)  # the binding a restored row had
     warnings: list[dict] = field(default_factory=list)  # a registration's (air/boundwarn.py); a restore has none
+    mirror: object = None  # with an engine worker: the BoundQuery it installs instead of these automata
 
     @classmethod
     def restored(cls, st: StoredSubscription) -> "Pending":
@@ -220,6 +221,11 @@ class Registrar:
                     compiled, p.binding = self.shapes.compile_keyed(p.text, streams, functions=functions,
                                                                     time_unit_ms=unit, name_prefix=p.id)
                     p.automata, p.outputs = tuple(compiled.automata), list(compiled.outputs)
+                    if p.binding is not None and hasattr(self.engine, "mirror_bound"):
+                        # an engine worker gets the query as its shape and constants, not as pickled automata
+                        # (server/workers/mirror.py): the same automata
+                        p.mirror = self.shapes.bound(p.binding, streams, functions=functions, time_unit_ms=unit,
+                                                     name_prefix=p.id, count=False)
                     if strict:
                         p.warnings = [w.to_dict() for w in cel_warnings(p.text, compiled)]
                 elif p.kind == "sase":
@@ -255,9 +261,16 @@ class Registrar:
         published streams or the EngineError). Strict: the first error
         removes what this chunk added and is raised with its index."""
         done = []
+        mirror = getattr(eng, "mirror_bound", None)
         for i, p in chunk:
             try:
-                done.append((i, p, self.preparer.add(eng, p.automata, p.id)))
+                if mirror is not None and p.mirror is not None:  # the engine worker gets it by its shape
+                    with eng.unmirrored():
+                        got = self.preparer.add(eng, p.automata, p.id)
+                    mirror(p.id, p.mirror)
+                    done.append((i, p, got))
+                else:
+                    done.append((i, p, self.preparer.add(eng, p.automata, p.id)))
                 p.installed_at = self.progress.fed  # a replay reaches the point of a deferred one exactly
                 self.progress.changes += 1
             except EngineError as exc:

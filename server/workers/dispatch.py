@@ -90,6 +90,15 @@ class WorkerEngineThread(EngineThread):
     def alive(self) -> bool:
         return super().alive and self.link.alive
 
+    def workers(self) -> list[dict]:
+        link, flight = self.link, list(self.in_flight)
+        return [{"worker": 0, "pid": link.process.pid if link.process is not None else None, "alive": link.alive,
+                 "gone": link.gone, "in_flight_batches": len(flight),
+                 "in_flight_events": sum(n for n, *_rest in flight)}]
+
+    def runs_on(self, sid: str) -> str:
+        return "worker 0"
+
     @property
     def processed(self) -> int:
         """Events taken and back from the worker (their witnesses delivered); :attr:`fed` counts those sent too."""

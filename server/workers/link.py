@@ -64,7 +64,9 @@ class WorkerLink:
         finally:
             theirs.close()
         self._conn = Connection(mine.detach())
-        self._conn.send_bytes(pickle.dumps(self.settings, pickle.HIGHEST_PROTOCOL))
+        # the settings, and where this process imports from (a user function's module may be on a path
+        # this process was given at run time: the worker must import it as this process did)
+        self._conn.send_bytes(pickle.dumps((self.settings, list(sys.path)), pickle.HIGHEST_PROTOCOL))
         self._reader = threading.Thread(target=self._read, name="cayuga-worker-reader", daemon=True)
         self._reader.start()
 

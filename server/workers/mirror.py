@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Iterator
 
 from air.engine import Engine
 from air.model import Automaton, StreamSchema
@@ -30,6 +32,8 @@ class MirroredEngine(Engine):
         super().__init__(**kw)
         self.link = link
         self.diverged: str | None = None
+        self._quiet = 0  # inside unmirrored(): a caller mirrors the change itself
+        self._shapes: dict[int, tuple[object, int]] = {}  # id(shape) -> (shape, its number at the worker)
 
     def declare(self, schema: StreamSchema) -> None:
         super().declare(schema)
@@ -38,12 +42,30 @@ class MirroredEngine(Engine):
     def add(self, automata, owner: str) -> list[str]:
         autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
         got = super().add(autos, owner)
-        self._mirror("add", owner, autos)
+        if not self._quiet:
+            self._mirror("add", owner, autos)
         return got
 
-    def mirror_prepared(self, owner: str, automata) -> None:
-        """``add_prepared`` installed ``owner`` here: the worker adds its automata."""
-        self._mirror("add", owner, tuple(automata))
+    @contextmanager
+    def unmirrored(self) -> Iterator[None]:
+        """Changes made inside are not sent on: the caller sends them its own way (:meth:`mirror_bound`)."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    def mirror_bound(self, owner: str, bq) -> None:
+        """A CEL query of a cached shape (air/cel/shapes.py's ``BoundQuery``) was installed as
+        ``owner``: the worker gets its shape once, then its constants and names, and installs it
+        from its own templates (server/subscriptions/prepared.py), as this engine did."""
+        shape = bq.shape
+        known = self._shapes.get(id(shape))
+        if known is None or known[0] is not shape:
+            number = len(self._shapes) + 1
+            self._shapes[id(shape)] = known = (shape, number)
+            self._mirror("shape", number, shape.dump())
+        self._mirror("add_bound", owner, known[1], bq.values, bq.names, bq.prefix)
 
     def remove(self, owner: str) -> None:
         super().remove(owner)

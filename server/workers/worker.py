@@ -63,6 +63,10 @@ class Worker:
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
         self.waiting = False  # decisions sent: nothing but their answer is taken
         self.snapshot_child: int | None = None
+        self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
+        from server.subscriptions.prepared import Preparer
+
+        self.preparer = Preparer()
 
     # ------------------------------------------------------------------ the loop
 
@@ -140,6 +144,21 @@ class Worker:
 
     def cmd_add(self, owner: str, automata) -> list[str]:
         return self.engine.add(automata, owner)
+
+    def cmd_shape(self, number: int, form: str) -> None:
+        """A cached CEL shape (air/cel/shapes.py), as the main process compiled it."""
+        from air.cel.shapes import _Shape
+
+        shape = _Shape.load(form)
+        if shape is None:
+            raise EngineError(f"shape {number} could not be loaded in the engine worker")
+        self.shapes[number] = shape
+
+    def cmd_add_bound(self, owner: str, shape: int, values: tuple, names: tuple, prefix: str | None) -> list[str]:
+        """A query of a cached shape: installed from this engine's templates, as the main process installed it."""
+        from air.cel.shapes import BoundQuery
+
+        return self.preparer.add(self.engine, BoundQuery(self.shapes[shape], values, names, prefix), owner)
 
     def cmd_remove(self, owner: str) -> None:
         self.engine.remove(owner)
@@ -227,7 +246,8 @@ def main(fd: int) -> None:
     if _prctl is not None:  # killed with the main process (kill -9 included): never an orphan holding state
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     conn = Connection(fd)
-    settings = pickle.loads(conn.recv_bytes())
+    settings, path = pickle.loads(conn.recv_bytes())
+    sys.path[:] = path  # imports as the main process does (user functions: server/config.py)
     logging.basicConfig(level=str(settings.get("log_level", "info")).upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -3,7 +3,7 @@
 ``FILTER{Name = 'IBM'}(Stock) NEXT{$1.Name = $2.Name ...} Stock`` stores
 ``Name_1 = 'IBM'`` in every instance of its second state, so that state's
 filter atom ``Name = NODE.Name_1`` is indexed as ``Name = 'IBM'``
-(air/engine/loader.py:_constant_attrs). These tests pin which attributes
+(air/engine/constant_attrs.py). These tests pin which attributes
 are derived (and, as important, which are not) and check that results never
 change: per-symbol CEL queries under every switch, owners added and removed
 while events flow."""
@@ -20,7 +20,7 @@ from air.cel import compile_cel
 from air.model import (
     Attribute, Automaton, Clause, Computed, DynamicAtom, Edge, OutputStream, Predicate, Rename, State, StaticAtom,
 )
-from air.engine.loader import _constant_attrs
+from air.engine.constant_attrs import constant_attrs
 from air.engine import Engine, Event
 from air.expr import Literal
 from tests.conftest import STOCK, examples
@@ -29,7 +29,7 @@ from tests.engine.test_indexes_support import CONFIGS, witnesses
 
 def consts(auto: Automaton) -> dict:
     by_id = {s.id: s for s in auto.states}
-    return _constant_attrs(auto, by_id, {s.id: STOCK if s.input_stream == "Stock" else None for s in auto.states})
+    return constant_attrs(auto, by_id, {s.id: STOCK if s.input_stream == "Stock" else None for s in auto.states})
 
 
 def cel(q: str) -> Automaton:

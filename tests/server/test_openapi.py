@@ -38,7 +38,16 @@ OPERATION_IDS = {
     ("get", "/readyz"): "get_readiness",
     ("get", "/metrics"): "get_metrics",
     ("get", "/stats"): "get_stats",
+    ("get", "/whoami"): "get_whoami",
+    ("get", "/audit"): "get_audit",
 }
+#: The scope each operation's token needs (issue 38; [] any token of the server): clients and operators read it
+#: from the security requirement, tests/server/test_scopes.py holds the server to it.
+SCOPES = {"list_streams": ["watch"], "declare_stream": ["manage"], "get_stream": ["watch"],
+          "list_subscriptions": ["watch"], "create_subscription": ["manage"], "create_subscriptions": ["manage"],
+          "validate_subscription": ["manage"], "get_subscription": ["watch"], "delete_subscription": ["manage"],
+          "get_automaton": ["watch"], "get_automaton_instances": ["watch"], "post_events": ["ingest"],
+          "get_metrics": ["metrics"], "get_stats": ["watch"], "get_whoami": [], "get_audit": ["admin"]}
 
 
 @pytest.fixture
@@ -74,8 +83,10 @@ def test_every_operation_is_named_described_and_declares_its_errors(doc):
         if path in PROBES:
             assert "security" not in op and "401" not in op["responses"], where
         else:
-            assert op["security"] == [{"bearerAuth": []}], where
-            assert "401" in op["responses"], where
+            assert op["security"] == [{"bearerAuth": SCOPES[op["operationId"]]}], where
+            assert "401" in op["responses"] and "429" in op["responses"], where
+            assert ("403" in op["responses"]) == bool(SCOPES[op["operationId"]]), where
+            assert "**Scope:**" in op["description"], where
     assert doc["components"]["securitySchemes"]["bearerAuth"] == {
         "type": "http", "scheme": "bearer", "description": doc["components"]["securitySchemes"]["bearerAuth"][
             "description"]}

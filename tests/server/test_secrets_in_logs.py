@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from clients.testing import ServerProcess
-from server.api.deps import token_ok
+from server.security.tokens import TokenTable
 from server.observability.redact import redact
 
 SECRET = "s3cr3t-tok"
@@ -46,7 +46,11 @@ def test_redact_keeps_everything_but_secret_values():
 
 
 def test_tokens_compare_whole_and_exact():
+    def token_ok(token, tokens):
+        return TokenTable(tokens).identify(token) is not None
+
     assert token_ok("abc", ["x", "abc"])
+    assert TokenTable(["x", "abc"]).identify("abc").name == "auth_tokens[1]"  # a name, never the secret
     assert not token_ok("ab", ["abc"]) and not token_ok("abcd", ["abc"])
     assert not token_ok("", ["abc"]) and not token_ok(None, ["abc"])
     assert token_ok("[0123]", ["[0123]"]) and token_ok("ümlaut", ["ümlaut"])

@@ -151,3 +151,21 @@ def test_cayuga_serve_with_a_worker_stops_cleanly_and_leaves_no_process(tmp_path
         with pytest.raises(ProcessLookupError):
             os.kill(int(child), 0)
     assert "Traceback" not in srv.log.read_text()
+
+
+def test_health_metrics_and_the_api_say_where_the_automata_run(start_server, tmp_path):
+    for workers in (0, 1):
+        srv = start_server(engine_workers=workers, data_dir=tmp_path / f"d{workers}")
+        with CayugaClient(srv.base_url) as c:
+            sid = c.subscribe(cel="SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Up")["id"]
+            h = c.health()
+            assert h["engine_workers"] == workers and len(h["workers"]) == workers
+            assert c.subscription(sid)["runs_on"] == ("worker 0" if workers else "engine thread")
+            metrics = c.http.get("/metrics").text
+            if workers:
+                (w,) = h["workers"]
+                assert w["alive"] and w["pid"] == srv.daemon.link.process.pid and w["in_flight_events"] == 0
+                assert 'cayuga_engine_worker_up{worker="0"} 1.0' in metrics
+            else:
+                assert "cayuga_engine_worker_up{" not in metrics
+        srv.stop()

@@ -112,3 +112,32 @@ def test_sink_to_parquet_with_server_schema(spark, server, event_files, tmp_path
     assert dict(df.dtypes)["t0"] == dict(df.dtypes)["t1"] == "double"
     back = [r.asDict() for r in df.collect()]
     assert multiset(back) == multiset([{**w, "t0": float(w["t0"]), "t1": float(w["t1"])} for w in expected])
+
+
+def test_source_and_sink_over_mutual_tls(spark, event_files, tmp_path):
+    """Issue 38: the source streams over TLS to the TCP port, the sink watches over wss://, each with
+    the client certificate a server with tls_client_ca wants (cayuga spark source/sink --cacert --cert --key)."""
+    from clients.testing import make_tls_files
+
+    tls = make_tls_files(tmp_path / "tls")
+    srv = RunningServer(load_settings(None, data_dir=tmp_path / "data", http_port=0, tcp_port=0, log_level="warning",
+                                      shutdown_timeout=5, auth_tokens=["spark-token"],
+                                      **tls.settings(mutual=True))).start()
+    q = CEL_DIR / "test5.cel"
+    expected = expected_witnesses(event_files, q)
+    try:
+        with CayugaClient(srv.base_url, token="spark-token", cacert=str(tls.ca), cert=str(tls.client_cert),
+                          key=str(tls.client_key)) as client:
+            sid = client.subscribe(cel=q.read_text())["id"]
+            t, box = start_collector(client, sid, len(expected))
+            mapping = ColumnMapping(t0="ts_start", t1="ts", attributes={"Name": "symbol"})
+            sent = stream_to_server(spark, str(event_files["parquet"]), [STOCK], "127.0.0.1", srv.tcp_port,
+                                    "parquet", mapping=mapping, partitions=2, progress=False, token="spark-token",
+                                    ssl_context=client.tcp_ssl_context)
+            t.join(60)
+            assert not t.is_alive() and "error" not in box, box.get("error")
+    finally:
+        srv.stop(timeout=15)
+    assert_no_cayuga_threads()
+    assert sent.sent == 600 and sent.server_errors == []
+    assert multiset(box["witnesses"]) == multiset(expected)

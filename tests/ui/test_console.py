@@ -188,3 +188,63 @@ def test_a_burst_of_10k_witnesses_keeps_the_page_responsive_and_bounded(start_se
         assert page.evaluate("() => 6 * 7") == 42
         shots("after-burst")
         assert c.health()["status"] == "ok"
+
+
+def test_an_inexact_subscription_is_badged_in_the_list_and_over_its_matches(start_server, page, shots):
+    """Issue 31: a subscription that lost partial matches (here its own cap) says
+    so where a user looks: a badge in the subscriptions list (its title says how
+    many), and over its live matches (the WebSocket's control message), never a row."""
+    srv = start_server(time="event")
+    with CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel="SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs",
+                          max_instances=10)["id"]
+        c.post_events([stock(f"S{i}", 1.0, 1, i) for i in range(1, 257)])  # the check after event 256 sheds
+        wait_until(lambda: not c.subscription(sid)["exact"])
+        page.goto(srv.base_url + "/")
+        row = page.locator(f"#subscriptions tbody tr[data-sid={sid}]")
+        badge = row.locator(".badge.inexact")
+        expect(badge).to_have_text("inexact")
+        expect(badge).to_have_attribute("title", "lost 247 partial matches when the server shed state: its "
+                                                  "witnesses may lack some (see /health)")
+        expect(page.locator("#health")).to_contain_text("degraded · 1 inexact")
+        row.click()
+        over = page.locator("#match-inexact")
+        expect(over).to_be_visible()
+        expect(over).to_have_text("inexact since #0")
+        c.post_events([stock("S256", 2.0, 1, 300)])  # a witness still comes, as a row; the notice never does
+        expect(page.locator("#match-status")).to_contain_text("1 received")
+        expect(page.locator("#matches tbody tr")).to_have_count(1)
+        shots("inexact")
+
+
+def test_the_console_shows_only_what_the_token_may_do(start_server, page, shots):
+    """Issue 38: a watch token sees the overview, the automaton and the matches, but no editor, no
+    delete button, no test events and no metrics link; an ingest token sees only the box that sends
+    events, and says why the rest is missing."""
+    srv = start_server(auth_tokens=[{"name": "dashboard", "token": "dash", "scopes": ["watch"]},
+                                    {"name": "feeder", "token": "feed", "scopes": ["ingest"]}, "adm"])
+    with CayugaClient(srv.base_url, token="adm") as admin:
+        sid = admin.subscribe(cel="SELECT * FROM Stock PUBLISH All")["id"]
+        page.goto(srv.base_url + "/")
+        page.locator("#token").fill("dash")
+        page.locator("#login-submit").click()
+        expect(page.locator("#whoami")).to_have_text("dashboard: watch")
+        expect(page.locator(f"#subscriptions tbody tr[data-sid={sid}]")).to_be_visible()
+        for hidden in ("#editor-panel", "#send-events", "a[href='/metrics']", "button.delete"):
+            expect(page.locator(hidden)).to_be_hidden()
+        page.locator(f"#subscriptions tbody tr[data-sid={sid}]").click()
+        expect(page.locator("#match-status")).to_contain_text("live")
+        admin.post_events([stock("IBM", 1.0, 1, 1)])
+        expect(page.locator("#matches tbody tr")).to_have_count(1)
+        shots("watch-only")
+    page.locator("#logout").click()
+    page.locator("#token").fill("feed")
+    page.locator("#login-submit").click()
+    expect(page.locator("#whoami")).to_have_text("feeder: ingest")
+    expect(page.locator("#no-watch")).to_contain_text("The token feeder has no watch scope")
+    for hidden in ("#editor-panel", "#subscriptions", "#matches-panel", "#charts"):
+        expect(page.locator(hidden)).to_be_hidden()
+    page.locator("#events-input").fill('{"stream": "Stock", "Name": "IBM", "Price": 2, "Volume": 2}')
+    page.locator("#send-events").click()
+    expect(page.locator("#send-result")).to_contain_text("1 accepted")
+    shots("ingest-only")

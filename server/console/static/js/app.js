@@ -30,6 +30,7 @@ const state = {
   subs: [],
   subCount: -1,
   authWaiting: null,
+  scopes: null, // what the token may do (GET /whoami: effective_scopes); null until known
 };
 
 const charts = {};
@@ -55,16 +56,41 @@ function askToken(message) {
     const dialog = $("#login");
     $("#login-error").textContent = message;
     state.authWaiting = new Promise((resolve) => {
-      dialog.addEventListener("close", () => {
+      dialog.addEventListener("close", async () => {
         setToken($("#token").value.trim());
         $("#logout").hidden = !token();
         state.authWaiting = null;
+        await loadScopes().catch(() => {}); // another token: other scopes
         resolve();
       }, { once: true });
     });
     dialog.showModal();
   }
   return state.authWaiting;
+}
+
+// What the token may do (GET /whoami): the page shows only that. Elements marked
+// data-scope="watch|manage|ingest|metrics" are hidden without the scope (admin has all).
+async function loadScopes() {
+  const me = await api("GET", "/whoami");
+  state.scopes = new Set(me.effective_scopes);
+  for (const el of document.querySelectorAll("[data-scope]")) el.hidden = !allowed(el.dataset.scope);
+  const who = $("#whoami");
+  who.hidden = !me.auth;
+  who.textContent = me.auth ? `${me.name}: ${me.effective_scopes.join(", ")}` : "";
+  who.title = me.own || me.prefixes.length
+    ? `reaches ${[me.own ? "the subscriptions it registered" : "", ...me.prefixes.map((p) => `those named ${p}…`)]
+      .filter(Boolean).join(" and ")}` : "";
+  const noWatch = $("#no-watch");
+  noWatch.hidden = allowed("watch");
+  noWatch.textContent = allowed("watch") ? "" : `The token ${me.name} has no watch scope (its scopes: `
+    + `${me.scopes.join(", ")}): streams, subscriptions and their matches are not shown. Forget it and enter `
+    + `a token with watch to see them.`;
+  return me;
+}
+
+function allowed(scope) {
+  return state.scopes === null || state.scopes.has(scope);
 }
 
 // ------------------------------------------------------------------ overview
@@ -157,12 +183,14 @@ function drawSubscriptions(s, prev, dt) {
     const tr = document.createElement("tr");
     tr.dataset.sid = sub.id;
     tr.classList.toggle("selected", sub.id === state.selected);
-    const del = document.createElement("button");
-    del.textContent = "delete";
-    del.className = "quiet delete";
-    del.addEventListener("click", (ev) => { ev.stopPropagation(); removeSubscription(sub.id, del); });
     const last = cell("");
-    last.append(del);
+    if (allowed("manage")) { // a token without manage cannot delete: no button
+      const del = document.createElement("button");
+      del.textContent = "delete";
+      del.className = "quiet delete";
+      del.addEventListener("click", (ev) => { ev.stopPropagation(); removeSubscription(sub.id, del); });
+      last.append(del);
+    }
     const idCell = nameCell(sub.id, "name");
     if (now.inexact !== undefined) { // it lost partial matches when the server shed state: its witnesses may lack some
       const badge = Object.assign(document.createElement("span"), { className: "badge inexact", textContent: "inexact" });
@@ -374,7 +402,8 @@ async function health() {
 }
 
 function loop() {
-  poll().catch((err) => { $("#health").textContent = `error: ${err.message}`; })
+  const step = allowed("watch") ? poll() : Promise.resolve(); // no overview to refresh without watch
+  step.catch((err) => { $("#health").textContent = `error: ${err.message}`; })
     .finally(() => setTimeout(loop, POLL_MS));
 }
 
@@ -386,11 +415,11 @@ $("#language").addEventListener("change", (ev) => editor.setLanguage(ev.target.v
 $("#example").addEventListener("click", () => {
   $("#language").value = "cel";
   editor.language = "cel";
-  editor.text = EXAMPLE_QUERY;
+  if (allowed("manage")) editor.text = EXAMPLE_QUERY; // the editor validates: a manage operation
   $("#events-input").value = EXAMPLE_EVENTS;
 });
 $("#logout").hidden = !token();
 $("#logout").addEventListener("click", () => { setToken(""); location.reload(); });
 health();
 setInterval(health, 5000);
-loop();
+authed(loadScopes).catch(() => {}).finally(loop);
