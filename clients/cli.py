@@ -66,8 +66,8 @@ _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volu
 @click.option("--schema", "schema_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="An original Cayuga <StreamType> XML schema file. Repeatable.")
 @click.option("--query", "queries", multiple=True, required=True, type=click.Path(exists=True),
-              help="A query: AIR (.xml) or CEL (.cel), or a directory of them (taken in name order). "
-                   "Repeatable; later queries may read earlier outputs.")
+              help="A query: AIR (.xml), CEL (.cel) or SASE (.sase), or a directory of them (taken in name "
+                   "order). Repeatable; later queries may read earlier outputs.")
 @click.option("--events", "events_path", required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True),
               help="The event file ('-' for standard input).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "cayuga", "csv"]), default="jsonl",
@@ -124,7 +124,7 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the AIR here instead of standard output.")
 def compile_(query, streams, schema_files, output) -> None:
-    """Compile a CEL query to AIR (one <NFA> per automaton)."""
+    """Compile a CEL (or, .sase, SASE) query to AIR (one <NFA> per automaton)."""
     from air.airxml import dump_air
     from clients.offline import load_streams
 
@@ -132,9 +132,11 @@ def compile_(query, streams, schema_files, output) -> None:
         schemas = {s.name: s for s in load_streams(streams, schema_files)}
         schemas.setdefault("DUAL", StreamSchema("DUAL", ()))
         from air.cel import compile_cel
+        from air.sase import compile_sase
 
         text = Path(query).read_text(encoding="utf-8")
-        compiled = compile_cel(text, schemas, name_prefix=Path(query).stem)
+        compile_ = compile_sase if Path(query).suffix.lower() == ".sase" else compile_cel
+        compiled = compile_(text, schemas, name_prefix=Path(query).stem)
     except (CayugaError, ModelError) as exc:
         _fail(f"{query}: {exc}")
     autos = compiled.automata
@@ -241,9 +243,9 @@ def build_engine(remove) -> None:
 
 def _queries_in(paths) -> list[tuple[str, dict]]:
     """(where, request item) for each query: a ``.cel`` file is CEL, an
-    ``.xml`` file AIR (both named by their stem), a directory stands for its
-    ``.cel`` and ``.xml`` files in name order, and a ``.jsonl`` file holds one
-    query a line: a JSON string (CEL) or an object like the REST body."""
+    ``.xml`` file AIR, a ``.sase`` file SASE (all named by their stem), a
+    directory stands for its query files in name order, and a ``.jsonl`` file
+    holds one query a line: a JSON string (CEL) or an object like the REST body."""
     import json
 
     from clients.offline import expand_queries
@@ -260,11 +262,11 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
                 except ValueError as exc:
                     _fail(f"{p}:{no}: not JSON: {exc}")
                 out.append((f"{p}:{no}", {"cel": item} if isinstance(item, str) else item))
-        elif suffix in (".cel", ".xml"):
-            kind = "cel" if suffix == ".cel" else "air"
+        elif suffix in (".cel", ".xml", ".sase"):
+            kind = {".cel": "cel", ".xml": "air", ".sase": "sase"}[suffix]
             out.append((str(p), {kind: p.read_text(encoding="utf-8"), "name": p.stem}))
         else:
-            _fail(f"{p}: not a query file (.cel, .xml, or .jsonl with one query a line)")
+            _fail(f"{p}: not a query file (.cel, .xml, .sase, or .jsonl with one query a line)")
     return out
 
 
@@ -284,9 +286,9 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, cace
     """Register the queries of files and directories with a running server,
     many per request (POST /subscriptions/batch), with a progress bar.
 
-    PATH is a query file (.cel CEL, .xml AIR), a directory of them (taken in
-    name order), or a .jsonl file with one query a line (a JSON string of CEL,
-    or {"cel"|"air": ..., "name": ...}). Prints "<id> <where>" for each
+    PATH is a query file (.cel CEL, .xml AIR, .sase SASE), a directory of them
+    (taken in name order), or a .jsonl file with one query a line (a JSON string
+    of CEL, or {"cel"|"air"|"sase": ..., "name": ...}). Prints "<id> <where>" for each
     subscription registered, and on standard error each warning (a NEXT or
     FOLD that keeps automaton instances without a time bound: registered
     all the same) with its file and position. A request with errors registers

@@ -203,13 +203,14 @@ class CayugaClient:
         return self._call("GET", "/streams")
 
     def subscribe(self, *, cel: str | None = None, air: str | None = None, name: str | None = None,
-                  max_instances: int | None = None, max_state_bytes: int | str | None = None) -> dict:
+                  max_instances: int | None = None, max_state_bytes: int | str | None = None,
+                  sase: str | None = None) -> dict:
         """Register a subscription; the answer's ``warnings`` list each clause
         that keeps automaton instances without a time bound (registered all the
         same). ``max_instances`` / ``max_state_bytes`` (bytes or a size such as
         ``"64MiB"``) cap its state (above, its oldest partial matches are shed
         and it is marked inexact)."""
-        body: dict = {"cel": cel} if cel is not None else {"air": air}
+        body: dict = {"cel": cel} if cel is not None else {"sase": sase} if sase is not None else {"air": air}
         if name:
             body["name"] = name
         if max_instances is not None:
@@ -220,15 +221,16 @@ class CayugaClient:
 
     def subscribe_many(self, queries: Iterable[dict | str]) -> list[dict]:
         """Register many subscriptions in one call, all or nothing: each item
-        is CEL text or a dict like :meth:`subscribe`'s arguments (``cel`` or
-        ``air``, optional ``name``). Returns them in order, each with its
+        is CEL text or a dict like :meth:`subscribe`'s arguments (``cel``,
+        ``air`` or ``sase``, optional ``name``). Returns them in order, each with its
         ``warnings`` (as :meth:`subscribe`); on errors raises
         :class:`CayugaAPIError` whose ``body["errors"]`` give each one's ``index``."""
         items = [{"cel": q} if isinstance(q, str) else {k: v for k, v in q.items() if v is not None} for q in queries]
         return self._call("POST", "/subscriptions/batch", json={"subscriptions": items})["subscriptions"]
 
-    def validate(self, *, cel: str | None = None, air: str | None = None) -> dict:
-        return self._call("POST", "/subscriptions/validate", json={"cel": cel} if cel is not None else {"air": air})
+    def validate(self, *, cel: str | None = None, air: str | None = None, sase: str | None = None) -> dict:
+        body = {"cel": cel} if cel is not None else {"sase": sase} if sase is not None else {"air": air}
+        return self._call("POST", "/subscriptions/validate", json=body)
 
     def subscriptions(self, offset: int = 0, limit: int | None = None) -> list[dict]:
         """Registered subscriptions in registration order (a page of them with

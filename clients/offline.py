@@ -58,10 +58,20 @@ def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
                on_warning: Callable[[BoundWarning], None] | None = None) -> list[Automaton]:
     """Automata of one query file: ``.xml`` is AIR, ``.cel`` is CEL (compiled,
     through ``shapes`` when given: queries that differ only in constants are
-    compiled once). ``on_warning`` is called with each clause that keeps
-    automaton instances without a time bound (air/boundwarn.py)."""
+    compiled once), ``.sase`` is SASE (docs/design/sase.md). ``on_warning`` is
+    called with each clause that keeps automaton instances without a time
+    bound (air/boundwarn.py)."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() == ".sase":
+        from air.sase import compile_sase
+
+        fns = function_types if function_types is not None else (functions or FunctionRegistry.default()).return_types()
+        sase = compile_sase(text, streams, functions=fns, name_prefix=p.stem)
+        if on_warning is not None:
+            for w in sase.warnings:
+                on_warning(w)
+        return list(sase.automata)
     if p.suffix.lower() == ".cel":
         from air.cel import compile_cel
 
@@ -79,12 +89,12 @@ def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
     return autos
 
 
-QUERY_SUFFIXES = (".cel", ".xml")
+QUERY_SUFFIXES = (".cel", ".xml", ".sase")
 
 
 def expand_queries(paths: Iterable[str | Path]) -> list[Path]:
-    """Query files in order: a directory stands for its ``.cel`` and ``.xml``
-    files, sorted by name (not recursive)."""
+    """Query files in order: a directory stands for its ``.cel``, ``.xml`` and
+    ``.sase`` files, sorted by name (not recursive)."""
     out: list[Path] = []
     for q in paths:
         p = Path(q)

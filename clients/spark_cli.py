@@ -126,7 +126,8 @@ def _session(master: str, app: str) -> _Session:
 @spark.command()
 @_common
 @click.option("--query", "queries", multiple=True, required=True, type=click.Path(exists=True, dir_okay=False),
-              help="A query: AIR (.xml) or CEL (.cel). Repeatable; later queries may read earlier outputs.")
+              help="A query: AIR (.xml), CEL (.cel) or SASE (.sase). Repeatable; later queries may read earlier "
+                   "outputs.")
 @click.option("--input", "input_path", required=True, help="Events: a file or directory (JSON lines, CSV, Parquet).")
 @click.option("--input-format", type=click.Choice(_INPUT_FORMATS), default=None,
               help=_INPUT_FORMAT_HELP)
@@ -286,7 +287,8 @@ if __name__ == "__main__":
 @spark.command()
 @_common
 @click.option("--query", "queries", multiple=True, required=True, type=click.Path(exists=True, dir_okay=False),
-              help="A query: AIR (.xml) or CEL (.cel). Repeatable; later queries may read earlier outputs.")
+              help="A query: AIR (.xml), CEL (.cel) or SASE (.sase). Repeatable; later queries may read earlier "
+                   "outputs.")
 @click.option("--input", "input_path", required=True,
               help="A directory that event files keep arriving in (JSON lines, Cayuga lines, CSV, Parquet). "
                    "Files are read whole; write each elsewhere and move it in.")

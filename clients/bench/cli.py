@@ -110,6 +110,37 @@ def runup(events, n_symbols, min_length, no_index, no_merge, no_fr_index, no_ins
     _emit(run_workload(w, opts, profile=profile, pause=pause), symbols=n_symbols)
 
 
+@bench.command("sase")
+@click.option("--events", type=int, default=200_000, show_default=True, help="Events to generate.")
+@click.option("--length", type=click.IntRange(1, 10), default=3, show_default=True,
+              help="Positive components of the sequence (the paper: 2-6).")
+@click.option("--window", type=click.IntRange(1), default=1000, show_default=True,
+              help="WITHIN, in events (one event per time unit; the paper: 10K-100K).")
+@click.option("--negations", type=click.IntRange(0, 5), default=0, show_default=True,
+              help="Negated components, one per gap from the second (the paper: 0-2).")
+@click.option("--negated-end", is_flag=True, help="Put the last negation after the sequence (under WITHIN).")
+@click.option("--domain", type=click.IntRange(1), default=100, show_default=True,
+              help="Values of a1, the equivalence attribute [a1] (the paper's V1: 10-10,000).")
+@click.option("--types", type=click.IntRange(2), default=20, show_default=True,
+              help="Event types, one stream each (the paper: 20).")
+@click.option("--simple", is_flag=True, help="Add a simple predicate, x1.a2 < 500 (the paper's SP).")
+@click.option("--param", is_flag=True, help="Add a parameterized predicate, x1.a3 < xL.a3 (the paper's IP).")
+@_switches
+def sase(events, length, window, negations, negated_end, domain, types, simple, param, no_index, no_merge,
+         no_fr_index, no_instance_index, no_sorted_index, seed, profile, pause):
+    """The SASE paper's workload shape through the SASE front end: SEQ of
+    --length types WHERE [a1] WITHIN --window, with --negations; events/s,
+    matches per second and per event (its selectivity) (clients/bench/sase.py)."""
+    from clients.bench.sase import run as run_sase
+
+    opts = engine_options(no_index, no_merge, no_fr_index, no_instance_index, no_sorted_index)
+    try:
+        result = run_sase(events, length, window, negations, negated_end, domain, types, simple, param, seed, opts)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    _emit(result)
+
+
 @bench.command("increasing-sweep")
 @click.option("--ks", default="10,100,1000,10000", show_default=True, help="Comma-separated numbers of queries.")
 @click.option("--events", type=int, default=200000, show_default=True, help="Events to generate.")

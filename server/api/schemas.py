@@ -48,6 +48,7 @@ class SubscriptionIn(BaseModel):
 
     cel: str | None = Field(None, max_length=1_000_000, description="A CEL query")
     air: str | None = Field(None, max_length=4_000_000, description="AIR XML: one <NFA> or several in <NFAs>")
+    sase: str | None = Field(None, max_length=1_000_000, description="A SASE query (docs/design/sase.md)")
     name: str | None = Field(None, description=f"An optional label: {NAME_RULE.removeprefix('a name is ')}",
                              json_schema_extra={"maxLength": MAX_NAME_LENGTH, "pattern": NAME_PATTERN})
     max_instances: int | None = Field(None, ge=1, description=(
@@ -68,17 +69,17 @@ class SubscriptionIn(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one(self):
-        if (self.cel is None) == (self.air is None):
-            raise ValueError("give exactly one of 'cel' (a CEL query) or 'air' (AIR XML)")
+        if [self.cel, self.air, self.sase].count(None) != 2:
+            raise ValueError("give exactly one of 'cel' (a CEL query), 'air' (AIR XML) or 'sase' (a SASE query)")
         return self
 
     @property
     def kind(self) -> str:
-        return "cel" if self.cel is not None else "air"
+        return "cel" if self.cel is not None else "sase" if self.sase is not None else "air"
 
     @property
     def text(self) -> str:
-        return self.cel if self.cel is not None else self.air  # type: ignore[return-value]
+        return next(t for t in (self.cel, self.sase, self.air) if t is not None)
 
 
 #: The most subscriptions one batch registration may hold.

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS streams (
 CREATE TABLE IF NOT EXISTS subscriptions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT UNIQUE NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('cel', 'air')),
+    kind TEXT NOT NULL CHECK (kind IN ('cel', 'air', 'sase')),
     text TEXT NOT NULL,
     name TEXT,
     created REAL NOT NULL,
@@ -108,6 +108,24 @@ class Store:
             have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})").fetchall()}
             if column not in have:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        self._widen_kinds()
+
+    def _widen_kinds(self) -> None:
+        """A store made before SASE subscriptions checks ``kind IN ('cel', 'air')``,
+        which SQLite cannot alter: the table is copied into one with the current
+        check (rows, their order and the ids counter unchanged), in one transaction."""
+        sql = self._db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'subscriptions'"
+                               ).fetchone()[0]
+        if "'sase'" in sql:
+            return
+        create = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS subscriptions ("):]
+        create = create[:create.index(");") + 2].replace("IF NOT EXISTS subscriptions (", "subscriptions_new (")
+        columns = "seq, id, kind, text, name, created, shape, constants, installed_at"
+        with self._tx() as db:
+            db.execute(create)
+            db.execute(f"INSERT INTO subscriptions_new ({columns}) SELECT {columns} FROM subscriptions")
+            db.execute("DROP TABLE subscriptions")
+            db.execute("ALTER TABLE subscriptions_new RENAME TO subscriptions")
 
     def close(self) -> None:
         with self._lock:

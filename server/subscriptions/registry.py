@@ -110,8 +110,13 @@ class Validation(NamedTuple):
 def compile_subscription(kind: str, text: str, streams: Mapping[str, StreamSchema], sid: str,
                          functions: dict[str, str], time_unit_ms: float,
                          shapes: ShapeCache | None = None) -> tuple[tuple[Automaton, ...], list[str]]:
-    """Automata and user-visible output streams of a CEL or AIR text (CEL
+    """Automata and user-visible output streams of a CEL, SASE or AIR text (CEL
     through ``shapes`` when given: one compile per query shape)."""
+    if kind == "sase":
+        from air.sase import compile_sase
+
+        sase = compile_sase(text, streams, functions=functions, time_unit_ms=time_unit_ms, name_prefix=sid)
+        return sase.automata, list(sase.outputs)
     if kind == "cel":
         from air.cel import compile_cel
 
@@ -223,6 +228,12 @@ class Registrar:
                                                      name_prefix=p.id, count=False)
                     if strict:
                         p.warnings = [w.to_dict() for w in cel_warnings(p.text, compiled)]
+                elif p.kind == "sase":
+                    from air.sase import compile_sase
+
+                    sase = compile_sase(p.text, streams, functions=functions, time_unit_ms=unit, name_prefix=p.id)
+                    p.automata, p.outputs = sase.automata, list(sase.outputs)
+                    p.warnings = [w.to_dict() for w in sase.warnings] if strict else []
                 else:
                     p.automata, p.outputs = compile_subscription(p.kind, p.text, streams, p.id, functions, unit)
                     if strict:
@@ -408,6 +419,11 @@ class Registrar:
                 compiled = self.shapes.compile(sub.text, streams, functions=self.functions(), time_unit_ms=unit,
                                                name_prefix=sub.id)
                 return [w.to_dict() for w in cel_warnings(sub.text, compiled)]
+            if sub.kind == "sase":
+                from air.sase import compile_sase
+
+                return [w.to_dict() for w in compile_sase(sub.text, streams, functions=self.functions(),
+                                                          time_unit_ms=unit, name_prefix=sub.id).warnings]
             return [w.to_dict() for w in air_warnings(load_air_many(sub.text, name=sub.id), sub.text, unit)]
         except CayugaError:
             return []
@@ -478,6 +494,12 @@ class Registrar:
                                        name_prefix="validate")
                 autos, outs = tuple(compiled.automata), list(compiled.outputs)
                 warnings = [w.to_dict() for w in cel_warnings(text, compiled)]
+            elif kind == "sase":
+                from air.sase import compile_sase
+
+                sase = compile_sase(text, streams, functions=self.functions(), time_unit_ms=unit,
+                                    name_prefix="validate")
+                autos, outs, warnings = sase.automata, list(sase.outputs), [w.to_dict() for w in sase.warnings]
             else:
                 autos, outs = compile_subscription(kind, text, streams, "validate", self.functions(), unit)
                 warnings = [w.to_dict() for w in air_warnings(autos, text, unit)]

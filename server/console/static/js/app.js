@@ -3,7 +3,7 @@
 
 import { api, ApiError, AuthError, setToken, token } from "./api.js";
 import { formatDuration, formatNumber, formatSeconds, percentile, rate, Sparkline } from "./charts.js";
-import { Editor, queryKind } from "./editor.js";
+import { Editor } from "./editor.js";
 import { renderAutomaton, updateCounts } from "./graph.js";
 import { Matches } from "./matches.js";
 
@@ -279,7 +279,7 @@ function showValidation({ state: st, result, error }) {
   else if (st === "valid") {
     const outputs = result.outputs.join(", ") || "nothing";
     const warned = (result.warnings || []).length;
-    box.textContent = `✓ valid ${queryKind(editor.text).toUpperCase()}; publishes ${outputs}`
+    box.textContent = `✓ valid ${editor.kind.toUpperCase()}; publishes ${outputs}`
       + (warned ? ` (${plural(warned, "warning")} below)` : "");
   } else if (st === "failed") {
     if (error instanceof AuthError) askToken("").then(() => editor.validate());
@@ -303,7 +303,7 @@ async function register() {
   const name = $("#sub-name").value.trim() || undefined;
   $("#register").disabled = true;
   try {
-    const sub = await authed(() => api("POST", "/subscriptions", { [queryKind(text)]: text, name }));
+    const sub = await authed(() => api("POST", "/subscriptions", { [editor.kind]: text, name }));
     const v = $("#validation");
     if (sub.same_as && sub.same_as.length) {
       v.className = "status warning";
@@ -411,7 +411,10 @@ setupCharts();
 $("#register").addEventListener("click", register);
 $("#graph").addEventListener("click", () => $("#graph").classList.toggle("actual")); // fit the panel, or full size
 $("#send-events").addEventListener("click", sendEvents);
+$("#language").addEventListener("change", (ev) => editor.setLanguage(ev.target.value));
 $("#example").addEventListener("click", () => {
+  $("#language").value = "cel";
+  editor.language = "cel";
   if (allowed("manage")) editor.text = EXAMPLE_QUERY; // the editor validates: a manage operation
   $("#events-input").value = EXAMPLE_EVENTS;
 });

@@ -2,6 +2,7 @@
 // its line and column, and each warning (a clause that keeps instances without
 // a time bound) in another colour; validated through POST
 // /subscriptions/validate as you type. A warning never makes a query invalid.
+// The language switch picks CEL (AIR XML when the text starts with '<') or SASE.
 
 import { api } from "./api.js";
 
@@ -11,9 +12,15 @@ function escapeHtml(text) {
   return text.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 }
 
-export function queryKind(text) {
+export function queryKind(text, language = "cel") {
+  if (language === "sase") return "sase";
   return text.trimStart().startsWith("<") ? "air" : "cel";
 }
+
+const PLACEHOLDERS = {
+  cel: "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs",
+  sase: "EVENT SEQ(Stock a, Stock b) WHERE [Name] AND b.Price > a.Price WITHIN 1 hour",
+};
 
 // Offsets in `text` of each 1-based line start.
 function lineStarts(text) {
@@ -38,6 +45,7 @@ export class Editor {
     this.backdrop = root.querySelector(".backdrop");
     this.gutter = root.querySelector(".gutter");
     this.onResult = onResult;
+    this.language = "cel";
     this.seq = 0;
     this.timer = null;
     this.errors = [];
@@ -50,6 +58,17 @@ export class Editor {
 
   get text() {
     return this.textarea.value;
+  }
+
+  // "cel", "air" or "sase": what the text is sent as
+  get kind() {
+    return queryKind(this.text, this.language);
+  }
+
+  setLanguage(language) {
+    this.language = language;
+    this.textarea.placeholder = PLACEHOLDERS[language] || PLACEHOLDERS.cel;
+    this.changed();
   }
 
   set text(value) {
@@ -75,7 +94,7 @@ export class Editor {
     }
     let result;
     try {
-      result = await api("POST", "/subscriptions/validate", { [queryKind(text)]: text });
+      result = await api("POST", "/subscriptions/validate", { [queryKind(text, this.language)]: text });
     } catch (err) {
       if (seq === this.seq) this.onResult({ state: "failed", error: err });
       return;
