@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -314,8 +315,10 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, cace
                 bar.close()
                 errors = exc.body.get("errors") if isinstance(exc.body, dict) else None
                 for e in errors or [{"detail": str(exc)}]:
-                    where = chunk[e["index"]][0] if "index" in e else url
-                    click.echo(f"{where}: {e.get('detail') or e.get('message') or e.get('msg') or e}", err=True)
+                    item = re.match(r"body\.subscriptions\.(\d+)", e.get("where", ""))  # a 422's errors
+                    index = e["index"] if "index" in e else int(item.group(1)) if item else None
+                    where = chunk[index][0] if index is not None else url
+                    click.echo(f"{where}: {e.get('detail') or e.get('message') or e.get('problem') or e}", err=True)
                 click.echo(f"cayuga: registered {done} of {plural(len(queries), 'query')}; the request with "
                            f"queries {k + 1}-{k + len(chunk)} was refused", err=True)
                 sys.exit(1)

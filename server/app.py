@@ -96,7 +96,9 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError):
-        problems = [{"where": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in exc.errors()]
+        # pydantic starts a validator's own message with "Value error, ": the message is ours, the prefix noise
+        problems = [{"where": ".".join(str(p) for p in e["loc"]), "problem": e["msg"].removeprefix("Value error, ")}
+                    for e in exc.errors()]
         summary = "; ".join(f"{p['where']}: {p['problem']}" for p in problems)
         return JSONResponse(status_code=422, content={"detail": f"invalid request body: {summary}",
                                                       "errors": problems})

@@ -154,3 +154,16 @@ def test_cayuga_register_reports_each_error_with_its_file_and_registers_nothing(
     assert "registered 0 of 2 queries" in result.stderr
     with CayugaClient(server.base_url) as c:
         assert c.subscriptions() == []
+
+
+def test_cayuga_register_names_the_line_of_a_jsonl_item_with_an_unknown_field(server, tmp_path):
+    """Issue 35: a refused body's errors (422) named the server's URL and printed a dict."""
+    lines = tmp_path / "q.jsonl"
+    lines.write_text(json.dumps(UP.format(s="A")) + "\n" + json.dumps({"query": UP.format(s="B")}) + "\n")
+    result = CliRunner().invoke(cli, ["register", str(lines), "--url", server.base_url])
+    assert result.exit_code == 1
+    from server.api.schemas import query_fields
+
+    assert result.stderr.splitlines()[0] == (f"{lines}:2: unknown field 'query': send the query as {query_fields()} "
+                                             "(the other fields: name, max_instances, max_state_bytes)")
+    assert "registered 0 of 2 queries" in result.stderr

@@ -115,13 +115,32 @@ def test_streams_api(client):
     ("/subscriptions", {"air": "<NFA><Node/></NFA>"}, 400, "element <Node>: The attribute 'NodeType' is required"),
     ("/subscriptions", {}, 422, "give exactly one of 'cel'"),
     ("/streams", {"name": "S", "schema": {"a": "integr"}}, 422, "unknown attribute type 'integr'"),
-    ("/streams", {"name": "9S", "schema": {"a": "int"}}, 422, "name: Value error, the stream name '9S' starts with a digit"),
+    ("/streams", {"name": "9S", "schema": {"a": "int"}}, 422, "name: the stream name '9S' starts with a digit"),
     ("/streams", {"name": "S"}, 422, "schema: Field required"),
 ])
 def test_bad_bodies_are_4xx_with_what_to_fix(client, path, body, status, fragment):
     r = client.http.post(path, json=body)
     assert r.status_code == status, r.text
     assert fragment in r.text
+
+
+def test_an_unknown_body_field_names_the_fields_a_query_goes_in(client):
+    """Issue 35: {"query": ...} was "body.query: Extra inputs are not permitted"."""
+    from server.api.schemas import QUERY_LANGUAGES
+
+    for path, body, where in (("/subscriptions", {"query": "SELECT * FROM Stock"}, "body"),
+                              ("/subscriptions/validate", {"query": "SELECT * FROM Stock"}, "body"),
+                              ("/subscriptions/batch", {"subscriptions": [{"cel": "Stock"}, {"query": "Stock"}]},
+                               "body.subscriptions.1")):
+        r = client.http.post(path, json=body)
+        assert r.status_code == 422, r.text
+        (error,) = r.json()["errors"]
+        assert error["where"] == where
+        assert error["problem"].startswith("unknown field 'query': send the query as 'cel' (CEL text)")
+        assert error["problem"].endswith(" (the other fields: name, max_instances, max_state_bytes)")
+        assert all(f"'{k}' ({v})" in error["problem"] for k, v in QUERY_LANGUAGES.items())  # the one list
+        assert r.json()["detail"] == f"invalid request body: {where}: {error['problem']}"
+    assert client.subscriptions() == []
 
 
 def test_cel_error_body_has_line_column_and_excerpt(client):
