@@ -12,9 +12,10 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
+from clients.cli_manage import refusal, streams, subscriptions
 from clients.cli_send import send
 from clients.options import make_client, tls_options, url_option
-from clients.words import QueryWarnings, plural
+from clients.words import QueryWarnings, plural, unreachable
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -54,6 +55,8 @@ def main() -> None:
 
 
 main.add_command(send)  # clients/cli_send.py
+main.add_command(subscriptions)  # clients/cli_manage.py
+main.add_command(streams)
 
 
 _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volume int)". Repeatable.'
@@ -323,7 +326,7 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, cace
                            f"queries {k + 1}-{k + len(chunk)} was refused", err=True)
                 sys.exit(1)
             except (OSError, httpx.HTTPError) as exc:
-                _fail(explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}", 1)
+                _fail(explain_tls(exc, url) or unreachable(url, exc), 1)
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
                 for w in sub.get("warnings") or ():
@@ -365,7 +368,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     line on standard error and exit status 1."""
     import httpx
 
-    from clients.client import CayugaAPIError, TlsSetupError, WebSocketRefused, explain_tls
+    from clients.client import FINAL_CLOSE_CODES, CayugaAPIError, TlsSetupError, WebSocketRefused, explain_tls
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
@@ -383,8 +386,13 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     out = sys.stdout.buffer
     n = 0
 
-    def retrying(reason: str, delay: float) -> None:
-        click.echo(f"cayuga: {reason}; reconnecting in {delay:.1f} s", err=True)
+    told = ""
+
+    def retrying(reason: str, delay: float) -> None:  # each new reason once, not every retry of it
+        nonlocal told
+        if reason != told:
+            told = reason
+            click.echo(f"cayuga: {reason}; reconnecting (for up to {retry_for:g} s, --retry-for)", err=True)
 
     def notice(message: dict) -> None:  # e.g. the subscription lost partial matches: said, never printed as one
         click.echo(f"cayuga: {message.get('message') or json.dumps(message)}", err=True)
@@ -408,15 +416,16 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
                 break
     except CayugaAPIError as exc:
         if isinstance(exc, WebSocketRefused):  # e.g. a WebSocket cap (503): retried for --retry-for
-            _fail(f"gave up after {retry_for:g} s of retries: the server refused the WebSocket: {exc}", 1)
-        _fail(f"the server closed the connection: {exc}", 1)
+            _fail(f"gave up after {retry_for:g} s of retries: the server refused the WebSocket: {exc.detail}", 1)
+        words = refusal(exc, url, subscription=subscription, stream=stream)
+        _fail(words if exc.status in FINAL_CLOSE_CODES or exc.status < 500
+              else f"gave up after {retry_for:g} s of retries: {words}", 1)
     except KeyboardInterrupt:
         pass
     except TlsSetupError as exc:  # a TLS failure no retry mends (an unknown CA, a wrong name)
         _fail(str(exc), 1)
     except (OSError, httpx.TransportError) as exc:  # the WebSocket, or the REST call for last_seq
-        _fail(f"gave up after {retry_for:g} s of retries: "
-              + (explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}"), 1)
+        _fail(f"gave up after {retry_for:g} s of retries: " + (explain_tls(exc, url) or unreachable(url, exc)), 1)
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         _fail(f"{type(exc).__name__}: {exc}", 1)
     finally:
