@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import types
 import typing
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Literal
 
 import yaml
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
 from air.names import name_problem
@@ -87,6 +88,8 @@ class TokenSpec(BaseModel):
 
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: Where each setting :func:`load_settings` read came from (see :meth:`origin`).
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
     streams: dict[str, dict[str, str]] = {}
     time_unit_ms: float = 1.0
@@ -272,6 +275,11 @@ class Settings(BaseModel):
             raise ValueError("must be a positive number of milliseconds")
         return v
 
+    def origin(self, name: str) -> str:
+        """Where setting ``name`` came from, for a message that names it: ``the flag --http-port``,
+        ``CAYUGA_HTTP_PORT=8400``, ``http_port in FILE``, or its default."""
+        return self._origins.get(name) or f"the default {name}"
+
     def function_specs(self) -> dict[str, tuple[str, str]]:
         """NAME -> (module:attribute, return type): plain data that can be shipped
         to another process (Spark executors) and imported there."""
@@ -408,15 +416,47 @@ def load_settings(path: str | Path | None = None, **overrides) -> Settings:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of setting names to values")
     merged = dict(data)
+    origins = {name: f"{name} in {'the bundled ' if path is None else ''}{p}" for name in data}
     for name, field in Settings.model_fields.items():
         raw = os.environ.get(ENV_PREFIX + name.upper())
         if raw is not None:
             merged[name] = env_value(field.annotation, raw)
-    merged.update({k: v for k, v in overrides.items() if v is not None})
+            origins[name] = f"{ENV_PREFIX}{name.upper()}" + ("" if name == "auth_tokens" else f"={raw}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    merged.update(given)
+    origins.update({k: f"the flag --{k.replace('_', '-')}" for k in given})  # cayuga serve's flags
     try:
         settings = Settings(**merged)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{p} (or a CAYUGA_* environment variable): {problems}") from None
+    settings._origins = origins
     return settings
+
+
+#: The server's ports: what each is called in a message, and the flag that sets it.
+_PORTS = {"http_port": ("HTTP", "--http-port"), "tcp_port": ("TCP event", "--tcp-port")}
+
+
+def port_refusal(exc: OSError, settings: Settings, name: str) -> ConfigError:
+    """Why the server cannot listen on its ``http_port`` or ``tcp_port`` (``name``), in
+    one line: the port, the setting that chose it, and how to choose another."""
+    import errno
+
+    what, flag = _PORTS[name]
+    port, host = getattr(settings, name), settings.host
+    other = (f"give this server another port: {flag} N or {ENV_PREFIX}{name.upper()}=N (0 picks a free one, "
+             "and --port-file FILE says which)")
+    if exc.errno == errno.EADDRINUSE:
+        why = (f"the {what} port {port} on {host} is in use (by another cayuga serve, or another program: "
+               f"`ss -ltnp 'sport = :{port}'` names it)")
+    elif exc.errno == errno.EACCES:
+        why = f"the {what} port {port} on {host} may not be used by this user (ports below 1024 need privileges)"
+    elif exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return ConfigError(f"cannot start: {host} is no address of this machine ({exc.strerror or exc}; the host "
+                           f"comes from {settings.origin('host')}): give --host or {ENV_PREFIX}HOST an address of its own, "
+                           "e.g. 127.0.0.1, or 0.0.0.0 for all")
+    else:
+        why = f"cannot listen on the {what} port {port} on {host}: {exc}"
+    return ConfigError(f"cannot start: {why}; the port comes from {settings.origin(name)}: {other}")

@@ -44,7 +44,7 @@ from server.durability.recovery import Recovery, ServerStarting
 from server.durability.store import Store
 from server.durability.witlog import WitnessLog
 from server.ingest.queue import DelayQueue
-from server.ingest.tcp import TcpReceiver
+from server.ingest.tcp import TcpReceiver, bind_port
 from server.observability.counters import Counters
 from server.observability.health import Health
 from server.observability.metrics import make_registry
@@ -104,6 +104,7 @@ class Daemon:
             self.lock.release()
             raise
         self.receiver: TcpReceiver | None = None
+        self._tcp_sock = None  # the event port, when bind_tcp() bound it before start()
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
         self._stop = threading.Event()
@@ -236,7 +237,7 @@ class Daemon:
             time_unit_ms=st.time_unit_ms, streams=lambda: list(self.declared),
             max_per_address=st.max_connections_per_address, idle_timeout=st.idle_timeout,
             security=self.security, horizon=self.horizon, max_value_bytes=st.max_value_bytes,
-            stamp=st.time == "clock", gate=self.accepting)
+            stamp=st.time == "clock", gate=self.accepting, sock=self._tcp_sock)
         try:
             self.receiver.start()
         except BaseException:
@@ -248,6 +249,11 @@ class Daemon:
             raise
         self.started = True
         self.recovery.start(stored)
+
+    def bind_tcp(self) -> None:
+        """Bind the TCP event port now, before the HTTP server starts (start() listens on it):
+        a port in use is an OSError here, not a failure inside the HTTP server's start-up."""
+        self._tcp_sock = bind_port(self.settings.host, self.settings.tcp_port)
 
     def drain(self, timeout: float) -> None:
         """Graceful stop, first half: no new events, run what is queued, and
@@ -281,6 +287,8 @@ class Daemon:
         """Stop everything (idempotent); returns when threads have ended. The
         data directory's lock is released last, once nothing writes there."""
         if not self.started:
+            if self._tcp_sock is not None:
+                self._tcp_sock.close()
             self.lock.release()
             return
         timeout = timeout if timeout is not None else self.settings.shutdown_timeout
