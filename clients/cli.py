@@ -128,12 +128,17 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the AIR here instead of standard output.")
 def compile_(query, streams, schema_files, output) -> None:
-    """Compile a CEL (or, .sase, SASE) query to AIR (one <NFA> per automaton)."""
+    """Compile a CEL (or, .sase, SASE) query to AIR (one <NFA> per automaton).
+
+    Without --stream or --schema, the streams of the bundled config.yaml are
+    declared (Stock), as cayuga run declares them."""
     from air.airxml import dump_air
     from clients.offline import load_streams
+    from server.config import ConfigError, load_settings
 
     try:
-        schemas = {s.name: s for s in load_streams(streams, schema_files)}
+        schemas = {s.name: s for s in load_streams(streams, schema_files)
+                   or load_settings().stream_schemas()}  # none given: the bundled config's, as cayuga run
         schemas.setdefault("DUAL", StreamSchema("DUAL", ()))
         from air.cel import compile_cel
         from air.sase import compile_sase
@@ -141,7 +146,7 @@ def compile_(query, streams, schema_files, output) -> None:
         text = Path(query).read_text(encoding="utf-8")
         compile_ = compile_sase if Path(query).suffix.lower() == ".sase" else compile_cel
         compiled = compile_(text, schemas, name_prefix=Path(query).stem)
-    except (CayugaError, ModelError) as exc:
+    except (CayugaError, ModelError, ConfigError) as exc:
         _fail(f"{query}: {exc}")
     autos = compiled.automata
     if len(autos) == 1:
