@@ -11,7 +11,7 @@ const $ = (sel) => document.querySelector(sel);
 const POLL_MS = 1000;
 const LIST_EVERY = 5; // refresh the stream and subscription lists every this many polls
 const LAG_TITLE = "how far the engine's epoch is behind the newest event received, in the events' own time: "
-  + "events waiting to be processed; idle when none wait";
+  + "events waiting to be processed; idle when none came in or wait";
 
 // The README's first subscription and the six events of examples/example9.jsonl.
 const EXAMPLE_QUERY = `SELECT Name, Price_1 AS Before, Price AS After
@@ -109,14 +109,17 @@ async function poll() {
   const s = await authed(() => api("GET", `/stats?limit=500`));
   const prev = state.previous;
   const dt = prev ? s.time - prev.time : 0;
-  charts.events.push(prev ? rate(s.events, prev.events, dt) : null);
+  const eventsPerSecond = prev ? rate(s.events, prev.events, dt) : null;
+  charts.events.push(eventsPerSecond);
   charts.witnesses.push(prev ? rate(s.witnesses, prev.witnesses, dt) : null);
   charts.queue.push(s.queue_depth);
   // The lag behind the newest event received, never behind the clock: an idle server's epoch falls behind
   // the clock by the time since its last event (7.4 s, then 35.9 s, as if the engine lagged), and
   // events that carry their own times (a replay, the README's 1970 quotes) by however old they are.
+  // Idle: nothing came in since the last reading and nothing waits.
   const lag = s.stream_lag_seconds ?? 0;
-  charts.lag.push(lag, s.queue_depth === 0 && lag === 0 ? "idle" : undefined);
+  const idle = s.queue_depth === 0 && lag === 0 && !eventsPerSecond;
+  charts.lag.push(lag, idle ? "idle" : lag === 0 ? "0 s" : undefined);
   charts.p99.push(percentile(s.latency_buckets, prev && prev.latency_buckets));
   const changed = state.subCount >= 0 && s.subscription_count !== state.subCount;
   if (changed || state.polls % LIST_EVERY === 0) await refreshLists();
@@ -389,7 +392,7 @@ async function health() {
     const held = h.holding_back ? ` · ${h.holding_back.subscription} holds ${h.holding_back.instances} instances` : "";
     const nInexact = Object.keys(h.inexact || {}).length;
     const inexact = nInexact ? ` · ${nInexact} inexact` : "";
-    $("#health").textContent = `${h.status}${inexact}${held} · ${h.engine_build} engine · ${h.clients} clients`;
+    $("#health").textContent = `${h.status}${inexact}${held} · ${h.engine_build} engine · ${h.clients} client${h.clients === 1 ? "" : "s"}`;
     $("#health").title = h.reason || "";
     $("#health").className = `pill ${h.status}`;
   } catch {
