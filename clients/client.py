@@ -447,10 +447,10 @@ class CayugaClient:
             except CayugaAPIError as exc:  # the REST call for last_seq
                 if exc.status < 500:
                     raise
-                reason, failure = str(exc), exc
+                reason, failure = exc.detail, exc
             except InvalidStatus as exc:  # refused before it became a WebSocket (a cap reached: 503)
                 failure = WebSocketRefused(exc.response.status_code, _handshake_body(exc.response.body))
-                reason = f"the server refused the WebSocket: {failure}"
+                reason = f"the server refused the WebSocket: {failure.detail}"
             except (OSError, InvalidHandshake, httpx.TransportError) as exc:
                 tls_problem = explain_tls(exc, self.base_url)
                 if tls_problem is not None and "expired" not in tls_problem:  # retrying cannot mend a CA or a name
