@@ -9,8 +9,9 @@ half a minute of random Stock events so that the charts have something to show.
 
 The picture shows what an install runs: it is refused with the pure-Python
 engine (build the compiled one first: ``cayuga build-engine``) and with an
-epoch lag in years. What the page showed (its header and epoch lag) is written
-into the PNG as a text chunk, ``cayuga-console``, which
+epoch lag in years. What the page showed (its header and epoch lag) and a
+digest of the console's files are written into the PNG as a text chunk,
+``cayuga-console``, which
 tests/ui/test_readme_picture.py reads (issue 35: the picture showed "python
 engine" and "epoch lag 56.9 y").
 """
@@ -35,6 +36,18 @@ from tests.ui.conftest import ARGS, CHROMIUM
 
 #: The PNG text chunk's keyword for what the page showed.
 KEYWORD = b"cayuga-console"
+#: The console's own files (not its vendored ones): the picture is of them.
+CONSOLE = Path(__file__).resolve().parents[2] / "server" / "console" / "static"
+
+
+def console_digest() -> str:
+    """A digest of the console's page, styles and scripts: the picture shows this console."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted([*CONSOLE.glob("*.html"), *CONSOLE.glob("*.css"), *CONSOLE.glob("js/*.js")]):
+        h.update(f.relative_to(CONSOLE).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def write_facts(path: str | Path, facts: dict) -> None:
@@ -106,7 +119,8 @@ def main(out: str = "docs/console.png", seconds: float = 30.0, require_compiled:
                     time.sleep(0.5)  # the subject: traffic paced over `seconds`, so the console charts fill
                 lag = page.locator("#chart-lag output")
                 expect(lag).not_to_have_text("–")
-                facts = {"health": page.locator("#health").text_content(), "lag": lag.text_content()}
+                facts = {"health": page.locator("#health").text_content(), "lag": lag.text_content(),
+                         "console": console_digest()}
                 if facts["lag"].endswith(" y"):
                     raise SystemExit(f"the epoch lag reads {facts['lag']}: not a picture for the README")
                 page.screenshot(path=out)
