@@ -288,3 +288,29 @@ def test_one_chunk_per_subscription_reaches_every_format_and_the_log_alike(clien
         while len(resumed) < want:
             resumed.extend(next(again).split("\n"))
     assert resumed == got_seq
+
+
+def test_a_body_that_is_not_a_json_object_and_an_unknown_path_say_what_to_send(client):
+    """Issue 35: 'body.15: JSON decode error', 'Input should be a valid dictionary ...' (curl -d without a
+    content-type) and 'Not Found' said nothing a newcomer could act on."""
+    cases = [
+        (dict(content='{"cel": "Stock"', headers={"content-type": "application/json"}), 422,
+         "invalid request body: body: not JSON: Expecting ',' delimiter at character 15 of the body"),
+        (dict(content='{"cel": "Stock"}', headers={"content-type": "application/x-www-form-urlencoded"}), 422,
+         "invalid request body: body: the body must be a JSON object, sent with content-type: application/json "
+         "(this one came as application/x-www-form-urlencoded)"),
+        (dict(headers={"content-type": "application/json"}), 422,
+         "invalid request body: body: the body must be a JSON object, sent with content-type: application/json "
+         "(this one is empty)"),
+    ]
+    for kw, status, detail in cases:
+        r = client.http.post("/subscriptions", **kw)
+        assert (r.status_code, r.json()["detail"]) == (status, detail)
+    r = client.http.get("/subscription")
+    assert (r.status_code, r.json()) == (404, {"detail": "no such endpoint: GET /subscription; GET /docs lists the "
+                                                         "API's operations"})
+    r = client.http.put("/subscriptions")
+    assert (r.status_code, r.json()["detail"]) == (405, "PUT is not an operation of /subscriptions; GET /docs "
+                                                        "lists the API's operations")
+    assert r.headers["allow"]  # starlette's Allow header is kept
+    assert client.http.get("/subscriptions/s9").json()["detail"] == "no subscription 's9'; GET /subscriptions lists them"
