@@ -257,7 +257,7 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
     holds one query a line: a JSON string (CEL) or an object like the REST body."""
     import json
 
-    from clients.offline import expand_queries
+    from clients.offline import QUERY_FILES, check_language, expand_queries
 
     out: list[tuple[str, dict]] = []
     for p in expand_queries(paths):
@@ -271,11 +271,14 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
                 except ValueError as exc:
                     _fail(f"{p}:{no}: not JSON: {exc}")
                 out.append((f"{p}:{no}", {"cel": item} if isinstance(item, str) else item))
-        elif suffix in (".cel", ".xml", ".sase"):
-            kind = {".cel": "cel", ".xml": "air", ".sase": "sase"}[suffix]
-            out.append((str(p), {kind: p.read_text(encoding="utf-8"), "name": p.stem}))
         else:
-            _fail(f"{p}: not a query file (.cel, .xml, .sase, or .jsonl with one query a line)")
+            text = p.read_text(encoding="utf-8")
+            try:
+                check_language(p, text)  # a suffix of no language, or XML where text goes: what to rename
+            except CayugaError as exc:
+                _fail(f"{p}: {exc}" + ("" if suffix in QUERY_FILES else "; or a .jsonl file holds one query a line"))
+            kind = {".cel": "cel", ".xml": "air", ".sase": "sase"}[suffix]
+            out.append((str(p), {kind: text, "name": p.stem}))
     return out
 
 

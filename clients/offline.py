@@ -63,7 +63,7 @@ def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
     bound (air/boundwarn.py)."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
-    _check_language(p, text)
+    check_language(p, text)
     if p.suffix.lower() == ".sase":
         from air.sase import compile_sase
 
@@ -104,7 +104,7 @@ def _looks_like(text: str) -> str:
     return ".xml" if head.startswith("<") else ".sase" if re.match(r"EVENT\b", head, re.I) else ".cel"
 
 
-def _check_language(p: Path, text: str) -> None:
+def check_language(p: Path, text: str) -> None:
     """Refuse a file whose suffix names no query language (``q.txt``), or XML in a file of
     another language and text in a ``.xml`` one, saying what to rename it to."""
     suffix, guess = p.suffix.lower(), _looks_like(text)
