@@ -98,7 +98,8 @@ class Checkpoints:
         position = (lambda: journal.appended if journal is not None else 0)
         if self.remote is not None:  # the engine's state is an engine worker's: its child writes the file
             started = self.snapshotter.fork_remote(self.queue.lock, position, self.main_state,
-                                                   lambda tmp, part: self.remote.snapshot(tmp, part, fork=True))
+                                                   lambda tmp, part: self.remote.snapshot(tmp, part, fork=True),
+                                                   children=len(self.remote.links))
         else:
             started = self.snapshotter.fork(self.queue.lock, position, self.state)
         if started:

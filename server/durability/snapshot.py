@@ -277,13 +277,14 @@ class Snapshotter:
         return True
 
     def fork_remote(self, lock: threading.Lock, journal: Callable[[], int], collect: Callable[[], dict],
-                    start: Callable[[Path, dict], int]) -> bool:
+                    start: Callable[[Path, dict], object], children: int = 1) -> bool:
         """:meth:`fork`, when other processes hold the engine (engine workers,
         server/workers/): ``collect()`` (this process's part, read under
         ``lock`` with the journal's position) and the temporary path go to
-        ``start``, which has those processes' forked children write the file
-        and its parts and returns how many children there are; each one's end
-        comes to :meth:`remote_done` (its exit status)."""
+        ``start``, which has those processes' forked children (``children`` of
+        them) write the file and its parts; each one's end comes to
+        :meth:`remote_done` (its exit status), maybe before ``start`` returns.
+        A failure to start is counted and said, and changes nothing else."""
         if self._child is not None:
             return False
         begin = time.perf_counter()
@@ -293,13 +294,17 @@ class Snapshotter:
             part = collect()
         self._remote_status = None
         self._remote_statuses = []
+        self._remote_children = children
         self._remote_done.clear()
         self._child, self._paths, self._started = -1, (tmp, final), time.monotonic()
         try:
-            self._remote_children = start(tmp, part)
-        except BaseException:
+            start(tmp, part)
+        except Exception as exc:  # noqa: BLE001 - e.g. a worker still writing the last one: the next tries again
             self._child = None
-            raise
+            self.failed += 1
+            self.last_error = str(exc)
+            log.error("snapshot %s could not be started: %s", final.name, exc)
+            return False
         self.last_pause = time.perf_counter() - begin
         self._watcher = threading.Thread(target=self._watch, name="cayuga-snapshot", daemon=True)
         self._watcher.start()

@@ -247,6 +247,8 @@ class WorkerEngineThread(EngineThread):
                                                   parts[w]))
         if workers:
             self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker))
+        else:  # no worker reads these events: taken, and through (as one engine would count them)
+            self._totals(0)
 
     def quiesce(self) -> bool:
         """Take back every batch in flight (on this thread): the workers' state is
@@ -315,18 +317,25 @@ class WorkerEngineThread(EngineThread):
                 if found.decisions:  # the worker waits for the word
                     self._deciding[w] = (decisions, head.fed)
                     self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
-        self._totals()
+        self._totals(head.events)  # (this batch is taken off the flights once delivered)
         return True
 
-    def _totals(self) -> None:
-        """The engine's running totals and epoch, as one engine's (summed over the workers)."""
+    def _totals(self, delivering: int) -> None:
+        """The engine's running totals and epoch, as one engine's: what each worker made is
+        summed (witnesses, resubscribed events, errors, instances shed or expired); what every
+        worker sees of the same input is counted once (the events: those taken, plus the
+        resubscribed; epochs and late events: the most any worker counted)."""
         st, stats = self.engine.stats, list(self._stats.values())
         for i, name in enumerate(self._fields):
             values = [s[i] for s in stats]
             if values and isinstance(values[0], str):
                 setattr(st, name, next((v for v in reversed(values) if v), ""))
+            elif name in ("epochs", "late"):
+                setattr(st, name, max(values, default=0))
             else:
                 setattr(st, name, sum(values))
+        if len(self.links) > 1:
+            st.events = self.processed + delivering + st.resubscribed
         epochs = [e for e in self._epochs.values() if e is not None]
         self.epoch = max(epochs) if epochs else None
 

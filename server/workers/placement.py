@@ -17,9 +17,12 @@ sent them.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Iterable
 
 from air.engine import EngineError
+
+log = logging.getLogger("cayuga.daemon")
 
 
 class Placement:
@@ -67,7 +70,11 @@ class Placement:
         self.cost[worker] += max(cost, 1)
         self.version += 1
         if self._save is not None:
-            self._save(sid, worker)
+            try:
+                self._save(sid, worker)
+            except Exception as exc:  # noqa: BLE001 - a full disk: the registration's own write says so
+                log.warning("where subscription %s runs (worker %d) could not be stored (%s): a restart places "
+                            "it afresh", sid, worker, exc)
         return worker
 
     def remove(self, sid: str) -> int | None:
