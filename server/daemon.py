@@ -107,6 +107,7 @@ class Daemon:
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
         self._stop = threading.Event()
+        self._final_written = False  # the shutdown snapshot (drain)
         self.started = False
         if self.link is not None:
             self.processing: EngineThread = WorkerEngineThread(self.engine, self.queue, settings, self.counters,
@@ -268,8 +269,12 @@ class Daemon:
         self.queue.wake()
         self.processing.join(max(deadline - time.monotonic(), 0.1))
         self.snapshotter.stop(timeout=0.0)  # a periodic one being written is superseded by the final one
-        if self.processing.thread is not None and not self.processing.alive and not self.witnesses.unlogged:
-            self.checkpoints.final()  # not when witnesses were abandoned: the journal replay makes them again
+        if (self.processing.thread is not None and not self.processing.alive and not self.witnesses.unlogged
+                and not self._final_written):
+            # not when witnesses were abandoned: the journal replay makes them again; and once: stop() drains
+            # again after a SIGTERM's drain, and a second, identical snapshot pushed the older one out
+            self._final_written = True
+            self.checkpoints.final()
         while self.hub.pending() and time.monotonic() < deadline:
             time.sleep(0.01)
         for ch in self.hub.channels():  # tell each client we are going away (close code 1001)
