@@ -365,7 +365,9 @@ class CayugaClient:
         :class:`CayugaAPIError` (a close) or OSError. ``on_retry(reason, delay)``
         is told of each retry; ``on_notice(message)`` of each control message
         (:func:`is_control`, e.g. ``{"control": "inexact", ...}``: the subscription
-        lost partial matches), which is never yielded as a witness."""
+        lost partial matches; ``{"control": "gap", ...}``: the server's witness log
+        lacks witnesses ``from`` to ``to``, and a resume goes on after them), which
+        is never yielded as a witness."""
         after = dict(after or {})
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         down_since: float | None = None
@@ -389,8 +391,12 @@ class CayugaClient:
                         except TimeoutError:
                             raise _RecvTimeout from None
                         if msg[:1] == b"{" and is_control(msg):
+                            notice = json.loads(msg)
+                            if notice.get("control") == "gap" and isinstance(notice.get("to"), int):
+                                gapped = subscription or notice.get("subscription")  # lost: resume after them
+                                after[gapped] = max(after.get(gapped, 0), notice["to"])
                             if on_notice is not None:
-                                on_notice(json.loads(msg))
+                                on_notice(notice)
                             continue
                         if subscription:  # one run when the seqs are new and consecutive (they are)
                             known = after[subscription]

@@ -465,6 +465,9 @@ class Daemon:
     def inexact(self) -> dict[str, dict]:
         return self.health.inexact()
 
+    def witness_gaps(self) -> dict[str, list[dict]]:
+        return self.health.witness_gaps()
+
     def workers(self) -> list[dict]:
         return self.health.workers()
 

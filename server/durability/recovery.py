@@ -20,6 +20,7 @@ from typing import Callable
 
 from air.engine import Engine, EngineError, Event
 from air.engine.memory import paused_gc
+from server.durability import witgaps
 from server.durability.journal import Journal
 from server.durability.snapshot import SnapshotFile, SnapshotStore
 from server.durability.store import Store, StoredSubscription
@@ -123,8 +124,15 @@ class Recovery:
         with paused_gc():  # a snapshot is a million small tuples, which live on
             found = self.snapshots.load_latest()
         snap, snap_file = found if found is not None else (None, None)
-        seconds = self.recovered["seconds"] = {"snapshot_read": round(clock() - began, 2)}
         exact = self.replayable(snap_file)
+        del found
+        gaps = self._witness_gaps(stored, snap, exact)
+        if gaps and exact and snap is not None:
+            del snap  # one snapshot's state in memory at a time
+            snap, snap_file, gaps = self._rebuild(gaps, snap_file)
+        if gaps:
+            self._mark_gaps(gaps)
+        seconds = self.recovered["seconds"] = {"snapshot_read": round(clock() - began, 2)}
         # the queue first: what waited in it, then the journal after the snapshot, all before any new
         # event (the receivers and POST /events wait for `accepting`), so arrival order stays journal order
         if snap is not None:
@@ -163,7 +171,7 @@ class Recovery:
         if snap is not None:
             with paused_gc(freeze=True):  # the instances live on: no collection should walk them (see install)
                 self._load_snapshot(snap, snap_file, exact)
-            del snap, found
+            del snap
         seconds["ready"] = round(clock() - began, 2)
         with self._start_lock:
             if self.stopping.is_set():
@@ -203,7 +211,7 @@ class Recovery:
 
     # ------------------------------------------------------------------ the replay
 
-    def replayable(self, snap_file: SnapshotFile | None) -> bool:
+    def replayable(self, snap_file: SnapshotFile | None, quiet: bool = False) -> bool:
         """Whether the journal holds every event since ``snap_file`` (or since
         the beginning): only then is a replay exact, and subscriptions
         registered since are installed again where they were."""
@@ -213,10 +221,57 @@ class Recovery:
         oldest = self.journal.oldest()  # from what the journal knows of its segments: nothing read twice
         if oldest is None or self.journal.appended < expected or oldest <= expected:
             return True
-        log.error("the journal starts at record %d but recovery needs it from %d (%s): queued events and "
-                  "partial matches of before cannot be recovered exactly; subscriptions start afresh",
-                  oldest, expected, "no snapshot" if snap_file is None else snap_file.path.name)
+        if not quiet:
+                log.error("the journal starts at record %d but recovery needs it from %d (%s): queued events and "
+                      "partial matches of before cannot be recovered exactly; subscriptions start afresh",
+                      oldest, expected, "no snapshot" if snap_file is None else snap_file.path.name)
         return False
+
+    def _witness_gaps(self, stored: list[StoredSubscription], snap: dict | None,
+                      exact: bool) -> dict[str, tuple[int, int]]:
+        """The witnesses the starting point says were numbered that the witness
+        log lacks (server/durability/witgaps.py), per stored subscription."""
+        if snap is not None:
+            expected = dict(snap["witness_seq"])
+        elif exact:
+            expected = self.store.witness_base()
+        else:
+            return {}
+        return witgaps.missing(expected, self.witnesses.witlog.last_seqs(), {st.id for st in stored})
+
+    def _rebuild(self, gaps: dict[str, tuple[int, int]], snap_file: SnapshotFile
+                 ) -> tuple[dict | None, SnapshotFile | None, dict[str, tuple[int, int]]]:
+        """An older starting point whose exact replay makes the witnesses of
+        ``gaps`` again (witgaps.rebuild_point), and what it cannot make; else the
+        snapshot ``snap_file`` again and the gaps."""
+        older = [f for f in self.snapshots.files() if f.number < snap_file.number]
+        with paused_gc():  # (a snapshot is a million small tuples)
+            point = witgaps.rebuild_point(older, lambda f: self.replayable(f, quiet=True), self.snapshots.read,
+                                          self.store.witness_base, self.witnesses.witlog.last_seqs(), gaps)
+            if point is None:
+                return self.snapshots.read(snap_file), snap_file, gaps
+        state, f, rest = point
+        rebuilt = {sid: (rest[sid][1] + 1 if sid in rest else a, b) for sid, (a, b) in gaps.items()}
+        rebuilt = {sid: g for sid, g in rebuilt.items() if g[1] >= g[0]}
+        log.warning("the witness log lacks witnesses %s that snapshot %s counts: %s made again by replaying the "
+                    "journal from %s", witgaps.describe(gaps), snap_file.path.name,
+                    "they are" if not rest else f"{witgaps.describe(rebuilt)} are",
+                    f"snapshot {f.path.name}" if f is not None else "its first record")
+        self.recovered["rebuilt"] = {sid: list(g) for sid, g in rebuilt.items()}
+        return state, f, rest
+
+    def _mark_gaps(self, gaps: dict[str, tuple[int, int]]) -> None:
+        """Witnesses no replay can make again: marked in the log (numbering goes on
+        after them), logged, and shown (/health, the watchers' notices)."""
+        try:
+            self.witnesses.witlog.note_gaps({sid: last for sid, (_first, last) in gaps.items()})
+        except OSError as exc:  # readers still find the jump in the numbers (server/durability/witcursor.py)
+            log.error("the witness log's gaps could not be marked in it: %s", exc)
+        self.recovered["witness_gaps"] = {sid: list(g) for sid, g in gaps.items()}
+        log.error("the witness log lacks witnesses %s although they were numbered, and no journal replay can make "
+                  "them again (they are %s): no client can get them; watchers that ask for them are told "
+                  "({\"control\": \"gap\"}), /health names them, and numbering goes on after them",
+                  witgaps.describe(gaps, limit=20), witgaps.LOST)
 
     def defer(self, stored: list[StoredSubscription], evictions: list[tuple] = ()) -> None:
         """Compile subscriptions registered after the snapshot; the engine

@@ -193,6 +193,15 @@ class Health:
         subs = self._subscriptions
         return {sid: m.public() for sid, m in list(self._counts.inexact.items()) if sid in subs}
 
+    def witness_gaps(self) -> dict[str, list[dict]]:
+        """Per subscription, the runs of witnesses the witness log lacks though
+        they were numbered (server/durability/witgaps.py): ``[{"from", "to"}]``."""
+        wlog = self._witnesses.witlog
+        if wlog is None:
+            return {}
+        subs = self._subscriptions
+        return {sid: [{"from": a, "to": b} for a, b in runs] for sid, runs in wlog.gaps().items() if sid in subs}
+
     def runaways(self) -> dict[str, dict]:
         """The runaways of the budget's last check (a copy)."""
         subs = self._subscriptions
