@@ -38,8 +38,9 @@ from websockets.sync.client import connect
 from clients.tls import TlsSetupError, alert_of, explain_tls, tls_context  # noqa: F401  (part of this API)
 
 #: WebSocket close codes after which reconnecting cannot help: bad parameter,
-#: bad token, unknown subscription or stream, no longer retained, ``from`` beyond the end.
-FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4410, 4416})
+#: bad token, unknown subscription or stream, a broken subscription (its query no longer
+#: compiles against the server's configuration), no longer retained, ``from`` beyond the end.
+FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4409, 4410, 4416})
 #: The ``<seq> `` that starts each line of a message asked for with seq.
 
 

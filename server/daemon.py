@@ -54,6 +54,7 @@ from server.workers.link import WorkerLink
 from server.workers.mirror import MirroredEngine
 from server.security import Security
 from server.security.tls import TlsCollector
+from server.subscriptions import schemacheck
 from server.subscriptions.registry import (LimitReached, Registered, Registrar, Subscription, SubscriptionError,
                                            SubscriptionInUse, Validation, compile_subscription)
 
@@ -97,6 +98,15 @@ class Daemon:
                                             f"({exc}); check that file, or give another data directory "
                                             "(--data-dir or CAYUGA_DATA_DIR)") from None
             raise
+        try:  # what the configured streams' changes do to the stored subscriptions: a refusal ends the start here
+            self.schema_check = schemacheck.check(
+                self.store.subscriptions(), self.store.config_streams(), settings.stream_schemas(),
+                self.store.streams(), self.store.broken(), self.engine.functions.return_types(),
+                settings.time_unit_ms, settings.accept_schema_changes)
+        except BaseException:
+            self.store.close()
+            self.lock.release()
+            raise
         try:  # tokens, scopes, the audit log, TLS (server/security); TLS files that cannot be used: TlsError
             self.security = Security(settings, self.store, self.counters)
         except BaseException:
@@ -121,6 +131,7 @@ class Daemon:
                                    on_removed=self._removed, invalidate_routes=self.hub.invalidate,
                                    close_owner=self.hub.close_owner)
         self.subscriptions = self.registrar.subscriptions  # the same dict: registration order
+        self.broken = self.registrar.broken  # stored subscriptions that do not compile (the same dict)
         self.witnesses = Witnesses(self.engine.schema, self.hub, self.counters, self.subscriptions, self._stop,
                                    queued=lambda: len(self.queue))
         self.engine.on_emit = self.witnesses.on_emit
@@ -144,6 +155,7 @@ class Daemon:
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
                              self.hub, self.snapshotter, self.processing, self.budget, self.recovery,
                              self.witnesses, self.subscriptions)
+        self.health.broken = self.broken
         self.registry, self.latency = make_registry(self.health)
         self.disk.retry_with("store", self._retry_store)
         if self.security.tls is not None:
@@ -215,6 +227,7 @@ class Daemon:
         for name, attrs in self.store.streams():
             self.engine.declare(StreamSchema(name, tuple(Attribute(a, t) for a, t in attrs)))
             self.declared.add(name)
+        self._record_schemas()
         stored = self.store.subscriptions()
         for sid, (max_instances, max_state_bytes, since) in self.store.caps().items():
             self.budget.set_cap(sid, Cap(max_instances, max_state_bytes, since))
@@ -249,6 +262,20 @@ class Daemon:
             raise
         self.started = True
         self.recovery.start(stored)
+
+    def _record_schemas(self) -> None:
+        """Record this start's configured streams, what it installs afresh and what
+        it finds broken (server/subscriptions/schemacheck.py: the restore logs each), and
+        log what it accepted."""
+        check = self.schema_check
+        self.store.started_with(check.streams, check.fresh, check.broken)
+        for o in check.affected:
+            log.warning("accepted a change of the schemas of subscription %s (accept_schema_changes): %s; it is "
+                        "recompiled against the new schemas and starts afresh once the recovery's replay is over",
+                        o.sid, "; ".join(o.changes))
+        if check.fresh:
+            log.warning("installed afresh after the replay (their partial matches are not carried over, their "
+                        "witnesses are numbered on): %s", ", ".join(check.fresh))
 
     def drain(self, timeout: float) -> None:
         """Graceful stop, first half: no new events, run what is queued, and
@@ -467,6 +494,9 @@ class Daemon:
 
     def witness_gaps(self) -> dict[str, list[dict]]:
         return self.health.witness_gaps()
+
+    def broken_subscriptions(self) -> dict[str, dict]:
+        return self.health.broken_subscriptions()
 
     def workers(self) -> list[dict]:
         return self.health.workers()

@@ -28,6 +28,7 @@ from server.api.deps import AUTH_ERRORS, DaemonDep, needs
 from server.api.errors import errors
 from server.api.schemas import ProbeOut
 from server.durability.witgaps import LOST
+from server.subscriptions.broken import FIX
 
 router = APIRouter(tags=["system"])
 
@@ -86,6 +87,17 @@ def _gaps_reason(gaps: dict[str, list[dict]]) -> str | None:
             "this lasts until retention deletes that part of the log or the subscription is deleted")
 
 
+def _broken_reason(broken: dict[str, dict]) -> str | None:
+    if not broken:
+        return None
+    parts = [f"{sid}{' (' + b['name'] + ')' if b['name'] else ''}: {b['reason']}"
+             for sid, b in sorted(broken.items())[:5]]
+    more = f" and {len(broken) - 5} more" if len(broken) > 5 else ""
+    n = len(broken)
+    return (f"{n} stored subscription{'s do' if n > 1 else ' does'} not compile against this configuration and "
+            f"{'do' if n > 1 else 'does'} not run (broken): " + "; ".join(parts) + more + f". {FIX}")
+
+
 class Status(NamedTuple):
     """The server's status for the probes, the reasons, and what they come from."""
 
@@ -96,13 +108,16 @@ class Status(NamedTuple):
     heavy: dict | None
     inexact: dict
     gaps: dict
+    broken: dict
 
     @property
     def ready(self) -> bool:
         """Takes events and subscriptions and keeps up: ``ok``, ``warning``, or ``degraded`` only because
-        of what some subscriptions lost (inexact, witnesses missing from the log), not the server."""
+        of what some subscriptions lost (inexact, witnesses missing from the log) or do not run (broken),
+        not the server."""
         return self.status in ("ok", "warning") or (
-            self.status == "degraded" and bool(self.inexact or self.gaps) and not self.disk and not self.stalled)
+            self.status == "degraded" and bool(self.inexact or self.gaps or self.broken) and not self.disk
+            and not self.stalled)
 
 
 def _state(request: Request, d) -> Status:
@@ -119,7 +134,8 @@ def _state(request: Request, d) -> Status:
     disk = d.disk_status()
     inexact = d.inexact()
     gaps = d.witness_gaps()
-    if (stalled or disk or inexact or gaps) and status == "ok":
+    broken = d.broken_subscriptions()
+    if (stalled or disk or inexact or gaps or broken) and status == "ok":
         status = "degraded"
     heavy = holding_back(d)
     if heavy and status == "ok":
@@ -131,11 +147,13 @@ def _state(request: Request, d) -> Status:
         reasons.append("the engine thread is not running: restart the server")
     if inexact:
         reasons.append(_inexact_reason(inexact))
+    if broken:
+        reasons.append(_broken_reason(broken))
     if gaps:
         reasons.append(_gaps_reason(gaps))
     if heavy:
         reasons.append(f"subscription {heavy['subscription']} holds the engine back: {heavy['reason']}")
-    return Status(status, reasons, disk, stalled, heavy, inexact, gaps)
+    return Status(status, reasons, disk, stalled, heavy, inexact, gaps, broken)
 
 
 @router.get("/health", summary="The server's whole state (open, no token)",
@@ -147,7 +165,7 @@ def _state(request: Request, d) -> Status:
 async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
     """Everything a person or a dashboard wants to know; 200 but while draining.
     Probes use /livez and /readyz, which answer 503 where they fail."""
-    status, reasons, disk, stalled, heavy, inexact, gaps = _state(request, d)
+    status, reasons, disk, stalled, heavy, inexact, gaps, broken = _state(request, d)
     return JSONResponse(status_code=503 if status == "draining" else 200, content={
         "status": status,
         "reason": "; ".join(reasons) or None,
@@ -159,6 +177,9 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         # witnesses the witness log lacks though they were numbered (server/durability/witgaps.py), per
         # subscription: [{"from", "to"}], until retention deletes that part of the log
         "witness_gaps": gaps,
+        # stored subscriptions that no longer compile against this configuration: kept, not run
+        # (server/subscriptions/broken.py), per id: name, reason, since, upstream, fix
+        "broken": broken,
         # runaways of the state budget's last check: what each costs the engine
         "runaways": d.runaways(),
         # automaton state: estimated bytes and instances at the last check, against max_state_bytes
@@ -203,10 +224,10 @@ async def get_liveness(d: DaemonDep) -> JSONResponse:
 async def get_readiness(request: Request, d: DaemonDep) -> JSONResponse:
     """Readiness: 200 when the server takes events and subscriptions and keeps
     up (``ok``, or ``warning``: one subscription holds it back, or ``degraded``
-    only because some subscriptions are inexact or lack witnesses in the log); 503 while it starts, drains or
-    is degraded otherwise (a dead engine, a stalled queue, a full disk)."""
+    only because some subscriptions are inexact, lack witnesses in the log or are broken); 503 while it
+    starts, drains or is degraded otherwise (a dead engine, a stalled queue, a full disk)."""
     state = _state(request, d)
-    # what some subscriptions lost (inexact, witnesses missing) leaves the server able to take events and serve
+    # what some subscriptions lost or do not run leaves the server able to take events and serve
     ready = state.ready and (state.status != "degraded" or (d.engine_alive and d.engine_error is None))
     return JSONResponse(status_code=200 if ready else 503, content={"status": state.status,
                                                                      "reason": "; ".join(state.reasons) or None})

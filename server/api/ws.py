@@ -59,7 +59,10 @@ Close codes: 4400 bad query parameter, 4401 missing or wrong token, 4403 a
 token without the ``watch`` scope, or one that does not reach the
 subscription (or a subscription publishing the stream), 4429 too many wrong
 tokens from the client's address (retry later), 4404 unknown
-subscription or stream, 4416 ``from`` beyond the end of the log (the reason
+subscription or stream, 4409 a broken subscription (its stored query no longer
+compiles against the server's configuration: the reason says why, cut to fit,
+and what to do; GET /subscriptions/{id} has it whole; retrying cannot help until
+the server restarts with a configuration that fits it), 4416 ``from`` beyond the end of the log (the reason
 names the last seq), 4410 what the client needs is no longer retained
 (the reason says where the log now starts, e.g. ``from 5 is no longer
 retained: the log of s7 starts at 1200``), 1013 the server is starting (try
@@ -83,6 +86,7 @@ from server.durability.witgaps import LOST
 from server.durability.witlog import Gap, Gone
 from server.observability.counters import Count
 from server.security import AuthRefused
+from server.subscriptions.broken import BROKEN_CLOSE
 
 router = APIRouter(tags=["notifications"])
 
@@ -168,6 +172,10 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
         await ws.close(code=SLOW_CLIENT_CLOSE, reason="the server is starting: try again shortly")
         return
     known = key in d.subscriptions if kind == "subscription" else d.engine.schema(key) is not None
+    broken = d.broken.get(key) if kind == "subscription" and not known else None
+    if broken is not None and (not who.restricted or d.security.reaches(who, broken)):
+        await ws.close(code=BROKEN_CLOSE, reason=_fit(broken.close_reason()))
+        return
     if not known:
         await ws.close(code=4404, reason=_fit(f"no {kind} named {shown(key)}"))
         return

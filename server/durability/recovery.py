@@ -12,6 +12,7 @@ and numbers their witnesses as it did. Then the engine thread starts.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -25,7 +26,7 @@ from server.durability.journal import Journal
 from server.durability.snapshot import SnapshotFile, SnapshotStore
 from server.durability.store import Store, StoredSubscription
 from server.ingest.queue import DelayQueue
-from server.subscriptions.registry import INSTALL_CHUNK, Pending, Registrar
+from server.subscriptions.registry import INSTALL_CHUNK, Pending, Registrar, Subscription
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -156,22 +157,42 @@ class Recovery:
         mark = snap.get("evictions", 0) if snap is not None else 0
         evictions = self.store.evictions(after=mark) if exact else []
         self.budget.seq = mark if exact else self.store.last_eviction()
-        early = [st for st in stored if not exact or st.installed_at is None or st.installed_at <= fed]
-        later = [st for st in stored if exact and st.installed_at is not None and st.installed_at > fed]
+        # broken at the last start, or recompiled against changed schemas (server/subscriptions/schemacheck.py):
+        # installed afresh once the replay is over (the journal's old events and the snapshot's instances were
+        # of what they no longer are); one that still does not compile stays broken (registrar.mark_broken)
+        self.registrar.broken_rows = self.store.broken()
+        fresh = {st.id for st in stored if st.fresh or st.id in self.registrar.broken_rows}
+        # one installed afresh at or after the snapshot's point (seq_base) takes none of its instances (they
+        # were of what it was before): the replay installs it there again; without a replay, afresh now
+        renewed = {st.id for st in stored if st.seq_base is not None and (st.installed_at or 0) >= fed}
+        if not exact:
+            fresh |= renewed
+        early = [st for st in stored if st.id not in fresh and (
+            not exact or ((st.installed_at is None or st.installed_at <= fed) and st.id not in renewed))]
+        later = [st for st in stored if st.id not in fresh and exact and (
+            (st.installed_at is not None and st.installed_at > fed) or st.id in renewed)]
         for k in range(0, len(early), INSTALL_CHUNK):
             if self.stopping.is_set():
                 return
             chunk = early[k:k + INSTALL_CHUNK]
             self.registrar.install([Pending.restored(st) for st in chunk], persist=False)
             self.restored += len(chunk)
-        if later or evictions:
-            self.defer(later, evictions)
+        if later or evictions or (fresh and exact):
+            deferred = fresh | {st.id for st in later}
+            self.defer([st for st in stored if st.id in deferred], evictions, fresh)
         seconds["subscriptions"] = round(clock() - began, 2)
         self.progress.fed = fed if exact else max([fed] + [st.installed_at or 0 for st in stored])
         if snap is not None:
             with paused_gc(freeze=True):  # the instances live on: no collection should walk them (see install)
                 self._load_snapshot(snap, snap_file, exact)
             del snap
+        if not exact and fresh:  # no replay: afresh now, after the snapshot's instances
+            pending = [Pending.restored(st) for st in stored if st.id in fresh]
+            for p in pending:
+                p.fresh = True
+            for p in self.registrar.install(pending, persist=False):
+                self.started_fresh(p)
+            self.restored += len(pending)
         seconds["ready"] = round(clock() - began, 2)
         with self._start_lock:
             if self.stopping.is_set():
@@ -179,7 +200,9 @@ class Recovery:
             self._start_engine()
             self.ready.set()
         if stored:
-            log.info("ready: %d subscriptions restored", len(self.registrar.subscriptions))
+            broken = len(self.registrar.broken)
+            log.info("ready: %d subscriptions restored%s", len(self.registrar.subscriptions),
+                     f", {broken} broken (GET /health names them)" if broken else "")
 
     def require_ready(self) -> None:
         """Raise :class:`ServerStarting` while the restore or the replay of
@@ -273,16 +296,21 @@ class Recovery:
                   "({\"control\": \"gap\"}), /health names them, and numbering goes on after them",
                   witgaps.describe(gaps, limit=20), witgaps.LOST)
 
-    def defer(self, stored: list[StoredSubscription], evictions: list[tuple] = ()) -> None:
+    def defer(self, stored: list[StoredSubscription], evictions: list[tuple] = (), fresh: set[str] = frozenset()
+              ) -> None:
         """Compile subscriptions registered after the snapshot; the engine
         thread installs each when the replay reaches the point it was
         registered at, and applies each eviction recorded after the snapshot
         at the point it was applied at (:attr:`due`). At one point,
         subscriptions come first: one installed there sees no instance older
-        than itself, so the order changes nothing."""
+        than itself, so the order changes nothing. Those of ``fresh`` are
+        installed once the replay is over (:attr:`replay_until`), afresh."""
         pending = [Pending.restored(st) for st in stored]
+        for p in pending:
+            if p.id in fresh:
+                p.fresh, p.installed_at = True, self.replay_until
         for e in self.registrar.compile_batch(pending, strict=False):
-            log.error("could not restore subscription %s: %s", pending[e["index"]].id, e.get("message"))
+            self.registrar.mark_broken(pending[e["index"]], e.get("message"))
         items = [(p.installed_at, 0, i, p) for i, p in enumerate(pending) if p.automata]
         items += [(fed, 1, seq, Eviction(seq, sid, keep, *rest)) for seq, fed, sid, keep, *rest in evictions]
         items.sort(key=lambda x: x[:3])
@@ -303,10 +331,33 @@ class Recovery:
             if pending:
                 reg = self.registrar
                 reg.adopt(reg.add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending, False)
+                for p in pending:
+                    if p.id not in reg.subscriptions:
+                        continue
+                    if p.fresh:
+                        self.started_fresh(p)
+                    elif p.seq_base is not None:  # installed afresh here before: numbered on from there
+                        self.witnesses.seq[p.id] = p.seq_base
             for x in items:
                 if isinstance(x, Eviction):
                     self.budget.apply(x.sid, x.keep, replayed=True, reason=x.reason, shared=bool(x.shared))
                     self.budget.seq = x.seq
+
+    def started_fresh(self, p: Pending | Subscription) -> None:
+        """``p`` was just installed afresh (broken before, or recompiled against
+        changed schemas): its witnesses are numbered on after what the witness
+        log holds of it, and the store learns where, so that a later replay
+        installs and numbers it the same."""
+        seqs = self.witnesses.seq
+        base = max(seqs.get(p.id, 0), self.witnesses.witlog.last_seq(p.id))
+        seqs[p.id] = base
+        self.registrar.broken_rows.pop(p.id, None)
+        try:
+            self.store.installed_fresh(p.id, self.progress.fed, base)
+        except sqlite3.Error as exc:  # the next start installs it afresh again
+            log.warning("could not store that subscription %s was installed afresh: %s", p.id, exc)
+        log.info("subscription %s installed afresh after %d events, its witnesses numbered on from %d",
+                 p.id, self.progress.fed, base + 1)
 
     def take_recorded(self, fed: int) -> list[Eviction]:
         """The recorded sheddings due once ``fed`` events are taken, taken out of
