@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -11,9 +12,10 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
+from clients.cli_manage import refusal, streams, subscriptions
 from clients.cli_send import send
 from clients.options import make_client, tls_options, url_option
-from clients.words import QueryWarnings, plural
+from clients.words import QueryWarnings, plural, unreachable
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -53,6 +55,8 @@ def main() -> None:
 
 
 main.add_command(send)  # clients/cli_send.py
+main.add_command(subscriptions)  # clients/cli_manage.py
+main.add_command(streams)
 
 
 _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volume int)". Repeatable.'
@@ -124,12 +128,17 @@ def run(config_path, streams, schema_files, queries, events_path, fmt, output, i
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the AIR here instead of standard output.")
 def compile_(query, streams, schema_files, output) -> None:
-    """Compile a CEL (or, .sase, SASE) query to AIR (one <NFA> per automaton)."""
+    """Compile a CEL (or, .sase, SASE) query to AIR (one <NFA> per automaton).
+
+    Without --stream or --schema, the streams of the bundled config.yaml are
+    declared (Stock), as cayuga run declares them."""
     from air.airxml import dump_air
     from clients.offline import load_streams
+    from server.config import ConfigError, load_settings
 
     try:
-        schemas = {s.name: s for s in load_streams(streams, schema_files)}
+        schemas = {s.name: s for s in load_streams(streams, schema_files)
+                   or load_settings().stream_schemas()}  # none given: the bundled config's, as cayuga run
         schemas.setdefault("DUAL", StreamSchema("DUAL", ()))
         from air.cel import compile_cel
         from air.sase import compile_sase
@@ -137,7 +146,7 @@ def compile_(query, streams, schema_files, output) -> None:
         text = Path(query).read_text(encoding="utf-8")
         compile_ = compile_sase if Path(query).suffix.lower() == ".sase" else compile_cel
         compiled = compile_(text, schemas, name_prefix=Path(query).stem)
-    except (CayugaError, ModelError) as exc:
+    except (CayugaError, ModelError, ConfigError) as exc:
         _fail(f"{query}: {exc}")
     autos = compiled.automata
     if len(autos) == 1:
@@ -252,7 +261,7 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
     holds one query a line: a JSON string (CEL) or an object like the REST body."""
     import json
 
-    from clients.offline import expand_queries
+    from clients.offline import QUERY_FILES, check_language, expand_queries
 
     out: list[tuple[str, dict]] = []
     for p in expand_queries(paths):
@@ -266,11 +275,14 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
                 except ValueError as exc:
                     _fail(f"{p}:{no}: not JSON: {exc}")
                 out.append((f"{p}:{no}", {"cel": item} if isinstance(item, str) else item))
-        elif suffix in (".cel", ".xml", ".sase"):
-            kind = {".cel": "cel", ".xml": "air", ".sase": "sase"}[suffix]
-            out.append((str(p), {kind: p.read_text(encoding="utf-8"), "name": p.stem}))
         else:
-            _fail(f"{p}: not a query file (.cel, .xml, .sase, or .jsonl with one query a line)")
+            text = p.read_text(encoding="utf-8")
+            try:
+                check_language(p, text)  # a suffix of no language, or XML where text goes: what to rename
+            except CayugaError as exc:
+                _fail(f"{p}: {exc}" + ("" if suffix in QUERY_FILES else "; or a .jsonl file holds one query a line"))
+            kind = {".cel": "cel", ".xml": "air", ".sase": "sase"}[suffix]
+            out.append((str(p), {kind: text, "name": p.stem}))
     return out
 
 
@@ -318,13 +330,15 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, cace
                 bar.close()
                 errors = exc.body.get("errors") if isinstance(exc.body, dict) else None
                 for e in errors or [{"detail": str(exc)}]:
-                    where = chunk[e["index"]][0] if "index" in e else url
-                    click.echo(f"{where}: {e.get('detail') or e.get('message') or e.get('msg') or e}", err=True)
+                    item = re.match(r"body\.subscriptions\.(\d+)", e.get("where", ""))  # a 422's errors
+                    index = e["index"] if "index" in e else int(item.group(1)) if item else None
+                    where = chunk[index][0] if index is not None else url
+                    click.echo(f"{where}: {e.get('detail') or e.get('message') or e.get('problem') or e}", err=True)
                 click.echo(f"cayuga: registered {done} of {plural(len(queries), 'query')}; the request with "
                            f"queries {k + 1}-{k + len(chunk)} was refused", err=True)
                 sys.exit(1)
             except (OSError, httpx.HTTPError) as exc:
-                _fail(explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}", 1)
+                _fail(explain_tls(exc, url) or unreachable(url, exc), 1)
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
                 for w in sub.get("warnings") or ():
@@ -366,7 +380,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     line on standard error and exit status 1."""
     import httpx
 
-    from clients.client import CayugaAPIError, TlsSetupError, WebSocketRefused, explain_tls
+    from clients.client import FINAL_CLOSE_CODES, CayugaAPIError, TlsSetupError, WebSocketRefused, explain_tls
 
     if not subscription and not stream:
         _fail("give a SUBSCRIPTION id or --stream NAME")
@@ -384,8 +398,13 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     out = sys.stdout.buffer
     n = 0
 
-    def retrying(reason: str, delay: float) -> None:
-        click.echo(f"cayuga: {reason}; reconnecting in {delay:.1f} s", err=True)
+    told = ""
+
+    def retrying(reason: str, delay: float) -> None:  # each new reason once, not every retry of it
+        nonlocal told
+        if reason != told:
+            told = reason
+            click.echo(f"cayuga: {reason}; reconnecting (for up to {retry_for:g} s, --retry-for)", err=True)
 
     def notice(message: dict) -> None:  # e.g. the subscription lost partial matches: said, never printed as one
         click.echo(f"cayuga: {message.get('message') or json.dumps(message)}", err=True)
@@ -409,15 +428,16 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
                 break
     except CayugaAPIError as exc:
         if isinstance(exc, WebSocketRefused):  # e.g. a WebSocket cap (503): retried for --retry-for
-            _fail(f"gave up after {retry_for:g} s of retries: the server refused the WebSocket: {exc}", 1)
-        _fail(f"the server closed the connection: {exc}", 1)
+            _fail(f"gave up after {retry_for:g} s of retries: the server refused the WebSocket: {exc.detail}", 1)
+        words = refusal(exc, url, subscription=subscription, stream=stream)
+        _fail(words if exc.status in FINAL_CLOSE_CODES or exc.status < 500
+              else f"gave up after {retry_for:g} s of retries: {words}", 1)
     except KeyboardInterrupt:
         pass
     except TlsSetupError as exc:  # a TLS failure no retry mends (an unknown CA, a wrong name)
         _fail(str(exc), 1)
     except (OSError, httpx.TransportError) as exc:  # the WebSocket, or the REST call for last_seq
-        _fail(f"gave up after {retry_for:g} s of retries: "
-              + (explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}"), 1)
+        _fail(f"gave up after {retry_for:g} s of retries: " + (explain_tls(exc, url) or unreachable(url, exc)), 1)
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         _fail(f"{type(exc).__name__}: {exc}", 1)
     finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from clients.options import make_client, tls_options, url_option
-from clients.words import plural
+from clients.words import plural, unreachable
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -215,7 +215,8 @@ def send(events_path, url, tcp_port, fmt, rate, token, sender_id, cacert, cert, 
                     tls_problem = explain_tls(exc, url) or (str(exc) if "speaks HTTPS only" in str(exc) else None)
                     if tls_problem is not None and "expired" not in tls_problem:  # no retry mends a CA or a name
                         stop(f"{tls_problem}; {progress.acked} of {plural(total, 'line')} acknowledged", 1)
-                    raise _Lost(f"cannot reach the server at {url}: {tls_problem or exc}") from None
+                    raise _Lost(tls_problem and f"cannot reach the server at {url}: {tls_problem}"
+                                or unreachable(url, exc)) from None
                 resume = sender.resume
                 if resume > total:
                     sender.abort()

@@ -37,10 +37,16 @@ from websockets.sync.client import connect
 
 from clients.tls import TlsSetupError, alert_of, explain_tls, tls_context  # noqa: F401  (part of this API)
 
-#: WebSocket close codes after which reconnecting cannot help: bad parameter,
-#: bad token, unknown subscription or stream, a broken subscription (its query no longer
-#: compiles against the server's configuration), no longer retained, ``from`` beyond the end.
-FINAL_CLOSE_CODES = frozenset({4400, 4401, 4404, 4409, 4410, 4416})
+#: WebSocket close codes after which reconnecting cannot help: bad parameter, bad token,
+#: a token without the scope or reach, unknown subscription or stream, a broken subscription
+#: (its query no longer compiles against the server's configuration), no longer retained,
+#: ``from`` beyond the end.
+FINAL_CLOSE_CODES = frozenset({4400, 4401, 4403, 4404, 4409, 4410, 4416})
+#: What a close without a reason of its own means, in words: the standard codes a server or
+#: a proxy sends (uvicorn closes the WebSockets still open when it stops with 1012).
+CLOSE_WORDS = {1001: "the server is shutting down", 1006: "the connection was lost",
+               1011: "the server failed (an internal error)", 1012: "the server is shutting down",
+               1013: "the server asks to try again later"}
 #: The ``<seq> `` that starts each line of a message asked for with seq.
 
 
@@ -106,8 +112,26 @@ class CayugaAPIError(RuntimeError):
     def __init__(self, status: int, body) -> None:
         self.status = status
         self.body = body
-        detail = body.get("detail") if isinstance(body, dict) else body
-        super().__init__(f"HTTP {status}: {detail}")
+        #: The server's own words (``detail`` of its JSON answer, a close's reason).
+        self.detail = str(body.get("detail") if isinstance(body, dict) else body)
+        super().__init__(f"HTTP {status}: {self.detail}")
+
+
+class WebSocketClosed(CayugaAPIError):
+    """The server closed a WebSocket with a code no retry mends (:data:`FINAL_CLOSE_CODES`):
+    ``status`` is the close code (e.g. 4404), ``detail`` its reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(code, reason)
+        self.args = (f"the server closed the WebSocket ({code}): {reason}",)
+
+
+def close_words(code: int | None, reason: str = "") -> str:
+    """Why a WebSocket closed, in words: the server's reason, else what its code means
+    (:data:`CLOSE_WORDS`); ``code`` None: no close frame came (the connection was lost)."""
+    if code is None:
+        return CLOSE_WORDS[1006]
+    return reason or CLOSE_WORDS.get(code) or f"the server closed the connection (WebSocket close code {code})"
 
 
 class WebSocketRefused(CayugaAPIError):
@@ -240,12 +264,12 @@ class CayugaClient:
         return self._call("GET", "/subscriptions", params=params)
 
     def subscription(self, sid: str) -> dict:
-        return self._call("GET", f"/subscriptions/{sid}")
+        return self._call("GET", f"/subscriptions/{quote(sid, safe='')}")
 
     def unsubscribe(self, sid: str, cascade: bool = False) -> None:
         """Delete a subscription; with ``cascade`` also those reading its outputs
         (without it, deleting one that others read fails with 409)."""
-        self._call("DELETE", f"/subscriptions/{sid}", params={"cascade": "true"} if cascade else None)
+        self._call("DELETE", f"/subscriptions/{quote(sid, safe='')}", params={"cascade": "true"} if cascade else None)
 
     def post_events(self, events: list[dict]) -> dict:
         return self._call("POST", "/events", json=events)
@@ -424,21 +448,21 @@ class CayugaClient:
             except ConnectionClosed as exc:
                 rcvd = exc.rcvd
                 if rcvd is not None and rcvd.code in FINAL_CLOSE_CODES:
-                    raise CayugaAPIError(rcvd.code, rcvd.reason) from None
-                reason = f"connection closed ({rcvd.code} {rcvd.reason})" if rcvd else "connection lost"
+                    raise WebSocketClosed(rcvd.code, rcvd.reason) from None
+                reason = close_words(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
                 failure: Exception = CayugaAPIError(rcvd.code if rcvd else 1006, reason)
             except CayugaAPIError as exc:  # the REST call for last_seq
                 if exc.status < 500:
                     raise
-                reason, failure = str(exc), exc
+                reason, failure = exc.detail, exc
             except InvalidStatus as exc:  # refused before it became a WebSocket (a cap reached: 503)
                 failure = WebSocketRefused(exc.response.status_code, _handshake_body(exc.response.body))
-                reason = f"the server refused the WebSocket: {failure}"
+                reason = f"the server refused the WebSocket: {failure.detail}"
             except (OSError, InvalidHandshake, httpx.TransportError) as exc:
                 tls_problem = explain_tls(exc, self.base_url)
                 if tls_problem is not None and "expired" not in tls_problem:  # retrying cannot mend a CA or a name
                     raise TlsSetupError(tls_problem) from None
-                reason, failure = f"cannot connect: {tls_problem or exc}", exc
+                reason, failure = f"cannot reach the server at {self.base_url}: {tls_problem or exc}", exc
             now = time.monotonic()
             if down_since is None:
                 down_since = now

@@ -63,6 +63,7 @@ def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
     bound (air/boundwarn.py)."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
+    check_language(p, text)
     if p.suffix.lower() == ".sase":
         from air.sase import compile_sase
 
@@ -89,7 +90,33 @@ def load_query(path: str | Path, streams: Mapping[str, StreamSchema],
     return autos
 
 
-QUERY_SUFFIXES = (".cel", ".xml", ".sase")
+#: A query file's language, by its suffix: the one list the commands and their messages read.
+QUERY_FILES = {".cel": "CEL", ".xml": "AIR XML", ".sase": "SASE"}
+QUERY_SUFFIXES = tuple(QUERY_FILES)
+
+
+def _looks_like(text: str) -> str:
+    """The suffix ``text`` reads as: AIR XML starts with '<', SASE with EVENT (after comments and
+    blanks), CEL with neither."""
+    import re
+
+    head = re.sub(r"^(?:\s+|\ufeff|--[^\n]*|//[^\n]*|/\*.*?\*/)*", "", text, flags=re.S)
+    return ".xml" if head.startswith("<") else ".sase" if re.match(r"EVENT\b", head, re.I) else ".cel"
+
+
+def check_language(p: Path, text: str) -> None:
+    """Refuse a file whose suffix names no query language (``q.txt``), or XML in a file of
+    another language and text in a ``.xml`` one, saying what to rename it to."""
+    suffix, guess = p.suffix.lower(), _looks_like(text)
+    looks = f"it looks like {QUERY_FILES[guess]}: rename it {p.with_suffix(guess).name}"
+    if suffix not in QUERY_FILES:
+        named = ", ".join(f"{s} for {lang}" for s, lang in QUERY_FILES.items())
+        raise CayugaError(f"a query file's suffix says its language ({named}), and {p.suffix or 'no suffix'} says "
+                          f"none ({looks})")
+    if (suffix == ".xml") != (guess == ".xml"):
+        starts = "starts" if guess == ".xml" else "does not start"
+        raise CayugaError(f"a {suffix} file is read as {QUERY_FILES[suffix]}, and this one {starts} with '<' "
+                          f"({looks})")
 
 
 def expand_queries(paths: Iterable[str | Path]) -> list[Path]:

@@ -16,7 +16,7 @@ import click
 from air.errors import CayugaError
 from air.model import ModelError
 from clients.options import make_client, tls_options, url_option
-from clients.words import noun, plural
+from clients.words import noun, plural, unreachable
 
 _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volume int)". Repeatable.'
 _INPUT_FORMATS = ["jsonl", "cayuga", "csv", "parquet", "json"]
@@ -201,7 +201,7 @@ def source(streams, schema_files, config_path, master, input_path, input_format,
         try:
             host, port = client.tcp_address()
         except Exception as exc:  # noqa: BLE001 - any connection failure is reported the same way
-            _fail(explain_tls(exc, url) or f"cannot reach the server at {url}: {exc}")
+            _fail(explain_tls(exc, url) or unreachable(url, exc))
         tcp_tls = client.tcp_ssl_context
     session = _session(master, "cayuga-spark-source")
     spark_session = session.spark

@@ -21,6 +21,12 @@ def noun(n: int, word: str) -> str:
     return plural(n, word).split(" ", 1)[1]
 
 
+def unreachable(url: str, exc: BaseException) -> str:
+    """What a client command says when no server answers at ``url``: why, and what to check."""
+    return (f"cannot reach the server at {url}: {exc}; is cayuga serve running there? (--url or CAYUGA_URL "
+            "names another)")
+
+
 #: A command prints at most this many warnings (as a batch reports at most 100 errors), then how many more.
 MAX_WARNINGS = 100
 

@@ -6,10 +6,12 @@ import threading
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from server.api.bodylimit import BodyLimit
 from server.api import automaton, console, events, security, stats, streams, subscriptions, system, ws
@@ -72,6 +74,20 @@ def _scopes_in_descriptions(app: FastAPI) -> None:
     app.openapi = openapi
 
 
+def _problem(e: dict, content_type: str) -> dict:
+    """One problem of a refused request (422), in words that say what to send instead."""
+    where, problem = ".".join(str(p) for p in e["loc"]), e["msg"]
+    if e["type"] == "json_invalid":  # FastAPI's "JSON decode error", the position in the loc
+        where, problem = "body", (f"not JSON: {e.get('ctx', {}).get('error', 'cannot be read')} at character "
+                                  f"{e['loc'][-1]} of the body")
+    elif e["loc"] == ("body",) and e["type"] in ("model_attributes_type", "dict_type", "missing"):
+        problem = ("the body must be a JSON object, sent with content-type: application/json" + (
+            f" (this one came as {content_type or 'no content-type'})" if "json" not in content_type else
+            " (this one is empty)" if e["type"] == "missing" else ""))
+    # pydantic starts a validator's own message with "Value error, ": the message is ours, the prefix noise
+    return {"where": where, "problem": problem.removeprefix("Value error, ")}
+
+
 def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
     """The app for ``settings``. The daemon starts with the app (lifespan) unless
     the caller passes one it manages itself (``cayuga serve`` does, to drain on
@@ -96,10 +112,20 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError):
-        problems = [{"where": ".".join(str(p) for p in e["loc"]), "problem": e["msg"]} for e in exc.errors()]
+        problems = [_problem(e, request.headers.get("content-type", "")) for e in exc.errors()]
         summary = "; ".join(f"{p['where']}: {p['problem']}" for p in problems)
         return JSONResponse(status_code=422, content={"detail": f"invalid request body: {summary}",
                                                       "errors": problems})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        # starlette's own words for a path or method no route has ("Not Found") say what to do instead
+        hint = {404: f"no such endpoint: {request.method} {request.url.path}",
+                405: f"{request.method} is not an operation of {request.url.path}"}.get(exc.status_code)
+        if hint is not None and exc.detail in ("Not Found", "Method Not Allowed"):
+            exc = StarletteHTTPException(exc.status_code, f"{hint}; GET /docs lists the API's operations",
+                                         exc.headers)
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(ServerStarting)
     async def _starting(request: Request, exc: ServerStarting):

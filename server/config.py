@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import types
 import typing
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Literal
 
 import yaml
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from air.model import Attribute, ModelError, StreamSchema, normalize_type
 from air.names import name_problem
@@ -85,8 +86,14 @@ class TokenSpec(BaseModel):
         return self
 
 
+#: The most engine worker processes one server runs.
+MAX_ENGINE_WORKERS = 64
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: Where each setting :func:`load_settings` read came from (see :meth:`origin`).
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
     streams: dict[str, dict[str, str]] = {}
     time_unit_ms: float = 1.0
@@ -146,8 +153,9 @@ class Settings(BaseModel):
     #: subscription may set its own in its registration body: max_instances, max_state_bytes).
     max_instances_per_subscription: int = Field(0, ge=0)
     #: Engine workers (server/workers/): 1 (the default) runs the automata in a worker process of
-    #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here.
-    engine_workers: int = Field(1, ge=0, le=1)
+    #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here;
+    #: N (or "auto": the machine's cores but one) partitions the subscriptions over N workers.
+    engine_workers: int = Field(1, ge=0, le=MAX_ENGINE_WORKERS, validate_default=True)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)
@@ -260,6 +268,13 @@ class Settings(BaseModel):
                                  "(tls_certfile, CAYUGA_TLS_CERTFILE) as well")
         return self
 
+    @field_validator("engine_workers", mode="before")
+    @classmethod
+    def _workers(cls, v):
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return max(1, min((os.cpu_count() or 2) - 1, MAX_ENGINE_WORKERS))
+        return v
+
     @field_validator("max_state_bytes", mode="before")
     @classmethod
     def _state_bytes(cls, v):
@@ -276,6 +291,11 @@ class Settings(BaseModel):
         if v <= 0:
             raise ValueError("must be a positive number of milliseconds")
         return v
+
+    def origin(self, name: str) -> str:
+        """Where setting ``name`` came from, for a message that names it: ``the flag --http-port``,
+        ``CAYUGA_HTTP_PORT=8400``, ``http_port in FILE``, or its default."""
+        return self._origins.get(name) or f"the default {name}"
 
     def function_specs(self) -> dict[str, tuple[str, str]]:
         """NAME -> (module:attribute, return type): plain data that can be shipped
@@ -413,15 +433,47 @@ def load_settings(path: str | Path | None = None, **overrides) -> Settings:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of setting names to values")
     merged = dict(data)
+    origins = {name: f"{name} in {'the bundled ' if path is None else ''}{p}" for name in data}
     for name, field in Settings.model_fields.items():
         raw = os.environ.get(ENV_PREFIX + name.upper())
         if raw is not None:
             merged[name] = env_value(field.annotation, raw)
-    merged.update({k: v for k, v in overrides.items() if v is not None})
+            origins[name] = f"{ENV_PREFIX}{name.upper()}" + ("" if name == "auth_tokens" else f"={raw}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    merged.update(given)
+    origins.update({k: f"the flag --{k.replace('_', '-')}" for k in given})  # cayuga serve's flags
     try:
         settings = Settings(**merged)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{p} (or a CAYUGA_* environment variable): {problems}") from None
+    settings._origins = origins
     return settings
+
+
+#: The server's ports: what each is called in a message, and the flag that sets it.
+_PORTS = {"http_port": ("HTTP", "--http-port"), "tcp_port": ("TCP event", "--tcp-port")}
+
+
+def port_refusal(exc: OSError, settings: Settings, name: str) -> ConfigError:
+    """Why the server cannot listen on its ``http_port`` or ``tcp_port`` (``name``), in
+    one line: the port, the setting that chose it, and how to choose another."""
+    import errno
+
+    what, flag = _PORTS[name]
+    port, host = getattr(settings, name), settings.host
+    other = (f"give this server another port: {flag} N or {ENV_PREFIX}{name.upper()}=N (0 picks a free one, "
+             "and --port-file FILE says which)")
+    if exc.errno == errno.EADDRINUSE:
+        why = (f"the {what} port {port} on {host} is in use (by another cayuga serve, or another program: "
+               f"`ss -ltnp 'sport = :{port}'` names it)")
+    elif exc.errno == errno.EACCES:
+        why = f"the {what} port {port} on {host} may not be used by this user (ports below 1024 need privileges)"
+    elif exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return ConfigError(f"cannot start: {host} is no address of this machine ({exc.strerror or exc}; the host "
+                           f"comes from {settings.origin('host')}): give --host or {ENV_PREFIX}HOST an address of its own, "
+                           "e.g. 127.0.0.1, or 0.0.0.0 for all")
+    else:
+        why = f"cannot listen on the {what} port {port} on {host}: {exc}"
+    return ConfigError(f"cannot start: {why}; the port comes from {settings.origin(name)}: {other}")

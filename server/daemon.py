@@ -44,7 +44,7 @@ from server.durability.recovery import Recovery, ServerStarting
 from server.durability.store import Store
 from server.durability.witlog import WitnessLog
 from server.ingest.queue import DelayQueue
-from server.ingest.tcp import TcpReceiver
+from server.ingest.tcp import TcpReceiver, bind_port
 from server.observability.counters import Counters
 from server.observability.health import Health
 from server.observability.metrics import make_registry
@@ -52,6 +52,7 @@ from server.processing import EngineThread
 from server.workers.dispatch import WorkerEngineThread
 from server.workers.link import WorkerLink
 from server.workers.mirror import MirroredEngine
+from server.workers.placement import Placement
 from server.security import Security
 from server.security.tls import TlsCollector
 from server.subscriptions import schemacheck
@@ -75,14 +76,6 @@ class Daemon:
         self.settings = settings
         self.counters = Counters()
         self.disk = DiskState()  # what of the data dir cannot be written now (/health, metrics)
-        # engine_workers: 1 runs the automata in a worker process (server/workers/); this engine is then the
-        # catalogue that registrations are checked against, every change sent on to the worker
-        self.link: WorkerLink | None = None
-        if settings.engine_workers:
-            self.link = WorkerLink(settings.model_dump())
-            self.engine: Engine = MirroredEngine(self.link, functions=settings.function_registry())
-        else:
-            self.engine = Engine(functions=settings.function_registry())
         self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms,
                                 event_time=settings.time == "event")
         self.hub = NotifierHub()
@@ -101,7 +94,7 @@ class Daemon:
         try:  # what the configured streams' changes do to the stored subscriptions: a refusal ends the start here
             self.schema_check = schemacheck.check(
                 self.store.subscriptions(), self.store.config_streams(), settings.stream_schemas(),
-                self.store.streams(), self.store.broken(), self.engine.functions.return_types(),
+                self.store.streams(), self.store.broken(), settings.function_registry().return_types(),
                 settings.time_unit_ms, settings.accept_schema_changes)
         except BaseException:
             self.store.close()
@@ -113,15 +106,29 @@ class Daemon:
             self.store.close()
             self.lock.release()
             raise
+        # engine_workers: 1 runs the automata in a worker process (server/workers/); this engine is then the
+        # catalogue that registrations are checked against, every change sent on to the worker
+        self.links: list[WorkerLink] = []
+        if settings.engine_workers:
+            n = settings.engine_workers
+            self.links = [WorkerLink(settings.model_dump(), name=f"cayuga-engine-worker-{w}") for w in range(n)]
+            # where each subscription runs (server/workers/placement.py): stored, so a restart places each
+            # where its snapshot's instances are (one worker: always there)
+            placement = Placement(n, self.store.placements(n) if n > 1 else None,
+                                  (lambda sid, w: self.store.save_placement(sid, w, n)) if n > 1 else None)
+            self.engine: Engine = MirroredEngine(self.links, placement, functions=settings.function_registry())
+        else:
+            self.engine = Engine(functions=settings.function_registry())
         self.receiver: TcpReceiver | None = None
+        self._tcp_sock = None  # the event port, when bind_tcp() bound it before start()
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
         self._stop = threading.Event()
         self._final_written = False  # the shutdown snapshot (drain)
         self.started = False
-        if self.link is not None:
+        if self.links:
             self.processing: EngineThread = WorkerEngineThread(self.engine, self.queue, settings, self.counters,
-                                                               latency=None, stopping=self._stop, link=self.link)
+                                                               latency=None, stopping=self._stop, links=self.links)
             self.processing.hub = self.hub
         else:
             self.processing = EngineThread(self.engine, self.queue, settings, self.counters, latency=None,
@@ -137,7 +144,7 @@ class Daemon:
         self.engine.on_emit = self.witnesses.on_emit
         self.budget = StateBudget(self.engine, settings, self.store, self.counters, self.processing,
                                   self.subscriptions, storing=self._storing, seqs=lambda: self.witnesses.seq,
-                                  local=self.link is None)
+                                  local=not self.links)
         self.budget.notify = self._notify
         self.checkpoints = Checkpoints(settings, self.engine, self.queue, self.store, self.disk, self.counters,
                                        self.processing, self.budget, self.witnesses)
@@ -146,10 +153,11 @@ class Daemon:
                                  self.processing, self.witnesses, self.budget, self.checkpoints,
                                  start_engine=self.processing.start, stopping=self._stop)
         self.budget.recovery = self.recovery
-        if self.link is not None:  # what reads or writes the instances asks the worker
+        if self.links:  # what reads or writes the instances asks the workers
             self.budget.remote = self.checkpoints.remote = self.processing
             self.recovery.import_engine = self.processing.import_snapshot
-            self.link.on_snapshot = self.snapshotter.remote_done
+            for link in self.links:
+                link.on_snapshot = self.snapshotter.remote_done
         self.processing.recovery, self.processing.budget = self.recovery, self.budget
         self.processing.witnesses, self.processing.checkpoints = self.witnesses, self.checkpoints
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
@@ -213,8 +221,8 @@ class Daemon:
         if self.started:
             return
         st = self.settings
-        if self.link is not None:
-            self.link.start()  # first: every stream and subscription below is sent on to it
+        for link in self.links:
+            link.start()  # first: every stream and subscription below is sent on to them
         witlog = WitnessLog(st.data_dir / "witnesses", max_bytes=st.witness_log_bytes,
                             max_seconds=st.witness_log_seconds, disk=self.disk)
         self.witnesses.open(witlog)
@@ -250,15 +258,15 @@ class Daemon:
             time_unit_ms=st.time_unit_ms, streams=lambda: list(self.declared),
             max_per_address=st.max_connections_per_address, idle_timeout=st.idle_timeout,
             security=self.security, horizon=self.horizon, max_value_bytes=st.max_value_bytes,
-            stamp=st.time == "clock", gate=self.accepting)
+            stamp=st.time == "clock", gate=self.accepting, sock=self._tcp_sock)
         try:
             self.receiver.start()
         except BaseException:
             if self.journal is not None:
                 self.journal.close()
             witlog.close()
-            if self.link is not None:
-                self.link.stop()
+            for link in self.links:
+                link.stop()
             raise
         self.started = True
         self.recovery.start(stored)
@@ -276,6 +284,11 @@ class Daemon:
         if check.fresh:
             log.warning("installed afresh after the replay (their partial matches are not carried over, their "
                         "witnesses are numbered on): %s", ", ".join(check.fresh))
+
+    def bind_tcp(self) -> None:
+        """Bind the TCP event port now, before the HTTP server starts (start() listens on it):
+        a port in use is an OSError here, not a failure inside the HTTP server's start-up."""
+        self._tcp_sock = bind_port(self.settings.host, self.settings.tcp_port)
 
     def drain(self, timeout: float) -> None:
         """Graceful stop, first half: no new events, run what is queued, and
@@ -313,6 +326,8 @@ class Daemon:
         """Stop everything (idempotent); returns when threads have ended. The
         data directory's lock is released last, once nothing writes there."""
         if not self.started:
+            if self._tcp_sock is not None:
+                self._tcp_sock.close()
             self.lock.release()
             return
         timeout = timeout if timeout is not None else self.settings.shutdown_timeout
@@ -322,8 +337,8 @@ class Daemon:
         self.disk.close()  # no more retries of what could not be written
         if self.journal is not None:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
-        if self.link is not None:
-            self.link.stop()  # after the shutdown snapshot, which the worker wrote
+        for link in self.links:
+            link.stop()  # after the shutdown snapshot, which the workers wrote
         self.store.close()
         self.security.close()
         if self.witlog is not None and not self.processing.alive:
@@ -345,8 +360,9 @@ class Daemon:
     def engine_error(self) -> str | None:
         """The last error the engine raised on an event (the thread survived it), or why an
         engine worker is gone (server/workers/link.py)."""
-        if self.link is not None and self.link.gone is not None:
-            return f"{self.link.gone}: its subscriptions get no events; restart the server"
+        gone = next((link.gone for link in self.links if link.gone is not None), None)
+        if gone is not None:
+            return f"{gone}: its subscriptions get no events; restart the server"
         return self.processing.error
 
     def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:
@@ -355,7 +371,7 @@ class Daemon:
         if sid not in self.subscriptions:
             raise KeyError(sid)
         try:
-            if self.link is not None:
+            if self.links:
                 return self.processing.state_counts(sid, timeout)
             return self.submit(lambda eng: eng.state_counts(sid)).result(timeout=timeout)
         except EngineError:

@@ -34,7 +34,7 @@ from air.engine import BUILD as ENGINE_BUILD
 from server.api.httpguard import GuardedHttpToolsProtocol, GuardedWebSocketProtocol, HttpGuard
 from server.api.tlsguard import TlsFirst, TlsGate
 from server.app import create_app
-from server.config import Settings
+from server.config import Settings, port_refusal
 from server.daemon import Daemon
 from server.observability import redact
 
@@ -226,6 +226,22 @@ def bind_http(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_ports(daemon: Daemon, settings: Settings) -> socket.socket:
+    """Bind both ports before anything starts; the HTTP port's socket. A port that
+    cannot be bound is a ConfigError naming it, the setting that chose it and how to
+    choose another (server/config.py: port_refusal), not a failure of uvicorn's start-up."""
+    try:
+        sock = bind_http(settings.host, settings.http_port)
+    except OSError as exc:
+        raise port_refusal(exc, settings, "http_port") from None
+    try:
+        daemon.bind_tcp()
+    except OSError as exc:
+        sock.close()
+        raise port_refusal(exc, settings, "tcp_port") from None
+    return sock
+
+
 class RunningServer:
     """A server started in a background thread (tests, embedding); ``cayuga
     serve`` uses :func:`serve` in the main thread instead."""
@@ -236,7 +252,7 @@ class RunningServer:
         self.daemon = Daemon(settings)
         try:
             self.app = create_app(settings, self.daemon)
-            self._sock = bind_http(settings.host, settings.http_port)
+            self._sock = bind_ports(self.daemon, settings)
         except BaseException:
             self.daemon.stop()  # not started: releases the data directory
             raise
@@ -313,7 +329,7 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     daemon = Daemon(settings)  # takes the data directory's lock, or refuses to start (DataDirInUse)
     try:
         app = create_app(settings, daemon)
-        sock = bind_http(settings.host, settings.http_port)
+        sock = bind_ports(daemon, settings)
     except BaseException:
         daemon.stop()
         raise

@@ -199,3 +199,39 @@ def test_arithmetic_at_the_edges_of_the_int_and_float_ranges(tmp_path):
         assert r.returncode == 0, r.stderr
         got = [json.loads(x) for x in r.stdout.splitlines()]
         assert [w["Volume" if name == "mod" else "v"] for w in got] == want, name
+
+
+@pytest.mark.parametrize("name, text, said", [
+    # issue 35: CEL in q.txt was read as AIR: "AIR document is not well-formed XML: Start tag expected"
+    ("q.txt", "SELECT Name FROM Stock PUBLISH X", "q.txt: a query file's suffix says its language (.cel for CEL, "
+                                                  ".xml for AIR XML, .sase for SASE), and .txt says none (it looks "
+                                                  "like CEL: rename it q.cel)"),
+    ("q", "<NFA/>", "q: a query file's suffix says its language (.cel for CEL, .xml for AIR XML, .sase for SASE), and "
+                    "no suffix says none (it looks like AIR XML: rename it q.xml)"),
+    ("q.query", "-- rises\nEVENT SEQ(Stock a, Stock b) WHERE [Name] WITHIN 1 hour",
+     "q.query: a query file's suffix says its language (.cel for CEL, .xml for AIR XML, .sase for SASE), and "
+     ".query says none (it looks like SASE: rename it q.sase)"),
+    ("q.xml", "SELECT Name FROM Stock", "q.xml: a .xml file is read as AIR XML, and this one does not start with '<' "
+                                        "(it looks like CEL: rename it q.cel)"),
+    ("q.cel", "\n  <NFA/>", "q.cel: a .cel file is read as CEL, and this one starts with '<' (it looks like AIR XML: "
+                            "rename it q.xml)"),
+])
+def test_a_query_file_whose_suffix_names_no_language_or_the_other_one_says_what_to_rename(tmp_path, name, text, said):
+    (tmp_path / name).write_text(text)
+    r = subprocess.run([sys.executable, "-m", "clients.cli", "run", "--query", name, "--events",
+                        str(ROOT / "examples" / "example9.jsonl")], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=_here())
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"cayuga: {said}\n")
+
+
+def test_compile_declares_the_bundled_streams_like_run(tmp_path):
+    (tmp_path / "q.cel").write_text("SELECT Name FROM Stock PUBLISH Names")
+    r = cayuga("compile", str(tmp_path / "q.cel"))
+    assert r.returncode == 0, r.stderr  # it said "unknown stream 'Stock' (declared streams: DUAL)"
+    assert r.stdout.startswith("<NFA")
+
+
+def _here() -> dict:
+    import os
+
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

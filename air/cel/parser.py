@@ -88,6 +88,7 @@ class _Parser:
     # ------------------------------------------------------------------ helpers
 
     def _record(self, e: CelSyntaxError) -> None:
+        e = keyword_typo(e, self.ts.tokens, self.text)
         if not self.collect:
             raise e
         if not any((x.line, x.column) == (e.line, e.column) for x in self.errors):
@@ -290,6 +291,67 @@ class _Parser:
         raise AssertionError("unreachable")
 
 
+#: Keywords a misspelt word is compared with (AS and OR are too short to guess at).
+_GUESSABLE = ("SELECT", "FROM", "PUBLISH", "FILTER", "NEXT", "FOLD", "AND")
+
+
+def _distance(a: str, b: str) -> int:
+    """Edits from ``a`` to ``b``: insertions, deletions, substitutions and swaps of neighbours."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            d = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                d = min(d, prev2[j - 2] + 1)
+            cur.append(d)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def misspelt_keyword(tok: Token) -> str | None:
+    """The keyword a word is one or two slips away from (``SELEC``, ``FORM``,
+    ``PUBLSH``), or None: one edit for keywords of up to five letters, two for
+    longer ones, and about the keyword's length."""
+    if tok.type != "IDENT" or tok.value in RESERVED or len(tok.value) < 3:  # type: ignore[arg-type]
+        return None
+    word = str(tok.value)
+    best = None
+    for kw in _GUESSABLE:
+        d = _distance(word, kw)
+        if abs(len(word) - len(kw)) <= 1 and d <= (1 if len(kw) <= 5 else 2) and (best is None or d < best[0]):
+            best = (d, kw)
+    return best[1] if best else None
+
+
+def keyword_typo(e: CelSyntaxError, tokens: list[Token], text: str) -> CelSyntaxError:
+    """``e`` with a guess when a misspelt keyword caused it: the token it found
+    (``expected FROM but found 'FORM'``: "did you mean FROM?"), or the word
+    before it, which was read as a name (``SELEC Name ...`` fails at ``Name``;
+    the error then points at ``SELEC``). A word after ``.`` is an attribute:
+    never a guess."""
+    if " but found " not in e.message:
+        return e
+    at = next((i for i, t in enumerate(tokens) if (t.line, t.column) == (e.line, e.column)), None)
+    if at is None:
+        return e
+
+    def named(i: int) -> bool:  # a bare word, not an attribute after '$1.' or '.'
+        return i == 0 or not (tokens[i - 1].type == "OP" and tokens[i - 1].value == ".")
+
+    kw = misspelt_keyword(tokens[at]) if named(at) else None
+    if kw is not None:
+        return CelSyntaxError(f"{e.message}; did you mean {kw}?", e.line, e.column, text)
+    before = tokens[at - 1] if at > 0 else None
+    kw = misspelt_keyword(before) if before is not None and named(at - 1) else None
+    if kw is None:
+        return e
+    found = "the end of the query" if tokens[at].type == "EOF" else repr(tokens[at].text)
+    return CelSyntaxError(f"unknown word {before.text!r}; did you mean {kw}? (read as a name, it cannot be "
+                          f"followed by {found})", before.line, before.column, text)
+
+
 def parse(text: str) -> ast.Query:
     """Parse one CEL query; raise the first :class:`CelSyntaxError`."""
     tokens = _tokenize(text)
@@ -327,4 +389,4 @@ def parse_all(text: str, max_errors: int = 10) -> tuple[ast.Query | None, list[C
     return (query if not errors else None), errors
 
 
-__all__ = ["parse", "parse_all", "RESERVED", "UNITS"]
+__all__ = ["parse", "parse_all", "misspelt_keyword", "RESERVED", "UNITS"]

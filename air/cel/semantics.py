@@ -253,8 +253,11 @@ class Analyzer:
         if schema is None and e.name.upper() == "DUAL":
             schema = DUAL
         if schema is None:
-            raise self.error(CelNameError, f"unknown stream '{e.name}'{_hint(e.name, self.streams)}"
-                             f" (declared streams: {_listing(sorted(self.streams)) or 'none'})", e)
+            hint = _hint(e.name, self.streams)
+            # no near name: it may not be declared yet (the README's Temp), so say how
+            todo = "" if hint else "; declare it first (POST /streams on a server, --stream for cayuga run)"
+            raise self.error(CelNameError, f"unknown stream '{e.name}'{hint}"
+                             f" (declared streams: {_listing(sorted(self.streams)) or 'none'}){todo}", e)
         self.read.add(e.name)
         return Scan(e.name, schema.attributes)
 

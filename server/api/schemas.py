@@ -42,6 +42,17 @@ class StreamOut(BaseModel):
     kind: str = Field(description="'declared' (an input stream) or 'published' (a subscription's output)")
 
 
+#: The languages a query is written in, each a field of a registration body of its own: the one list the
+#: body's refusals name ("send the query as 'cel' (CEL text) or 'air' (AIR XML)").
+QUERY_LANGUAGES = {"cel": "CEL text", "air": "AIR XML", "sase": "SASE text"}
+
+
+def query_fields() -> str:
+    """``'cel' (CEL text) or 'air' (AIR XML)``: the fields a query may be sent in."""
+    named = [f"{field!r} ({what})" for field, what in QUERY_LANGUAGES.items()]
+    return ", ".join(named[:-1]) + f" or {named[-1]}" if len(named) > 1 else named[0]
+
+
 class SubscriptionIn(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "example": {"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"}})
@@ -67,19 +78,31 @@ class SubscriptionIn(BaseModel):
             raise ValueError(problem)
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data):
+        """An unknown field (``{"query": ...}``) is named with the fields a query goes in."""
+        if isinstance(data, dict):
+            unknown = [k for k in data if k not in cls.model_fields]
+            if unknown:
+                others = ", ".join(f for f in cls.model_fields if f not in QUERY_LANGUAGES)
+                raise ValueError(f"unknown field {str(unknown[0])[:100]!r}: send the query as {query_fields()} "
+                                 f"(the other fields: {others})")
+        return data
+
     @model_validator(mode="after")
     def _exactly_one(self):
-        if [self.cel, self.air, self.sase].count(None) != 2:
-            raise ValueError("give exactly one of 'cel' (a CEL query), 'air' (AIR XML) or 'sase' (a SASE query)")
+        if sum(getattr(self, f) is not None for f in QUERY_LANGUAGES) != 1:
+            raise ValueError(f"give exactly one of {query_fields()}")
         return self
 
     @property
     def kind(self) -> str:
-        return "cel" if self.cel is not None else "sase" if self.sase is not None else "air"
+        return next(f for f in QUERY_LANGUAGES if getattr(self, f) is not None)
 
     @property
     def text(self) -> str:
-        return next(t for t in (self.cel, self.sase, self.air) if t is not None)
+        return getattr(self, self.kind)
 
 
 #: The most subscriptions one batch registration may hold.

@@ -67,8 +67,10 @@ names the last seq), 4410 what the client needs is no longer retained
 (the reason says where the log now starts, e.g. ``from 5 is no longer
 retained: the log of s7 starts at 1200``), 1013 the server is starting (try
 again shortly), or a client of an internal stream was too slow (its buffer
-overflowed; such witnesses are not logged), 1001 the server is stopping or
-the subscription was removed (resume with ``from`` after a restart).
+overflowed; such witnesses are not logged), 1001 the server is stopping (the
+reason: ``the server is shutting down``; a WebSocket opened while it drains is
+closed so at once) or the subscription was deleted (``subscription s1 was
+deleted``); resume with ``from`` after a restart.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from air.names import shown
 from server.api.deps import ws_principal, ws_subprotocol
-from server.delivery.hub import GONE_CLOSE, SHUTDOWN_CLOSE, SLOW_CLIENT_CLOSE, ClientChannel
+from server.delivery.hub import GONE_CLOSE, SHUTDOWN_CLOSE, SHUTTING_DOWN, SLOW_CLIENT_CLOSE, ClientChannel
 from server.durability.witgaps import LOST
 from server.durability.witlog import Gap, Gone
 from server.observability.counters import Count
@@ -168,6 +170,9 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
             exc.reason, (4401, "missing or wrong token"))
         await ws.close(code=code, reason=_fit(reason))
         return
+    if ws.app.state.draining.is_set():  # it would be cut at once (by uvicorn, 1012 with no reason)
+        await ws.close(code=SHUTDOWN_CLOSE, reason=SHUTTING_DOWN)
+        return
     if not d.caught_up or d.witlog is None:  # restoring, or a replay has subscriptions still to reinstall
         await ws.close(code=SLOW_CLIENT_CLOSE, reason="the server is starting: try again shortly")
         return
@@ -238,8 +243,7 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
             await asyncio.wait_for(ws.close(code=SLOW_CLIENT_CLOSE, reason=reason), timeout=SLOW_CLOSE_SECONDS)
     elif ch.closed:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(code=SHUTDOWN_CLOSE, reason="subscription removed or server stopping"),
-                                   timeout=1.0)
+            await asyncio.wait_for(ws.close(code=SHUTDOWN_CLOSE, reason=_fit(ch.close_reason)), timeout=1.0)
 
 
 def _out_of_reach(d, who, kind: str, key: str) -> str | None:

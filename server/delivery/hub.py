@@ -42,6 +42,8 @@ from typing import Callable
 
 SLOW_CLIENT_CLOSE = 1013
 SHUTDOWN_CLOSE = 1001
+#: The reason a channel is closed with unless it is given one (the server stops).
+SHUTTING_DOWN = "the server is shutting down"
 #: Close code for a client whose position is no longer in the witness log.
 GONE_CLOSE = 4410
 #: Control messages a channel keeps until its client takes them (the newest).
@@ -133,6 +135,7 @@ class ClientChannel:
         self._lock = threading.Lock()
         self.overflowed = False
         self.closed = False
+        self.close_reason = SHUTTING_DOWN  # what the client is told when it is closed (SHUTDOWN_CLOSE)
         self.lagging = False  # served from the witness log, live witnesses ignored
         self.after: dict[str, int] = {}  # while lagging: the last seq per subscription the client was given
         self.lags = 0  # times it fell behind
@@ -227,8 +230,10 @@ class ClientChannel:
             self.notices.clear()
             return notices
 
-    def close(self) -> None:
+    def close(self, reason: str = SHUTTING_DOWN) -> None:
         with self._lock:
+            if not self.closed:
+                self.close_reason = reason
             self.closed = True
         try:
             self.loop.call_soon_threadsafe(self.wake.set)
@@ -318,7 +323,7 @@ class NotifierHub:
         with self._lock:
             chans = list(self._by_owner.get(owner, ()))
         for c in chans:
-            c.close()
+            c.close(f"subscription {owner} was deleted")
 
     def pending(self) -> int:
         """Witnesses buffered for clients, plus one per client catching up from the log."""

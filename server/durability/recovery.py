@@ -69,7 +69,7 @@ class Recovery:
         self.budget = budget
         self.checkpoints = checkpoints
         #: With an engine worker (server/workers/), how the snapshot's engine state reaches it (else: this engine)
-        self.import_engine: Callable[[SnapshotFile], dict] | None = None
+        self.import_engine: Callable[[SnapshotFile, dict], dict] | None = None
         self._start_engine = start_engine
         self.stopping = stopping
         self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
@@ -384,13 +384,19 @@ class Recovery:
         further (fresh numbers for fresh witnesses)."""
         try:
             if self.import_engine is not None:  # an engine worker holds the instances: it reads them from the file
-                counts = self.import_engine(snap_file)
+                counts = self.import_engine(snap_file, snap)
             else:
                 counts = self.engine.import_state(snap["engine"])
         except EngineError as exc:
             log.error("snapshot %s does not fit the stored subscriptions (%s): they start without instances",
                       snap_file.path.name, exc)
             counts = {"instances": 0, "skipped": 0, "clashes": 0}
+            lost = f"the partial matches of snapshot {snap_file.path.name} could not be loaded ({exc})"
+            held = {o for node in snap["engine"].get("nodes", ()) for o, *_rest in
+                    (node["states"] if isinstance(node, dict) else node[0])}
+            for sid in self.registrar.subscriptions:  # said, not dropped silently: these lost what they held
+                if sid in held or snap.get("workers", 1) > 1:
+                    self.budget.lost_state(sid, lost, snap["fed"])
         seqs = dict(snap["witness_seq"])
         if not exact:
             for sid, n in self.witnesses.seq.items():

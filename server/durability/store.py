@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS evictions (  -- sheddings of state (server/budget.py)
     reason TEXT,                       -- why (the budget, a cap); NULL in older rows
     shared INTEGER NOT NULL DEFAULT 1  -- 0: a cap (Engine.evict_oldest(..., shared=False))
 );
+CREATE TABLE IF NOT EXISTS placement (  -- the engine worker each subscription runs on (server/workers/placement.py)
+    sid TEXT PRIMARY KEY,
+    worker INTEGER NOT NULL,
+    workers INTEGER NOT NULL           -- engine_workers when it was placed (another count places afresh)
+);
 CREATE TABLE IF NOT EXISTS caps (      -- a subscription's own limits on its state (its registration body)
     sid TEXT PRIMARY KEY,
     max_instances INTEGER,
@@ -264,6 +269,7 @@ class Store:
         with self._tx():
             self._db.executemany("DELETE FROM subscriptions WHERE id = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM caps WHERE sid = ?", [(sid,) for sid in sids])
+            self._db.executemany("DELETE FROM placement WHERE sid = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM owners WHERE sid = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM broken WHERE sid = ?", [(sid,) for sid in sids])
 
@@ -333,6 +339,18 @@ class Store:
         with self._lock:
             return self._db.execute("SELECT seq, fed, sid, keep, reason, shared FROM evictions WHERE seq > ? "
                                     "ORDER BY seq", (after,)).fetchall()
+
+    # -- where each subscription runs (engine workers)
+    def save_placement(self, sid: str, worker: int, workers: int) -> None:
+        with self._tx():
+            self._db.execute("INSERT OR REPLACE INTO placement (sid, worker, workers) VALUES (?, ?, ?)",
+                             (sid, worker, workers))
+
+    def placements(self, workers: int) -> dict[str, int]:
+        """sid -> worker of the subscriptions placed when there were ``workers`` engine workers."""
+        with self._lock:
+            return {sid: w for sid, w in self._db.execute("SELECT sid, worker FROM placement WHERE workers = ?",
+                                                          (workers,))}
 
     # -- a subscription's own caps
     def save_cap(self, sid: str, max_instances: int | None, max_state_bytes: int | None, since: int) -> None:

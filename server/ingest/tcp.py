@@ -99,20 +99,36 @@ class _Session:
         self.unsent = b""  # the rest of a line the socket took only part of
 
 
+def bind_port(host: str, port: int) -> socket.socket:
+    """The event port, bound but not listening yet (a connection is refused until
+    :meth:`TcpReceiver.start` listens): ``cayuga serve`` binds it before anything
+    starts, so that a port in use stops it at once with one line (server/serve.py)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class TcpReceiver:
     def __init__(self, host: str, port: int, queue: DelayQueue, catalog: Callable, clock: Callable[[], float],
                  counters: Counters, *, max_connections: int = 64, max_line_bytes: int = 1 << 20,
                  time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple,
                  max_per_address: int = 16, idle_timeout: float = 300.0, security=None,
                  horizon: Callable[[], float | None] = lambda: None, max_value_bytes: int = 1 << 16,
-                 stamp: bool = True, gate: threading.Event | None = None) -> None:
+                 stamp: bool = True, gate: threading.Event | None = None,
+                 sock: socket.socket | None = None) -> None:
         """``catalog`` maps a stream name to its schema (or None); ``streams()``
         names the streams to prepare typed decoding for on each connection;
         ``horizon()`` the latest t1 accepted now (None: no bound); ``stamp``
         whether events without timestamps get the clock's time (else refused);
         ``gate``: connections are accepted once it is set (they wait in the
         listen backlog while a recovery puts back the journal's events);
-        ``security`` (server/security: tokens, scopes, TLS), None: open, plain text."""
+        ``security`` (server/security: tokens, scopes, TLS), None: open, plain text;
+        ``sock``: the port already bound (:func:`bind_port`), to listen on."""
         self.gate = gate
         self.host = host
         self.requested_port = port
@@ -133,7 +149,7 @@ class TcpReceiver:
         self._slots = threading.BoundedSemaphore(max_connections)
         self._addresses = AddressSlots(max_per_address)
         self._stop = threading.Event()
-        self._sock: socket.socket | None = None
+        self._sock: socket.socket | None = sock
         self._bound_port: int | None = None  # kept once the listener is closed (drain): /health reads it
         self._listener: threading.Thread | None = None
         self._conns: dict[threading.Thread, socket.socket] = {}
@@ -152,9 +168,7 @@ class TcpReceiver:
             return len(self._conns)
 
     def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.requested_port))
+        sock = self._sock or bind_port(self.host, self.requested_port)
         sock.listen(128)
         sock.settimeout(POLL)
         self._bound_port = sock.getsockname()[1]

@@ -220,3 +220,45 @@ _queries = st.builds(Query, st.lists(_items, min_size=1, max_size=3).map(tuple),
 @given(_queries)
 def test_printer_round_trips_random_trees(q):
     assert parse(format_query(q)) == q
+
+
+# --------------------------------------------------------------------------- misspelt keywords (issue 35)
+
+TYPOS = [
+    # the misspelt keyword was read as a stream name: the error points at it, not at the word after it
+    ("SELEC Name, Price FROM Stock", 1, 1,
+     "unknown word 'SELEC'; did you mean SELECT? (read as a name, it cannot be followed by 'Name')"),
+    ("selec * from Stock", 1, 1, "unknown word 'selec'; did you mean SELECT?"),
+    ("SELECT * FROM FILTR{Price > 1}(Stock)", 1, 15, "unknown word 'FILTR'; did you mean FILTER?"),
+    # the misspelt keyword is the token the parser stopped at
+    ("SELECT Name FORM Stock", 1, 13, "expected FROM but found 'FORM'; did you mean FROM?"),
+    ("SELECT Name FROM Stock NXET Stock", 1, 24,
+     "expected the end of the query (or NEXT, FOLD, PUBLISH) but found 'NXET'; did you mean NEXT?"),
+    ("SELECT Name FROM Stock\n  PUBLIHS Rising", 2, 3, "but found 'PUBLIHS'; did you mean PUBLISH?"),
+    ("Stock FLOD{,, $.n + 1 AS n} Stock", 1, 7, "but found 'FLOD'; did you mean FOLD?"),
+    ("Stock NEXT{$1.Price > 1 ANDD $2.Price < 2} Stock", 1, 25, "but found 'ANDD'; did you mean AND?"),
+]
+
+
+@pytest.mark.parametrize("text,line,column,message", TYPOS, ids=[t[0][:24] for t in TYPOS])
+def test_a_misspelt_keyword_is_pointed_at_and_named(text, line, column, message):
+    for errors in ([_raised(text)], parse_all(text)[1]):
+        e = errors[0]
+        assert (e.line, e.column) == (line, column), str(e)
+        assert message in e.message
+        assert e.excerpt.split("\n")[1].index("^") - 2 == column - 1
+
+
+def _raised(text: str) -> CelSyntaxError:
+    with pytest.raises(CelSyntaxError) as info:
+        parse(text)
+    return info.value
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT * FROM Stock Stock",  # no keyword is near 'Stock'
+    "Stock NEXT{$1.Form $2.Price} Stock",  # an attribute after '.' is never taken for a keyword
+    "SELECT * FROM Nexus Stock",  # 'Nexus' is two edits from NEXT: a name, not a slip
+])
+def test_no_keyword_is_guessed_where_none_is_near(text):
+    assert all("did you mean" not in e.message for e in parse_all(text)[1])

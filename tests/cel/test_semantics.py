@@ -212,3 +212,12 @@ def test_power_is_int_only_for_a_constant_non_negative_exponent():
     q = compile_cel("SELECT a ^ 2 AS sq, a ^ b AS p, 2 ^ -1 AS half FROM S PUBLISH P", s)
     assert [(a.name, a.type) for a in q.schemas["P"].attributes] == [("sq", "int"), ("p", "float"),
                                                                        ("half", "float")]
+
+
+def test_an_unknown_stream_with_no_near_name_says_how_to_declare_it():
+    from air.cel import compile_cel
+
+    with pytest.raises(CelNameError) as info:
+        compile_cel("SELECT * FROM Temp", STREAMS)
+    assert info.value.message.startswith("unknown stream 'Temp' (declared streams: ")
+    assert info.value.message.endswith("); declare it first (POST /streams on a server, --stream for cayuga run)")

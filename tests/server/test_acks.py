@@ -244,6 +244,31 @@ def test_cayuga_send_gives_up_with_one_line_when_no_server_comes(tmp_path):
     assert r.stderr.strip().splitlines()[-1].startswith("cayuga: gave up after 1 s of retries: cannot reach")
 
 
+def test_cayuga_send_says_at_once_that_it_cannot_reach_the_server_and_for_how_long_it_retries(tmp_path):
+    """Issue 35: a stopped server meant a minute of silence, then "gave up". The first
+    line comes while it still retries (it is read before the process is stopped)."""
+    from clients.testing import stop_process
+
+    path = tmp_path / "e.jsonl"
+    path.write_text(lines(1, 3))
+    with socket.socket() as closed:  # bound, never listening: a port that refuses connections and stays ours
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "send", str(path), "--url", url,
+                                 "--retry-for", "600"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
+        reader.start()
+        try:
+            wait_until(lambda: said or proc.poll() is not None, timeout=60, what="cayuga send's first line")
+            assert proc.poll() is None, said  # still retrying
+        finally:
+            stop_process(proc)
+            reader.join(10)
+    assert said[0] == (f"cayuga: cannot reach the server at {url}: [Errno 111] Connection refused; is cayuga serve "
+                       "running there? (--url or CAYUGA_URL names another); retrying for up to 600 s (--retry-for)\n")
+
+
 def test_a_block_split_by_a_full_queue_journals_each_parts_progress_without_a_pass_over_its_lines(start_server):
     """A sender's block larger than the queue's room goes in as several parts,
     each journaled with the sender's lines done up to it; when every line of the

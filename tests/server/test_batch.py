@@ -154,3 +154,29 @@ def test_cayuga_register_reports_each_error_with_its_file_and_registers_nothing(
     assert "registered 0 of 2 queries" in result.stderr
     with CayugaClient(server.base_url) as c:
         assert c.subscriptions() == []
+
+
+def test_cayuga_register_names_the_line_of_a_jsonl_item_with_an_unknown_field(server, tmp_path):
+    """Issue 35: a refused body's errors (422) named the server's URL and printed a dict."""
+    lines = tmp_path / "q.jsonl"
+    lines.write_text(json.dumps(UP.format(s="A")) + "\n" + json.dumps({"query": UP.format(s="B")}) + "\n")
+    result = CliRunner().invoke(cli, ["register", str(lines), "--url", server.base_url])
+    assert result.exit_code == 1
+    from server.api.schemas import query_fields
+
+    assert result.stderr.splitlines()[0] == (f"{lines}:2: unknown field 'query': send the query as {query_fields()} "
+                                             "(the other fields: name, max_instances, max_state_bytes)")
+    assert "registered 0 of 2 queries" in result.stderr
+
+
+def test_cayuga_register_says_what_to_rename_a_file_of_no_query_language_to(tmp_path):
+    (tmp_path / "up.txt").write_text(UP.format(s="A"))
+    (tmp_path / "up.cel").write_text("<NFA/>")
+    for name, said in (("up.txt", "a query file's suffix says its language (.cel for CEL, .xml for AIR XML, .sase "
+                                  "for SASE), and .txt says none (it looks like CEL: rename it up.cel); or a .jsonl "
+                                  "file holds one query a line"),
+                       ("up.cel", "a .cel file is read as CEL, and this one starts with '<' (it looks like AIR XML: "
+                                  "rename it up.xml)")):
+        # refused before any request: the URL is never reached
+        result = CliRunner().invoke(cli, ["register", str(tmp_path / name), "--url", "http://127.0.0.1:9"])
+        assert (result.exit_code, result.stderr) == (2, f"cayuga: {tmp_path / name}: {said}\n")

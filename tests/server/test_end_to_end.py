@@ -115,13 +115,32 @@ def test_streams_api(client):
     ("/subscriptions", {"air": "<NFA><Node/></NFA>"}, 400, "element <Node>: The attribute 'NodeType' is required"),
     ("/subscriptions", {}, 422, "give exactly one of 'cel'"),
     ("/streams", {"name": "S", "schema": {"a": "integr"}}, 422, "unknown attribute type 'integr'"),
-    ("/streams", {"name": "9S", "schema": {"a": "int"}}, 422, "name: Value error, the stream name '9S' starts with a digit"),
+    ("/streams", {"name": "9S", "schema": {"a": "int"}}, 422, "name: the stream name '9S' starts with a digit"),
     ("/streams", {"name": "S"}, 422, "schema: Field required"),
 ])
 def test_bad_bodies_are_4xx_with_what_to_fix(client, path, body, status, fragment):
     r = client.http.post(path, json=body)
     assert r.status_code == status, r.text
     assert fragment in r.text
+
+
+def test_an_unknown_body_field_names_the_fields_a_query_goes_in(client):
+    """Issue 35: {"query": ...} was "body.query: Extra inputs are not permitted"."""
+    from server.api.schemas import QUERY_LANGUAGES
+
+    for path, body, where in (("/subscriptions", {"query": "SELECT * FROM Stock"}, "body"),
+                              ("/subscriptions/validate", {"query": "SELECT * FROM Stock"}, "body"),
+                              ("/subscriptions/batch", {"subscriptions": [{"cel": "Stock"}, {"query": "Stock"}]},
+                               "body.subscriptions.1")):
+        r = client.http.post(path, json=body)
+        assert r.status_code == 422, r.text
+        (error,) = r.json()["errors"]
+        assert error["where"] == where
+        assert error["problem"].startswith("unknown field 'query': send the query as 'cel' (CEL text)")
+        assert error["problem"].endswith(" (the other fields: name, max_instances, max_state_bytes)")
+        assert all(f"'{k}' ({v})" in error["problem"] for k, v in QUERY_LANGUAGES.items())  # the one list
+        assert r.json()["detail"] == f"invalid request body: {where}: {error['problem']}"
+    assert client.subscriptions() == []
 
 
 def test_cel_error_body_has_line_column_and_excerpt(client):
@@ -269,3 +288,29 @@ def test_one_chunk_per_subscription_reaches_every_format_and_the_log_alike(clien
         while len(resumed) < want:
             resumed.extend(next(again).split("\n"))
     assert resumed == got_seq
+
+
+def test_a_body_that_is_not_a_json_object_and_an_unknown_path_say_what_to_send(client):
+    """Issue 35: 'body.15: JSON decode error', 'Input should be a valid dictionary ...' (curl -d without a
+    content-type) and 'Not Found' said nothing a newcomer could act on."""
+    cases = [
+        (dict(content='{"cel": "Stock"', headers={"content-type": "application/json"}), 422,
+         "invalid request body: body: not JSON: Expecting ',' delimiter at character 15 of the body"),
+        (dict(content='{"cel": "Stock"}', headers={"content-type": "application/x-www-form-urlencoded"}), 422,
+         "invalid request body: body: the body must be a JSON object, sent with content-type: application/json "
+         "(this one came as application/x-www-form-urlencoded)"),
+        (dict(headers={"content-type": "application/json"}), 422,
+         "invalid request body: body: the body must be a JSON object, sent with content-type: application/json "
+         "(this one is empty)"),
+    ]
+    for kw, status, detail in cases:
+        r = client.http.post("/subscriptions", **kw)
+        assert (r.status_code, r.json()["detail"]) == (status, detail)
+    r = client.http.get("/subscription")
+    assert (r.status_code, r.json()) == (404, {"detail": "no such endpoint: GET /subscription; GET /docs lists the "
+                                                         "API's operations"})
+    r = client.http.put("/subscriptions")
+    assert (r.status_code, r.json()["detail"]) == (405, "PUT is not an operation of /subscriptions; GET /docs "
+                                                        "lists the API's operations")
+    assert r.headers["allow"]  # starlette's Allow header is kept
+    assert client.http.get("/subscriptions/s9").json()["detail"] == "no subscription 's9'; GET /subscriptions lists them"

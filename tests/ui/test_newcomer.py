@@ -1,10 +1,12 @@
 """The console after the README walkthrough, as a newcomer meets it (issue 23):
 the example sent twice explains its late events, registering the identical
-query again is flagged, the epoch lag is in the stream's own time (not
-"56.9 y" for 1970's quotes), the editor wraps a long line with its line
+query again is flagged, the epoch lag is behind the newest event (not
+"56.9 y" for 1970's quotes: "idle" once all is processed), the editor wraps a long line with its line
 numbers beside it, and long names are cut with the whole name on hover."""
 
 from __future__ import annotations
+
+import re
 
 import httpx
 
@@ -26,9 +28,9 @@ def test_the_readme_example_twice_explains_late_events_flags_the_duplicate_and_l
     expect(page.locator("#send-result")).to_have_text("6 accepted, 0 rejected, 0 late")
     expect(page.locator("#matches tbody tr")).to_have_count(2)
     lag = page.locator("#chart-lag")
-    expect(lag.locator("figcaption")).to_have_text("epoch lag (stream time)")
-    expect(lag.locator("output")).not_to_have_text("–")
-    assert not lag.locator("output").text_content().endswith(" y")  # not the 56.9 years since 1970
+    expect(lag.locator("figcaption")).to_have_text("epoch lag")
+    # behind the newest event, not the clock: not the 56.9 years since 1970; everything processed: idle
+    expect(lag.locator("output")).to_have_text("idle")
     shots("first-run")
 
     # "Try the README example" again on the same server
@@ -49,6 +51,21 @@ def test_the_readme_example_twice_explains_late_events_flags_the_duplicate_and_l
                                    "them with its clock.")
     expect(result).to_have_class("status warning")
     shots("second-run-explained")
+
+
+def test_an_idle_server_with_clock_stamped_events_shows_idle_not_a_growing_lag(server, page):
+    """Issue 35: after clock-stamped events, an idle server's epoch lag grew with the clock (7.4 s,
+    then 35.9 s), as if the engine fell behind."""
+    page.goto(server.base_url + "/")
+    expect(page.locator("#chart-events output")).to_have_text("0")  # two polls before the event
+    with httpx.Client(base_url=server.base_url) as http:
+        r = http.post("/events", json=[{"stream": "Stock", "Name": "IBM", "Price": 1.0, "Volume": 1}])
+        assert r.json()["accepted"] == 1
+    # a poll that saw the event come in (events/s neither "–" nor "0"), then later ones
+    expect(page.locator("#chart-events output")).to_have_text(re.compile(r"^(?!0$)(?!–$).+"))
+    expect(page.locator("#chart-lag output")).to_have_text("idle")
+    expect(page.locator("#chart-events output")).to_have_text("0")  # a poll later: nothing since, still idle
+    expect(page.locator("#chart-lag output")).to_have_text("idle")
 
 
 def test_long_lines_wrap_and_long_names_are_cut_with_the_whole_name_on_hover(server, page, shots):

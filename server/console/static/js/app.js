@@ -9,9 +9,9 @@ import { Matches } from "./matches.js";
 
 const $ = (sel) => document.querySelector(sel);
 const POLL_MS = 1000;
-const LIST_EVERY = 5;
-// Events whose times are further than this from the server clock carry their own times.
-const OWN_TIME_SECONDS = 3600; // refresh the stream and subscription lists every this many polls
+const LIST_EVERY = 5; // refresh the stream and subscription lists every this many polls
+const LAG_TITLE = "how far the engine's epoch is behind the newest event received, in the events' own time: "
+  + "events waiting to be processed; idle when none came in or wait";
 
 // The README's first subscription and the six events of examples/example9.jsonl.
 const EXAMPLE_QUERY = `SELECT Name, Price_1 AS Before, Price AS After
@@ -101,6 +101,7 @@ function setupCharts() {
   charts.witnesses = new Sparkline(parent, "witnesses", "witnesses/s");
   charts.queue = new Sparkline(parent, "queue", "queue depth");
   charts.lag = new Sparkline(parent, "lag", "epoch lag", formatDuration);
+  charts.lag.el.title = LAG_TITLE;
   charts.p99 = new Sparkline(parent, "p99", "engine latency p99", formatSeconds);
 }
 
@@ -108,18 +109,17 @@ async function poll() {
   const s = await authed(() => api("GET", `/stats?limit=500`));
   const prev = state.previous;
   const dt = prev ? s.time - prev.time : 0;
-  charts.events.push(prev ? rate(s.events, prev.events, dt) : null);
+  const eventsPerSecond = prev ? rate(s.events, prev.events, dt) : null;
+  charts.events.push(eventsPerSecond);
   charts.witnesses.push(prev ? rate(s.witnesses, prev.witnesses, dt) : null);
   charts.queue.push(s.queue_depth);
-  // Events that carry their own times (a replay, the README's 1970 quotes) are behind the wall clock by
-  // however old they are: the lag that means something is then in the stream's own time.
-  const ownTime = s.stream_time !== null && s.stream_time !== undefined
-    && Math.abs(s.stream_time * s.time_unit_ms / 1000 - s.time) > OWN_TIME_SECONDS;
-  charts.lag.label = ownTime ? "epoch lag (stream time)" : "epoch lag";
-  charts.lag.el.title = ownTime
-    ? "how far the engine's epoch is behind the newest event received, in the events' own time (they carry times far from the server clock)"
-    : "how far the engine's epoch is behind the server clock";
-  charts.lag.push(ownTime ? s.stream_lag_seconds : s.epoch_lag_seconds);
+  // The lag behind the newest event received, never behind the clock: an idle server's epoch falls behind
+  // the clock by the time since its last event (7.4 s, then 35.9 s, as if the engine lagged), and
+  // events that carry their own times (a replay, the README's 1970 quotes) by however old they are.
+  // Idle: nothing came in since the last reading and nothing waits.
+  const lag = s.stream_lag_seconds ?? 0;
+  const idle = s.queue_depth === 0 && lag === 0 && !eventsPerSecond;
+  charts.lag.push(lag, idle ? "idle" : lag === 0 ? "0 s" : undefined);
   charts.p99.push(percentile(s.latency_buckets, prev && prev.latency_buckets));
   const changed = state.subCount >= 0 && s.subscription_count !== state.subCount;
   if (changed || state.polls % LIST_EVERY === 0) await refreshLists();
@@ -406,7 +406,7 @@ async function health() {
     const inexact = nInexact ? ` · ${nInexact} inexact` : "";
     const nBroken = Object.keys(h.broken || {}).length;
     const broken = nBroken ? ` · ${nBroken} broken` : "";
-    $("#health").textContent = `${h.status}${inexact}${broken}${held} · ${h.engine_build} engine · ${h.clients} clients`;
+    $("#health").textContent = `${h.status}${inexact}${broken}${held} · ${h.engine_build} engine · ${h.clients} client${h.clients === 1 ? "" : "s"}`;
     $("#health").title = h.reason || "";
     $("#health").className = `pill ${h.status}`;
   } catch {

@@ -53,10 +53,11 @@ export class Sparkline {
     this.el.querySelector("figcaption").textContent = text;
   }
 
-  push(value) {
+  // A new reading; ``text`` is shown instead of the formatted value when given (e.g. "idle").
+  push(value, text) {
     this.values.push(value);
     if (this.values.length > POINTS) this.values.shift();
-    this.el.querySelector("output").textContent = this.format(value);
+    this.el.querySelector("output").textContent = text ?? this.format(value);
     const known = this.values.filter((v) => v !== null && v !== undefined);
     const max = Math.max(1e-12, ...known);
     const offset = POINTS - this.values.length;
