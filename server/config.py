@@ -181,6 +181,11 @@ class Settings(BaseModel):
     #: (survives power loss), "write" once written to the OS (survives kill -9 of the server),
     #: "off" keeps no journal (acknowledged once queued; a crash loses what is queued).
     durability: Literal["fsync", "write", "off"] = "fsync"
+    #: A start whose configured streams change the schemas of stored subscriptions (a type changed,
+    #: an attribute removed or moved, an output re-typed) is refused unless this accepts it: those
+    #: subscriptions are then recompiled and start afresh (server/subscriptions/schemacheck.py).
+    #: ``cayuga serve --accept-schema-changes`` sets it for one start.
+    accept_schema_changes: bool = False
     #: A new journal segment starts beyond this many bytes.
     journal_segment_bytes: int = Field(64 << 20, ge=4096)
     shutdown_timeout: float = Field(10.0, gt=0)

@@ -55,6 +55,7 @@ from server.workers.mirror import MirroredEngine
 from server.workers.placement import Placement
 from server.security import Security
 from server.security.tls import TlsCollector
+from server.subscriptions import schemacheck
 from server.subscriptions.registry import (LimitReached, Registered, Registrar, Subscription, SubscriptionError,
                                            SubscriptionInUse, Validation, compile_subscription)
 
@@ -90,6 +91,15 @@ class Daemon:
                                             f"({exc}); check that file, or give another data directory "
                                             "(--data-dir or CAYUGA_DATA_DIR)") from None
             raise
+        try:  # what the configured streams' changes do to the stored subscriptions: a refusal ends the start here
+            self.schema_check = schemacheck.check(
+                self.store.subscriptions(), self.store.config_streams(), settings.stream_schemas(),
+                self.store.streams(), self.store.broken(), settings.function_registry().return_types(),
+                settings.time_unit_ms, settings.accept_schema_changes)
+        except BaseException:
+            self.store.close()
+            self.lock.release()
+            raise
         try:  # tokens, scopes, the audit log, TLS (server/security); TLS files that cannot be used: TlsError
             self.security = Security(settings, self.store, self.counters)
         except BaseException:
@@ -114,6 +124,7 @@ class Daemon:
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
         self._stop = threading.Event()
+        self._final_written = False  # the shutdown snapshot (drain)
         self.started = False
         if self.links:
             self.processing: EngineThread = WorkerEngineThread(self.engine, self.queue, settings, self.counters,
@@ -127,6 +138,7 @@ class Daemon:
                                    on_removed=self._removed, invalidate_routes=self.hub.invalidate,
                                    close_owner=self.hub.close_owner)
         self.subscriptions = self.registrar.subscriptions  # the same dict: registration order
+        self.broken = self.registrar.broken  # stored subscriptions that do not compile (the same dict)
         self.witnesses = Witnesses(self.engine.schema, self.hub, self.counters, self.subscriptions, self._stop,
                                    queued=lambda: len(self.queue))
         self.engine.on_emit = self.witnesses.on_emit
@@ -151,6 +163,7 @@ class Daemon:
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
                              self.hub, self.snapshotter, self.processing, self.budget, self.recovery,
                              self.witnesses, self.subscriptions)
+        self.health.broken = self.broken
         self.registry, self.latency = make_registry(self.health)
         self.disk.retry_with("store", self._retry_store)
         if self.security.tls is not None:
@@ -222,6 +235,7 @@ class Daemon:
         for name, attrs in self.store.streams():
             self.engine.declare(StreamSchema(name, tuple(Attribute(a, t) for a, t in attrs)))
             self.declared.add(name)
+        self._record_schemas()
         stored = self.store.subscriptions()
         for sid, (max_instances, max_state_bytes, since) in self.store.caps().items():
             self.budget.set_cap(sid, Cap(max_instances, max_state_bytes, since))
@@ -257,6 +271,20 @@ class Daemon:
         self.started = True
         self.recovery.start(stored)
 
+    def _record_schemas(self) -> None:
+        """Record this start's configured streams, what it installs afresh and what
+        it finds broken (server/subscriptions/schemacheck.py: the restore logs each), and
+        log what it accepted."""
+        check = self.schema_check
+        self.store.started_with(check.streams, check.fresh, check.broken)
+        for o in check.affected:
+            log.warning("accepted a change of the schemas of subscription %s (accept_schema_changes): %s; it is "
+                        "recompiled against the new schemas and starts afresh once the recovery's replay is over",
+                        o.sid, "; ".join(o.changes))
+        if check.fresh:
+            log.warning("installed afresh after the replay (their partial matches are not carried over, their "
+                        "witnesses are numbered on): %s", ", ".join(check.fresh))
+
     def bind_tcp(self) -> None:
         """Bind the TCP event port now, before the HTTP server starts (start() listens on it):
         a port in use is an OSError here, not a failure inside the HTTP server's start-up."""
@@ -281,8 +309,12 @@ class Daemon:
         self.queue.wake()
         self.processing.join(max(deadline - time.monotonic(), 0.1))
         self.snapshotter.stop(timeout=0.0)  # a periodic one being written is superseded by the final one
-        if self.processing.thread is not None and not self.processing.alive and not self.witnesses.unlogged:
-            self.checkpoints.final()  # not when witnesses were abandoned: the journal replay makes them again
+        if (self.processing.thread is not None and not self.processing.alive and not self.witnesses.unlogged
+                and not self._final_written):
+            # not when witnesses were abandoned: the journal replay makes them again; and once: stop() drains
+            # again after a SIGTERM's drain, and a second, identical snapshot pushed the older one out
+            self._final_written = True
+            self.checkpoints.final()
         while self.hub.pending() and time.monotonic() < deadline:
             time.sleep(0.01)
         for ch in self.hub.channels():  # tell each client we are going away (close code 1001)
@@ -475,6 +507,12 @@ class Daemon:
 
     def inexact(self) -> dict[str, dict]:
         return self.health.inexact()
+
+    def witness_gaps(self) -> dict[str, list[dict]]:
+        return self.health.witness_gaps()
+
+    def broken_subscriptions(self) -> dict[str, dict]:
+        return self.health.broken_subscriptions()
 
     def workers(self) -> list[dict]:
         return self.health.workers()

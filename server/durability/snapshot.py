@@ -209,6 +209,10 @@ class SnapshotStore:
             raise
         return self.publish(tmp, final)
 
+    def read(self, f: SnapshotFile) -> dict:
+        """One snapshot's state; raises SnapshotError (a ValueError), OSError or a pickle error."""
+        return decode(f.path.read_bytes(), str(f.path))
+
     def load_latest(self) -> tuple[dict, SnapshotFile] | None:
         """The newest snapshot that reads back intact (older ones stand in
         for a corrupt one: the journal is kept from the oldest kept one's

@@ -3,8 +3,8 @@ the order the engine produced them, on disk, so that a client can resume
 where it left off (after a disconnect, a restart, or falling behind).
 
 No sockets, no threads of its own. One writer (the engine thread) appends a
-batch of records at a time; any number of readers (:class:`Cursor`, on other
-threads) read what is already appended, each with its own file handles.
+batch of records at a time; any number of readers (:class:`Cursor`, witcursor.py,
+on other threads) read what is already appended, each with its own file handles.
 
 **Records.** Witnesses ``(subscription id, seq, stream, payload)``; ``seq``
 numbers the witnesses of one subscription 1, 2, 3, ... (the daemon gives
@@ -21,7 +21,15 @@ batch's witnesses as msgpack, four arrays ``[sids, seqs, streams, payloads]``
 witness on the log); kind 0 is a single witness (readers accept it); kind 1,
 the first record of every segment, is a checkpoint: the last seq of every
 subscription so far (JSON), so that the sequence numbers survive the deletion
-of old segments.
+of old segments; a kind 1 record with seq 1 elsewhere is a gap mark (witrecords.py).
+
+**Gaps.** The log may lack witnesses that were numbered: a segment cut short
+or damaged while the server was stopped. Recovery finds a cut newest segment
+against the snapshot and rebuilds what the journal can give again, and marks
+the rest (:meth:`WitnessLog.note_gaps`: server/durability/witgaps.py); a
+sealed segment's cut tail shows against the next segment's checkpoint when the
+log is opened. :meth:`WitnessLog.gaps` lists both; a reader gets a
+:class:`Gap` where the witnesses would be, never a silent jump or wait.
 
 **Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
 at most about ``segment_bytes``; the newest is appended to. A segment that is
@@ -62,7 +70,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -73,28 +80,16 @@ import msgspec
 
 from server.durability import framing
 from server.durability.diskfull import DiskFull, DiskState
-from server.durability.framing import FRAME, BadRecord, Scan
+from server.durability.framing import FRAME, Scan
+from server.durability.witcursor import Cursor
+from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
+                                          MAX_RECORD, NAMES, Gap, Gone, Record, body_of as _body,
+                                          encode as _encode, pack_batch as _pack, parse as _parse,
+                                          unpack_batch as _unpack)
+
+__all__ = ["Cursor", "Gap", "Gone", "MAX_RECORD", "NAMES", "Record", "WitnessLog"]
 
 log = logging.getLogger("cayuga.witlog")
-
-NAMES = framing.SegmentNames("wit-", 12, ".log")
-_BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
-_WITNESS, _CHECKPOINT, _BATCH = 0, 1, 2
-_pack = msgspec.msgpack.Encoder().encode
-_unpack = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], list[bytes]]).decode
-#: Records longer than this are taken for corruption when found (a witness is
-#: at most a few MiB: max_value_bytes per attribute).
-MAX_RECORD = 1 << 30
-
-Record = tuple  # (sid, seq, stream, payload)
-
-
-class Gone(Exception):
-    """What a reader asked for has been deleted by retention."""
-
-    def __init__(self, sid: str, wanted: int, first: int) -> None:
-        self.sid, self.wanted, self.first = sid, wanted, first
-        super().__init__(f"from {wanted} is no longer retained: the log of {sid} starts at {first}")
 
 
 @dataclass
@@ -117,6 +112,8 @@ class _Segment:
     # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
     # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
     start: int = framing.HEADER.size
+    #: the gap marks it holds (witrecords.py): per subscription, (first, last) of each gap
+    gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def index_path(self) -> Path:
@@ -125,35 +122,6 @@ class _Segment:
 
 def _name(number: int) -> str:
     return NAMES.name(number)
-
-
-def _body(body: bytes | memoryview):
-    """A record's body: (kind, seq, sid, stream, payload), or None when it is not one."""
-    kind, seq, ls, lt = _BODY.unpack_from(body, 0)
-    o = _BODY.size
-    if kind not in (_WITNESS, _CHECKPOINT, _BATCH) or o + ls + lt > len(body):
-        return None
-    try:
-        sid = bytes(body[o:o + ls]).decode()
-        stream = bytes(body[o + ls:o + ls + lt]).decode()
-    except UnicodeDecodeError:
-        return None
-    return kind, seq, sid, stream, body[o + ls + lt:]
-
-
-def _parse(buf: bytes | memoryview, pos: int, end: int):
-    """The record at ``pos``: (kind, seq, sid, stream, payload, next pos), or
-    None when it is incomplete or corrupt."""
-    try:
-        body, nxt = framing.unframe(buf, pos, end, min_length=_BODY.size, max_length=MAX_RECORD)
-    except BadRecord:
-        return None
-    rec = _body(body)
-    return None if rec is None else (*rec, nxt)
-
-
-def _encode(kind: int, seq: int, sid: bytes, stream: bytes, payload: bytes) -> bytes:
-    return framing.frame(_BODY.pack(kind, seq, len(sid), len(stream)) + sid + stream + payload)
 
 
 class WitnessLog:
@@ -190,6 +158,9 @@ class WitnessLog:
         self.deduplicated = 0
         self.dropped = 0
         self.truncated = 0  # bytes of torn or corrupt tails cut off when opening
+        #: per subscription, (first, last) of the witnesses missing between two segments, found when opening:
+        #: a segment whose tail was cut, which the next segment's checkpoint numbers past (see gaps())
+        self._holes: dict[str, list[tuple[int, int]]] = {}
         self._open()
 
     # ------------------------------------------------------------------ opening
@@ -213,10 +184,50 @@ class WitnessLog:
         elif last is not None and not last.sealed and last.start == 0:  # the older framing: go on in a new one
             self._seal()
             self._unsynced.append(last.path)  # as the active segment would have been, by sync()
+        self._find_holes()
+        self._link_gaps()
         if self._segments and not self._segments[-1].sealed:
             self._fd = framing.open_segment(self._segments[-1].path)
         else:
             self._new_segment()
+
+    def _find_holes(self) -> None:
+        """Witnesses missing between segments: a subscription's last seq in the
+        segments up to one is below what the next one's checkpoint says it was
+        (the tail of a sealed segment was cut or damaged). A segment's own cut
+        tail is found against what recovery knows (server/durability/witgaps.py)."""
+        seen: dict[str, int] = {}
+        for i, seg in enumerate(self._segments):
+            if i:
+                try:
+                    checkpoint = self._checkpoint_of(seg)
+                except (OSError, ValueError, AttributeError):
+                    checkpoint = {}
+                for s, v in checkpoint.items():
+                    had = seen.get(s)
+                    if had is not None and isinstance(v, int) and v > had:
+                        self._holes.setdefault(s, []).append((had + 1, v))
+                        seen[s] = v
+                        log.error("witness log %s: witnesses %d to %d of %s are missing before it (an earlier "
+                                  "segment was cut short or damaged)", seg.path.name, had + 1, v, s)
+            for s, v in seg.subs.items():
+                if v.last_seq > seen.get(s, 0):
+                    seen[s] = v.last_seq
+
+    def _link_gaps(self) -> None:
+        """List each subscription a segment's gap marks name among the publishers
+        of the streams it publishes (stream readers find the mark there)."""
+        if not any(seg.gaps for seg in self._segments):
+            return
+        streams_of: dict[str, set[str]] = {}
+        for seg in self._segments:
+            for stream, sids in seg.streams.items():
+                for s in sids:
+                    streams_of.setdefault(s, set()).add(stream)
+        for seg in self._segments:
+            for s in seg.gaps:
+                for stream in streams_of.get(s, ()):
+                    seg.streams.setdefault(stream, set()).add(s)
 
     def _load_index(self, seg: _Segment) -> bool:
         try:
@@ -226,6 +237,7 @@ class WitnessLog:
             seg.size, seg.records = data["size"], data["records"]
             seg.subs = {s: _Sub(*v) for s, v in data["subs"].items()}
             seg.streams = {s: set(v) for s, v in data["streams"].items()}
+            seg.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
             for s, v in seg.subs.items():
                 if v.last_seq > self._last.get(s, 0):
                     self._last[s] = v.last_seq
@@ -237,21 +249,46 @@ class WitnessLog:
             return False
 
     def _read_checkpoint(self, seg: _Segment) -> None:
+        for s, v in self._checkpoint_of(seg).items():
+            if v > self._last.get(s, 0):
+                self._last[s] = v
+
+    def _checkpoint_of(self, seg: _Segment) -> dict[str, int]:
+        """The checkpoint a segment starts with: the last seq of every subscription before it."""
         with open(seg.path, "rb") as f:
             head = f.read(framing.HEADER.size + FRAME.size)
             seg.start = start = framing.file_kind(head, framing.WITNESS_LOG, str(seg.path))
             if len(head) < start + FRAME.size:
-                return
+                return {}
             f.seek(start)
             buf = f.read(FRAME.size + FRAME.unpack_from(head, start)[0])
         rec = _parse(buf, 0, len(buf))
-        if rec is not None and rec[0] == _CHECKPOINT:
-            self._merge_checkpoint(rec[4])
+        if rec is None or rec[0] != _CHECKPOINT or rec[1] == GAP_MARK:
+            return {}
+        return json.loads(bytes(rec[4]))
 
     def _merge_checkpoint(self, payload) -> None:
         for s, v in json.loads(bytes(payload)).items():
             if v > self._last.get(s, 0):
                 self._last[s] = v
+
+    def _mark(self, seg: _Segment, marks: dict[str, int], off: int) -> dict[str, tuple[int, int]]:
+        """Take a gap mark (at ``off`` in ``seg``) into the index: each
+        subscription it names was numbered on to its seq; returns the gaps, (first, last)."""
+        found = {}
+        for s, last in marks.items():
+            before = self._last.get(s, 0)
+            if not isinstance(last, int) or last <= before:
+                continue
+            found[s] = (before + 1, last)
+            seg.gaps.setdefault(s, []).append(found[s])
+            sub = seg.subs.get(s)
+            if sub is None:
+                seg.subs[s] = _Sub(before + 1, off, last)
+            else:
+                sub.last_seq = last
+            self._last[s] = last
+        return found
 
     def _scan(self, seg: _Segment) -> None:
         """Index a segment by reading it; cut off a torn or corrupt tail."""
@@ -267,8 +304,11 @@ class WitnessLog:
             kind, seq, sid, stream, payload = rec
             if kind == _CHECKPOINT:
                 try:
-                    self._merge_checkpoint(payload)
-                except (ValueError, AttributeError):
+                    if seq == GAP_MARK:
+                        self._mark(seg, json.loads(bytes(payload)), pos)
+                    else:
+                        self._merge_checkpoint(payload)
+                except (ValueError, AttributeError, TypeError):
                     break
             elif kind == _BATCH:
                 try:
@@ -331,7 +371,8 @@ class WitnessLog:
             self._unsynced.append(seg.path)
         data = {"size": seg.size, "records": seg.records,
                 "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
-                "streams": {s: sorted(v) for s, v in seg.streams.items()}}
+                "streams": {s: sorted(v) for s, v in seg.streams.items()},
+                "gaps": {s: [list(g) for g in v] for s, v in seg.gaps.items()}}
         tmp = seg.index_path.with_suffix(".tmp")
         seg.sealed = True
         try:
@@ -437,6 +478,50 @@ class WitnessLog:
                 log.debug("witness log retention: %s", exc)
         return dropped
 
+    def note_gaps(self, marks: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """Write a gap mark: each subscription of ``marks`` was numbered on to
+        its seq there, though the log lacks the witnesses after its last one
+        (recovery found them lost: server/durability/witgaps.py). Readers get a
+        :class:`Gap` in their place, :meth:`gaps` lists them, and numbering goes
+        on after the mark. Returns the gaps, (first, last) per subscription
+        (those already numbered past are left out). From the writer's thread;
+        raises :class:`DiskFull` as :meth:`append_columns` does."""
+        marks = {s: v for s, v in marks.items() if v > self._last.get(s, 0)}
+        if not marks:
+            return {}
+        rec = _encode(_CHECKPOINT, GAP_MARK, b"", b"", json.dumps(marks, separators=(",", ":")).encode())
+        seg = self._segments[-1]
+        try:
+            if self._cut_to is not None:
+                self._cut_back(self._cut_to)
+            if seg.sealed or self._fd is None:
+                self._new_segment()
+            seg = self._segments[-1]
+            off = seg.size
+            try:
+                framing.write_all(self._fd, rec)
+            except OSError:
+                self._cut_back(off)
+                raise
+        except OSError as exc:
+            failure = DiskFull.from_os("witness_log", "the witness log could not be written", seg.path, exc)
+            if self.disk is not None:
+                self.disk.failed(failure)
+            raise failure from None
+        streams_of: dict[str, set[str]] = {}
+        with self._lock:
+            for old in self._segments:
+                for stream, sids in old.streams.items():
+                    for s in sids:
+                        if s in marks:
+                            streams_of.setdefault(s, set()).add(stream)
+            found = self._mark(seg, marks, off)
+            for s in found:
+                for stream in streams_of.get(s, ()):
+                    seg.streams.setdefault(stream, set()).add(s)
+            seg.size = off + len(rec)
+        return found
+
     def _cut_back(self, offset: int) -> None:
         """Truncate the active segment to ``offset`` (its last whole record)."""
         try:
@@ -525,6 +610,37 @@ class WitnessLog:
                     return sub.first_seq
             return self._last.get(sid, 0) + 1
 
+    def numbered_past(self, sid: str) -> tuple[int, int]:
+        """``sid``'s last seq in the retained segments and its last seq numbered, read together."""
+        with self._lock:
+            held = max((seg.subs[sid].last_seq for seg in self._segments if sid in seg.subs), default=0)
+            return held, self._last.get(sid, 0)
+
+    def publishers(self, stream: str) -> set[str]:
+        """The subscriptions that have published ``stream`` in the retained log."""
+        with self._lock:
+            return {s for seg in self._segments for s in seg.streams.get(stream, ())}
+
+    def gaps(self) -> dict[str, list[tuple[int, int]]]:
+        """Per subscription, (first, last) of each run of witnesses the retained
+        log lacks though they were numbered (readers get a :class:`Gap` there):
+        gap marks, and holes between segments found when the log was opened."""
+        out: dict[str, list[tuple[int, int]]] = {}
+        with self._lock:
+            for seg in self._segments:
+                for s, runs in seg.gaps.items():
+                    out.setdefault(s, []).extend(runs)
+        for s, runs in self._holes.items():
+            out.setdefault(s, []).extend(runs)
+        for s in list(out):
+            first = self.first_seq(s)
+            kept = sorted({g for g in out[s] if g[1] >= first})
+            if kept:
+                out[s] = kept
+            else:
+                del out[s]
+        return out
+
     def stream_last(self, stream: str) -> dict[str, int]:
         """The last seq of each subscription that has published ``stream``
         in the retained log."""
@@ -551,15 +667,17 @@ class WitnessLog:
         cur = self.cursor(sid=sid, after={sid: from_seq - 1})
         while batch := cur.read():
             for _, seq, payload in batch:
-                yield seq, payload
+                if type(payload) is not Gap:
+                    yield seq, payload
 
     def read_stream(self, stream: str, after: dict[str, int] | None = None) -> Iterator[tuple[str, int, bytes]]:
         """(sid, seq, payload) of every record on ``stream`` above ``after``."""
         cur = self.cursor(stream=stream, after=after)
         while batch := cur.read():
-            yield from batch
+            yield from (r for r in batch if type(r[2]) is not Gap)
 
-    def _segments_copy(self) -> list[tuple[_Segment, int]]:
+    def segments_copy(self) -> list[tuple[_Segment, int]]:
+        """Each retained segment and the bytes of it a reader may read now (for :class:`Cursor`)."""
         with self._lock:
             return [(s, s.size) for s in self._segments]
 
@@ -576,118 +694,3 @@ class WitnessLog:
     def bytes(self) -> int:
         """Bytes retained."""
         return sum(s.size for s in self._segments)
-
-
-class Cursor:
-    """Reads a subscription's (or a stream's) records, in log order, from
-    another thread than the writer; :meth:`read` returns the next ones, an
-    empty list at the end of what is appended so far, and may be called again
-    later for what comes after. Holds one segment file open at a time (a
-    segment deleted meanwhile is still read to its end)."""
-
-    def __init__(self, wlog: WitnessLog, sid: str | None, stream: str | None, after: dict[str, int]) -> None:
-        if (sid is None) == (stream is None):
-            raise ValueError("a cursor reads one subscription or one stream")
-        self.log, self.sid, self.stream = wlog, sid, stream
-        self.after = after  # last seq read per subscription
-        self._seg: _Segment | None = None
-        self._file = None
-        self._pos = 0
-        self._check_retained(after.keys() if stream is not None else [sid])
-
-    def _check_retained(self, sids) -> None:
-        for s in sids:
-            want = self.after.get(s, 0) + 1
-            if want <= self.log.last_seq(s):
-                first = self.log.first_seq(s)
-                if want < first:
-                    raise Gone(s, want, first)
-
-    def _wanted(self, seg: _Segment) -> int | None:
-        """The offset in ``seg`` to start reading at, or None when it holds nothing wanted."""
-        after = self.after
-        if self.sid is not None:
-            sub = seg.subs.get(self.sid)
-            if sub is None or sub.last_seq <= after.get(self.sid, 0):
-                return None
-            return sub.first_off
-        offs = [seg.subs[s].first_off for s in seg.streams.get(self.stream, ())
-                if seg.subs[s].last_seq > after.get(s, 0)]
-        return min(offs) if offs else None
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def read(self, max_records: int = 2000, max_bytes: int = 1 << 20) -> list[tuple[str, int, bytes]]:
-        """The next records, (sid, seq, payload), at most about ``max_records``
-        or ``max_bytes``; [] when there is nothing more yet. Raises :class:`Gone`
-        when retention deleted records it still had to read."""
-        out: list[tuple[str, int, bytes]] = []
-        size = 0
-        after, sid, stream, wlog = self.after, self.sid, self.stream, self.log
-        while len(out) < max_records and size < max_bytes:
-            segs = wlog._segments_copy()
-            if self._seg is None:
-                for seg, _ in segs:
-                    start = self._wanted(seg)
-                    if start is not None and self._enter(seg, start):
-                        break
-                else:
-                    self._check_retained(list(after) if stream is not None else [sid])
-                    return out
-            seg, pos = self._seg, self._pos
-            end = next((n for s, n in segs if s is seg), seg.size)  # a deleted segment: read it to its end
-            if pos >= end:
-                if seg is segs[-1][0]:
-                    return out  # at the end of the active segment: nothing more yet
-                self.close()
-                self._seg = None
-                self._check_retained(list(after) if stream is not None else [sid])
-                continue
-            f = self._file
-            f.seek(pos)
-            buf = f.read(min(end - pos, max(max_bytes - size, 1 << 16)))
-            if len(buf) >= FRAME.size:  # a first record longer than that: read it whole
-                need = FRAME.size + FRAME.unpack_from(buf, 0)[0]
-                if len(buf) < need <= end - pos:
-                    buf += f.read(need - len(buf))
-            view, p, n = memoryview(buf), 0, len(buf)
-            while p < n and len(out) < max_records:
-                rec = _parse(view, p, n)
-                if rec is None:
-                    if p == 0:
-                        raise OSError(f"witness log {seg.path.name}: unreadable record at offset {pos}")
-                    break
-                kind, seq, rsid, rstream, payload, p = rec
-                if kind == _BATCH:
-                    cols = _unpack(payload)
-                    entries = zip(cols[0], cols[1], cols[2], cols[3])
-                elif kind == _WITNESS:
-                    entries = ((rsid, seq, rstream, bytes(payload)),)
-                else:
-                    continue
-                for rsid, seq, rstream, data in entries:
-                    if rsid != sid if sid is not None else rstream != stream:
-                        continue
-                    known = after.get(rsid, 0)
-                    if seq <= known:
-                        continue
-                    if seq > known + 1 and rsid in after:  # a gap: deleted by retention meanwhile?
-                        first = wlog.first_seq(rsid)
-                        if known + 1 < first:
-                            raise Gone(rsid, known + 1, first)
-                    after[rsid] = seq
-                    out.append((rsid, seq, data))
-                    size += len(data)
-            self._pos = pos + p
-        return out
-
-    def _enter(self, seg: _Segment, start: int) -> bool:
-        try:
-            self._file = open(seg.path, "rb")
-        except FileNotFoundError:  # deleted by retention after the index was copied
-            return False
-        self._seg, self._pos = seg, start
-        return True

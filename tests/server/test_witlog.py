@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from server.durability.witlog import Gone, WitnessLog
+from server.durability.witlog import Gap, Gone, WitnessLog
 
 
 def recs(sid: str, seqs, stream: str = "Out") -> list[tuple]:
@@ -157,4 +157,53 @@ def test_reading_while_appending(tmp_path):
     assert not t.is_alive() and not errors
     assert got == list(range(1, total + 1))
     assert wl.segments > 10
+    wl.close()
+
+
+def test_a_gap_mark_is_read_as_a_gap_and_survives_reopening_and_sealing(tmp_path):
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    wl.append(recs("s1", range(1, 11)) + recs("s2", [1]))
+    assert wl.note_gaps({"s1": 20, "s2": 1}) == {"s1": (11, 20)}  # s2 is numbered that far already
+    assert wl.note_gaps({"s1": 15}) == {}
+    wl.append(recs("s1", [21, 22]))
+    assert wl.last_seq("s1") == 22 and wl.gaps() == {"s1": [(11, 20)]}
+    gap = ("s1", 20, Gap(11, 20))
+    cur = wl.cursor(sid="s1", after={"s1": 8})
+    assert [r[1] if r != gap else r for r in cur.read()] == [9, 10, gap, 21, 22] and cur.gaps == 1
+    inside = wl.cursor(stream="Out", after={"s1": 14}).read()  # a stream reader, from inside the gap
+    assert inside[0][:2] == ("s2", 1) and inside[1] == ("s1", 20, Gap(15, 20))
+    assert [r[1] for r in inside[2:]] == [21, 22]
+    assert [n for n, _ in wl.read("s1")] == list(range(1, 11)) + [21, 22]  # the plain reader skips it
+    wl.append(recs("s1", range(23, 200)))  # seals the segment: its index holds the gap
+    wl.close()
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    assert wl.gaps() == {"s1": [(11, 20)]} and wl.last_seq("s1") == 199
+    assert wl.cursor(sid="s1", after={"s1": 10}).read()[0] == gap
+    wl.close()
+
+
+def test_a_gap_mark_with_nothing_after_it_is_told_not_waited_on(tmp_path):
+    wl = WitnessLog(tmp_path)
+    wl.append(recs("s1", range(1, 4)))
+    wl.note_gaps({"s1": 9})
+    cur = wl.cursor(sid="s1", after={"s1": 3})
+    assert cur.read() == [("s1", 9, Gap(4, 9))] and cur.read() == [] and wl.caught_up(cur.after, sid="s1")
+    wl.close()
+
+
+def test_a_sealed_segment_cut_short_is_a_gap_against_the_next_checkpoint(tmp_path):
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    for n in range(1, 301, 10):
+        wl.append(recs("s1", range(n, n + 10)))
+    wl.close()
+    first, second = seg_files(tmp_path)[:2]
+    with open(first, "r+b") as f:  # its index no longer fits: it is scanned, and its torn tail cut
+        f.truncate(first.stat().st_size // 2)
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    ns = [n for n, _ in wl.read("s1")]
+    held, resumed = next((a, b) for a, b in zip(ns, ns[1:]) if b != a + 1)
+    assert held < resumed - 1 and wl.gaps() == {"s1": [(held + 1, resumed - 1)]}
+    got = wl.cursor(sid="s1", after={"s1": held - 1}).read(5)
+    assert got[:3] == [("s1", held, got[0][2]), ("s1", resumed - 1, Gap(held + 1, resumed - 1)),
+                       ("s1", resumed, got[2][2])]
     wl.close()
