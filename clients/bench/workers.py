@@ -38,8 +38,9 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-workers-") as tmp:
         ticks = Path(tmp) / "ticks.jsonl"
         _write_events(ticks, events, n_symbols, seed)
-        for w in workers:
-            with server_process(Path(tmp) / f"data-{w}", engine_workers=w, time="event") as client:
+        for i, w in enumerate(workers):
+            # a fresh data directory per run: a repeated count must not restore the last one's catalogue
+            with server_process(Path(tmp) / f"data-{i}-{w}", engine_workers=w, time="event") as client:
                 start = time.perf_counter()
                 for k in range(0, len(texts), 5000):
                     client.subscribe_many(texts[k:k + 5000])
