@@ -33,7 +33,7 @@ from air.cel.errors import CelError, CelSchemaError
 from air.cel.parser import parse, parse_all, too_deep
 from air.cel.semantics import (Duration, Iter, Plan, Publish, Scan, Select, Seq, Where,
                                analyze)
-from air.expr import FLIPPED, And, Compare, Expr, Literal, Or, Ref, transform
+from air.expr import FLIPPED, And, Compare, Expr, Literal, Or, Ref, transform, walk
 from air.model import (TRUE, Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom,
                        DynamicAtom, Edge, OutputStream, Predicate, Rename, State, StaticAtom,
                        StreamSchema)
@@ -300,14 +300,22 @@ class _Compiler:
         slot.update({a: fresh(a) for a in first if a not in p.shared})
         run = {b: fresh(b) for b in second}
         run.update({a: slot[a] for a in updated})
+        # $1.a of a first-only aggregate is the first input's value, not the running one
+        # (docs/design/semantics.md#decorators-and-renaming): kept in a slot of its own when
+        # read, which the original compiler never did (it had no query that reads it)
+        read = {x.name for e in (p.cond, p.rebind, *aggs.values()) if e is not None
+                for x in walk(e) if isinstance(x, Ref) and x.source == "1"}
+        kept = {a: fresh(a + "_1") for a in updated if a in read}
         types = {a.name: a.type for a in p.left.schema}
         types.update({a.name: a.type for a in p.schema if a.name in second})
         q = o.ab.state(r.stream, [Attribute(slot[a], types[a]) for a in first]
-                       + [Attribute(run[b], types[b]) for b in second])
-        init = [(slot[a], e) for a, e in first.items()] + [(run[b], first[b]) for b in second]
+                       + [Attribute(run[b], types[b]) for b in second]
+                       + [Attribute(kept[a], types[a]) for a in kept])
+        init = ([(slot[a], e) for a, e in first.items()] + [(run[b], first[b]) for b in second]
+                + [(kept[a], first[a]) for a in kept])
         o.src.forwards.append(Edge(q.id, make_predicate(o.guard, source=self.source), _schema_map(init)))
 
-        refs = {("1", a): Ref(slot[a], "NODE") for a in first}
+        refs = {("1", a): Ref(kept.get(a, slot[a]), "NODE") for a in first}
         refs.update({("LAST", a): Ref(run.get(a, slot[a]), "NODE") for a in first})
         refs.update(r.refs("2"))
         durations = {"RESULT": "COMPOSITE", "EVENT": "EVENT"}
@@ -322,7 +330,7 @@ class _Compiler:
         rebind = () if p.rebind is None else (sub(p.rebind),)
         q.rebind = Edge(q.id, make_predicate(rebind, source=self.source), _schema_map(
             [(slot[a], value[a] if a in updated else Ref(slot[a], "NODE")) for a in first]
-            + [(run[b], value[b]) for b in second]))
+            + [(run[b], value[b]) for b in second] + [(kept[a], Ref(kept[a], "NODE")) for a in kept]))
         columns = [(slot[a] if a in p.shared else a, value[a] if a in updated else Ref(slot[a], "NODE"))
                    for a in first]
         return _Open(o.ab, q, (), tuple(columns) + tuple((b, value[b]) for b in second), True)
