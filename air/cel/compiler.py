@@ -127,6 +127,14 @@ def make_predicate(conjuncts: Iterable[Expr], source: str = "") -> Predicate:
     return Predicate(tuple(out)) if out != [Clause()] else TRUE
 
 
+def _computable(exprs: Iterable[Expr]) -> tuple[Expr, ...]:
+    """``e = e`` for each computed ``e`` (not a reference or a literal): a
+    conjunct that holds exactly where ``e`` can be computed, since an
+    expression that fails makes its predicate false
+    (docs/design/semantics.md#expressions-and-functions)."""
+    return tuple(Compare("=", e, e, e.line, e.column) for e in exprs if not isinstance(e, (Ref, Literal)))
+
+
 def _schema_map(columns: Iterable[tuple[str, Expr]]) -> tuple:
     return tuple(Rename(e.source, e.name, name) if isinstance(e, Ref) and e.source in ("EV", "NODE")
                  else Computed(e, name) for name, e in columns)
@@ -256,7 +264,13 @@ class _Compiler:
     def _open_Select(self, p: Select) -> _Open:
         o = self.open(p.input)
         refs = o.refs()
-        return replace(o, columns=tuple((c.name, _subst(c.expr, refs, {})) for c in p.columns))
+        # a computed column this SELECT drops is still computed: an event for which it fails
+        # is not in its input (docs/design/semantics.md#arithmetic-and-comparison), as when the
+        # input is compiled apart (a PUBLISH); the edge that makes the result holds only where it
+        # can be (a failing expression makes that predicate false)
+        used = {x.name for c in p.columns for x in walk(c.expr) if isinstance(x, Ref)}
+        return replace(o, guard=o.guard + _computable(e for n, e in o.columns if n not in used),
+                       columns=tuple((c.name, _subst(c.expr, refs, {})) for c in p.columns))
 
     def _open_Where(self, p: Where) -> _Open:
         o = self.open(p.input)
@@ -350,7 +364,11 @@ class _Compiler:
         if isinstance(plan, Select):
             s = self.simple(plan.input)
             refs = s.refs("IN")
-            return replace(s, columns=tuple((c.name, _subst(c.expr, refs, {})) for c in plan.columns))
+            columns = tuple((c.name, _subst(c.expr, refs, {})) for c in plan.columns)
+            # an event whose computed column fails is not in this operand's stream (as when the
+            # operand is compiled apart): it must not affect an instance, so the filter holds
+            # only where every column can be computed
+            return replace(s, conds=s.conds + _computable(e for _, e in columns), columns=columns)
         if isinstance(plan, Where):
             s = self.simple(plan.input)
             return replace(s, conds=s.conds + (_subst(plan.pred, s.refs("IN"), {"RESULT": "EVENT"}),))
