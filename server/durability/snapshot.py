@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from server.durability import framing
+from server.durability import framing, fsio
 from server.durability.diskfull import NO_SPACE, DiskFull, DiskState
 
 log = logging.getLogger("cayuga.snapshot")
@@ -147,12 +147,12 @@ def _decode_legacy(data: bytes, where: str) -> dict:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fsio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         framing.write_all(fd, data)
-        os.fsync(fd)
+        fsio.fsync(fd)
     finally:
-        os.close(fd)
+        fsio.close(fd)
 
 
 
@@ -161,10 +161,10 @@ class SnapshotStore:
 
     def __init__(self, directory: Path, keep: int = 2) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        fsio.makedirs(self.directory)
         self.keep = max(keep, 1)
         for tmp in self.directory.glob("*.tmp"):  # a child that was killed, or a crash mid-write
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
         self.corrupt = 0
 
     def files(self) -> list[SnapshotFile]:
@@ -186,11 +186,11 @@ class SnapshotStore:
     def publish(self, tmp: Path, final: Path) -> list[SnapshotFile]:
         """Move a written snapshot into place, drop all but the newest
         ``keep``; returns the ones kept (newest first)."""
-        os.replace(tmp, final)
+        fsio.replace(tmp, final)
         framing.fsync_dir(self.directory)
         files = self.files()
         for old in files[self.keep:]:
-            old.path.unlink(missing_ok=True)
+            fsio.remove(old.path)
         return files[: self.keep]
 
     def write(self, state: dict, journal: int) -> list[SnapshotFile]:
@@ -200,7 +200,7 @@ class SnapshotStore:
         try:
             _write_file(tmp, encode(state))
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
             raise
         return self.publish(tmp, final)
 
@@ -317,7 +317,7 @@ class Snapshotter:
                     os.kill(pid, signal.SIGKILL)
                 with _suppress():
                     os.waitpid(pid, 0)
-            self._paths[0].unlink(missing_ok=True)
+            fsio.remove(self._paths[0])
             self._child = None
             return
         tmp, final = self._paths
@@ -339,7 +339,7 @@ class Snapshotter:
         except Exception as exc:  # noqa: BLE001 - reported; the next snapshot tries again
             self.failed += 1
             self.last_error = str(exc)
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 exc = DiskFull.from_os("snapshot", "a snapshot could not be published", final, exc)
             if isinstance(exc, DiskFull) and self.disk is not None:

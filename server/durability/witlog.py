@@ -71,7 +71,7 @@ from typing import Callable, Iterator, Sequence
 
 import msgspec
 
-from server.durability import framing
+from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import FRAME, BadRecord, Scan
 
@@ -168,7 +168,7 @@ class WitnessLog:
                  segment_bytes: int | None = None, clock: Callable[[], float] = time.time,
                  disk: DiskState | None = None) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        fsio.makedirs(self.dir)
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
         self.segment_bytes = segment_bytes or max(4096, min(max_bytes // 8, 64 << 20))
@@ -198,7 +198,7 @@ class WitnessLog:
         numbers = [n for n, _ in NAMES.listing(self.dir)]
         for p in self.dir.glob("wit-*.idx"):  # indexes of segments deleted before their index
             if not p.with_suffix(".log").exists():
-                p.unlink(missing_ok=True)
+                fsio.remove(p)
         for number in numbers:
             seg = _Segment(number, self.dir / _name(number))
             if not self._load_index(seg):
@@ -208,8 +208,8 @@ class WitnessLog:
         last = self._segments[-1] if self._segments else None
         if last is not None and not last.sealed and last.size <= last.start:  # nothing but a file header, if that
             self._segments.pop()
-            last.path.unlink()
-            last.index_path.unlink(missing_ok=True)
+            fsio.unlink(last.path)
+            fsio.remove(last.index_path)
         elif last is not None and not last.sealed and last.start == 0:  # the older framing: go on in a new one
             self._seal()
             self._unsynced.append(last.path)  # as the active segment would have been, by sync()
@@ -326,7 +326,7 @@ class WitnessLog:
         """Close the active segment for writing and write its index."""
         seg = self._segments[-1]
         if self._fd is not None:
-            os.close(self._fd)  # fsynced by sync(): an fsync of a whole segment here held the engine thread
+            fsio.close(self._fd)  # fsynced by sync(): an fsync of a whole segment here held the engine thread
             self._fd = None
             self._unsynced.append(seg.path)
         data = {"size": seg.size, "records": seg.records,
@@ -335,10 +335,10 @@ class WitnessLog:
         tmp = seg.index_path.with_suffix(".tmp")
         seg.sealed = True
         try:
-            tmp.write_text(json.dumps(data, separators=(",", ":")))
-            os.replace(tmp, seg.index_path)
+            fsio.write_file(tmp, json.dumps(data, separators=(",", ":")).encode())
+            fsio.replace(tmp, seg.index_path)
         except OSError as exc:  # an index only saves a scan when the log is opened
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
             log.warning("witness log %s: its index could not be written (%s); it will be scanned when opened",
                         seg.path.name, exc)
 
@@ -440,7 +440,7 @@ class WitnessLog:
     def _cut_back(self, offset: int) -> None:
         """Truncate the active segment to ``offset`` (its last whole record)."""
         try:
-            os.ftruncate(self._fd, offset)
+            fsio.ftruncate(self._fd, offset)
         except OSError:
             self._cut_to = offset  # appends are refused until the cut succeeds
             raise
@@ -471,8 +471,8 @@ class WitnessLog:
                 self._segments.pop(0)
             dropped += oldest.records
             self._dir_dirty = True
-            oldest.path.unlink(missing_ok=True)
-            oldest.index_path.unlink(missing_ok=True)
+            fsio.remove(oldest.path)
+            fsio.remove(oldest.index_path)
         if dropped:
             self.dropped += dropped
         return dropped
@@ -483,16 +483,16 @@ class WitnessLog:
         From the writer's thread (or while it does not append)."""
         for path in self._unsynced:
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = fsio.open(path, os.O_RDONLY)
             except FileNotFoundError:  # deleted by retention meanwhile
                 continue
             try:
-                os.fsync(fd)
+                fsio.fsync(fd)
             finally:
-                os.close(fd)
+                fsio.close(fd)
         self._unsynced = []
         if self._fd is not None:
-            os.fsync(self._fd)
+            fsio.fsync(self._fd)
         if self._dir_dirty:
             self._fsync_dir()
             self._dir_dirty = False
@@ -501,7 +501,7 @@ class WitnessLog:
         """Sync, and close for writing (cursors still read what they have)."""
         self.sync()
         if self._fd is not None:
-            os.close(self._fd)
+            fsio.close(self._fd)
             self._fd = None
 
     # ------------------------------------------------------------------ reading (any thread)
