@@ -62,10 +62,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -73,89 +71,22 @@ import msgspec
 
 from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
-from server.durability.framing import FRAME, BadRecord, Scan
+from server.durability.framing import FRAME, Scan
+from server.durability.witcursor import Cursor
+from server.durability.witformat import BATCH as _BATCH
+from server.durability.witformat import BODY as _BODY
+from server.durability.witformat import CHECKPOINT as _CHECKPOINT
+from server.durability.witformat import MAX_RECORD, NAMES, Gone, Record
+from server.durability.witformat import Segment as _Segment
+from server.durability.witformat import Sub as _Sub
+from server.durability.witformat import body as _body
+from server.durability.witformat import encode as _encode
+from server.durability.witformat import name as _name
+from server.durability.witformat import pack as _pack
+from server.durability.witformat import parse as _parse
+from server.durability.witformat import unpack as _unpack
 
 log = logging.getLogger("cayuga.witlog")
-
-NAMES = framing.SegmentNames("wit-", 12, ".log")
-_BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
-_WITNESS, _CHECKPOINT, _BATCH = 0, 1, 2
-_pack = msgspec.msgpack.Encoder().encode
-_unpack = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], list[bytes]]).decode
-#: Records longer than this are taken for corruption when found (a witness is
-#: at most a few MiB: max_value_bytes per attribute).
-MAX_RECORD = 1 << 30
-
-Record = tuple  # (sid, seq, stream, payload)
-
-
-class Gone(Exception):
-    """What a reader asked for has been deleted by retention."""
-
-    def __init__(self, sid: str, wanted: int, first: int) -> None:
-        self.sid, self.wanted, self.first = sid, wanted, first
-        super().__init__(f"from {wanted} is no longer retained: the log of {sid} starts at {first}")
-
-
-@dataclass
-class _Sub:
-    first_seq: int
-    first_off: int
-    last_seq: int
-
-
-@dataclass
-class _Segment:
-    number: int
-    path: Path
-    size: int = 0  # bytes readers may read (whole records only)
-    records: int = 0  # witness records
-    newest: float = 0.0  # clock time of its newest record
-    subs: dict[str, _Sub] = field(default_factory=dict)
-    streams: dict[str, set[str]] = field(default_factory=dict)
-    sealed: bool = False
-    # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
-    # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
-    start: int = framing.HEADER.size
-
-    @property
-    def index_path(self) -> Path:
-        return self.path.with_suffix(".idx")
-
-
-def _name(number: int) -> str:
-    return NAMES.name(number)
-
-
-def _body(body: bytes | memoryview):
-    """A record's body: (kind, seq, sid, stream, payload), or None when it is not one."""
-    kind, seq, ls, lt = _BODY.unpack_from(body, 0)
-    o = _BODY.size
-    if kind not in (_WITNESS, _CHECKPOINT, _BATCH) or o + ls + lt > len(body):
-        return None
-    try:
-        sid = bytes(body[o:o + ls]).decode()
-        stream = bytes(body[o + ls:o + ls + lt]).decode()
-    except UnicodeDecodeError:
-        return None
-    return kind, seq, sid, stream, body[o + ls + lt:]
-
-
-def _parse(buf: bytes | memoryview, pos: int, end: int):
-    """The record at ``pos``: (kind, seq, sid, stream, payload, next pos), or
-    None when it is incomplete or corrupt."""
-    try:
-        body, nxt = framing.unframe(buf, pos, end, min_length=_BODY.size, max_length=MAX_RECORD)
-    except BadRecord:
-        return None
-    rec = _body(body)
-    return None if rec is None else (*rec, nxt)
-
-
-def _encode(kind: int, seq: int, sid: bytes, stream: bytes, payload: bytes) -> bytes:
-    return framing.frame(_BODY.pack(kind, seq, len(sid), len(stream)) + sid + stream + payload)
-
-
 class WitnessLog:
     """The append-only, segmented witness log under ``directory``.
 
@@ -559,7 +490,8 @@ class WitnessLog:
         while batch := cur.read():
             yield from batch
 
-    def _segments_copy(self) -> list[tuple[_Segment, int]]:
+    def retained_segments(self) -> list[tuple[_Segment, int]]:
+        """Each segment retained, with the bytes of whole records it holds now (for readers)."""
         with self._lock:
             return [(s, s.size) for s in self._segments]
 
@@ -578,116 +510,4 @@ class WitnessLog:
         return sum(s.size for s in self._segments)
 
 
-class Cursor:
-    """Reads a subscription's (or a stream's) records, in log order, from
-    another thread than the writer; :meth:`read` returns the next ones, an
-    empty list at the end of what is appended so far, and may be called again
-    later for what comes after. Holds one segment file open at a time (a
-    segment deleted meanwhile is still read to its end)."""
-
-    def __init__(self, wlog: WitnessLog, sid: str | None, stream: str | None, after: dict[str, int]) -> None:
-        if (sid is None) == (stream is None):
-            raise ValueError("a cursor reads one subscription or one stream")
-        self.log, self.sid, self.stream = wlog, sid, stream
-        self.after = after  # last seq read per subscription
-        self._seg: _Segment | None = None
-        self._file = None
-        self._pos = 0
-        self._check_retained(after.keys() if stream is not None else [sid])
-
-    def _check_retained(self, sids) -> None:
-        for s in sids:
-            want = self.after.get(s, 0) + 1
-            if want <= self.log.last_seq(s):
-                first = self.log.first_seq(s)
-                if want < first:
-                    raise Gone(s, want, first)
-
-    def _wanted(self, seg: _Segment) -> int | None:
-        """The offset in ``seg`` to start reading at, or None when it holds nothing wanted."""
-        after = self.after
-        if self.sid is not None:
-            sub = seg.subs.get(self.sid)
-            if sub is None or sub.last_seq <= after.get(self.sid, 0):
-                return None
-            return sub.first_off
-        offs = [seg.subs[s].first_off for s in seg.streams.get(self.stream, ())
-                if seg.subs[s].last_seq > after.get(s, 0)]
-        return min(offs) if offs else None
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def read(self, max_records: int = 2000, max_bytes: int = 1 << 20) -> list[tuple[str, int, bytes]]:
-        """The next records, (sid, seq, payload), at most about ``max_records``
-        or ``max_bytes``; [] when there is nothing more yet. Raises :class:`Gone`
-        when retention deleted records it still had to read."""
-        out: list[tuple[str, int, bytes]] = []
-        size = 0
-        after, sid, stream, wlog = self.after, self.sid, self.stream, self.log
-        while len(out) < max_records and size < max_bytes:
-            segs = wlog._segments_copy()
-            if self._seg is None:
-                for seg, _ in segs:
-                    start = self._wanted(seg)
-                    if start is not None and self._enter(seg, start):
-                        break
-                else:
-                    self._check_retained(list(after) if stream is not None else [sid])
-                    return out
-            seg, pos = self._seg, self._pos
-            end = next((n for s, n in segs if s is seg), seg.size)  # a deleted segment: read it to its end
-            if pos >= end:
-                if seg is segs[-1][0]:
-                    return out  # at the end of the active segment: nothing more yet
-                self.close()
-                self._seg = None
-                self._check_retained(list(after) if stream is not None else [sid])
-                continue
-            f = self._file
-            f.seek(pos)
-            buf = f.read(min(end - pos, max(max_bytes - size, 1 << 16)))
-            if len(buf) >= FRAME.size:  # a first record longer than that: read it whole
-                need = FRAME.size + FRAME.unpack_from(buf, 0)[0]
-                if len(buf) < need <= end - pos:
-                    buf += f.read(need - len(buf))
-            view, p, n = memoryview(buf), 0, len(buf)
-            while p < n and len(out) < max_records:
-                rec = _parse(view, p, n)
-                if rec is None:
-                    if p == 0:
-                        raise OSError(f"witness log {seg.path.name}: unreadable record at offset {pos}")
-                    break
-                kind, seq, rsid, rstream, payload, p = rec
-                if kind == _BATCH:
-                    cols = _unpack(payload)
-                    entries = zip(cols[0], cols[1], cols[2], cols[3])
-                elif kind == _WITNESS:
-                    entries = ((rsid, seq, rstream, bytes(payload)),)
-                else:
-                    continue
-                for rsid, seq, rstream, data in entries:
-                    if rsid != sid if sid is not None else rstream != stream:
-                        continue
-                    known = after.get(rsid, 0)
-                    if seq <= known:
-                        continue
-                    if seq > known + 1 and rsid in after:  # a gap: deleted by retention meanwhile?
-                        first = wlog.first_seq(rsid)
-                        if known + 1 < first:
-                            raise Gone(rsid, known + 1, first)
-                    after[rsid] = seq
-                    out.append((rsid, seq, data))
-                    size += len(data)
-            self._pos = pos + p
-        return out
-
-    def _enter(self, seg: _Segment, start: int) -> bool:
-        try:
-            self._file = open(seg.path, "rb")
-        except FileNotFoundError:  # deleted by retention after the index was copied
-            return False
-        self._seg, self._pos = seg, start
-        return True
+__all__ = ["WitnessLog", "Cursor", "Gone", "NAMES", "MAX_RECORD", "Record"]
