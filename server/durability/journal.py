@@ -47,6 +47,9 @@ left without a good header is removed (its name is the next position).
 - ``write``: :meth:`durable` is the last position written with write(2): in
   the OS page cache, it survives kill -9 of the server, not a machine crash.
 
+In both modes :meth:`sync` makes everything appended durable on demand: a
+snapshot is published only after it (checkpoints.py), so a snapshot never counts
+a record that a power cut can take from the journal.
 - ``off`` keeps no journal at all: do not open one (the daemon leaves
   ``queue.journal`` None).
 
@@ -180,6 +183,7 @@ class Journal:
         self._closed = False  # no more appends; the flusher stops
         self._done = False  # closed and synced: waiters give up
         self._retired: list[int] = []  # fds of finished segments the flusher must sync, then close
+        self._written: list[Path] = []  # with "write": finished segments not synced yet (see sync)
         self._dir_dirty = False  # a segment was created: the directory needs an fsync too
         # metrics
         self.records = 0
@@ -433,12 +437,13 @@ class Journal:
         self._cut_to = None
 
     def _rotate(self) -> None:
-        old = self._fd
+        old, path = self._fd, self._segments[-1].path
         self._fd = self._create(self.appended + 1)
         if self._flusher is not None:
             self._retired.append(old)  # the flusher syncs it, then closes it
         else:
             fsio.close(old)
+            self._written.append(path)  # synced by the next sync()
 
     def oldest(self) -> int | None:
         """Position of the oldest record the journal still holds (None: none)."""
@@ -458,6 +463,44 @@ class Journal:
         with self._cond:
             return self._cond.wait_for(lambda: self.durable() >= pos or self._done or self.sync_failure is not None,
                                        timeout) and self.durable() >= pos
+
+    def sync(self, timeout: float = 30.0) -> int:
+        """Make every record appended so far durable, whatever the mode, and
+        return the last one's position: with ``fsync`` the flusher's next round,
+        waited for; with ``write`` an fdatasync of the segments written since the
+        last call, and of the directory. A snapshot is published only after this
+        (server/durability/checkpoints.py): one that counted records a power cut
+        can take from the journal would be past the journal's end, and the
+        senders, told by ``#resume`` where the journal ends, would send those
+        events again. Raises OSError when they cannot be made durable."""
+        with self._lock:
+            target = self.appended
+            if self._flusher is None:
+                paths, self._written = self._written + [self._segments[-1].path], []
+                dirty, self._dir_dirty = self._dir_dirty, False
+        if self._flusher is not None:
+            if not self.wait_durable(target, timeout):
+                raise OSError(f"the journal could not be made durable up to record {target} "
+                              f"({self.sync_failure or 'the sync took too long'})")
+            return target
+        try:
+            for path in paths:
+                try:
+                    fd = fsio.open(path, os.O_RDONLY)
+                except FileNotFoundError:  # deleted meanwhile (truncate_before)
+                    continue
+                try:
+                    fsio.fdatasync(fd)
+                finally:
+                    fsio.close(fd)
+            if dirty:
+                self._fsync_dir()
+        except OSError:
+            with self._lock:  # tried again by the next call
+                self._written[:0] = paths[:-1]
+                self._dir_dirty = self._dir_dirty or dirty
+            raise
+        return target
 
     def _flush_loop(self) -> None:
         while True:
