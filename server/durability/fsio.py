@@ -48,7 +48,10 @@ def sync_dir(directory: str | os.PathLike) -> None:
 
 
 def makedirs(path: str | os.PathLike) -> None:
-    """Create ``path`` and its missing parents (none is an error if it exists)."""
+    """Create ``path`` and its missing parents (none is an error if it
+    exists), each durably: the parent of every directory created is synced,
+    so that a power cut cannot take a new directory, and what was synced in
+    it, away (tests/server/test_powercut.py)."""
     missing = []
     p = Path(path)
     while not p.is_dir():
@@ -62,6 +65,8 @@ def makedirs(path: str | os.PathLike) -> None:
         except FileExistsError:
             if not d.is_dir():
                 raise
+            continue
+        sync_dir(d.parent)
 
 
 def write_file(path: str | os.PathLike, data: bytes) -> None:
