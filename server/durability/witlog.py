@@ -130,8 +130,11 @@ class WitnessLog:
         for p in self.dir.glob("wit-*.idx"):  # indexes of segments deleted before their index
             if not p.with_suffix(".log").exists():
                 fsio.remove(p)
-        for number in numbers:
+        for k, number in enumerate(numbers):
             seg = _Segment(number, self.dir / _name(number))
+            if self._segments and not self._follows(seg):
+                self._drop([self.dir / _name(n) for n in numbers[k:]])
+                break
             if not self._load_index(seg):
                 self._scan(seg)
             seg.newest = seg.path.stat().st_mtime
@@ -168,16 +171,51 @@ class WitnessLog:
             return False
 
     def _read_checkpoint(self, seg: _Segment) -> None:
+        checkpoint = self._checkpoint(seg)
+        if checkpoint is not None:
+            self._merge_checkpoint(checkpoint)
+
+    def _checkpoint(self, seg: _Segment):
+        """The payload of ``seg``'s first record, its checkpoint (None: it has none whole)."""
         with open(seg.path, "rb") as f:
             head = f.read(framing.HEADER.size + FRAME.size)
             seg.start = start = framing.file_kind(head, framing.WITNESS_LOG, str(seg.path))
             if len(head) < start + FRAME.size:
-                return
+                return None
             f.seek(start)
             buf = f.read(FRAME.size + FRAME.unpack_from(head, start)[0])
         rec = _parse(buf, 0, len(buf))
-        if rec is not None and rec[0] == _CHECKPOINT:
-            self._merge_checkpoint(rec[4])
+        return rec[4] if rec is not None and rec[0] == _CHECKPOINT else None
+
+    def _follows(self, seg: _Segment) -> bool:
+        """Whether the segments before ``seg`` hold every witness numbered
+        before it: its checkpoint (every subscription's last seq when it was
+        started) is no further than theirs. After a power cut a segment can
+        keep what was written to it while the one before lost the end it had
+        not synced (nothing orders unsynced writes to two files); its
+        witnesses would stand beyond a gap that the replay, which appends
+        only what is above the last seq, never fills."""
+        try:
+            checkpoint = self._checkpoint(seg)
+            last = json.loads(bytes(checkpoint)) if checkpoint is not None else None
+        except (OSError, ValueError, framing.FramingError):
+            last = None
+        return isinstance(last, dict) and all(v <= self._last.get(s, 0) for s, v in last.items())
+
+    def _drop(self, paths: list[Path]) -> None:
+        """Set aside (``*.dropped``) segments that follow a lost end (see
+        :meth:`_follows`): none of them was synced (sync() syncs a segment
+        only with every one before it), so the journal's replay writes their
+        witnesses again, with the same numbers."""
+        lost = 0
+        for path in paths:
+            lost += path.stat().st_size
+            fsio.rename(path, path.with_name(path.name + ".dropped"))
+            fsio.remove(path.with_suffix(".idx"))
+        self.truncated += lost
+        log.error("witness log: %s starts after witnesses the segment before it lost (a power cut?): it and "
+                  "%d later segment(s), %d bytes, set aside as *.dropped; the replay writes them again",
+                  paths[0].name, len(paths) - 1, lost)
 
     def _merge_checkpoint(self, payload) -> None:
         for s, v in json.loads(bytes(payload)).items():

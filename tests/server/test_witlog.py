@@ -158,3 +158,48 @@ def test_reading_while_appending(tmp_path):
     assert got == list(range(1, total + 1))
     assert wl.segments > 10
     wl.close()
+
+
+@pytest.mark.parametrize("lost", ["records", "bytes", "index"])
+def test_segments_after_one_that_lost_its_end_are_set_aside_so_the_replay_leaves_no_gap(tmp_path, lost):
+    """After a power cut a sealed segment may have lost the end it never synced
+    while the next one kept what was written to it (tests/server/test_powercut.py):
+    before, the next segment's seqs stood beyond a gap the replay never filled
+    (it appends only what is above the last seq). Now that segment and those
+    after it are set aside as ``*.dropped``, the last seq is what is whole, and
+    the re-produced witnesses fill the log without a gap."""
+    d = tmp_path / "w"
+
+    def big(seqs) -> list[tuple]:
+        return [("s1", n, "Out", b'{"n":%d,"pad":"%s"}' % (n, b"x" * 200)) for n in seqs]
+
+    wl = WitnessLog(d, segment_bytes=4096)
+    for first in range(1, 121, 10):
+        wl.append(big(range(first, first + 10)))
+    wl.close()
+    segs = seg_files(d)
+    assert len(segs) >= 3
+    first = segs[0]
+    kept = [n for n, _ in WitnessLog(d).read("s1")]
+    assert kept == list(range(1, 121))
+    whole = first.read_bytes()
+    if lost == "records":  # whole records lost: it ends cleanly, shorter than its index says
+        probe = WitnessLog(tmp_path / "probe")
+        probe.append(big(range(1, 11)))
+        end = probe.bytes
+        probe.close()
+        first.write_bytes(whole[:end])
+    elif lost == "bytes":  # a torn record at its end
+        first.write_bytes(whole[:len(whole) - 7])
+    else:  # its index lost too, and the end
+        first.with_suffix(".idx").unlink()
+        first.write_bytes(whole[:len(whole) // 2])
+    wl = WitnessLog(d, segment_bytes=4096)
+    last = wl.last_seq("s1")
+    assert last < 120 and [n for n, _ in wl.read("s1")] == list(range(1, last + 1))
+    assert sorted(p.name for p in d.iterdir() if p.name.endswith(".dropped")) == [p.name + ".dropped"
+                                                                                  for p in segs[1:]]
+    wl.append(big(range(1, 121)))  # the replay: what was kept is not appended again, the rest is
+    assert [n for n, _ in wl.read("s1")] == list(range(1, 121))
+    wl.close()
+    assert [n for n, _ in WitnessLog(d).read("s1")] == list(range(1, 121))
