@@ -208,13 +208,17 @@ class _ServeCommand(click.Command):
 @click.option("--port-file", type=click.Path(dir_okay=False), default=None,
               help='Once the server accepts connections, write {"http_port": N, "tcp_port": N} (JSON) here: '
                    "the ports it bound, e.g. with --http-port 0 --tcp-port 0.")
-def serve(config_path, host, http_port, tcp_port, data_dir, port_file) -> None:
+@click.option("--accept-schema-changes", is_flag=True, default=False,
+              help="Start although the configured streams changed the schemas of stored subscriptions since the "
+                   "last start (CAYUGA_ACCEPT_SCHEMA_CHANGES): those are recompiled and start afresh. Without it "
+                   "such a start exits 2 listing each one.")
+def serve(config_path, host, http_port, tcp_port, data_dir, port_file, accept_schema_changes) -> None:
     """Run the Cayuga server until SIGTERM or SIGINT (then drain and exit 0)."""
     from server.config import ConfigError, load_settings
 
     try:
         settings = load_settings(config_path, host=host, http_port=http_port, tcp_port=tcp_port,
-                                 data_dir=data_dir)
+                                 data_dir=data_dir, accept_schema_changes=accept_schema_changes or None)
     except ConfigError as exc:
         _fail(str(exc))
     from server.serve import serve as run_server

@@ -38,9 +38,10 @@ from websockets.sync.client import connect
 from clients.tls import TlsSetupError, alert_of, explain_tls, tls_context  # noqa: F401  (part of this API)
 
 #: WebSocket close codes after which reconnecting cannot help: bad parameter, bad token,
-#: a token without the scope or reach, unknown subscription or stream, no longer retained,
+#: a token without the scope or reach, unknown subscription or stream, a broken subscription
+#: (its query no longer compiles against the server's configuration), no longer retained,
 #: ``from`` beyond the end.
-FINAL_CLOSE_CODES = frozenset({4400, 4401, 4403, 4404, 4410, 4416})
+FINAL_CLOSE_CODES = frozenset({4400, 4401, 4403, 4404, 4409, 4410, 4416})
 #: What a close without a reason of its own means, in words: the standard codes a server or
 #: a proxy sends (uvicorn closes the WebSockets still open when it stops with 1012).
 CLOSE_WORDS = {1001: "the server is shutting down", 1006: "the connection was lost",
@@ -389,7 +390,9 @@ class CayugaClient:
         :class:`CayugaAPIError` (a close) or OSError. ``on_retry(reason, delay)``
         is told of each retry; ``on_notice(message)`` of each control message
         (:func:`is_control`, e.g. ``{"control": "inexact", ...}``: the subscription
-        lost partial matches), which is never yielded as a witness."""
+        lost partial matches; ``{"control": "gap", ...}``: the server's witness log
+        lacks witnesses ``from`` to ``to``, and a resume goes on after them), which
+        is never yielded as a witness."""
         after = dict(after or {})
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
         down_since: float | None = None
@@ -413,8 +416,12 @@ class CayugaClient:
                         except TimeoutError:
                             raise _RecvTimeout from None
                         if msg[:1] == b"{" and is_control(msg):
+                            notice = json.loads(msg)
+                            if notice.get("control") == "gap" and isinstance(notice.get("to"), int):
+                                gapped = subscription or notice.get("subscription")  # lost: resume after them
+                                after[gapped] = max(after.get(gapped, 0), notice["to"])
                             if on_notice is not None:
-                                on_notice(json.loads(msg))
+                                on_notice(notice)
                             continue
                         if subscription:  # one run when the seqs are new and consecutive (they are)
                             known = after[subscription]

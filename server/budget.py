@@ -117,6 +117,8 @@ class StateBudget:
         self.footprint: tuple = (0, 0, 0)  # (bytes, instances, nodes) at the last check
         self.inexact: dict[str, Inexact] = {}
         self.runaways: dict[str, dict] = {}  # at the last check: sid -> what it costs
+        self._footprints: dict[int, tuple] = {}  # per engine (worker)
+        self._runaways: dict[int, dict] = {}
         self.seq = 0  # the last recorded shedding applied (Store.evictions); a snapshot includes those up to it
         self._noticed: dict[str, float] = {}  # sid -> when its watchers were last told
         self._shed_log: dict[str, tuple[float, int]] = {}  # sid -> (last logged, sheddings not logged since)
@@ -176,16 +178,18 @@ class StateBudget:
             self.applied(d, local.apply(d), fed=fed)
         if decisions:
             local.after_shedding()
-            self.footprint = tuple(local.footprint)
+            self.footprint_of(0, tuple(local.footprint))
 
-    def on_check(self, result: CheckResult, fed: int) -> list[Decision]:
-        """What a check found (here or in an engine worker) after ``fed`` events: the figures /health
-        shows, and the decisions recorded durably (without a journal there is
+    def on_check(self, result: CheckResult, fed: int, worker: int = 0) -> list[Decision]:
+        """What a check found (here or in engine worker ``worker``) after ``fed`` events: the
+        figures /health shows, and the decisions recorded durably (without a journal there is
         no exact replay, and nothing to record). Returns the decisions to apply:
         none when they could not be recorded (a full disk: the next check
         decides again)."""
-        self.footprint = tuple(result.footprint)
-        self.runaways = {sid: r for sid, r in result.runaways.items() if sid in self._subscriptions}
+        self.footprint_of(worker, tuple(result.footprint))
+        self._runaways[worker] = dict(result.runaways)
+        self.runaways = {sid: r for part in self._runaways.values() for sid, r in part.items()
+                         if sid in self._subscriptions}
         if result.expired:
             self.counters.add(Count.INSTANCES_EXPIRED, result.expired)
         decisions = [Decision(*d) for d in result.decisions]
@@ -198,6 +202,16 @@ class StateBudget:
             return []
         self.seq = max(seqs)
         return decisions
+
+    def lost_state(self, sid: str, reason: str, fed: int) -> None:
+        """A subscription lost its partial matches other than by shedding (a recovery could
+        not load them): marked inexact, as a shedding would (the count unknown: 0)."""
+        self._mark(sid, 0, reason, fed)
+
+    def footprint_of(self, worker: int, footprint: tuple) -> None:
+        """One engine's (worker's) footprint; :attr:`footprint` is all of them together."""
+        self._footprints[worker] = footprint
+        self.footprint = tuple(map(sum, zip(*self._footprints.values())))
 
     def apply(self, sid: str, keep: int, replayed: bool = False, reason: str | None = None,
               shared: bool = True) -> int:
@@ -261,8 +275,15 @@ class StateBudget:
         return {sid: asdict(m) for sid, m in self.inexact.items()}
 
     def load_marks(self, marks: Mapping[str, dict]) -> None:
-        """A snapshot's marks (a replay then adds the sheddings recorded after it)."""
-        self.inexact = {sid: Inexact(**m) for sid, m in marks.items()}
+        """A snapshot's marks (a replay then adds the sheddings recorded after it); a mark this
+        recovery made already (:meth:`lost_state`) stays, its reason the newest."""
+        loaded = {sid: Inexact(**m) for sid, m in marks.items()}
+        for sid, mine in self.inexact.items():
+            if sid in loaded:
+                loaded[sid].reason, loaded[sid].last = mine.reason, mine.last
+            else:
+                loaded[sid] = mine
+        self.inexact = loaded
 
     # ------------------------------------------------------------------ display counts
 

@@ -86,6 +86,10 @@ class TokenSpec(BaseModel):
         return self
 
 
+#: The most engine worker processes one server runs.
+MAX_ENGINE_WORKERS = 64
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: Where each setting :func:`load_settings` read came from (see :meth:`origin`).
@@ -149,8 +153,9 @@ class Settings(BaseModel):
     #: subscription may set its own in its registration body: max_instances, max_state_bytes).
     max_instances_per_subscription: int = Field(0, ge=0)
     #: Engine workers (server/workers/): 1 (the default) runs the automata in a worker process of
-    #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here.
-    engine_workers: int = Field(1, ge=0, le=1)
+    #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here;
+    #: N (or "auto": the machine's cores but one) partitions the subscriptions over N workers.
+    engine_workers: int = Field(1, ge=0, le=MAX_ENGINE_WORKERS, validate_default=True)
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)
@@ -176,6 +181,11 @@ class Settings(BaseModel):
     #: (survives power loss), "write" once written to the OS (survives kill -9 of the server),
     #: "off" keeps no journal (acknowledged once queued; a crash loses what is queued).
     durability: Literal["fsync", "write", "off"] = "fsync"
+    #: A start whose configured streams change the schemas of stored subscriptions (a type changed,
+    #: an attribute removed or moved, an output re-typed) is refused unless this accepts it: those
+    #: subscriptions are then recompiled and start afresh (server/subscriptions/schemacheck.py).
+    #: ``cayuga serve --accept-schema-changes`` sets it for one start.
+    accept_schema_changes: bool = False
     #: A new journal segment starts beyond this many bytes.
     journal_segment_bytes: int = Field(64 << 20, ge=4096)
     shutdown_timeout: float = Field(10.0, gt=0)
@@ -257,6 +267,13 @@ class Settings(BaseModel):
                 raise ValueError(f"{name} is set but tls_certfile is not: TLS needs the server's certificate "
                                  "(tls_certfile, CAYUGA_TLS_CERTFILE) as well")
         return self
+
+    @field_validator("engine_workers", mode="before")
+    @classmethod
+    def _workers(cls, v):
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return max(1, min((os.cpu_count() or 2) - 1, MAX_ENGINE_WORKERS))
+        return v
 
     @field_validator("max_state_bytes", mode="before")
     @classmethod

@@ -52,8 +52,10 @@ from server.processing import EngineThread
 from server.workers.dispatch import WorkerEngineThread
 from server.workers.link import WorkerLink
 from server.workers.mirror import MirroredEngine
+from server.workers.placement import Placement
 from server.security import Security
 from server.security.tls import TlsCollector
+from server.subscriptions import schemacheck
 from server.subscriptions.registry import (LimitReached, Registered, Registrar, Subscription, SubscriptionError,
                                            SubscriptionInUse, Validation, compile_subscription)
 
@@ -74,14 +76,6 @@ class Daemon:
         self.settings = settings
         self.counters = Counters()
         self.disk = DiskState()  # what of the data dir cannot be written now (/health, metrics)
-        # engine_workers: 1 runs the automata in a worker process (server/workers/); this engine is then the
-        # catalogue that registrations are checked against, every change sent on to the worker
-        self.link: WorkerLink | None = None
-        if settings.engine_workers:
-            self.link = WorkerLink(settings.model_dump())
-            self.engine: Engine = MirroredEngine(self.link, functions=settings.function_registry())
-        else:
-            self.engine = Engine(functions=settings.function_registry())
         self.queue = DelayQueue(settings.queue_capacity, settings.delay, settings.time_unit_ms,
                                 event_time=settings.time == "event")
         self.hub = NotifierHub()
@@ -97,21 +91,44 @@ class Daemon:
                                             f"({exc}); check that file, or give another data directory "
                                             "(--data-dir or CAYUGA_DATA_DIR)") from None
             raise
+        try:  # what the configured streams' changes do to the stored subscriptions: a refusal ends the start here
+            self.schema_check = schemacheck.check(
+                self.store.subscriptions(), self.store.config_streams(), settings.stream_schemas(),
+                self.store.streams(), self.store.broken(), settings.function_registry().return_types(),
+                settings.time_unit_ms, settings.accept_schema_changes)
+        except BaseException:
+            self.store.close()
+            self.lock.release()
+            raise
         try:  # tokens, scopes, the audit log, TLS (server/security); TLS files that cannot be used: TlsError
             self.security = Security(settings, self.store, self.counters)
         except BaseException:
             self.store.close()
             self.lock.release()
             raise
+        # engine_workers: 1 runs the automata in a worker process (server/workers/); this engine is then the
+        # catalogue that registrations are checked against, every change sent on to the worker
+        self.links: list[WorkerLink] = []
+        if settings.engine_workers:
+            n = settings.engine_workers
+            self.links = [WorkerLink(settings.model_dump(), name=f"cayuga-engine-worker-{w}") for w in range(n)]
+            # where each subscription runs (server/workers/placement.py): stored, so a restart places each
+            # where its snapshot's instances are (one worker: always there)
+            placement = Placement(n, self.store.placements(n) if n > 1 else None,
+                                  (lambda sid, w: self.store.save_placement(sid, w, n)) if n > 1 else None)
+            self.engine: Engine = MirroredEngine(self.links, placement, functions=settings.function_registry())
+        else:
+            self.engine = Engine(functions=settings.function_registry())
         self.receiver: TcpReceiver | None = None
         self._tcp_sock = None  # the event port, when bind_tcp() bound it before start()
         self.journal: Journal | None = None  # opened by start() unless durability is off
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
         self._stop = threading.Event()
+        self._final_written = False  # the shutdown snapshot (drain)
         self.started = False
-        if self.link is not None:
+        if self.links:
             self.processing: EngineThread = WorkerEngineThread(self.engine, self.queue, settings, self.counters,
-                                                               latency=None, stopping=self._stop, link=self.link)
+                                                               latency=None, stopping=self._stop, links=self.links)
             self.processing.hub = self.hub
         else:
             self.processing = EngineThread(self.engine, self.queue, settings, self.counters, latency=None,
@@ -121,12 +138,13 @@ class Daemon:
                                    on_removed=self._removed, invalidate_routes=self.hub.invalidate,
                                    close_owner=self.hub.close_owner)
         self.subscriptions = self.registrar.subscriptions  # the same dict: registration order
+        self.broken = self.registrar.broken  # stored subscriptions that do not compile (the same dict)
         self.witnesses = Witnesses(self.engine.schema, self.hub, self.counters, self.subscriptions, self._stop,
                                    queued=lambda: len(self.queue))
         self.engine.on_emit = self.witnesses.on_emit
         self.budget = StateBudget(self.engine, settings, self.store, self.counters, self.processing,
                                   self.subscriptions, storing=self._storing, seqs=lambda: self.witnesses.seq,
-                                  local=self.link is None)
+                                  local=not self.links)
         self.budget.notify = self._notify
         self.checkpoints = Checkpoints(settings, self.engine, self.queue, self.store, self.disk, self.counters,
                                        self.processing, self.budget, self.witnesses)
@@ -135,15 +153,17 @@ class Daemon:
                                  self.processing, self.witnesses, self.budget, self.checkpoints,
                                  start_engine=self.processing.start, stopping=self._stop)
         self.budget.recovery = self.recovery
-        if self.link is not None:  # what reads or writes the instances asks the worker
+        if self.links:  # what reads or writes the instances asks the workers
             self.budget.remote = self.checkpoints.remote = self.processing
             self.recovery.import_engine = self.processing.import_snapshot
-            self.link.on_snapshot = self.snapshotter.remote_done
+            for link in self.links:
+                link.on_snapshot = self.snapshotter.remote_done
         self.processing.recovery, self.processing.budget = self.recovery, self.budget
         self.processing.witnesses, self.processing.checkpoints = self.witnesses, self.checkpoints
         self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
                              self.hub, self.snapshotter, self.processing, self.budget, self.recovery,
                              self.witnesses, self.subscriptions)
+        self.health.broken = self.broken
         self.registry, self.latency = make_registry(self.health)
         self.disk.retry_with("store", self._retry_store)
         if self.security.tls is not None:
@@ -201,8 +221,8 @@ class Daemon:
         if self.started:
             return
         st = self.settings
-        if self.link is not None:
-            self.link.start()  # first: every stream and subscription below is sent on to it
+        for link in self.links:
+            link.start()  # first: every stream and subscription below is sent on to them
         witlog = WitnessLog(st.data_dir / "witnesses", max_bytes=st.witness_log_bytes,
                             max_seconds=st.witness_log_seconds, disk=self.disk)
         self.witnesses.open(witlog)
@@ -215,6 +235,7 @@ class Daemon:
         for name, attrs in self.store.streams():
             self.engine.declare(StreamSchema(name, tuple(Attribute(a, t) for a, t in attrs)))
             self.declared.add(name)
+        self._record_schemas()
         stored = self.store.subscriptions()
         for sid, (max_instances, max_state_bytes, since) in self.store.caps().items():
             self.budget.set_cap(sid, Cap(max_instances, max_state_bytes, since))
@@ -244,11 +265,25 @@ class Daemon:
             if self.journal is not None:
                 self.journal.close()
             witlog.close()
-            if self.link is not None:
-                self.link.stop()
+            for link in self.links:
+                link.stop()
             raise
         self.started = True
         self.recovery.start(stored)
+
+    def _record_schemas(self) -> None:
+        """Record this start's configured streams, what it installs afresh and what
+        it finds broken (server/subscriptions/schemacheck.py: the restore logs each), and
+        log what it accepted."""
+        check = self.schema_check
+        self.store.started_with(check.streams, check.fresh, check.broken)
+        for o in check.affected:
+            log.warning("accepted a change of the schemas of subscription %s (accept_schema_changes): %s; it is "
+                        "recompiled against the new schemas and starts afresh once the recovery's replay is over",
+                        o.sid, "; ".join(o.changes))
+        if check.fresh:
+            log.warning("installed afresh after the replay (their partial matches are not carried over, their "
+                        "witnesses are numbered on): %s", ", ".join(check.fresh))
 
     def bind_tcp(self) -> None:
         """Bind the TCP event port now, before the HTTP server starts (start() listens on it):
@@ -274,8 +309,12 @@ class Daemon:
         self.queue.wake()
         self.processing.join(max(deadline - time.monotonic(), 0.1))
         self.snapshotter.stop(timeout=0.0)  # a periodic one being written is superseded by the final one
-        if self.processing.thread is not None and not self.processing.alive and not self.witnesses.unlogged:
-            self.checkpoints.final()  # not when witnesses were abandoned: the journal replay makes them again
+        if (self.processing.thread is not None and not self.processing.alive and not self.witnesses.unlogged
+                and not self._final_written):
+            # not when witnesses were abandoned: the journal replay makes them again; and once: stop() drains
+            # again after a SIGTERM's drain, and a second, identical snapshot pushed the older one out
+            self._final_written = True
+            self.checkpoints.final()
         while self.hub.pending() and time.monotonic() < deadline:
             time.sleep(0.01)
         for ch in self.hub.channels():  # tell each client we are going away (close code 1001)
@@ -298,8 +337,8 @@ class Daemon:
         self.disk.close()  # no more retries of what could not be written
         if self.journal is not None:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
-        if self.link is not None:
-            self.link.stop()  # after the shutdown snapshot, which the worker wrote
+        for link in self.links:
+            link.stop()  # after the shutdown snapshot, which the workers wrote
         self.store.close()
         self.security.close()
         if self.witlog is not None and not self.processing.alive:
@@ -321,8 +360,9 @@ class Daemon:
     def engine_error(self) -> str | None:
         """The last error the engine raised on an event (the thread survived it), or why an
         engine worker is gone (server/workers/link.py)."""
-        if self.link is not None and self.link.gone is not None:
-            return f"{self.link.gone}: its subscriptions get no events; restart the server"
+        gone = next((link.gone for link in self.links if link.gone is not None), None)
+        if gone is not None:
+            return f"{gone}: its subscriptions get no events; restart the server"
         return self.processing.error
 
     def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:
@@ -331,7 +371,7 @@ class Daemon:
         if sid not in self.subscriptions:
             raise KeyError(sid)
         try:
-            if self.link is not None:
+            if self.links:
                 return self.processing.state_counts(sid, timeout)
             return self.submit(lambda eng: eng.state_counts(sid)).result(timeout=timeout)
         except EngineError:
@@ -467,6 +507,12 @@ class Daemon:
 
     def inexact(self) -> dict[str, dict]:
         return self.health.inexact()
+
+    def witness_gaps(self) -> dict[str, list[dict]]:
+        return self.health.witness_gaps()
+
+    def broken_subscriptions(self) -> dict[str, dict]:
+        return self.health.broken_subscriptions()
 
     def workers(self) -> list[dict]:
         return self.health.workers()

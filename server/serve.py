@@ -151,6 +151,7 @@ class CayugaServer(uvicorn.Server):
         self.draining = draining  # the app's (app.state.draining): /health reads it
         self._draining = False
         self._drained = threading.Event()
+        self.announced = threading.Event()  # up, and its ports written where a second server or a caller reads them
 
     #: Where to write the bound ports once connections are accepted (``cayuga serve --port-file``).
     port_file: str | None = None
@@ -163,6 +164,7 @@ class CayugaServer(uvicorn.Server):
             self.daemon.lock.note_ports(sockets[0].getsockname()[1], self.daemon.receiver.port)
         if self.port_file and not self.should_exit and sockets:
             _write_port_file(self.port_file, sockets[0].getsockname()[1], self.daemon.receiver.port)
+        self.announced.set()
 
     # uvicorn records handled signals and raises them again after shutting down
     # (so the process dies "by the signal"); a drained Cayuga exits with 0, so
@@ -272,7 +274,7 @@ class RunningServer:
         every stored subscription is restored."""
         self._thread.start()
         deadline = time.monotonic() + timeout
-        while not self.server.started:
+        while not (self.server.started and self.server.announced.is_set()):
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the server did not start")
             time.sleep(0.02)

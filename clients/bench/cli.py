@@ -219,6 +219,21 @@ def server(events, n_symbols, queries, watchers, file, seed, tls):
 
 
 @bench.command()
+@click.option("--workers", default="1,2", show_default=True, help="Comma-separated engine_workers values to compare.")
+@click.option("--queries", type=int, default=10_000, show_default=True, help="Per-symbol increasing queries.")
+@click.option("--events", type=int, default=200_000, show_default=True, help="Ticks sent.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
+@click.option("--length", type=int, default=10, show_default=True, help="Rising quotes per query.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def workers(workers, queries, events, n_symbols, length, seed):
+    """Many per-symbol queries through a real server at several engine_workers
+    values, one server each: events/s from the first line sent until every event
+    went through the engine, and each over the first count's."""
+    from clients.bench.workers import run
+    _emit(run([int(w) for w in workers.split(",")], queries, events, n_symbols, length, seed))
+
+
+@bench.command()
 @click.option("--rates", default="10000,50000,100000", show_default=True, help="Comma-separated events/s.")
 @click.option("--seconds", type=float, default=5.0, show_default=True, help="Per rate.")
 @click.option("--delay", type=float, default=0.0, show_default=True, help="The server's T in ms.")

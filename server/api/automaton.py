@@ -19,10 +19,22 @@ from air.model import (Automaton, ComplexAtom, Computed, DurationAtom, DynamicAt
                        State)
 from server.api.deps import AUTH_ERRORS, DaemonDep, Watch, require_reach
 from server.api.errors import errors
+from server.subscriptions.broken import FIX
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=errors(*AUTH_ERRORS))
 #: What the automaton reads may answer besides 200.
-_ERRORS = errors(404, 422, 503, why={503: "The engine thread did not answer in time (it is busy): retry"})
+_ERRORS = errors(404, 409, 422, 503, why={
+    409: "The subscription is broken (its stored query no longer compiles against the configuration): it has "
+         "no automata; GET /subscriptions/{id} says why",
+    503: "The engine thread did not answer in time (it is busy): retry"})
+
+
+def _not_broken(d, sid: str, request: Request, who) -> None:
+    """409 for a broken subscription (one ``who`` reaches): it has no automata to show."""
+    b = d.broken.get(sid)
+    if b is not None:
+        require_reach(request, who, b)
+        raise HTTPException(409, detail=f"subscription {sid} is broken: {b.reason}; it has no automata. {FIX}")
 
 #: Binding strength of arithmetic operators (docs/design/semantics.md#cel: ^ and % above * and /, above + and -).
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "^": 3, "%": 3}
@@ -145,6 +157,7 @@ def resubscriptions(d, sid: str) -> dict:
 @router.get("/{sid}/automaton", summary="A subscription's automata as a graph", responses=_ERRORS)
 async def get_automaton(sid: str, d: DaemonDep, who: Watch, request: Request) -> dict:
     """The subscription's automata as a graph, with live instance counts per state."""
+    _not_broken(d, sid, request, who)
     sub = d.subscriptions.get(sid)
     if sub is None:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them")
@@ -164,6 +177,7 @@ async def get_automaton(sid: str, d: DaemonDep, who: Watch, request: Request) ->
 @router.get("/{sid}/automaton/instances", summary="Live instances per state of a subscription", responses=_ERRORS)
 async def get_automaton_instances(sid: str, d: DaemonDep, who: Watch, request: Request) -> dict:
     """Live instances per state (keys as in the graph), counted on the engine thread."""
+    _not_broken(d, sid, request, who)
     sub = d.subscriptions.get(sid)
     if sub is not None:
         require_reach(request, who, sub)

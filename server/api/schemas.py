@@ -134,6 +134,11 @@ class SubscriptionOut(BaseModel):
     inexact: dict[str, Any] | None = None
     #: Its own caps (max_instances, max_state_bytes), None for none.
     limits: dict[str, Any] | None = None
+    #: Set when its stored query no longer compiles against this server's configuration (a stream
+    #: it reads was removed, a type changed): ``reason``, ``since`` (when it first broke), ``upstream``
+    #: (the broken subscription whose outputs it reads, if that is why), ``fix``. It is kept but does not
+    #: run; it comes back by itself at a start whose configuration fits it, or is deleted.
+    broken: dict[str, Any] | None = None
 
 
 class WarningOut(BaseModel):
@@ -182,6 +187,7 @@ class SubscriptionCreated(SubscriptionRegistered):
 
 class SubscriptionDetail(SubscriptionOut):
     text: str
+    #: Its automata as AIR ("" while it is broken: it has none)
     air: str
     #: The seq of its newest witness (0: none yet): a client that wants every witness
     #: from now on connects to its WebSocket with ?from=<last_seq + 1>.

@@ -13,6 +13,7 @@ from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, Subsc
 from server.budget import Cap
 from server.config import parse_bytes
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
+from server.subscriptions.broken import Broken
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=errors(*AUTH_ERRORS))
 #: What POST /subscriptions and /subscriptions/batch may answer besides their success.
@@ -29,7 +30,30 @@ def _common(d, s: Subscription) -> dict:
                 if cap is not None else None)
 
 
+def _broken_out(d, b, detail: bool = False):
+    """A broken subscription (server/subscriptions/broken.py): what it was registered with, and why it does not run."""
+    cap = d.budget.caps.get(b.id)
+    common = dict(id=b.id, kind=b.kind, name=b.name, outputs=[], internal_streams=[], created=b.created,
+                  instances=0, websocket=f"/ws/subscriptions/{b.id}", broken=b.public(),
+                  limits={"max_instances": cap.max_instances, "max_state_bytes": cap.max_state_bytes}
+                  if cap is not None else None)
+    if detail:
+        last = d.witlog.last_seq(b.id) if d.witlog is not None else 0
+        return SubscriptionDetail(**common, text=b.text, air="", last_seq=last, runs_on="nowhere (broken)")
+    return SubscriptionOut(**common)
+
+
+def _in_order(d) -> list:
+    """The subscriptions and the broken ones, in registration order (ids are given in that order)."""
+    subs = list(d.subscriptions.values())
+    if not d.broken:
+        return subs
+    return sorted(subs + list(d.broken.values()), key=lambda s: (len(s.id), s.id))
+
+
 def _out(d, s: Subscription, detail: bool = False):
+    if isinstance(s, Broken):
+        return _broken_out(d, s, detail)
     common = _common(d, s)
     if detail:
         last = d.witlog.last_seq(s.id) if d.witlog is not None else 0
@@ -182,8 +206,9 @@ def list_subscriptions(d: DaemonDep, who: Watch,
                        offset: int = Query(0, ge=0, description="Skip this many (in registration order)."),
                        limit: int | None = Query(None, ge=1, description="Return at most this many.")):
     """The subscriptions in registration order, or a page of them (``offset``, ``limit``); for a token that
-    reaches only some, those."""
-    subs = list(d.subscriptions.values())  # registration order
+    reaches only some, those. A broken one (its stored query no longer compiles against the configuration)
+    is listed too, with ``broken``: why, since when and what to do."""
+    subs = _in_order(d)  # registration order
     if who.restricted:
         subs = [s for s in subs if d.security.reaches(who, s)]
     end = None if limit is None else offset + limit
@@ -193,8 +218,9 @@ def list_subscriptions(d: DaemonDep, who: Watch,
 @router.get("/{sid}", response_model=SubscriptionDetail, summary="Describe a subscription",
             responses=errors(404, 422))
 def get_subscription(sid: str, d: DaemonDep, who: Watch, request: Request):
-    """One subscription with its query, its AIR and the seq of its newest witness (``last_seq``)."""
-    s = d.subscriptions.get(sid)
+    """One subscription with its query, its AIR and the seq of its newest witness (``last_seq``); a broken
+    one with ``broken`` (why it does not run, since when, what to do) and no AIR."""
+    s = d.subscriptions.get(sid) or d.broken.get(sid)
     if s is None:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them")
     require_reach(request, who, s)
@@ -207,11 +233,11 @@ def get_subscription(sid: str, d: DaemonDep, who: Watch, request: Request):
 async def delete_subscription(sid: str, d: DaemonDep, who: Manage, request: Request, cascade: bool = Query(
         False, description="Also delete every subscription that reads its outputs (and theirs).")) -> Response:
     """Stop and forget a subscription; its WebSocket clients are closed (1001). A
-    deletion (with every subscription a cascade deleted) is written to the audit
-    log with the token's name (GET /audit)."""
+    broken one is forgotten (it ran nothing). A deletion (with every subscription
+    a cascade deleted) is written to the audit log with the token's name (GET /audit)."""
     def remove() -> None:
         d.recovery.require_ready()  # while restoring, 503 (retry), not a 404 for what is not back yet
-        s = d.subscriptions.get(sid)
+        s = d.subscriptions.get(sid) or d.broken.get(sid)
         if s is None:
             raise KeyError(sid)
         require_reach(request, who, s)
@@ -236,7 +262,8 @@ def _cascade_in_reach(d, who, request: Request, sid: str) -> None:
             if r not in doomed:
                 doomed.add(r)
                 todo.append(r)
-    out = sorted(r for r in doomed if (s := d.subscriptions.get(r)) is not None and not d.security.reaches(who, s))
+    out = sorted(r for r in doomed if (s := d.subscriptions.get(r) or d.broken.get(r)) is not None
+                 and not d.security.reaches(who, s))
     if out:
         d.security.refuse(who, client_address(request), "http", operation(request), None,
                           f"cascade=true would delete {', '.join(out[:10])}, which token {who.name} does not reach "

@@ -17,6 +17,8 @@ second while idle, every few seconds with 100K subscriptions).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import choose_encoder
@@ -25,6 +27,8 @@ from air.engine import BUILD
 from server.api.deps import AUTH_ERRORS, DaemonDep, needs
 from server.api.errors import errors
 from server.api.schemas import ProbeOut
+from server.durability.witgaps import LOST
+from server.subscriptions.broken import FIX
 
 router = APIRouter(tags=["system"])
 
@@ -72,7 +76,51 @@ def _inexact_reason(inexact: dict[str, dict]) -> str | None:
             "again to start it afresh")
 
 
-def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict | None, dict]:
+def _gaps_reason(gaps: dict[str, list[dict]]) -> str | None:
+    if not gaps:
+        return None
+    runs = [(sid, g) for sid, gs in sorted(gaps.items()) for g in gs]
+    parts = [f"{sid} {g['from']}-{g['to']}" if g["to"] > g["from"] else f"{sid} {g['from']}" for sid, g in runs[:5]]
+    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+    return (f"the witness log lacks witnesses that were numbered ({', '.join(parts)}{more}): they are {LOST}; no "
+            "client can get them (a watcher that asks is sent {\"control\": \"gap\"} and goes on after them); "
+            "this lasts until retention deletes that part of the log or the subscription is deleted")
+
+
+def _broken_reason(broken: dict[str, dict]) -> str | None:
+    if not broken:
+        return None
+    parts = [f"{sid}{' (' + b['name'] + ')' if b['name'] else ''}: {b['reason']}"
+             for sid, b in sorted(broken.items())[:5]]
+    more = f" and {len(broken) - 5} more" if len(broken) > 5 else ""
+    n = len(broken)
+    return (f"{n} stored subscription{'s do' if n > 1 else ' does'} not compile against this configuration and "
+            f"{'do' if n > 1 else 'does'} not run (broken): " + "; ".join(parts) + more + f". {FIX}")
+
+
+class Status(NamedTuple):
+    """The server's status for the probes, the reasons, and what they come from."""
+
+    status: str
+    reasons: list[str]
+    disk: dict
+    stalled: str | None
+    heavy: dict | None
+    inexact: dict
+    gaps: dict
+    broken: dict
+
+    @property
+    def ready(self) -> bool:
+        """Takes events and subscriptions and keeps up: ``ok``, ``warning``, or ``degraded`` only because
+        of what some subscriptions lost (inexact, witnesses missing from the log) or do not run (broken),
+        not the server."""
+        return self.status in ("ok", "warning") or (
+            self.status == "degraded" and bool(self.inexact or self.gaps or self.broken) and not self.disk
+            and not self.stalled)
+
+
+def _state(request: Request, d) -> Status:
     """The server's status for the probes (``ok``, ``warning``, ``degraded``,
     ``starting``, ``draining``), the reasons, and what they come from."""
     alive = d.engine_alive
@@ -85,7 +133,9 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
     stalled = d.queue_stalled()
     disk = d.disk_status()
     inexact = d.inexact()
-    if (stalled or disk or inexact) and status == "ok":
+    gaps = d.witness_gaps()
+    broken = d.broken_subscriptions()
+    if (stalled or disk or inexact or gaps or broken) and status == "ok":
         status = "degraded"
     heavy = holding_back(d)
     if heavy and status == "ok":
@@ -97,9 +147,13 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
         reasons.append("the engine thread is not running: restart the server")
     if inexact:
         reasons.append(_inexact_reason(inexact))
+    if broken:
+        reasons.append(_broken_reason(broken))
+    if gaps:
+        reasons.append(_gaps_reason(gaps))
     if heavy:
         reasons.append(f"subscription {heavy['subscription']} holds the engine back: {heavy['reason']}")
-    return status, reasons, disk, stalled, heavy, inexact
+    return Status(status, reasons, disk, stalled, heavy, inexact, gaps, broken)
 
 
 @router.get("/health", summary="The server's whole state (open, no token)",
@@ -111,7 +165,7 @@ def _state(request: Request, d) -> tuple[str, list[str], dict, str | None, dict 
 async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
     """Everything a person or a dashboard wants to know; 200 but while draining.
     Probes use /livez and /readyz, which answer 503 where they fail."""
-    status, reasons, disk, stalled, heavy, inexact = _state(request, d)
+    status, reasons, disk, stalled, heavy, inexact, gaps, broken = _state(request, d)
     return JSONResponse(status_code=503 if status == "draining" else 200, content={
         "status": status,
         "reason": "; ".join(reasons) or None,
@@ -120,6 +174,12 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         "holding_back": heavy,
         # subscriptions that lost partial matches when state was shed (server/budget.py), until deleted
         "inexact": inexact,
+        # witnesses the witness log lacks though they were numbered (server/durability/witgaps.py), per
+        # subscription: [{"from", "to"}], until retention deletes that part of the log
+        "witness_gaps": gaps,
+        # stored subscriptions that no longer compile against this configuration: kept, not run
+        # (server/subscriptions/broken.py), per id: name, reason, since, upstream, fix
+        "broken": broken,
         # runaways of the state budget's last check: what each costs the engine
         "runaways": d.runaways(),
         # automaton state: estimated bytes and instances at the last check, against max_state_bytes
@@ -164,14 +224,13 @@ async def get_liveness(d: DaemonDep) -> JSONResponse:
 async def get_readiness(request: Request, d: DaemonDep) -> JSONResponse:
     """Readiness: 200 when the server takes events and subscriptions and keeps
     up (``ok``, or ``warning``: one subscription holds it back, or ``degraded``
-    only because some subscriptions are inexact); 503 while it starts, drains or
-    is degraded otherwise (a dead engine, a stalled queue, a full disk)."""
-    status, reasons, disk, stalled, _heavy, inexact = _state(request, d)
-    # inexact subscriptions alone leave the server able to take events and serve: still ready
-    ready = status in ("ok", "warning") or (status == "degraded" and inexact and d.engine_alive
-                                             and d.engine_error is None and not disk and not stalled)
-    return JSONResponse(status_code=200 if ready else 503, content={"status": status,
-                                                                     "reason": "; ".join(reasons) or None})
+    only because some subscriptions are inexact, lack witnesses in the log or are broken); 503 while it
+    starts, drains or is degraded otherwise (a dead engine, a stalled queue, a full disk)."""
+    state = _state(request, d)
+    # what some subscriptions lost or do not run leaves the server able to take events and serve
+    ready = state.ready and (state.status != "degraded" or (d.engine_alive and d.engine_error is None))
+    return JSONResponse(status_code=200 if ready else 503, content={"status": state.status,
+                                                                     "reason": "; ".join(state.reasons) or None})
 
 
 @router.get("/metrics", dependencies=[needs("metrics")], summary="Prometheus metrics",

@@ -48,13 +48,21 @@ is not a witness: it is never batched with witnesses, and comes with or without
 lost partial matches when the server shed state (server/budget.py): its
 witnesses after ``since_seq`` may lack some. A client gets it on connecting to
 an inexact subscription (or to a stream one publishes), and again as the loss
-grows (at most every ten seconds).
+grows (at most every ten seconds). ``{"control": "gap", "subscription": "s1",
+"from": 68655, "to": 135595, "reason": ..., "message": ...}`` stands where the
+witness log lacks witnesses that were numbered (lost while the server was
+stopped, and not to be made again from the journal: server/durability/witgaps.py):
+a client reading the log across them gets it in their place, then the witnesses
+after ``to``; resuming, it asks ``from=<to + 1>``.
 
 Close codes: 4400 bad query parameter, 4401 missing or wrong token, 4403 a
 token without the ``watch`` scope, or one that does not reach the
 subscription (or a subscription publishing the stream), 4429 too many wrong
 tokens from the client's address (retry later), 4404 unknown
-subscription or stream, 4416 ``from`` beyond the end of the log (the reason
+subscription or stream, 4409 a broken subscription (its stored query no longer
+compiles against the server's configuration: the reason says why, cut to fit,
+and what to do; GET /subscriptions/{id} has it whole; retrying cannot help until
+the server restarts with a configuration that fits it), 4416 ``from`` beyond the end of the log (the reason
 names the last seq), 4410 what the client needs is no longer retained
 (the reason says where the log now starts, e.g. ``from 5 is no longer
 retained: the log of s7 starts at 1200``), 1013 the server is starting (try
@@ -76,9 +84,11 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from air.names import shown
 from server.api.deps import ws_principal, ws_subprotocol
 from server.delivery.hub import GONE_CLOSE, SHUTDOWN_CLOSE, SHUTTING_DOWN, SLOW_CLIENT_CLOSE, ClientChannel
-from server.durability.witlog import Gone
+from server.durability.witgaps import LOST
+from server.durability.witlog import Gap, Gone
 from server.observability.counters import Count
 from server.security import AuthRefused
+from server.subscriptions.broken import BROKEN_CLOSE
 
 router = APIRouter(tags=["notifications"])
 
@@ -167,6 +177,10 @@ async def _serve(ws: WebSocket, kind: str, key: str) -> None:
         await ws.close(code=SLOW_CLIENT_CLOSE, reason="the server is starting: try again shortly")
         return
     known = key in d.subscriptions if kind == "subscription" else d.engine.schema(key) is not None
+    broken = d.broken.get(key) if kind == "subscription" and not known else None
+    if broken is not None and (not who.restricted or d.security.reaches(who, broken)):
+        await ws.close(code=BROKEN_CLOSE, reason=_fit(broken.close_reason()))
+        return
     if not known:
         await ws.close(code=4404, reason=_fit(f"no {kind} named {shown(key)}"))
         return
@@ -356,7 +370,11 @@ async def _catch_up(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, fm
             notices = ch.take_notices()
             if notices:
                 await _send_notices(ws, notices)
+            gaps = cur.gaps
             recs = await asyncio.to_thread(cur.read, CATCH_UP_RECORDS)
+            if recs and cur.gaps != gaps:  # the log lacks some of them: said where they would be
+                await _send_with_gaps(ws, ch, recs, fmt, d.counters)
+                continue
             if recs:
                 await _send(ws, ch, [fmt(s, n, p) for s, n, p in recs], d.counters)
                 continue
@@ -367,6 +385,30 @@ async def _catch_up(ws: WebSocket, ch: ClientChannel, d, kind: str, key: str, fm
         return {}
     finally:
         cur.close()
+
+
+async def _send_with_gaps(ws: WebSocket, ch: ClientChannel, recs: list, fmt, counters) -> None:
+    """Send records read from the log, with a ``{"control": "gap"}`` notice
+    where it lacks witnesses (a :class:`Gap` in their place)."""
+    lines: list[bytes] = []
+    for s, n, p in recs:
+        if type(p) is not Gap:
+            lines.append(fmt(s, n, p))
+            continue
+        if lines:
+            await _send(ws, ch, lines, counters)
+            lines = []
+        await _send_notices(ws, [_encode(gap_notice(s, p))])
+    if lines:
+        await _send(ws, ch, lines, counters)
+
+
+def gap_notice(sid: str, gap: Gap) -> dict:
+    """What a watcher is told where the witness log lacks witnesses it asked for."""
+    span = f"witnesses {gap.first} to {gap.last}" if gap.last > gap.first else f"witness {gap.first}"
+    return {"control": "gap", "subscription": sid, "from": gap.first, "to": gap.last, "reason": LOST,
+            "message": f"{span} of {sid} cannot be served: {LOST}; this watch goes on with witness {gap.last + 1} "
+                       "(GET /health lists such gaps)"}
 
 
 async def _receive_loop(ws: WebSocket) -> None:

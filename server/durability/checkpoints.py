@@ -98,7 +98,8 @@ class Checkpoints:
         position = (lambda: journal.appended if journal is not None else 0)
         if self.remote is not None:  # the engine's state is an engine worker's: its child writes the file
             started = self.snapshotter.fork_remote(self.queue.lock, position, self.main_state,
-                                                   lambda tmp, part: self.remote.snapshot(tmp, part, fork=True))
+                                                   lambda tmp, part: self.remote.snapshot(tmp, part, fork=True),
+                                                   children=len(self.remote.links))
         else:
             started = self.snapshotter.fork(self.queue.lock, position, self.state)
         if started:
@@ -136,10 +137,10 @@ class Checkpoints:
             position = self.journal.appended if self.journal is not None else 0
             self._fork_mark = self.budget.seq
             self.before_publish()
-            if self.remote is not None:  # the engine worker writes it, then it is published here
+            if self.remote is not None:  # the engine workers write it, then it is published here
                 tmp, final = self.snapshots.next_path(position)
-                self.remote.snapshot(tmp, self.main_state(), fork=False)
-                self.after_publish(self.snapshots.publish(tmp, final))
+                children = self.remote.snapshot(tmp, self.main_state(), fork=False)
+                self.after_publish(self.snapshots.publish(tmp, final, children - 1))
                 return
             with paused_gc():  # a million instances become a million tuples
                 state = self.state()

@@ -12,6 +12,7 @@ and numbers their witnesses as it did. Then the engine thread starts.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -20,11 +21,12 @@ from typing import Callable
 
 from air.engine import Engine, EngineError, Event
 from air.engine.memory import paused_gc
+from server.durability import witgaps
 from server.durability.journal import Journal
 from server.durability.snapshot import SnapshotFile, SnapshotStore
 from server.durability.store import Store, StoredSubscription
 from server.ingest.queue import DelayQueue
-from server.subscriptions.registry import INSTALL_CHUNK, Pending, Registrar
+from server.subscriptions.registry import INSTALL_CHUNK, Pending, Registrar, Subscription
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -67,7 +69,7 @@ class Recovery:
         self.budget = budget
         self.checkpoints = checkpoints
         #: With an engine worker (server/workers/), how the snapshot's engine state reaches it (else: this engine)
-        self.import_engine: Callable[[SnapshotFile], dict] | None = None
+        self.import_engine: Callable[[SnapshotFile, dict], dict] | None = None
         self._start_engine = start_engine
         self.stopping = stopping
         self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
@@ -123,8 +125,19 @@ class Recovery:
         with paused_gc():  # a snapshot is a million small tuples, which live on
             found = self.snapshots.load_latest()
         snap, snap_file = found if found is not None else (None, None)
-        seconds = self.recovered["seconds"] = {"snapshot_read": round(clock() - began, 2)}
         exact = self.replayable(snap_file)
+        del found
+        if exact:  # a power cut's holes between witness-log segments: the replay fills them (witlog.py)
+            numbered = dict(snap["witness_seq"]) if snap is not None else self.store.witness_base()
+            if set_aside := self.witnesses.witlog.set_aside_after_holes(numbered):
+                self.recovered["witness_segments_set_aside"] = set_aside
+        gaps = self._witness_gaps(stored, snap, exact)
+        if gaps and exact and snap is not None:
+            del snap  # one snapshot's state in memory at a time
+            snap, snap_file, gaps = self._rebuild(gaps, snap_file)
+        if gaps:
+            self._mark_gaps(gaps)
+        seconds = self.recovered["seconds"] = {"snapshot_read": round(clock() - began, 2)}
         # the queue first: what waited in it, then the journal after the snapshot, all before any new
         # event (the receivers and POST /events wait for `accepting`), so arrival order stays journal order
         if snap is not None:
@@ -148,22 +161,42 @@ class Recovery:
         mark = snap.get("evictions", 0) if snap is not None else 0
         evictions = self.store.evictions(after=mark) if exact else []
         self.budget.seq = mark if exact else self.store.last_eviction()
-        early = [st for st in stored if not exact or st.installed_at is None or st.installed_at <= fed]
-        later = [st for st in stored if exact and st.installed_at is not None and st.installed_at > fed]
+        # broken at the last start, or recompiled against changed schemas (server/subscriptions/schemacheck.py):
+        # installed afresh once the replay is over (the journal's old events and the snapshot's instances were
+        # of what they no longer are); one that still does not compile stays broken (registrar.mark_broken)
+        self.registrar.broken_rows = self.store.broken()
+        fresh = {st.id for st in stored if st.fresh or st.id in self.registrar.broken_rows}
+        # one installed afresh at or after the snapshot's point (seq_base) takes none of its instances (they
+        # were of what it was before): the replay installs it there again; without a replay, afresh now
+        renewed = {st.id for st in stored if st.seq_base is not None and (st.installed_at or 0) >= fed}
+        if not exact:
+            fresh |= renewed
+        early = [st for st in stored if st.id not in fresh and (
+            not exact or ((st.installed_at is None or st.installed_at <= fed) and st.id not in renewed))]
+        later = [st for st in stored if st.id not in fresh and exact and (
+            (st.installed_at is not None and st.installed_at > fed) or st.id in renewed)]
         for k in range(0, len(early), INSTALL_CHUNK):
             if self.stopping.is_set():
                 return
             chunk = early[k:k + INSTALL_CHUNK]
             self.registrar.install([Pending.restored(st) for st in chunk], persist=False)
             self.restored += len(chunk)
-        if later or evictions:
-            self.defer(later, evictions)
+        if later or evictions or (fresh and exact):
+            deferred = fresh | {st.id for st in later}
+            self.defer([st for st in stored if st.id in deferred], evictions, fresh)
         seconds["subscriptions"] = round(clock() - began, 2)
         self.progress.fed = fed if exact else max([fed] + [st.installed_at or 0 for st in stored])
         if snap is not None:
             with paused_gc(freeze=True):  # the instances live on: no collection should walk them (see install)
                 self._load_snapshot(snap, snap_file, exact)
-            del snap, found
+            del snap
+        if not exact and fresh:  # no replay: afresh now, after the snapshot's instances
+            pending = [Pending.restored(st) for st in stored if st.id in fresh]
+            for p in pending:
+                p.fresh = True
+            for p in self.registrar.install(pending, persist=False):
+                self.started_fresh(p)
+            self.restored += len(pending)
         seconds["ready"] = round(clock() - began, 2)
         with self._start_lock:
             if self.stopping.is_set():
@@ -171,7 +204,9 @@ class Recovery:
             self._start_engine()
             self.ready.set()
         if stored:
-            log.info("ready: %d subscriptions restored", len(self.registrar.subscriptions))
+            broken = len(self.registrar.broken)
+            log.info("ready: %d subscriptions restored%s", len(self.registrar.subscriptions),
+                     f", {broken} broken (GET /health names them)" if broken else "")
 
     def require_ready(self) -> None:
         """Raise :class:`ServerStarting` while the restore or the replay of
@@ -203,7 +238,7 @@ class Recovery:
 
     # ------------------------------------------------------------------ the replay
 
-    def replayable(self, snap_file: SnapshotFile | None) -> bool:
+    def replayable(self, snap_file: SnapshotFile | None, quiet: bool = False) -> bool:
         """Whether the journal holds every event since ``snap_file`` (or since
         the beginning): only then is a replay exact, and subscriptions
         registered since are installed again where they were."""
@@ -213,21 +248,73 @@ class Recovery:
         oldest = self.journal.oldest()  # from what the journal knows of its segments: nothing read twice
         if oldest is None or self.journal.appended < expected or oldest <= expected:
             return True
-        log.error("the journal starts at record %d but recovery needs it from %d (%s): queued events and "
-                  "partial matches of before cannot be recovered exactly; subscriptions start afresh",
-                  oldest, expected, "no snapshot" if snap_file is None else snap_file.path.name)
+        if not quiet:
+                log.error("the journal starts at record %d but recovery needs it from %d (%s): queued events and "
+                      "partial matches of before cannot be recovered exactly; subscriptions start afresh",
+                      oldest, expected, "no snapshot" if snap_file is None else snap_file.path.name)
         return False
 
-    def defer(self, stored: list[StoredSubscription], evictions: list[tuple] = ()) -> None:
+    def _witness_gaps(self, stored: list[StoredSubscription], snap: dict | None,
+                      exact: bool) -> dict[str, tuple[int, int]]:
+        """The witnesses the starting point says were numbered that the witness
+        log lacks (server/durability/witgaps.py), per stored subscription."""
+        if snap is not None:
+            expected = dict(snap["witness_seq"])
+        elif exact:
+            expected = self.store.witness_base()
+        else:
+            return {}
+        return witgaps.missing(expected, self.witnesses.witlog.last_seqs(), {st.id for st in stored})
+
+    def _rebuild(self, gaps: dict[str, tuple[int, int]], snap_file: SnapshotFile
+                 ) -> tuple[dict | None, SnapshotFile | None, dict[str, tuple[int, int]]]:
+        """An older starting point whose exact replay makes the witnesses of
+        ``gaps`` again (witgaps.rebuild_point), and what it cannot make; else the
+        snapshot ``snap_file`` again and the gaps."""
+        older = [f for f in self.snapshots.files() if f.number < snap_file.number]
+        with paused_gc():  # (a snapshot is a million small tuples)
+            point = witgaps.rebuild_point(older, lambda f: self.replayable(f, quiet=True), self.snapshots.read,
+                                          self.store.witness_base, self.witnesses.witlog.last_seqs(), gaps)
+            if point is None:
+                return self.snapshots.read(snap_file), snap_file, gaps
+        state, f, rest = point
+        rebuilt = {sid: (rest[sid][1] + 1 if sid in rest else a, b) for sid, (a, b) in gaps.items()}
+        rebuilt = {sid: g for sid, g in rebuilt.items() if g[1] >= g[0]}
+        log.warning("the witness log lacks witnesses %s that snapshot %s counts: %s made again by replaying the "
+                    "journal from %s", witgaps.describe(gaps), snap_file.path.name,
+                    "they are" if not rest else f"{witgaps.describe(rebuilt)} are",
+                    f"snapshot {f.path.name}" if f is not None else "its first record")
+        self.recovered["rebuilt"] = {sid: list(g) for sid, g in rebuilt.items()}
+        return state, f, rest
+
+    def _mark_gaps(self, gaps: dict[str, tuple[int, int]]) -> None:
+        """Witnesses no replay can make again: marked in the log (numbering goes on
+        after them), logged, and shown (/health, the watchers' notices)."""
+        try:
+            self.witnesses.witlog.note_gaps({sid: last for sid, (_first, last) in gaps.items()})
+        except OSError as exc:  # readers still find the jump in the numbers (server/durability/witcursor.py)
+            log.error("the witness log's gaps could not be marked in it: %s", exc)
+        self.recovered["witness_gaps"] = {sid: list(g) for sid, g in gaps.items()}
+        log.error("the witness log lacks witnesses %s although they were numbered, and no journal replay can make "
+                  "them again (they are %s): no client can get them; watchers that ask for them are told "
+                  "({\"control\": \"gap\"}), /health names them, and numbering goes on after them",
+                  witgaps.describe(gaps, limit=20), witgaps.LOST)
+
+    def defer(self, stored: list[StoredSubscription], evictions: list[tuple] = (), fresh: set[str] = frozenset()
+              ) -> None:
         """Compile subscriptions registered after the snapshot; the engine
         thread installs each when the replay reaches the point it was
         registered at, and applies each eviction recorded after the snapshot
         at the point it was applied at (:attr:`due`). At one point,
         subscriptions come first: one installed there sees no instance older
-        than itself, so the order changes nothing."""
+        than itself, so the order changes nothing. Those of ``fresh`` are
+        installed once the replay is over (:attr:`replay_until`), afresh."""
         pending = [Pending.restored(st) for st in stored]
+        for p in pending:
+            if p.id in fresh:
+                p.fresh, p.installed_at = True, self.replay_until
         for e in self.registrar.compile_batch(pending, strict=False):
-            log.error("could not restore subscription %s: %s", pending[e["index"]].id, e.get("message"))
+            self.registrar.mark_broken(pending[e["index"]], e.get("message"))
         items = [(p.installed_at, 0, i, p) for i, p in enumerate(pending) if p.automata]
         items += [(fed, 1, seq, Eviction(seq, sid, keep, *rest)) for seq, fed, sid, keep, *rest in evictions]
         items.sort(key=lambda x: x[:3])
@@ -248,10 +335,33 @@ class Recovery:
             if pending:
                 reg = self.registrar
                 reg.adopt(reg.add_chunk(self.engine, list(enumerate(pending)), strict=False), [], pending, False)
+                for p in pending:
+                    if p.id not in reg.subscriptions:
+                        continue
+                    if p.fresh:
+                        self.started_fresh(p)
+                    elif p.seq_base is not None:  # installed afresh here before: numbered on from there
+                        self.witnesses.seq[p.id] = p.seq_base
             for x in items:
                 if isinstance(x, Eviction):
                     self.budget.apply(x.sid, x.keep, replayed=True, reason=x.reason, shared=bool(x.shared))
                     self.budget.seq = x.seq
+
+    def started_fresh(self, p: Pending | Subscription) -> None:
+        """``p`` was just installed afresh (broken before, or recompiled against
+        changed schemas): its witnesses are numbered on after what the witness
+        log holds of it, and the store learns where, so that a later replay
+        installs and numbers it the same."""
+        seqs = self.witnesses.seq
+        base = max(seqs.get(p.id, 0), self.witnesses.witlog.last_seq(p.id))
+        seqs[p.id] = base
+        self.registrar.broken_rows.pop(p.id, None)
+        try:
+            self.store.installed_fresh(p.id, self.progress.fed, base)
+        except sqlite3.Error as exc:  # the next start installs it afresh again
+            log.warning("could not store that subscription %s was installed afresh: %s", p.id, exc)
+        log.info("subscription %s installed afresh after %d events, its witnesses numbered on from %d",
+                 p.id, self.progress.fed, base + 1)
 
     def take_recorded(self, fed: int) -> list[Eviction]:
         """The recorded sheddings due once ``fed`` events are taken, taken out of
@@ -278,13 +388,19 @@ class Recovery:
         further (fresh numbers for fresh witnesses)."""
         try:
             if self.import_engine is not None:  # an engine worker holds the instances: it reads them from the file
-                counts = self.import_engine(snap_file)
+                counts = self.import_engine(snap_file, snap)
             else:
                 counts = self.engine.import_state(snap["engine"])
         except EngineError as exc:
             log.error("snapshot %s does not fit the stored subscriptions (%s): they start without instances",
                       snap_file.path.name, exc)
             counts = {"instances": 0, "skipped": 0, "clashes": 0}
+            lost = f"the partial matches of snapshot {snap_file.path.name} could not be loaded ({exc})"
+            held = {o for node in snap["engine"].get("nodes", ()) for o, *_rest in
+                    (node["states"] if isinstance(node, dict) else node[0])}
+            for sid in self.registrar.subscriptions:  # said, not dropped silently: these lost what they held
+                if sid in held or snap.get("workers", 1) > 1:
+                    self.budget.lost_state(sid, lost, snap["fed"])
         seqs = dict(snap["witness_seq"])
         if not exact:
             for sid, n in self.witnesses.seq.items():

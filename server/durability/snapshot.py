@@ -183,14 +183,19 @@ class SnapshotStore:
         final = self.directory / f"snapshot-{number:010d}-j{journal:020d}.bin"
         return final.with_suffix(".tmp"), final
 
-    def publish(self, tmp: Path, final: Path) -> list[SnapshotFile]:
-        """Move a written snapshot into place, drop all but the newest
-        ``keep``; returns the ones kept (newest first)."""
+    def publish(self, tmp: Path, final: Path, parts: int = 0) -> list[SnapshotFile]:
+        """Move a written snapshot into place (its ``parts``, the engine workers'
+        part files beside it, first: the snapshot file is there only once they
+        are), drop all but the newest ``keep``; returns the ones kept (newest first)."""
+        for w in range(1, parts + 1):
+            fsio.replace(final.with_name(final.name + f".w{w}.tmp"), final.with_name(final.name + f".w{w}"))
         fsio.replace(tmp, final)
         framing.fsync_dir(self.directory)
         files = self.files()
         for old in files[self.keep:]:
             fsio.remove(old.path)
+            for part in self.directory.glob(old.path.name + ".w*"):
+                fsio.remove(part)
         return files[: self.keep]
 
     def write(self, state: dict, journal: int) -> list[SnapshotFile]:
@@ -204,6 +209,10 @@ class SnapshotStore:
             raise
         return self.publish(tmp, final)
 
+    def read(self, f: SnapshotFile) -> dict:
+        """One snapshot's state; raises SnapshotError (a ValueError), OSError or a pickle error."""
+        return decode(f.path.read_bytes(), str(f.path))
+
     def load_latest(self) -> tuple[dict, SnapshotFile] | None:
         """The newest snapshot that reads back intact (older ones stand in
         for a corrupt one: the journal is kept from the oldest kept one's
@@ -211,6 +220,9 @@ class SnapshotStore:
         for f in self.files():
             try:
                 state = decode(f.path.read_bytes(), str(f.path))
+                missing = [name for name in state.get("engine_parts", ()) if not (self.directory / name).exists()]
+                if missing:
+                    raise SnapshotError(f"{f.path}: its engine workers' parts {', '.join(missing)} are missing")
             except (SnapshotError, OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
                 self.corrupt += 1
                 log.error("skipping snapshot %s: %s", f.path, exc)
@@ -236,6 +248,8 @@ class Snapshotter:
         self._stop = threading.Event()
         self._remote_done = threading.Event()
         self._remote_status: int | None = None
+        self._remote_statuses: list[int] = []
+        self._remote_children = 1
         self.taken = 0
         self.failed = 0
         self.last_pause = 0.0  # seconds the engine thread stood still for the last fork
@@ -267,12 +281,14 @@ class Snapshotter:
         return True
 
     def fork_remote(self, lock: threading.Lock, journal: Callable[[], int], collect: Callable[[], dict],
-                    start: Callable[[Path, dict], None]) -> bool:
-        """:meth:`fork`, when another process holds the engine (an engine worker,
+                    start: Callable[[Path, dict], object], children: int = 1) -> bool:
+        """:meth:`fork`, when other processes hold the engine (engine workers,
         server/workers/): ``collect()`` (this process's part, read under
         ``lock`` with the journal's position) and the temporary path go to
-        ``start``, which has that process's forked child write the file; its
-        end comes to :meth:`remote_done` (the exit status)."""
+        ``start``, which has those processes' forked children (``children`` of
+        them) write the file and its parts; each one's end comes to
+        :meth:`remote_done` (its exit status), maybe before ``start`` returns.
+        A failure to start is counted and said, and changes nothing else."""
         if self._child is not None:
             return False
         begin = time.perf_counter()
@@ -281,22 +297,29 @@ class Snapshotter:
             tmp, final = self.store.next_path(position)
             part = collect()
         self._remote_status = None
+        self._remote_statuses = []
+        self._remote_children = children
         self._remote_done.clear()
         self._child, self._paths, self._started = -1, (tmp, final), time.monotonic()
         try:
             start(tmp, part)
-        except BaseException:
+        except Exception as exc:  # noqa: BLE001 - e.g. a worker still writing the last one: the next tries again
             self._child = None
-            raise
+            self.failed += 1
+            self.last_error = str(exc)
+            log.error("snapshot %s could not be started: %s", final.name, exc)
+            return False
         self.last_pause = time.perf_counter() - begin
         self._watcher = threading.Thread(target=self._watch, name="cayuga-snapshot", daemon=True)
         self._watcher.start()
         return True
 
     def remote_done(self, status: int) -> None:
-        """The remote child of :meth:`fork_remote` has ended with ``status`` (as ``os.waitpid`` gives it)."""
-        self._remote_status = status
-        self._remote_done.set()
+        """A remote child of :meth:`fork_remote` has ended with ``status`` (as ``os.waitpid`` gives it)."""
+        self._remote_statuses.append(status)
+        if len(self._remote_statuses) >= self._remote_children:
+            self._remote_status = next((s for s in self._remote_statuses if s), 0)
+            self._remote_done.set()
 
     def _watch(self) -> None:
         pid = self._child
@@ -330,7 +353,7 @@ class Snapshotter:
             self.last_bytes = tmp.stat().st_size
             if self.before_publish is not None:
                 self.before_publish()
-            kept = self.store.publish(tmp, final)
+            kept = self.store.publish(tmp, final, self._remote_children - 1 if pid == -1 else 0)
             self.taken += 1
             if self.disk is not None:
                 self.disk.recovered("snapshot")
@@ -340,6 +363,8 @@ class Snapshotter:
             self.failed += 1
             self.last_error = str(exc)
             fsio.remove(tmp)
+            for part in tmp.parent.glob(final.name + ".w*.tmp"):
+                fsio.remove(part)
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 exc = DiskFull.from_os("snapshot", "a snapshot could not be published", final, exc)
             if isinstance(exc, DiskFull) and self.disk is not None:

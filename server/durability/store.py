@@ -27,7 +27,9 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     created REAL NOT NULL,
     shape TEXT,                        -- CEL of a cached shape: the shape's id (air/cel/shapes.py:shape_id) ...
     constants TEXT,                    -- ... and the query's constants and PUBLISH names, JSON (its binding)
-    installed_at INTEGER               -- events the engine had taken when it was installed (see daemon)
+    installed_at INTEGER,              -- events the engine had taken when it was installed (see daemon)
+    fresh INTEGER NOT NULL DEFAULT 0,  -- 1: installed afresh once the next recovery's replay is over
+    seq_base INTEGER                   -- its last witness seq when it was installed afresh at installed_at
 );
 CREATE TABLE IF NOT EXISTS shapes (    -- compiled CEL query shapes (air/cel/shapes.py), JSON
     key TEXT PRIMARY KEY,               -- includes the compiler's version
@@ -43,6 +45,11 @@ CREATE TABLE IF NOT EXISTS evictions (  -- sheddings of state (server/budget.py)
     reason TEXT,                       -- why (the budget, a cap); NULL in older rows
     shared INTEGER NOT NULL DEFAULT 1  -- 0: a cap (Engine.evict_oldest(..., shared=False))
 );
+CREATE TABLE IF NOT EXISTS placement (  -- the engine worker each subscription runs on (server/workers/placement.py)
+    sid TEXT PRIMARY KEY,
+    worker INTEGER NOT NULL,
+    workers INTEGER NOT NULL           -- engine_workers when it was placed (another count places afresh)
+);
 CREATE TABLE IF NOT EXISTS caps (      -- a subscription's own limits on its state (its registration body)
     sid TEXT PRIMARY KEY,
     max_instances INTEGER,
@@ -56,6 +63,17 @@ CREATE TABLE IF NOT EXISTS counters (
 CREATE TABLE IF NOT EXISTS owners (    -- the auth token (its name, never its secret) that registered each
     sid TEXT PRIMARY KEY,              -- subscription (server/security: tokens limited to their own)
     token TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS config_streams (  -- the configuration's streams at the last start (schema changes)
+    name TEXT PRIMARY KEY,
+    attributes TEXT NOT NULL           -- JSON list of [name, type]
+);
+CREATE TABLE IF NOT EXISTS broken (    -- stored subscriptions that no longer compile: kept, not run
+    sid TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    since REAL NOT NULL,
+    upstream TEXT,                     -- the broken subscription whose outputs it reads, if that is why
+    schemas TEXT                       -- JSON: what it read and published when it last ran (schemacheck.py)
 );
 CREATE TABLE IF NOT EXISTS witness_base (  -- each subscription's last witness seq when the journal began
     sid TEXT PRIMARY KEY,
@@ -72,6 +90,8 @@ ADDED_COLUMNS = [
     ("subscriptions", "installed_at", "INTEGER"),
     ("evictions", "reason", "TEXT"),
     ("evictions", "shared", "INTEGER NOT NULL DEFAULT 1"),
+    ("subscriptions", "fresh", "INTEGER NOT NULL DEFAULT 0"),
+    ("subscriptions", "seq_base", "INTEGER"),
 ]
 
 
@@ -89,7 +109,21 @@ class StoredSubscription:
     #: how many events the engine had taken when the subscription was installed: a
     #: recovery that replays the journal installs it again at that point (None: before any)
     installed_at: int | None = None
+    #: to be installed afresh once the next recovery's replay is over (its streams' schemas changed)
+    fresh: bool = False
+    #: its last witness seq when it was last installed afresh (at installed_at): numbered on from there
+    seq_base: int | None = None
 
+
+@dataclass(frozen=True)
+class BrokenRow:
+    """A stored subscription that no longer compiles (server/subscriptions/broken.py)."""
+
+    sid: str
+    reason: str
+    since: float
+    upstream: str | None = None
+    schemas: str | None = None
 
 class Store:
     """A small thread-safe SQLite store (one connection, one lock)."""
@@ -120,7 +154,7 @@ class Store:
             return
         create = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS subscriptions ("):]
         create = create[:create.index(");") + 2].replace("IF NOT EXISTS subscriptions (", "subscriptions_new (")
-        columns = "seq, id, kind, text, name, created, shape, constants, installed_at"
+        columns = "seq, id, kind, text, name, created, shape, constants, installed_at, fresh, seq_base"
         with self._tx() as db:
             db.execute(create)
             db.execute(f"INSERT INTO subscriptions_new ({columns}) SELECT {columns} FROM subscriptions")
@@ -235,14 +269,55 @@ class Store:
         with self._tx():
             self._db.executemany("DELETE FROM subscriptions WHERE id = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM caps WHERE sid = ?", [(sid,) for sid in sids])
+            self._db.executemany("DELETE FROM placement WHERE sid = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM owners WHERE sid = ?", [(sid,) for sid in sids])
+            self._db.executemany("DELETE FROM broken WHERE sid = ?", [(sid,) for sid in sids])
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
-            rows = self._db.execute("SELECT id, kind, text, name, created, shape, constants, installed_at "
-                                    "FROM subscriptions "
-                                    "ORDER BY seq").fetchall()
-        return [StoredSubscription(*r) for r in rows]
+            rows = self._db.execute("SELECT id, kind, text, name, created, shape, constants, installed_at, fresh, "
+                                    "seq_base FROM subscriptions ORDER BY seq").fetchall()
+        return [StoredSubscription(*r[:8], bool(r[8]), r[9]) for r in rows]
+
+    def installed_fresh(self, sid: str, installed_at: int, seq_base: int) -> None:
+        """``sid`` was installed afresh at ``installed_at`` (events taken) with its last witness
+        seq ``seq_base``: no longer fresh, nor broken."""
+        with self._tx():
+            self._db.execute("UPDATE subscriptions SET fresh = 0, installed_at = ?, seq_base = ? WHERE id = ?",
+                             (installed_at, seq_base, sid))
+            self._db.execute("DELETE FROM broken WHERE sid = ?", (sid,))
+
+    # -- what the server last started with, and what no longer compiles (server/subscriptions/schemacheck.py)
+    def config_streams(self) -> dict[str, list[tuple[str, str]]] | None:
+        """The configuration's streams at the last start (None: not recorded yet)."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM counters WHERE key = 'config_streams'").fetchone() is None:
+                return None
+            rows = self._db.execute("SELECT name, attributes FROM config_streams").fetchall()
+        return {n: [tuple(a) for a in json.loads(attrs)] for n, attrs in rows}
+
+    def started_with(self, streams: dict[str, list[tuple[str, str]]], fresh: list[str],
+                     broken: list[BrokenRow]) -> None:
+        """Record the configuration's streams of this start, with the subscriptions
+        it installs afresh and those it finds broken, in one transaction."""
+        with self._tx() as db:
+            db.execute("DELETE FROM config_streams")
+            db.executemany("INSERT INTO config_streams VALUES (?, ?)",
+                           [(n, json.dumps(attrs)) for n, attrs in streams.items()])
+            db.execute("INSERT INTO counters VALUES ('config_streams', 1) ON CONFLICT(key) DO NOTHING")
+            db.executemany("UPDATE subscriptions SET fresh = 1 WHERE id = ?", [(sid,) for sid in fresh])
+            db.executemany("INSERT OR REPLACE INTO broken VALUES (?, ?, ?, ?, ?)",
+                           [(b.sid, b.reason, b.since, b.upstream, b.schemas) for b in broken])
+
+    def broken(self) -> dict[str, BrokenRow]:
+        with self._lock:
+            rows = self._db.execute("SELECT sid, reason, since, upstream, schemas FROM broken").fetchall()
+        return {r[0]: BrokenRow(*r) for r in rows}
+
+    def save_broken(self, rows: list[BrokenRow]) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO broken VALUES (?, ?, ?, ?, ?)",
+                           [(b.sid, b.reason, b.since, b.upstream, b.schemas) for b in rows])
 
     # -- sheddings of state (server/budget.py)
     def save_evictions(self, rows: list[tuple]) -> list[int]:
@@ -264,6 +339,18 @@ class Store:
         with self._lock:
             return self._db.execute("SELECT seq, fed, sid, keep, reason, shared FROM evictions WHERE seq > ? "
                                     "ORDER BY seq", (after,)).fetchall()
+
+    # -- where each subscription runs (engine workers)
+    def save_placement(self, sid: str, worker: int, workers: int) -> None:
+        with self._tx():
+            self._db.execute("INSERT OR REPLACE INTO placement (sid, worker, workers) VALUES (?, ?, ?)",
+                             (sid, worker, workers))
+
+    def placements(self, workers: int) -> dict[str, int]:
+        """sid -> worker of the subscriptions placed when there were ``workers`` engine workers."""
+        with self._lock:
+            return {sid: w for sid, w in self._db.execute("SELECT sid, worker FROM placement WHERE workers = ?",
+                                                          (workers,))}
 
     # -- a subscription's own caps
     def save_cap(self, sid: str, max_instances: int | None, max_state_bytes: int | None, since: int) -> None:

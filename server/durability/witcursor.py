@@ -1,23 +1,19 @@
-"""Reading the witness log (server/durability/witlog.py) from other threads
-than its writer: a :class:`Cursor` over one subscription's or one stream's
-records, in log order."""
+"""Reading the witness log (witlog.py) from another thread than its writer.
+
+A :class:`Cursor` reads one subscription's witnesses, or every witness on one
+stream, in log order, from where its reader is. What it cannot hand on it says:
+retention deleted what it still had to read (:class:`Gone`, raised), or the log
+does not hold witnesses that were numbered (a :class:`Gap`, handed on in place
+of the witnesses: a gap mark recovery wrote, or a jump in a subscription's
+numbers, which appending never makes: a cut or damaged segment).
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+import json
 
 from server.durability.framing import FRAME
-from server.durability.witformat import BATCH, WITNESS, Gone, Segment, parse, unpack
-
-
-class _Log(Protocol):
-    """What a cursor asks of the log (:class:`~server.durability.witlog.WitnessLog`)."""
-
-    def retained_segments(self) -> list[tuple[Segment, int]]: ...
-
-    def last_seq(self, sid: str) -> int: ...
-
-    def first_seq(self, sid: str) -> int: ...
+from server.durability.witrecords import BATCH, CHECKPOINT, GAP_MARK, WITNESS, Gap, Gone, parse, unpack_batch
 
 
 class Cursor:
@@ -25,14 +21,16 @@ class Cursor:
     another thread than the writer; :meth:`read` returns the next ones, an
     empty list at the end of what is appended so far, and may be called again
     later for what comes after. Holds one segment file open at a time (a
-    segment deleted meanwhile is still read to its end)."""
+    segment deleted meanwhile is still read to its end). ``wlog`` is the
+    :class:`~server.durability.witlog.WitnessLog`."""
 
-    def __init__(self, wlog: _Log, sid: str | None, stream: str | None, after: dict[str, int]) -> None:
+    def __init__(self, wlog, sid: str | None, stream: str | None, after: dict[str, int]) -> None:
         if (sid is None) == (stream is None):
             raise ValueError("a cursor reads one subscription or one stream")
         self.log, self.sid, self.stream = wlog, sid, stream
         self.after = after  # last seq read per subscription
-        self._seg: Segment | None = None
+        self.gaps = 0  # gaps handed on so far (a reader may look for them only when this grew)
+        self._seg = None
         self._file = None
         self._pos = 0
         self._check_retained(after.keys() if stream is not None else [sid])
@@ -45,7 +43,7 @@ class Cursor:
                 if want < first:
                     raise Gone(s, want, first)
 
-    def _wanted(self, seg: Segment) -> int | None:
+    def _wanted(self, seg) -> int | None:
         """The offset in ``seg`` to start reading at, or None when it holds nothing wanted."""
         after = self.after
         if self.sid is not None:
@@ -62,15 +60,41 @@ class Cursor:
             self._file.close()
             self._file = None
 
-    def read(self, max_records: int = 2000, max_bytes: int = 1 << 20) -> list[tuple[str, int, bytes]]:
+    def _gap(self, out: list, sid: str, first: int, last: int) -> None:
+        out.append((sid, last, Gap(first, last)))
+        self.after[sid] = last
+        self.gaps += 1
+
+    def _marked(self, out: list, payload) -> None:
+        """A gap mark: the subscriptions it names (this cursor's) were numbered
+        on to its seqs without the witnesses between being in the log."""
+        try:
+            marks = json.loads(bytes(payload))
+        except ValueError:
+            return
+        wlog, after = self.log, self.after
+        mine = ({self.sid} if self.sid is not None else wlog.publishers(self.stream))
+        for s, last in marks.items():
+            if s not in mine or not isinstance(last, int):
+                continue
+            known = after.get(s, 0)
+            if last <= known:
+                continue
+            first = known + 1 if s in after else max(known + 1, wlog.first_seq(s))
+            if first <= last:
+                self._gap(out, s, first, last)
+
+    def read(self, max_records: int = 2000, max_bytes: int = 1 << 20) -> list[tuple[str, int, bytes | Gap]]:
         """The next records, (sid, seq, payload), at most about ``max_records``
-        or ``max_bytes``; [] when there is nothing more yet. Raises :class:`Gone`
-        when retention deleted records it still had to read."""
-        out: list[tuple[str, int, bytes]] = []
+        or ``max_bytes``; [] when there is nothing more yet. Where the log lacks
+        witnesses that were numbered, ``(sid, last, Gap(first, last))`` stands
+        in their place (and :attr:`gaps` grows). Raises :class:`Gone` when
+        retention deleted records it still had to read."""
+        out: list = []
         size = 0
         after, sid, stream, wlog = self.after, self.sid, self.stream, self.log
         while len(out) < max_records and size < max_bytes:
-            segs = wlog.retained_segments()
+            segs = wlog.segments_copy()
             if self._seg is None:
                 for seg, _ in segs:
                     start = self._wanted(seg)
@@ -78,6 +102,11 @@ class Cursor:
                         break
                 else:
                     self._check_retained(list(after) if stream is not None else [sid])
+                    if sid is not None:  # numbered past the last witness the log holds (a cut segment's tail)
+                        held, last = wlog.numbered_past(sid)
+                        known = after.get(sid, 0)
+                        if held <= known < last:
+                            self._gap(out, sid, known + 1, last)
                     return out
             seg, pos = self._seg, self._pos
             end = next((n for s, n in segs if s is seg), seg.size)  # a deleted segment: read it to its end
@@ -104,11 +133,13 @@ class Cursor:
                     break
                 kind, seq, rsid, rstream, payload, p = rec
                 if kind == BATCH:
-                    cols = unpack(payload)
+                    cols = unpack_batch(payload)
                     entries = zip(cols[0], cols[1], cols[2], cols[3])
                 elif kind == WITNESS:
                     entries = ((rsid, seq, rstream, bytes(payload)),)
                 else:
+                    if kind == CHECKPOINT and seq == GAP_MARK:
+                        self._marked(out, payload)
                     continue
                 for rsid, seq, rstream, data in entries:
                     if rsid != sid if sid is not None else rstream != stream:
@@ -116,17 +147,18 @@ class Cursor:
                     known = after.get(rsid, 0)
                     if seq <= known:
                         continue
-                    if seq > known + 1 and rsid in after:  # a gap: deleted by retention meanwhile?
+                    if seq > known + 1 and rsid in after:  # deleted by retention meanwhile, or never in the log
                         first = wlog.first_seq(rsid)
                         if known + 1 < first:
                             raise Gone(rsid, known + 1, first)
+                        self._gap(out, rsid, known + 1, seq - 1)
                     after[rsid] = seq
                     out.append((rsid, seq, data))
                     size += len(data)
             self._pos = pos + p
         return out
 
-    def _enter(self, seg: Segment, start: int) -> bool:
+    def _enter(self, seg, start: int) -> bool:
         try:
             self._file = open(seg.path, "rb")
         except FileNotFoundError:  # deleted by retention after the index was copied

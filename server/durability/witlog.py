@@ -3,8 +3,8 @@ the order the engine produced them, on disk, so that a client can resume
 where it left off (after a disconnect, a restart, or falling behind).
 
 No sockets, no threads of its own. One writer (the engine thread) appends a
-batch of records at a time; any number of readers (:class:`Cursor`, on other
-threads) read what is already appended, each with its own file handles.
+batch of records at a time; any number of readers (:class:`Cursor`, witcursor.py,
+on other threads) read what is already appended, each with its own file handles.
 
 **Records.** Witnesses ``(subscription id, seq, stream, payload)``; ``seq``
 numbers the witnesses of one subscription 1, 2, 3, ... (the daemon gives
@@ -21,7 +21,15 @@ batch's witnesses as msgpack, four arrays ``[sids, seqs, streams, payloads]``
 witness on the log); kind 0 is a single witness (readers accept it); kind 1,
 the first record of every segment, is a checkpoint: the last seq of every
 subscription so far (JSON), so that the sequence numbers survive the deletion
-of old segments.
+of old segments; a kind 1 record with seq 1 elsewhere is a gap mark (witrecords.py).
+
+**Gaps.** The log may lack witnesses that were numbered: a segment cut short
+or damaged while the server was stopped. Recovery finds a cut newest segment
+against the snapshot and rebuilds what the journal can give again, and marks
+the rest (:meth:`WitnessLog.note_gaps`: server/durability/witgaps.py); a
+sealed segment's cut tail shows against the next segment's checkpoint when the
+log is opened. :meth:`WitnessLog.gaps` lists both; a reader gets a
+:class:`Gap` where the witnesses would be, never a silent jump or wait.
 
 **Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
 at most about ``segment_bytes``; the newest is appended to. A segment that is
@@ -73,20 +81,20 @@ from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import FRAME, Scan
 from server.durability.witcursor import Cursor
-from server.durability.witformat import BATCH as _BATCH
-from server.durability.witformat import BODY as _BODY
-from server.durability.witformat import CHECKPOINT as _CHECKPOINT
-from server.durability.witformat import MAX_RECORD, NAMES, Gone, Record
-from server.durability.witformat import Segment as _Segment
-from server.durability.witformat import Sub as _Sub
-from server.durability.witformat import body as _body
-from server.durability.witformat import encode as _encode
-from server.durability.witformat import name as _name
-from server.durability.witformat import pack as _pack
-from server.durability.witformat import parse as _parse
-from server.durability.witformat import unpack as _unpack
+from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
+                                          MAX_RECORD, NAMES, Gap, Gone, Record, Segment as _Segment, Sub as _Sub,
+                                          body_of as _body, encode as _encode, pack_batch as _pack,
+                                          parse as _parse, unpack_batch as _unpack)
+
+__all__ = ["Cursor", "Gap", "Gone", "MAX_RECORD", "NAMES", "Record", "WitnessLog"]
 
 log = logging.getLogger("cayuga.witlog")
+
+
+def _name(number: int) -> str:
+    return NAMES.name(number)
+
+
 class WitnessLog:
     """The append-only, segmented witness log under ``directory``.
 
@@ -121,6 +129,10 @@ class WitnessLog:
         self.deduplicated = 0
         self.dropped = 0
         self.truncated = 0  # bytes of torn or corrupt tails cut off when opening
+        #: per subscription, (first, last) of the witnesses missing between two segments, found when opening:
+        #: a segment whose tail was cut, which the next segment's checkpoint numbers past (see gaps())
+        self._holes: dict[str, list[tuple[int, int]]] = {}
+        self._lost_before: list[tuple[int, str, int]] = []  # each hole: (the segment after it, sid, its first)
         self._open()
 
     # ------------------------------------------------------------------ opening
@@ -130,11 +142,8 @@ class WitnessLog:
         for p in self.dir.glob("wit-*.idx"):  # indexes of segments deleted before their index
             if not p.with_suffix(".log").exists():
                 fsio.remove(p)
-        for k, number in enumerate(numbers):
+        for number in numbers:
             seg = _Segment(number, self.dir / _name(number))
-            if self._segments and not self._follows(seg):
-                self._drop([self.dir / _name(n) for n in numbers[k:]])
-                break
             if not self._load_index(seg):
                 self._scan(seg)
             seg.newest = seg.path.stat().st_mtime
@@ -147,10 +156,84 @@ class WitnessLog:
         elif last is not None and not last.sealed and last.start == 0:  # the older framing: go on in a new one
             self._seal()
             self._unsynced.append(last.path)  # as the active segment would have been, by sync()
+        self._find_holes()
+        self._link_gaps()
         if self._segments and not self._segments[-1].sealed:
             self._fd = framing.open_segment(self._segments[-1].path)
         else:
             self._new_segment()
+
+    def _find_holes(self) -> None:
+        """Witnesses missing between segments: a subscription's last seq in the
+        segments up to one is below what the next one's checkpoint says it was
+        (the tail of a sealed segment was cut or damaged). A segment's own cut
+        tail is found against what recovery knows (server/durability/witgaps.py)."""
+        seen: dict[str, int] = {}  # from the oldest one's checkpoint: all a cut tail held may be gone
+        for i, seg in enumerate(self._segments):
+            try:
+                checkpoint = self._checkpoint_of(seg)
+            except (OSError, ValueError, AttributeError):
+                checkpoint = {}
+            for s, v in checkpoint.items():
+                had = seen.get(s, 0)
+                if isinstance(v, int) and v > had:
+                    if i:
+                        self._holes.setdefault(s, []).append((had + 1, v))
+                        self._lost_before.append((seg.number, s, had + 1))
+                        log.error("witness log %s: witnesses %d to %d of %s are missing before it (an earlier "
+                                  "segment was cut short or damaged)", seg.path.name, had + 1, v, s)
+                    seen[s] = v
+            for s, v in seg.subs.items():
+                if v.last_seq > seen.get(s, 0):
+                    seen[s] = v.last_seq
+
+    def set_aside_after_holes(self, numbered: dict[str, int]) -> int:
+        """Set aside (``*.dropped``) the segments from one after a hole that
+        begins past ``numbered`` (each subscription's last number at recovery's
+        starting point, whose exact replay makes every witness after it again).
+        A power cut's, as a rule: a sealed segment lost the end it never synced
+        while the next kept what was written to it (nothing orders unsynced
+        writes to two files), and readers got a :class:`Gap` for witnesses the
+        journal still gives (tests/server/test_powercut.py). All in those
+        segments was numbered after the hole began: the replay writes it again
+        with the same numbers. A hole up to ``numbered`` was synced: it stays a
+        gap. Returns how many were set aside. Recovery, before any append."""
+        at = min((n for n, s, first in self._lost_before if first > numbered.get(s, 0)), default=None)
+        if at is None:
+            return 0
+        if self._fd is not None:
+            fsio.close(self._fd)
+            self._fd = None
+        doomed = [seg for seg in self._segments if seg.number >= at]
+        lost = sum(seg.path.stat().st_size for seg in doomed)
+        for seg in doomed:
+            fsio.rename(seg.path, seg.path.with_name(seg.path.name + ".dropped"))
+            fsio.remove(seg.index_path)
+        log.error("witness log: %s starts after witnesses the segment before it lost (a power cut?): it and %d "
+                  "later segment(s), %d bytes, set aside as *.dropped; the journal's replay writes their witnesses "
+                  "again", doomed[0].path.name, len(doomed) - 1, lost)
+        with self._lock:
+            self._segments, self._last, self._holes = [], {}, {}
+        self._lost_before, self._unsynced = [], []
+        self._open()
+        self.truncated += lost
+        self._dir_dirty = True
+        return len(doomed)
+
+    def _link_gaps(self) -> None:
+        """List each subscription a segment's gap marks name among the publishers
+        of the streams it publishes (stream readers find the mark there)."""
+        if not any(seg.gaps for seg in self._segments):
+            return
+        streams_of: dict[str, set[str]] = {}
+        for seg in self._segments:
+            for stream, sids in seg.streams.items():
+                for s in sids:
+                    streams_of.setdefault(s, set()).add(stream)
+        for seg in self._segments:
+            for s in seg.gaps:
+                for stream in streams_of.get(s, ()):
+                    seg.streams.setdefault(stream, set()).add(s)
 
     def _load_index(self, seg: _Segment) -> bool:
         try:
@@ -160,67 +243,53 @@ class WitnessLog:
             seg.size, seg.records = data["size"], data["records"]
             seg.subs = {s: _Sub(*v) for s, v in data["subs"].items()}
             seg.streams = {s: set(v) for s, v in data["streams"].items()}
+            seg.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
             for s, v in seg.subs.items():
                 if v.last_seq > self._last.get(s, 0):
                     self._last[s] = v.last_seq
             if not self._segments:  # the oldest: its checkpoint holds the seqs of deleted segments
-                self._read_checkpoint(seg)
+                self._merge_checkpoint(self._checkpoint_of(seg))
             seg.sealed = True
             return True
         except (OSError, ValueError, KeyError, TypeError):
             return False
 
-    def _read_checkpoint(self, seg: _Segment) -> None:
-        checkpoint = self._checkpoint(seg)
-        if checkpoint is not None:
-            self._merge_checkpoint(checkpoint)
-
-    def _checkpoint(self, seg: _Segment):
-        """The payload of ``seg``'s first record, its checkpoint (None: it has none whole)."""
+    def _checkpoint_of(self, seg: _Segment) -> dict[str, int]:
+        """The checkpoint a segment starts with: the last seq of every subscription before it."""
         with open(seg.path, "rb") as f:
             head = f.read(framing.HEADER.size + FRAME.size)
             seg.start = start = framing.file_kind(head, framing.WITNESS_LOG, str(seg.path))
             if len(head) < start + FRAME.size:
-                return None
+                return {}
             f.seek(start)
             buf = f.read(FRAME.size + FRAME.unpack_from(head, start)[0])
         rec = _parse(buf, 0, len(buf))
-        return rec[4] if rec is not None and rec[0] == _CHECKPOINT else None
+        if rec is None or rec[0] != _CHECKPOINT or rec[1] == GAP_MARK:
+            return {}
+        return json.loads(bytes(rec[4]))
 
-    def _follows(self, seg: _Segment) -> bool:
-        """Whether the segments before ``seg`` hold every witness numbered
-        before it: its checkpoint (every subscription's last seq when it was
-        started) is no further than theirs. After a power cut a segment can
-        keep what was written to it while the one before lost the end it had
-        not synced (nothing orders unsynced writes to two files); its
-        witnesses would stand beyond a gap that the replay, which appends
-        only what is above the last seq, never fills."""
-        try:
-            checkpoint = self._checkpoint(seg)
-            last = json.loads(bytes(checkpoint)) if checkpoint is not None else None
-        except (OSError, ValueError, framing.FramingError):
-            last = None
-        return isinstance(last, dict) and all(v <= self._last.get(s, 0) for s, v in last.items())
-
-    def _drop(self, paths: list[Path]) -> None:
-        """Set aside (``*.dropped``) segments that follow a lost end (see
-        :meth:`_follows`): none of them was synced (sync() syncs a segment
-        only with every one before it), so the journal's replay writes their
-        witnesses again, with the same numbers."""
-        lost = 0
-        for path in paths:
-            lost += path.stat().st_size
-            fsio.rename(path, path.with_name(path.name + ".dropped"))
-            fsio.remove(path.with_suffix(".idx"))
-        self.truncated += lost
-        log.error("witness log: %s starts after witnesses the segment before it lost (a power cut?): it and "
-                  "%d later segment(s), %d bytes, set aside as *.dropped; the replay writes them again",
-                  paths[0].name, len(paths) - 1, lost)
-
-    def _merge_checkpoint(self, payload) -> None:
-        for s, v in json.loads(bytes(payload)).items():
+    def _merge_checkpoint(self, last: dict[str, int]) -> None:
+        for s, v in last.items():
             if v > self._last.get(s, 0):
                 self._last[s] = v
+
+    def _mark(self, seg: _Segment, marks: dict[str, int], off: int) -> dict[str, tuple[int, int]]:
+        """Take a gap mark (at ``off`` in ``seg``) into the index: each
+        subscription it names was numbered on to its seq; returns the gaps, (first, last)."""
+        found = {}
+        for s, last in marks.items():
+            before = self._last.get(s, 0)
+            if not isinstance(last, int) or last <= before:
+                continue
+            found[s] = (before + 1, last)
+            seg.gaps.setdefault(s, []).append(found[s])
+            sub = seg.subs.get(s)
+            if sub is None:
+                seg.subs[s] = _Sub(before + 1, off, last)
+            else:
+                sub.last_seq = last
+            self._last[s] = last
+        return found
 
     def _scan(self, seg: _Segment) -> None:
         """Index a segment by reading it; cut off a torn or corrupt tail."""
@@ -236,8 +305,11 @@ class WitnessLog:
             kind, seq, sid, stream, payload = rec
             if kind == _CHECKPOINT:
                 try:
-                    self._merge_checkpoint(payload)
-                except (ValueError, AttributeError):
+                    if seq == GAP_MARK:
+                        self._mark(seg, json.loads(bytes(payload)), pos)
+                    else:
+                        self._merge_checkpoint(json.loads(bytes(payload)))
+                except (ValueError, AttributeError, TypeError):
                     break
             elif kind == _BATCH:
                 try:
@@ -300,7 +372,8 @@ class WitnessLog:
             self._unsynced.append(seg.path)
         data = {"size": seg.size, "records": seg.records,
                 "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
-                "streams": {s: sorted(v) for s, v in seg.streams.items()}}
+                "streams": {s: sorted(v) for s, v in seg.streams.items()},
+                "gaps": {s: [list(g) for g in v] for s, v in seg.gaps.items()}}
         tmp = seg.index_path.with_suffix(".tmp")
         seg.sealed = True
         try:
@@ -406,6 +479,50 @@ class WitnessLog:
                 log.debug("witness log retention: %s", exc)
         return dropped
 
+    def note_gaps(self, marks: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """Write a gap mark: each subscription of ``marks`` was numbered on to
+        its seq there, though the log lacks the witnesses after its last one
+        (recovery found them lost: server/durability/witgaps.py). Readers get a
+        :class:`Gap` in their place, :meth:`gaps` lists them, and numbering goes
+        on after the mark. Returns the gaps, (first, last) per subscription
+        (those already numbered past are left out). From the writer's thread;
+        raises :class:`DiskFull` as :meth:`append_columns` does."""
+        marks = {s: v for s, v in marks.items() if v > self._last.get(s, 0)}
+        if not marks:
+            return {}
+        rec = _encode(_CHECKPOINT, GAP_MARK, b"", b"", json.dumps(marks, separators=(",", ":")).encode())
+        seg = self._segments[-1]
+        try:
+            if self._cut_to is not None:
+                self._cut_back(self._cut_to)
+            if seg.sealed or self._fd is None:
+                self._new_segment()
+            seg = self._segments[-1]
+            off = seg.size
+            try:
+                framing.write_all(self._fd, rec)
+            except OSError:
+                self._cut_back(off)
+                raise
+        except OSError as exc:
+            failure = DiskFull.from_os("witness_log", "the witness log could not be written", seg.path, exc)
+            if self.disk is not None:
+                self.disk.failed(failure)
+            raise failure from None
+        streams_of: dict[str, set[str]] = {}
+        with self._lock:
+            for old in self._segments:
+                for stream, sids in old.streams.items():
+                    for s in sids:
+                        if s in marks:
+                            streams_of.setdefault(s, set()).add(stream)
+            found = self._mark(seg, marks, off)
+            for s in found:
+                for stream in streams_of.get(s, ()):
+                    seg.streams.setdefault(stream, set()).add(s)
+            seg.size = off + len(rec)
+        return found
+
     def _cut_back(self, offset: int) -> None:
         """Truncate the active segment to ``offset`` (its last whole record)."""
         try:
@@ -494,6 +611,37 @@ class WitnessLog:
                     return sub.first_seq
             return self._last.get(sid, 0) + 1
 
+    def numbered_past(self, sid: str) -> tuple[int, int]:
+        """``sid``'s last seq in the retained segments and its last seq numbered, read together."""
+        with self._lock:
+            held = max((seg.subs[sid].last_seq for seg in self._segments if sid in seg.subs), default=0)
+            return held, self._last.get(sid, 0)
+
+    def publishers(self, stream: str) -> set[str]:
+        """The subscriptions that have published ``stream`` in the retained log."""
+        with self._lock:
+            return {s for seg in self._segments for s in seg.streams.get(stream, ())}
+
+    def gaps(self) -> dict[str, list[tuple[int, int]]]:
+        """Per subscription, (first, last) of each run of witnesses the retained
+        log lacks though they were numbered (readers get a :class:`Gap` there):
+        gap marks, and holes between segments found when the log was opened."""
+        out: dict[str, list[tuple[int, int]]] = {}
+        with self._lock:
+            for seg in self._segments:
+                for s, runs in seg.gaps.items():
+                    out.setdefault(s, []).extend(runs)
+        for s, runs in self._holes.items():
+            out.setdefault(s, []).extend(runs)
+        for s in list(out):
+            first = self.first_seq(s)
+            kept = sorted({g for g in out[s] if g[1] >= first})
+            if kept:
+                out[s] = kept
+            else:
+                del out[s]
+        return out
+
     def stream_last(self, stream: str) -> dict[str, int]:
         """The last seq of each subscription that has published ``stream``
         in the retained log."""
@@ -520,16 +668,17 @@ class WitnessLog:
         cur = self.cursor(sid=sid, after={sid: from_seq - 1})
         while batch := cur.read():
             for _, seq, payload in batch:
-                yield seq, payload
+                if type(payload) is not Gap:
+                    yield seq, payload
 
     def read_stream(self, stream: str, after: dict[str, int] | None = None) -> Iterator[tuple[str, int, bytes]]:
         """(sid, seq, payload) of every record on ``stream`` above ``after``."""
         cur = self.cursor(stream=stream, after=after)
         while batch := cur.read():
-            yield from batch
+            yield from (r for r in batch if type(r[2]) is not Gap)
 
-    def retained_segments(self) -> list[tuple[_Segment, int]]:
-        """Each segment retained, with the bytes of whole records it holds now (for readers)."""
+    def segments_copy(self) -> list[tuple[_Segment, int]]:
+        """Each retained segment and the bytes of it a reader may read now (for :class:`Cursor`)."""
         with self._lock:
             return [(s, s.size) for s in self._segments]
 
@@ -546,6 +695,3 @@ class WitnessLog:
     def bytes(self) -> int:
         """Bytes retained."""
         return sum(s.size for s in self._segments)
-
-
-__all__ = ["WitnessLog", "Cursor", "Gone", "NAMES", "MAX_RECORD", "Record"]

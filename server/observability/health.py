@@ -96,6 +96,7 @@ class Health:
         self._subscriptions = subscriptions  # the registrar's: read-only here
         self.journal: Journal | None = None
         self.receiver = None  # the TCP receiver (server/ingest/tcp.py)
+        self.broken: Mapping[str, object] = {}  # the registrar's broken subscriptions (server/subscriptions/broken.py)
         self._store_probed = 0.0
 
     # ------------------------------------------------------------------ clock
@@ -192,6 +193,21 @@ class Health:
         """The subscriptions that lost state (server/budget.py), as /health shows them (a copy)."""
         subs = self._subscriptions
         return {sid: m.public() for sid, m in list(self._counts.inexact.items()) if sid in subs}
+
+    def witness_gaps(self) -> dict[str, list[dict]]:
+        """Per subscription, the runs of witnesses the witness log lacks though
+        they were numbered (server/durability/witgaps.py): ``[{"from", "to"}]``."""
+        wlog = self._witnesses.witlog
+        if wlog is None:
+            return {}
+        subs, broken = self._subscriptions, self.broken
+        return {sid: [{"from": a, "to": b} for a, b in runs] for sid, runs in wlog.gaps().items()
+                if sid in subs or sid in broken}
+
+    def broken_subscriptions(self) -> dict[str, dict]:
+        """The stored subscriptions that do not compile against this configuration (a copy):
+        their name, why, since when, and what to do."""
+        return {sid: {"name": b.name, **b.public()} for sid, b in list(self.broken.items())}
 
     def runaways(self) -> dict[str, dict]:
         """The runaways of the budget's last check (a copy)."""

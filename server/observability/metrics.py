@@ -74,6 +74,10 @@ class MetricsSource(Protocol):
 
     def inexact(self) -> dict[str, dict]: ...
 
+    def broken_subscriptions(self) -> dict[str, dict]: ...
+
+    def witness_gaps(self) -> dict[str, list[dict]]: ...
+
     def runaways(self) -> dict[str, dict]: ...
 
     def state(self) -> dict: ...
@@ -235,6 +239,17 @@ class _Collector:
             flag.add_metric([sid], 1)
         yield shed
         yield flag
+        broken = GaugeMetricFamily("cayuga_subscription_broken", "1 for a stored subscription that does not compile "
+                                   "against this configuration and does not run (/health's broken says why)",
+                                   labels=["subscription"])
+        for sid in sorted(d.broken_subscriptions()):
+            broken.add_metric([sid], 1)
+        yield broken
+        missing = GaugeMetricFamily("cayuga_witness_log_missing", "Witnesses of a subscription the witness log lacks "
+                                    "though they were numbered (/health's witness_gaps)", labels=["subscription"])
+        for sid, runs in sorted(d.witness_gaps().items()):
+            missing.add_metric([sid], sum(g["to"] - g["from"] + 1 for g in runs))
+        yield missing
         runaways = GaugeMetricFamily("cayuga_subscription_runaway_visits", "Instances every input event visits, "
                                      "for the runaways of the state budget's last check", labels=["subscription"])
         for sid, r in sorted(d.runaways().items()):

@@ -28,8 +28,9 @@ from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
 from server.config import Settings
 from server.durability.diskfull import DiskFull
-from server.durability.store import Store, StoredSubscription
+from server.durability.store import BrokenRow, Store, StoredSubscription
 from server.ingest.limits import automaton_size_errors
+from server.subscriptions.broken import FIX, Broken, reason_from
 from server.subscriptions.prepared import Preparer
 from server.observability.counters import Count
 
@@ -59,8 +60,10 @@ class SubscriptionInUse(RuntimeError):
 
     def __init__(self, sid: str, readers: list[str], sub: "Subscription") -> None:
         streams = ", ".join(sub.outputs + sub.internal)
-        super().__init__(f"subscription {sid} publishes {streams}, which {', '.join(readers)} read"
-                         f"{'s' if len(readers) == 1 else ''}; delete {'it' if len(readers) == 1 else 'them'} "
+        what = (f"subscription {sid} publishes {streams}, which" if streams else
+                f"subscription {sid} is broken, and")  # (a broken one's readers are broken too)
+        super().__init__(f"{what} {', '.join(readers)} read{'s' if len(readers) == 1 else ''}"
+                         f"{'' if streams else ' its outputs'}; delete {'it' if len(readers) == 1 else 'them'} "
                          f"first, or delete with ?cascade=true to remove {sid} and every subscription reading "
                          "its outputs")
         self.readers = readers
@@ -144,12 +147,14 @@ class Pending:
     stored: tuple[str | None, str | None] = (None, None)  # the binding a restored row had
     warnings: list[dict] = field(default_factory=list)  # a registration's (air/boundwarn.py); a restore has none
     mirror: object = None  # with an engine worker: the BoundQuery it installs instead of these automata
+    fresh: bool = False  # a restore installs it afresh (recovery.py), numbered on after what the log holds
+    seq_base: int | None = None  # a restore numbers its witnesses on from here (Store: seq_base)
 
     @classmethod
     def restored(cls, st: StoredSubscription) -> "Pending":
         return cls(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at,
                    binding=(st.shape, st.constants) if st.shape and st.constants else None,
-                   stored=(st.shape, st.constants))
+                   stored=(st.shape, st.constants), seq_base=st.seq_base)
 
 
 class Progress(Protocol):
@@ -191,6 +196,9 @@ class Registrar:
         self._invalidate_routes = invalidate_routes
         self._close_owner = close_owner
         self.subscriptions: dict[str, Subscription] = {}
+        #: stored subscriptions that do not compile against this configuration (server/subscriptions/broken.py)
+        self.broken: dict[str, Broken] = {}
+        self.broken_rows: dict[str, BrokenRow] = {}  # the store's, as a restore found them
         self.shapes = ShapeCache()  # compiled CEL query shapes (registrations and restores)
         self.preparer = Preparer()  # installs restored CEL queries without building their automata
         self.lock = threading.Lock()  # guards subscriptions and stream declarations
@@ -339,7 +347,7 @@ class Registrar:
             subs.append(Subscription(p.id, p.kind, p.text, p.automata, p.outputs, internal, p.name, p.created))
             installed_at[p.id] = p.installed_at
         for e in errors:  # only a restore gets here with errors
-            log.error("could not restore subscription %s: %s", batch[e["index"]].id, e.get("message"))
+            self.mark_broken(batch[e["index"]], e.get("message"))
         if persist:  # stored before they are known: what could not be stored is taken out of the engine again
             bindings = {p.id: p.binding for p in batch if p.binding is not None}
             try:
@@ -365,6 +373,22 @@ class Registrar:
             except sqlite3.Error as exc:  # a cache: the next start binds them from their text again
                 log.warning("could not store the bindings of restored subscriptions: %s", exc)
         return subs
+
+    def mark_broken(self, p: Pending, message: str | None) -> None:
+        """A restore found that ``p`` does not compile (or bind): keep it as broken,
+        with the reason a start's schema check recorded (server/subscriptions/schemacheck.py)
+        or else the compiler's, since when it first broke."""
+        row = self.broken_rows.get(p.id)
+        if row is None:
+            row = BrokenRow(p.id, reason_from(message), time.time())
+            try:
+                self.store.save_broken([row])
+            except sqlite3.Error as exc:  # listed all the same; the next start finds it again
+                log.warning("could not store that subscription %s is broken: %s", p.id, exc)
+            self.broken_rows[p.id] = row
+        self.broken[p.id] = Broken(p.id, p.kind, p.text, p.name, p.created, row.reason, row.since, row.upstream)
+        log.error("subscription %s is broken: %s. It is kept (GET /subscriptions/%s) but does not run; %s",
+                  p.id, row.reason, p.id, FIX)
 
     def size_errors(self, autos) -> list[str]:
         return automaton_size_errors(autos, self.settings.max_states, self.settings.max_predicate_atoms)
@@ -439,7 +463,10 @@ class Registrar:
                 readers.add(sub.id)
 
     def readers_of(self, sid: str) -> list[str]:
-        """The other subscriptions that read a stream ``sid`` publishes, in registration order."""
+        """The other subscriptions that read a stream ``sid`` publishes, in registration order
+        (of a broken one: the broken ones that read its outputs)."""
+        if sid in self.broken:
+            return [b.id for b in self.broken.values() if b.upstream == sid]
         sub = self.subscriptions[sid]
         found = {r for s in sub.outputs + sub.internal for r in self._readers.get(s, ()) if r != sid}
         return [r for r in self.subscriptions if r in found]
@@ -451,6 +478,8 @@ class Registrar:
         which removes those readers too (and theirs), newest first."""
         with self.lock:
             self._require_ready()
+            if sid in self.broken:
+                return self._remove_broken(sid, cascade)
             if sid not in self.subscriptions:
                 raise KeyError(sid)
             doomed, todo = {sid}, [sid]
@@ -472,6 +501,25 @@ class Registrar:
         if len(order) > 1:
             log.info("removed subscription %s and the subscriptions reading its outputs: %s", sid,
                      ", ".join(order[:-1]))
+        return order
+
+    def _remove_broken(self, sid: str, cascade: bool) -> list[str]:
+        """Forget a broken subscription (it runs nothing), and (``cascade``) the broken
+        ones reading its outputs; without ``cascade`` those refuse it (:class:`SubscriptionInUse`)."""
+        doomed, todo = [sid], [sid]
+        while todo:
+            upstream = todo.pop()
+            readers = [b for b in self.broken.values() if b.upstream == upstream and b.id not in doomed]
+            if readers and not cascade:
+                raise SubscriptionInUse(sid, [b.id for b in readers], self.broken[sid])
+            doomed += [b.id for b in readers]
+            todo += [b.id for b in readers]
+        order = [s for s in reversed(list(self.broken)) if s in doomed]
+        with self._storing(f"the deletion of {', '.join(order)} could not be stored; nothing was deleted"):
+            self.store.delete_subscriptions(order)
+        for s in order:
+            del self.broken[s]
+            self.broken_rows.pop(s, None)
         return order
 
     def _remove_owner(self, eng: Engine, sid: str) -> None:

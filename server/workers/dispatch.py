@@ -1,10 +1,14 @@
-"""The engine thread when an engine worker runs the automata (``engine_workers:
-1``): it takes batches from the queue in the order the queue releases them,
-hands them to the worker (server/workers/worker.py) without waiting for the
-one before to come back (at most :data:`MAX_IN_FLIGHT` at once: a slow worker
+"""The engine thread when engine workers run the automata (``engine_workers:
+N``, 1 by default): it takes batches from the queue in the order the queue
+releases them, hands each worker (server/workers/worker.py) the events of the
+streams its subscriptions read (server/workers/placement.py; every worker, an
+empty batch if need be, at the state budget's check points, which are the same
+for all), without waiting for the one before to come back (at most :data:`MAX_IN_FLIGHT` at once: a slow worker
 slows the queue, hence the receivers and the senders, and never loses
-anything), and takes the results back in order: each batch's witnesses,
-encoded by the worker, are numbered, logged and offered to the clients here
+anything), and takes the results back in order — a batch's, from each worker
+it went to, in the workers' order: each subscription runs on one worker, so
+its witnesses and their numbers are those of one engine — and the witnesses,
+encoded by the workers, are numbered, logged and offered to the clients here
 (server/delivery/witnesses.py, ``deliver_encoded``), exactly as the engine
 thread of ``engine_workers: 0`` does with its own.
 
@@ -12,10 +16,11 @@ Everything else it does between batches is the engine thread's too: the API's
 commands (run against the main process's catalogue engine, which sends every
 change on to the worker: server/workers/mirror.py), a recovery's later
 subscriptions and recorded sheddings (those ride on the batch they follow, so
-the worker applies them before it checks), the state budget's decisions (the
-worker decides, this thread records them, then the worker applies them),
-instance counts, and snapshots (taken with nothing in flight: the worker's
-child writes the file, server/durability/checkpoints.py).
+the worker applies them before it checks), the state budget's decisions (each
+worker decides on its share of ``max_state_bytes``, this thread records them,
+then the worker applies them), instance counts, and snapshots (taken with
+nothing in flight: worker 0's child writes the file, the others' children
+their parts, server/durability/checkpoints.py).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ import dataclasses
 import logging
 import pickle
 import queue as stdqueue
+import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 from air.engine import EngineError
@@ -34,80 +41,146 @@ from server.delivery.witnesses import EncodedBatch
 from server.observability.counters import Count
 from server.processing import EngineThread
 from server.workers import codec
-from server.workers.link import WorkerGone, WorkerLink
+from server.workers.link import WorkerLink
 
 log = logging.getLogger("cayuga.daemon")
 
-#: Batches handed to the worker and not yet back: enough to keep it busy while this
+#: Batches handed to the workers and not yet back: enough to keep them busy while this
 #: thread delivers the last one's witnesses, few enough to bound what a crash replays.
 MAX_IN_FLIGHT = 3
 
 
-class WorkerEngineThread(EngineThread):
-    """:class:`server.processing.EngineThread` with the engine in a worker
-    process (see the module's docstring). ``link`` is the worker's
-    (server/workers/link.py); :attr:`engine` is the catalogue
-    (server/workers/mirror.py)."""
+@dataclass
+class Flight:
+    """A batch handed to some workers and not yet back from all of them."""
 
-    def __init__(self, engine, queue, settings, counters, latency, stopping, link: WorkerLink) -> None:
+    events: int
+    sent: float  # perf_counter when sent
+    fed: int  # events taken once it is
+    workers: tuple[int, ...]  # those it went to, in order
+    recorded: dict[int, list] = field(default_factory=dict)  # worker -> the recorded sheddings it carries
+    got: dict[int, list] = field(default_factory=dict)  # worker -> its result, once back
+
+
+class WorkerEngineThread(EngineThread):
+    """:class:`server.processing.EngineThread` with the engine in worker
+    processes (see the module's docstring). ``links`` are the workers'
+    (server/workers/link.py); :attr:`engine` is the catalogue
+    (server/workers/mirror.py), which knows where each subscription runs."""
+
+    def __init__(self, engine, queue, settings, counters, latency, stopping, links: list[WorkerLink]) -> None:
         super().__init__(engine, queue, settings, counters, latency, stopping)
-        self.link = link
-        # of each batch not yet back: (events, when sent, the recorded sheddings it carries, events taken after it)
-        self.in_flight: deque[tuple[int, float, list, int]] = deque()
-        self._deciding: list[Decision] = []  # decisions sent to the worker to apply (its answer comes in order)
-        self._deciding_at = 0
+        self.links = links
+        self.placement = engine.placement
+        self.in_flight: deque[Flight] = deque()
+        self._deciding: dict[int, tuple[list[Decision], int]] = {}  # worker -> decisions sent to it to apply, at
         self._watched_version = -1
         self._fields = [f.name for f in dataclasses.fields(engine.stats)]
+        self._stats: dict[int, tuple] = {}  # worker -> its engine's running totals
+        self._epochs: dict[int, object] = {}
         self.hub = None  # wired by the daemon: which internal streams clients watch
 
-    # ------------------------------------------------------------------ what others ask of the worker
+    @property
+    def link(self) -> WorkerLink:
+        return self.links[0]
+
+    # ------------------------------------------------------------------ what others ask of the workers
 
     def set_cap(self, sid: str, cap: Cap) -> None:
-        self.link.command("set_cap", sid, tuple(cap))
+        for link in self.links:  # a worker that does not run it keeps it for nothing (and has it if it comes)
+            link.command("set_cap", sid, tuple(cap))
 
-    def counts(self, got: Callable[[dict], None]) -> None:
-        """Instance counts of every subscription, to ``got`` when they come (any thread)."""
-        def done(fut) -> None:
-            if fut.exception() is None:
-                got(fut.result())
-        self.link.command("counts").add_done_callback(done)
+    def counts(self, got: Callable[[tuple], None]) -> None:
+        """Instance counts of every subscription, and the counting's cost, to ``got`` when every worker's came."""
+        answers: dict[int, tuple] = {}
+        lock = threading.Lock()
 
-    def snapshot(self, tmp, part: dict, fork: bool) -> None:
-        """Have the worker write a snapshot file (server/durability/checkpoints.py): forked, or here and now."""
-        self.link.call("snapshot", str(tmp), part, fork, timeout=60 if fork else 600)
+        def done(fut, w: int) -> None:
+            if fut.exception() is not None:
+                return
+            with lock:
+                answers[w] = fut.result()
+                if len(answers) < len(self.links):
+                    return
+            merged: dict[str, int] = {}
+            for counts, _cost in answers.values():
+                merged.update(counts)
+            got((merged, max(cost for _c, cost in answers.values())))
 
-    def import_snapshot(self, snap_file) -> dict:
-        """The engine's state of a snapshot file, loaded by the worker (a recovery)."""
-        return self.link.call("import_snapshot", str(snap_file.path), timeout=600)
+        for w, link in enumerate(self.links):
+            link.command("counts").add_done_callback(lambda fut, w=w: done(fut, w))
+
+    def snapshot(self, tmp, part: dict, fork: bool) -> int:
+        """Have the workers write a snapshot (server/durability/checkpoints.py): worker 0 the file
+        with ``part`` and its engine's state, each other worker its engine's state into a part
+        file beside it; forked (their ends come to the snapshotter), or here and now. Returns how
+        many children write it."""
+        n = len(self.links)
+        if n > 1:
+            part = {**part, "workers": n, "engine_parts": [part_name(tmp, w) for w in range(1, n)],
+                    "placement": dict(self.placement.worker_of)}
+        futures = [self.links[0].command("snapshot", str(tmp), part, fork)]
+        futures += [self.links[w].command("snapshot", str(part_path(tmp, w)), {"part": w}, fork)
+                    for w in range(1, n)]
+        for fut in futures:
+            fut.result(timeout=60 if fork else 600)
+        return n
+
+    def import_snapshot(self, snap_file, snap: dict) -> dict:
+        """A snapshot's engine states, loaded by the workers (a recovery): worker by worker as it was
+        written; a snapshot of one engine (the engine thread, or one worker) is given whole to
+        each worker, which keeps its own subscriptions' instances."""
+        n, saved = len(self.links), snap.get("workers", 1)
+        if saved != n:
+            if saved > 1:
+                raise EngineError(f"the snapshot {snap_file.path.name} was taken with engine_workers {saved}, "
+                                  f"and this server runs {n}: its partial matches cannot be carried over")
+            paths = [snap_file.path] * n
+        else:
+            paths = [snap_file.path] + [snap_file.path.with_name(snap_file.path.name + f".w{w}")
+                                        for w in range(1, n)]
+        futures = [link.command("import_snapshot", str(p)) for link, p in zip(self.links, paths)]
+        counts = [fut.result(timeout=600) for fut in futures]
+        return {k: sum(c[k] for c in counts) for k in counts[0]}
 
     def state_counts(self, sid: str, timeout: float) -> dict[str, int]:
-        return self.link.call("state_counts", sid, timeout=timeout)
+        return self.links[self.placement.of(sid)].call("state_counts", sid, timeout=timeout)
 
     def instance_count(self, sid: str | None = None, timeout: float = 10.0) -> int:
-        return self.link.call("instance_count", sid, timeout=timeout)
+        if sid is not None:
+            return self.links[self.placement.of(sid)].call("instance_count", sid, timeout=timeout)
+        return sum(link.call("instance_count", None, timeout=timeout) for link in self.links)
 
     @property
     def alive(self) -> bool:
-        return super().alive and self.link.alive
+        return super().alive and all(link.alive for link in self.links)
+
+    def gone(self) -> str | None:
+        """Why a worker is no longer there (None while every one runs)."""
+        return next((link.gone for link in self.links if link.gone is not None), None)
 
     def workers(self) -> list[dict]:
-        link, flight = self.link, list(self.in_flight)
-        return [{"worker": 0, "pid": link.process.pid if link.process is not None else None, "alive": link.alive,
-                 "gone": link.gone, "in_flight_batches": len(flight),
-                 "in_flight_events": sum(n for n, *_rest in flight)}]
+        flight = list(self.in_flight)
+        out = []
+        for w, link in enumerate(self.links):
+            mine = [f for f in flight if w in f.workers and w not in f.got]
+            out.append({"worker": w, "pid": link.process.pid if link.process is not None else None,
+                        "alive": link.alive, "gone": link.gone, "subscriptions": self.placement.count_on(w),
+                        "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine)})
+        return out
 
     def runs_on(self, sid: str) -> str:
-        return "worker 0"
+        return f"worker {self.placement.of(sid)}"
 
     @property
     def processed(self) -> int:
-        """Events taken and back from the worker (their witnesses delivered); :attr:`fed` counts those sent too."""
-        return self.fed - sum(n for n, *_rest in list(self.in_flight))
+        """Events taken and back from the workers (their witnesses delivered); :attr:`fed` counts those sent too."""
+        return self.fed - sum(f.events for f in list(self.in_flight))
 
     # ------------------------------------------------------------------ the loop
 
     def _loop(self) -> None:
-        queue, size, link = self.queue, self.settings.batch_size, self.link
+        queue, size = self.queue, self.settings.batch_size
         recovery, budget, checkpoints = self.recovery, self.budget, self.checkpoints
         in_flight = self.in_flight
         while True:
@@ -115,9 +188,10 @@ class WorkerEngineThread(EngineThread):
             self._sync_watched()
             if self.engine.diverged is not None:
                 self.error = self.engine.diverged
-            if link.gone is not None:
-                self.error = link.gone
-                log.error("%s: the engine thread stops; restart the server", link.gone)
+            gone = self.gone()
+            if gone is not None:
+                self.error = gone
+                log.error("%s: the engine thread stops; restart the server", gone)
                 return
             if recovery.due:  # later subscriptions, at the point they were registered (sheddings ride on batches)
                 recovery.install_due()
@@ -148,85 +222,154 @@ class WorkerEngineThread(EngineThread):
         self._sync_watched()  # a client that came while this thread waited for events hears this batch's too
         self.fed += len(batch)
         self._count_batch(batch)
+        n = len(self.links)
         recorded = self.recovery.take_recorded(self.fed)
-        self.link.send(codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in recorded],
-                                          batch))
-        self.in_flight.append((len(batch), time.perf_counter(), recorded, self.fed))
+        if n == 1:
+            parts = {0: batch}
+        else:
+            parts = {}
+            readers = self.placement.readers
+            for ev in batch:
+                for w in readers(ev.stream):
+                    parts.setdefault(w, []).append(ev)
+            if self.budget.until_check(self.fed - len(batch)) <= len(batch):  # a check point: every worker checks
+                for w in range(n):
+                    parts.setdefault(w, [])
+        by_worker: dict[int, list] = {}
+        for r in recorded:
+            w = self.placement.of(r.sid)
+            by_worker.setdefault(w, []).append(r)
+            parts.setdefault(w, [])
+        workers = tuple(sorted(parts))
+        for w in workers:
+            mine = by_worker.get(w, [])
+            self.links[w].send(codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
+                                                  parts[w]))
+        if workers:
+            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker))
+        else:  # no worker reads these events: taken, and through (as one engine would count them)
+            self._totals(0)
 
     def quiesce(self) -> bool:
-        """Take back every batch in flight (on this thread): the worker's state is
+        """Take back every batch in flight (on this thread): the workers' state is
         then the one this process's parts describe (a snapshot's cut). False
         when the thread must stop."""
-        while self.in_flight and self.link.gone is None:
+        while self.in_flight and self.gone() is None:
             if not self._take_results(block=True, for_commands=False):
                 return False
         return not self.in_flight
 
     def _take_results(self, block: bool, for_commands: bool = True) -> bool:
-        """Take what the worker has sent back, in order (waiting for one with
-        ``block``, unless an API command waits and ``for_commands``); False
-        when the thread must stop (the witness log could not take a batch
-        while the server stopped)."""
-        results = self.link.results
-        while True:
-            try:
-                tag, body = results.get(timeout=0.05) if block else results.get_nowait()
-            except stdqueue.Empty:
-                if (block and self.link.gone is None and self.in_flight
-                        and not (for_commands and self._commands.qsize())):
-                    continue  # (an API command waiting is run first, then the wait goes on)
-                return True
+        """Take back what the workers have sent, a batch at a time, in order (waiting
+        for the first with ``block``, unless an API command waits and
+        ``for_commands``); False when the thread must stop (the witness log
+        could not take a batch while the server stopped)."""
+        for w, link in enumerate(self.links):  # what applying a check's decisions removed
+            while not link.applied.empty():
+                self._applied(w, link.applied.get_nowait())
+        while self.in_flight:
+            head = self.in_flight[0]
+            for w in head.workers:
+                if w not in head.got:
+                    got = self._next_result(w, block, for_commands)
+                    if got is None:
+                        return True
+                    head.got[w] = got
+            if not self._deliver(head):
+                return False
+            self.in_flight.popleft()
             block = False
-            if tag == codec.RESULT:
-                if not self._result(codec.decode_result(body)):
-                    return False
-            elif tag == codec.ANSWER:
-                self._applied(body)
-            else:  # the worker has gone
-                return True
-
-    def _result(self, result: list) -> bool:
-        _events, groups, internal, stats, epoch, errors, check, outcomes = result
-        n, sent, recorded, fed = self.in_flight[0]  # taken off once delivered (``processed`` counts it then)
-        self.latency.observe((time.perf_counter() - sent) / max(n, 1))
-        st = self.engine.stats
-        for name, value in zip(self._fields, stats):
-            setattr(st, name, value)
-        self.epoch = epoch
-        for e in errors:
-            self.error = e
-            self.counters.add(Count.ENGINE_ERRORS)
-            log.error("engine failed on an event: %s", e)
-        if not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
-            return False
-        self.in_flight.popleft()
-        budget = self.budget
-        for r, outcome in zip(recorded, outcomes):  # a replay's recorded sheddings, applied before the check
-            budget.applied(Decision(r.sid, r.keep, r.reason or "", bool(r.shared)), Outcome(*outcome),
-                           replayed=True, fed=fed)
-            budget.seq = r.seq
-        if check is not None:
-            found = CheckResult(*check)
-            decisions = budget.on_check(found, fed)  # recorded durably first (none when that failed)
-            if found.decisions:  # the worker waits for the word
-                self._deciding, self._deciding_at = decisions, fed
-                self.link.send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
         return True
 
-    def _applied(self, value) -> None:
+    def _next_result(self, w: int, block: bool, for_commands: bool) -> list | None:
+        """Worker ``w``'s next batch result, or None."""
+        link = self.links[w]
+        while True:
+            try:
+                tag, body = link.results.get(timeout=0.05) if block else link.results.get_nowait()
+            except stdqueue.Empty:
+                if block and link.gone is None and not (for_commands and self._commands.qsize()):
+                    continue  # (an API command waiting is run first, then the wait goes on)
+                return None
+            if tag == codec.RESULT:
+                return codec.decode_result(body)
+            return None  # the worker has gone
+
+    def _deliver(self, head: Flight) -> bool:
+        self.latency.observe((time.perf_counter() - head.sent) / max(head.events, 1))
+        budget = self.budget
+        for w in head.workers:
+            _events, groups, internal, stats, epoch, errors, check, outcomes = head.got[w]
+            self._stats[w], self._epochs[w] = stats, epoch
+            for e in errors:
+                self.error = e
+                self.counters.add(Count.ENGINE_ERRORS)
+                log.error("engine failed on an event: %s", e)
+            if not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
+                return False
+            for r, outcome in zip(head.recorded.get(w, ()), outcomes):  # a replay's, applied before the check
+                budget.applied(Decision(r.sid, r.keep, r.reason or "", bool(r.shared)), Outcome(*outcome),
+                               replayed=True, fed=head.fed)
+                budget.seq = max(budget.seq, r.seq)
+            if check is not None:
+                found = CheckResult(*check)
+                decisions = budget.on_check(found, head.fed, worker=w)  # recorded durably first (none: it failed)
+                if found.decisions:  # the worker waits for the word
+                    self._deciding[w] = (decisions, head.fed)
+                    self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
+        self._totals(head.events)  # (this batch is taken off the flights once delivered)
+        return True
+
+    def _totals(self, delivering: int) -> None:
+        """The engine's running totals and epoch, as one engine's: what each worker made is
+        summed (witnesses, resubscribed events, errors, instances shed or expired); what every
+        worker sees of the same input is counted once (the events: those taken, plus the
+        resubscribed; epochs and late events: the most any worker counted)."""
+        st, stats = self.engine.stats, list(self._stats.values())
+        for i, name in enumerate(self._fields):
+            values = [s[i] for s in stats]
+            if values and isinstance(values[0], str):
+                setattr(st, name, next((v for v in reversed(values) if v), ""))
+            elif name in ("epochs", "late"):
+                setattr(st, name, max(values, default=0))
+            else:
+                setattr(st, name, sum(values))
+        if len(self.links) > 1:
+            st.events = self.processed + delivering + st.resubscribed
+        epochs = [e for e in self._epochs.values() if e is not None]
+        self.epoch = max(epochs) if epochs else None
+
+    def _applied(self, w: int, value) -> None:
         outcomes, fp = value
-        for d, outcome in zip(self._deciding, outcomes):
-            self.budget.applied(d, Outcome(*outcome), fed=self._deciding_at)
-        self._deciding = []
-        self.budget.footprint = tuple(fp)
+        decisions, fed = self._deciding.pop(w, ([], 0))
+        for d, outcome in zip(decisions, outcomes):
+            self.budget.applied(d, Outcome(*outcome), fed=fed)
+        self.budget.footprint_of(w, tuple(fp))
 
     def _sync_watched(self) -> None:
-        """Tell the worker which internal streams clients watch (their witnesses are then encoded)."""
+        """Tell the workers which internal streams clients watch (their witnesses are then encoded)."""
         hub = self.hub
         if hub is None or hub.version == self._watched_version:
             return
         self._watched_version = hub.version
-        self.link.command("watch_streams", hub.watched_streams())
+        streams = hub.watched_streams()
+        for link in self.links:
+            link.command("watch_streams", streams)
 
-    def feed(self, batch: list) -> None:  # the worker feeds: nothing runs here
-        raise EngineError("the engine runs in a worker process: batches go through the loop")
+    def feed(self, batch: list) -> None:  # the workers feed: nothing runs here
+        raise EngineError("the engine runs in worker processes: batches go through the loop")
+
+
+def part_path(tmp, w: int):
+    """Where worker ``w`` (1 and up) writes its part of the snapshot whose file is ``tmp``."""
+    from pathlib import Path
+
+    final = Path(tmp).with_suffix(".bin")
+    return final.with_name(final.name + f".w{w}.tmp")
+
+
+def part_name(tmp, w: int) -> str:
+    """The published name of worker ``w``'s part, beside the snapshot file."""
+    from pathlib import Path
+
+    return Path(tmp).with_suffix(".bin").name + f".w{w}"

@@ -6,8 +6,9 @@ and the worker handles them in that order. What comes back is read by a
 thread of its own (``cayuga-worker-reader``), so that the worker never waits
 on a full pipe while the main process is busy writing: a command's answer
 resolves its future there; a batch's result, and the answer to ``P``, go on
-:attr:`WorkerLink.results`, for the engine thread (server/workers/dispatch.py)
-to take in order; a snapshot's end goes to ``on_snapshot``.
+:attr:`WorkerLink.results` (and the answer to ``P`` on :attr:`WorkerLink.applied`),
+for the engine thread (server/workers/dispatch.py) to take in order; a
+snapshot's end goes to ``on_snapshot``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class WorkerLink:
         self._conn: Connection | None = None
         self.lock = threading.Lock()  # one sender at a time: the order of the pipe is the order of the worker
         self.results: stdqueue.Queue = stdqueue.Queue()
+        self.applied: stdqueue.Queue = stdqueue.Queue()  # the answers to P (what applying decisions removed)
         self.on_snapshot: Callable[[int], None] | None = None
         self._numbers = itertools.count(1)
         self._pending: dict[int, Future] = {}
@@ -119,8 +121,8 @@ class WorkerLink:
                 self.results.put((tag, body))
             elif tag == codec.ANSWER:
                 number, ok, value = pickle.loads(body)
-                if number == 0:
-                    self.results.put((tag, value))
+                if number == 0:  # the answer to the decisions of a check (P)
+                    self.applied.put(value)
                     continue
                 fut = self._pending.pop(number, None)
                 if fut is None:

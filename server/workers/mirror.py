@@ -1,11 +1,12 @@
-"""The main process's engine when an engine worker runs the automata: the
+"""The main process's engine when engine workers run the automata: the
 catalogue (streams, schemas, what each subscription holds in the network)
 that registrations are checked and compiled against, and every change to it
-sent on to the worker, in order, on the link's one pipe.
+sent on to the worker that runs the subscription (server/workers/placement.py;
+a stream's declaration to every worker), in order, on that worker's one pipe.
 
 It never sees an event: its nodes hold no instance. What holds instances —
-counts, snapshots, shedding — is asked of the worker (server/workers/dispatch.py).
-A change the worker refuses where this engine took it would leave the two
+counts, snapshots, shedding — is asked of the workers (server/workers/dispatch.py).
+A change a worker refuses where this engine took it would leave the two
 apart: it is logged and :attr:`MirroredEngine.diverged` says so (/health is
 then degraded); it cannot happen while both run the same code on the same
 changes.
@@ -18,32 +19,52 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Iterator
 
-from air.engine import Engine
+from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
 from server.workers.link import WorkerLink
+from server.workers.placement import Placement
 
 log = logging.getLogger("cayuga.daemon")
+
+
+def _reads_and_publishes(autos) -> tuple[set[str], set[str], int]:
+    reads = {s.input_stream for a in autos for s in a.states if s.input_stream}
+    publishes = {o.name for a in autos for _s, o in a.outputs}
+    return reads, publishes, sum(len(a.states) for a in autos)
 
 
 class MirroredEngine(Engine):
     """See the module's docstring."""
 
-    def __init__(self, link: WorkerLink, **kw) -> None:
+    def __init__(self, links: list[WorkerLink], placement: Placement | None = None, **kw) -> None:
         super().__init__(**kw)
-        self.link = link
+        self.links = links
+        self.placement = placement or Placement(len(links))
         self.diverged: str | None = None
         self._quiet = 0  # inside unmirrored(): a caller mirrors the change itself
-        self._shapes: dict[int, tuple[object, int]] = {}  # id(shape) -> (shape, its number at the worker)
+        self._shapes: dict[tuple[int, int], tuple[object, int]] = {}  # (id(shape), worker) -> (shape, number there)
+        self._numbers = 0
+
+    @property
+    def link(self) -> WorkerLink:
+        return self.links[0]
 
     def declare(self, schema: StreamSchema) -> None:
         super().declare(schema)
-        self._mirror("declare", schema)
+        for w in range(len(self.links)):
+            self._mirror(w, "declare", schema)
 
     def add(self, automata, owner: str) -> list[str]:
         autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
-        got = super().add(autos, owner)
-        if not self._quiet:
-            self._mirror("add", owner, autos)
+        if self._quiet:
+            return super().add(autos, owner)
+        worker = self.placement.place(owner, *_reads_and_publishes(autos))
+        try:
+            got = super().add(autos, owner)
+        except BaseException:
+            self.placement.remove(owner)
+            raise
+        self._mirror(worker, "add", owner, autos)
         return got
 
     @contextmanager
@@ -57,27 +78,37 @@ class MirroredEngine(Engine):
 
     def mirror_bound(self, owner: str, bq) -> None:
         """A CEL query of a cached shape (air/cel/shapes.py's ``BoundQuery``) was installed as
-        ``owner``: the worker gets its shape once, then its constants and names, and installs it
-        from its own templates (server/subscriptions/prepared.py), as this engine did."""
+        ``owner`` (under :meth:`unmirrored`): its worker gets its shape once, then its constants
+        and names, and installs it from its own templates (server/subscriptions/prepared.py), as
+        this engine did. Raises :class:`EngineError` (the install undone here) when it cannot be placed."""
+        autos = bq.shape.compiled.automata
+        try:
+            worker = self.placement.place(owner, bq.reads(), {name for name, _attrs in bq.published()},
+                                          sum(len(a.states) for a in autos))
+        except EngineError:
+            super().remove(owner)
+            raise
         shape = bq.shape
-        known = self._shapes.get(id(shape))
+        known = self._shapes.get((id(shape), worker))
         if known is None or known[0] is not shape:
-            number = len(self._shapes) + 1
-            self._shapes[id(shape)] = known = (shape, number)
-            self._mirror("shape", number, shape.dump())
-        self._mirror("add_bound", owner, known[1], bq.values, bq.names, bq.prefix)
+            self._numbers += 1
+            self._shapes[(id(shape), worker)] = known = (shape, self._numbers)
+            self._mirror(worker, "shape", known[1], shape.dump())
+        self._mirror(worker, "add_bound", owner, known[1], bq.values, bq.names, bq.prefix)
 
     def remove(self, owner: str) -> None:
         super().remove(owner)
-        self._mirror("remove", owner)
+        worker = self.placement.remove(owner)
+        if worker is not None:
+            self._mirror(worker, "remove", owner)
 
-    def _mirror(self, name: str, *args) -> None:
-        self.link.command(name, *args).add_done_callback(lambda fut: self._check(fut, name, args))
+    def _mirror(self, worker: int, name: str, *args) -> None:
+        self.links[worker].command(name, *args).add_done_callback(lambda fut: self._check(fut, name, args))
 
     def _check(self, fut: Future, name: str, args: tuple) -> None:
         exc = fut.exception()
         if exc is None:
             return
         what = f"{name} {args[0] if args else ''}".strip()
-        self.diverged = f"the engine worker refused a change this process made ({what}): {exc}"
+        self.diverged = f"an engine worker refused a change this process made ({what}): {exc}"
         log.error("%s; restart the server", self.diverged)

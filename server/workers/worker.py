@@ -57,7 +57,8 @@ class Worker:
         self.engine.on_emit = self.outbox.append
         self.watched: set[str] = set()  # internal streams a client watches (their witnesses are encoded)
         self.encoder = WitnessEncoder(self.engine.schema, lambda owner, stream: stream in self.watched)
-        self.check = BudgetCheck(self.engine, self.settings.max_state_bytes,
+        # each of N workers holds its share of the server's state budget
+        self.check = BudgetCheck(self.engine, self.settings.max_state_bytes // max(self.settings.engine_workers, 1),
                                  self.settings.max_instances_per_subscription)
         self.stream_events: dict[str, int] = {}
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process

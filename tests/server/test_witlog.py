@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from server.durability.witlog import Gone, WitnessLog
+from server.durability.witlog import Gap, Gone, WitnessLog
 
 
 def recs(sid: str, seqs, stream: str = "Out") -> list[tuple]:
@@ -160,14 +160,65 @@ def test_reading_while_appending(tmp_path):
     wl.close()
 
 
+def test_a_gap_mark_is_read_as_a_gap_and_survives_reopening_and_sealing(tmp_path):
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    wl.append(recs("s1", range(1, 11)) + recs("s2", [1]))
+    assert wl.note_gaps({"s1": 20, "s2": 1}) == {"s1": (11, 20)}  # s2 is numbered that far already
+    assert wl.note_gaps({"s1": 15}) == {}
+    wl.append(recs("s1", [21, 22]))
+    assert wl.last_seq("s1") == 22 and wl.gaps() == {"s1": [(11, 20)]}
+    gap = ("s1", 20, Gap(11, 20))
+    cur = wl.cursor(sid="s1", after={"s1": 8})
+    assert [r[1] if r != gap else r for r in cur.read()] == [9, 10, gap, 21, 22] and cur.gaps == 1
+    inside = wl.cursor(stream="Out", after={"s1": 14}).read()  # a stream reader, from inside the gap
+    assert inside[0][:2] == ("s2", 1) and inside[1] == ("s1", 20, Gap(15, 20))
+    assert [r[1] for r in inside[2:]] == [21, 22]
+    assert [n for n, _ in wl.read("s1")] == list(range(1, 11)) + [21, 22]  # the plain reader skips it
+    wl.append(recs("s1", range(23, 200)))  # seals the segment: its index holds the gap
+    wl.close()
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    assert wl.gaps() == {"s1": [(11, 20)]} and wl.last_seq("s1") == 199
+    assert wl.cursor(sid="s1", after={"s1": 10}).read()[0] == gap
+    wl.close()
+
+
+def test_a_gap_mark_with_nothing_after_it_is_told_not_waited_on(tmp_path):
+    wl = WitnessLog(tmp_path)
+    wl.append(recs("s1", range(1, 4)))
+    wl.note_gaps({"s1": 9})
+    cur = wl.cursor(sid="s1", after={"s1": 3})
+    assert cur.read() == [("s1", 9, Gap(4, 9))] and cur.read() == [] and wl.caught_up(cur.after, sid="s1")
+    wl.close()
+
+
+def test_a_sealed_segment_cut_short_is_a_gap_against_the_next_checkpoint(tmp_path):
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    for n in range(1, 301, 10):
+        wl.append(recs("s1", range(n, n + 10)))
+    wl.close()
+    first, second = seg_files(tmp_path)[:2]
+    with open(first, "r+b") as f:  # its index no longer fits: it is scanned, and its torn tail cut
+        f.truncate(first.stat().st_size // 2)
+    wl = WitnessLog(tmp_path, segment_bytes=4096)
+    ns = [n for n, _ in wl.read("s1")]
+    held, resumed = next((a, b) for a, b in zip(ns, ns[1:]) if b != a + 1)
+    assert held < resumed - 1 and wl.gaps() == {"s1": [(held + 1, resumed - 1)]}
+    got = wl.cursor(sid="s1", after={"s1": held - 1}).read(5)
+    assert got[:3] == [("s1", held, got[0][2]), ("s1", resumed - 1, Gap(held + 1, resumed - 1)),
+                       ("s1", resumed, got[2][2])]
+    wl.close()
+
+
 @pytest.mark.parametrize("lost", ["records", "bytes", "index"])
-def test_segments_after_one_that_lost_its_end_are_set_aside_so_the_replay_leaves_no_gap(tmp_path, lost):
+def test_segments_after_a_hole_past_the_starting_point_are_set_aside_so_the_replay_leaves_no_gap(tmp_path, lost):
     """After a power cut a sealed segment may have lost the end it never synced
     while the next one kept what was written to it (tests/server/test_powercut.py):
-    before, the next segment's seqs stood beyond a gap the replay never filled
-    (it appends only what is above the last seq). Now that segment and those
-    after it are set aside as ``*.dropped``, the last seq is what is whole, and
-    the re-produced witnesses fill the log without a gap."""
+    the next segment's seqs stood beyond a hole the replay never filled (it
+    appends only what is above the last seq), and readers got a Gap for
+    witnesses the journal still gives. Recovery now sets aside, as
+    ``*.dropped``, that segment and those after it when the hole begins past its
+    starting point's numbers, and the re-produced witnesses fill the log without
+    a gap. A hole the starting point counts (synced, then damaged) stays a gap."""
     d = tmp_path / "w"
 
     def big(seqs) -> list[tuple]:
@@ -180,8 +231,7 @@ def test_segments_after_one_that_lost_its_end_are_set_aside_so_the_replay_leaves
     segs = seg_files(d)
     assert len(segs) >= 3
     first = segs[0]
-    kept = [n for n, _ in WitnessLog(d).read("s1")]
-    assert kept == list(range(1, 121))
+    assert [n for n, _ in WitnessLog(d).read("s1")] == list(range(1, 121))
     whole = first.read_bytes()
     if lost == "records":  # whole records lost: it ends cleanly, shorter than its index says
         probe = WitnessLog(tmp_path / "probe")
@@ -195,8 +245,12 @@ def test_segments_after_one_that_lost_its_end_are_set_aside_so_the_replay_leaves
         first.with_suffix(".idx").unlink()
         first.write_bytes(whole[:len(whole) // 2])
     wl = WitnessLog(d, segment_bytes=4096)
-    last = wl.last_seq("s1")
-    assert last < 120 and [n for n, _ in wl.read("s1")] == list(range(1, last + 1))
+    before = wl.gaps()
+    assert wl.set_aside_after_holes({"s1": 120}) == 0 and wl.gaps() == before  # counted: it stays a gap
+    assert wl.set_aside_after_holes({"s1": 0}) == len(segs) - 1  # a replay from 0 makes it all again
+    held = wl.last_seq("s1")
+    assert held < 20 and wl.gaps() == {}
+    assert [n for n, _ in wl.read("s1")] == list(range(1, held + 1))
     assert sorted(p.name for p in d.iterdir() if p.name.endswith(".dropped")) == [p.name + ".dropped"
                                                                                   for p in segs[1:]]
     wl.append(big(range(1, 121)))  # the replay: what was kept is not appended again, the rest is

@@ -51,7 +51,7 @@ def _run(tmp_path, workers: int, events: list[dict], **settings) -> dict:
         got = {name: logged_witnesses(srv.base_url, i, subs[name]["last_seq"]) for name, i in ids.items()}
         exact = {name: sub["exact"] for name, sub in subs.items()}
         if workers:
-            assert d.link.process.poll() is None and d.engine_error is None
+            assert d.links[0].process.poll() is None and d.engine_error is None
     return {"witnesses": got, "exact": exact}
 
 
@@ -113,7 +113,7 @@ def test_a_crash_after_a_workers_snapshot_recovers_exactly(tmp_path):
 def test_the_workers_death_is_said_and_nothing_is_left_running(tmp_path):
     s = make_settings(tmp_path, engine_workers=1)
     srv = RunningServer(s).start()
-    pid = srv.daemon.link.process.pid
+    pid = srv.daemon.links[0].process.pid
     try:
         with CayugaClient(srv.base_url) as c:
             assert c.health()["status"] == "ok"
@@ -125,7 +125,7 @@ def test_the_workers_death_is_said_and_nothing_is_left_running(tmp_path):
         srv.stop()
     srv = RunningServer(s).start()  # a restart gets a new worker
     try:
-        pid2 = srv.daemon.link.process.pid
+        pid2 = srv.daemon.links[0].process.pid
         with CayugaClient(srv.base_url) as c:
             assert c.health()["status"] == "ok"
     finally:
@@ -164,8 +164,66 @@ def test_health_metrics_and_the_api_say_where_the_automata_run(start_server, tmp
             metrics = c.http.get("/metrics").text
             if workers:
                 (w,) = h["workers"]
-                assert w["alive"] and w["pid"] == srv.daemon.link.process.pid and w["in_flight_events"] == 0
+                assert w["alive"] and w["pid"] == srv.daemon.links[0].process.pid and w["in_flight_events"] == 0
                 assert 'cayuga_engine_worker_up{worker="0"} 1.0' in metrics
             else:
                 assert "cayuga_engine_worker_up{" not in metrics
         srv.stop()
+
+
+def test_two_workers_give_one_engines_witnesses_with_the_linked_subscriptions_together(tmp_path):
+    """Column scaling (stage 2): the subscriptions are dealt to two workers; one
+    that reads another's output runs with it; each event goes only to the workers
+    that read its stream; every subscription's witnesses and numbers are those
+    of the engine thread."""
+    events = _ticks(2 * CHECK_EVENTS + 91)
+    assert _run(tmp_path, 2, events) == _run(tmp_path, 0, events)
+    s = make_settings(tmp_path / "where", engine_workers=2)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        ids = {name: c.subscribe(cel=q, **caps)["id"] for name, q, caps in QUERIES}
+        where = {name: c.subscription(i)["runs_on"] for name, i in ids.items()}
+        assert where["reads"] == where["rising"]  # it reads Rising: with the one that publishes it
+        assert set(where.values()) == {"worker 0", "worker 1"}
+        assert [w["subscriptions"] for w in c.health()["workers"]] != [len(QUERIES), 0]
+        # a query linking subscriptions that run on two workers is refused, with the reason
+        other = next(n for n, w in where.items() if w != where["rising"] and n != "capped")
+        c.subscribe(cel=f"SELECT * FROM Stock PUBLISH Mirror{other}")  # (a plain one: placed anywhere)
+        pub = {"soon": "Soon", "runs": "Runs"}.get(other)
+        if pub is not None:
+            r = c.http.post("/subscriptions", json={"cel": f"SELECT * FROM Rising NEXT{{$1.Name = $2.Name}} {pub}"})
+            assert r.status_code == 400 and "different engine workers" in r.text and "engine_workers: 1" in r.text
+    assert_no_cayuga_threads()
+
+
+@pytest.mark.parametrize("before, after", [(2, 2), (1, 2), (2, 1)])
+def test_a_restart_keeps_the_partial_matches_across_worker_counts_or_says_it_did_not(tmp_path, before, after):
+    """A snapshot of two workers (the file and a part) restores into two workers
+    exactly; one of one engine is given whole to each of two workers, which keep
+    their own subscriptions' instances; a two-worker snapshot cannot be carried
+    to one worker: the subscriptions that held instances are marked inexact."""
+    events = _ticks(CHECK_EVENTS + 333)
+    expected = _run(tmp_path / "ref", 0, events)
+    data = tmp_path / "data"
+    with RunningServer(make_settings(tmp_path, data_dir=data, time="event", engine_workers=before)) as srv:
+        d = srv.daemon
+        with CayugaClient(srv.base_url) as c:
+            ids = {name: c.subscribe(cel=q, **caps)["id"] for name, q, caps in QUERIES}
+            c.post_events(events[:CHECK_EVENTS])
+            wait_until(lambda: d.events_taken == CHECK_EVENTS, what="the first events")
+    # a graceful stop wrote the shutdown snapshot (with a part when there were two workers)
+    parts = sorted(p.name for p in (data / "snapshots").iterdir())
+    assert any(p.endswith(".w1") for p in parts) == (before == 2)
+    with RunningServer(make_settings(tmp_path, data_dir=data, time="event", engine_workers=after)) as srv:
+        d = srv.daemon
+        with CayugaClient(srv.base_url) as c:
+            c.post_events(events[CHECK_EVENTS:])
+            wait_until(lambda: d.events_taken == len(events), what="the rest")
+            subs = {name: c.subscription(i) for name, i in ids.items()}
+        got = {name: logged_witnesses(srv.base_url, i, subs[name]["last_seq"]) for name, i in ids.items()}
+        health = CayugaClient(srv.base_url).health()
+    if (before, after) == (2, 1):
+        assert {n for n, s in subs.items() if not s["exact"]} >= {"rising", "soon", "runs"}
+        assert "could not be loaded" in health["reason"] and "engine_workers 2" in health["reason"]
+    else:
+        assert got == expected["witnesses"]
+        assert {n: s["exact"] for n, s in subs.items()} == expected["exact"]

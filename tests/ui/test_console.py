@@ -217,6 +217,30 @@ def test_an_inexact_subscription_is_badged_in_the_list_and_over_its_matches(star
         shots("inexact")
 
 
+def test_a_broken_subscription_is_badged_with_why_and_what_to_do(start_server, page, shots):
+    """Issue 33: a stored subscription that no longer compiles against the configuration (its
+    stream was removed) is listed with a badge whose title says why and what to do; the health
+    pill counts it; selecting it says so instead of drawing automata it does not have."""
+    stock_schema = {"Name": "string", "Price": "float", "Volume": "int"}
+    srv = start_server(streams={"Stock": stock_schema, "Trade": {"Sym": "string", "Qty": "int"}})
+    with CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel="SELECT * FROM FILTER{Qty > 5} Trade PUBLISH Big")["id"]
+    srv.stop()
+    srv = start_server(streams={"Stock": stock_schema})  # the same data directory, without Trade
+    page.goto(srv.base_url + "/")
+    row = page.locator(f"#subscriptions tbody tr[data-sid={sid}]")
+    badge = row.locator(".badge.broken")
+    expect(badge).to_have_text("broken")
+    expect(badge).to_have_attribute("title", "it reads stream Trade, which the configuration no longer declares "
+                                              "(streams in config.yaml or CAYUGA_STREAMS); fix the configuration (the "
+                                              "streams it reads, their types, its functions) and restart: it comes "
+                                              "back by itself; or delete it")
+    expect(page.locator("#health")).to_contain_text("degraded · 1 broken")
+    row.click()
+    expect(page.locator("#graph-title")).to_contain_text(f"{sid} is broken: it reads stream Trade")
+    shots("broken")
+
+
 def test_the_console_shows_only_what_the_token_may_do(start_server, page, shots):
     """Issue 38: a watch token sees the overview, the automaton and the matches, but no editor, no
     delete button, no test events and no metrics link; an ingest token sees only the box that sends

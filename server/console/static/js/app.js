@@ -197,6 +197,12 @@ function drawSubscriptions(s, prev, dt) {
       badge.title = `lost ${now.inexact} partial matches when the server shed state: its witnesses may lack some (see /health)`;
       idCell.append(" ", badge);
     }
+    if (sub.broken) { // its stored query no longer compiles against the configuration: kept, not run
+      const badge = Object.assign(document.createElement("span"), { className: "badge broken", textContent: "broken" });
+      badge.title = `${sub.broken.reason}; ${sub.broken.fix}`;
+      idCell.append(" ", badge);
+      tr.classList.add("broken");
+    }
     tr.append(idCell, nameCell(sub.name || ""), nameCell(sub.outputs.join(", ")),
       cell(formatNumber(now.instances), "num"),
       cell(before ? formatNumber(rate(now.witnesses, before.witnesses, dt)) : "–", "num"), last);
@@ -220,6 +226,12 @@ async function select(sid) {
   matches.watch(sid);
   if (!sid) {
     $("#graph-title").textContent = "select a subscription";
+    $("#graph").replaceChildren();
+    return;
+  }
+  const broken = (state.subs.find((s) => s.id === sid) || {}).broken;
+  if (broken) { // no automata to draw: say why instead
+    $("#graph-title").textContent = `${sid} is broken: ${broken.reason}; ${broken.fix}`;
     $("#graph").replaceChildren();
     return;
   }
@@ -392,7 +404,9 @@ async function health() {
     const held = h.holding_back ? ` · ${h.holding_back.subscription} holds ${h.holding_back.instances} instances` : "";
     const nInexact = Object.keys(h.inexact || {}).length;
     const inexact = nInexact ? ` · ${nInexact} inexact` : "";
-    $("#health").textContent = `${h.status}${inexact}${held} · ${h.engine_build} engine · ${h.clients} client${h.clients === 1 ? "" : "s"}`;
+    const nBroken = Object.keys(h.broken || {}).length;
+    const broken = nBroken ? ` · ${nBroken} broken` : "";
+    $("#health").textContent = `${h.status}${inexact}${broken}${held} · ${h.engine_build} engine · ${h.clients} client${h.clients === 1 ? "" : "s"}`;
     $("#health").title = h.reason || "";
     $("#health").className = `pill ${h.status}`;
   } catch {

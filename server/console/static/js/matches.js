@@ -53,8 +53,8 @@ export class Matches {
       this.ws = null;
       this.connection = `disconnected (${ev.code}${ev.reason ? ": " + ev.reason : ""})`;
       this.schedule();
-      // 4401 bad token, 4404 no such subscription: retrying would not help
-      if (ev.code !== 4401 && ev.code !== 4404 && ev.code !== 1001) {
+      // 4401 bad token, 4404 no such subscription, 4409 a broken one: retrying would not help
+      if (ev.code !== 4401 && ev.code !== 4404 && ev.code !== 4409 && ev.code !== 1001) {
         setTimeout(() => { if (this.sid === sid && !this.ws) this.connect(); }, 2000);
       }
     };

@@ -1,8 +1,19 @@
-"""The witness log's format (server/durability/witlog.py has the whole
-description): record bodies ``<u8 kind><u64 seq><u16 len(sid)><u16
-len(stream)> sid stream payload`` in the one framing (framing.py), the kinds
-(a single witness, a checkpoint, a batch), and what the writer and the readers
-(witcursor.py) know of a segment. No I/O.
+"""The witness log's records on disk (witlog.py says what the log is), shared by
+its writer (:class:`~server.durability.witlog.WitnessLog`) and its readers
+(:class:`~server.durability.witcursor.Cursor`), and what both know of a
+segment (:class:`Segment`). No I/O.
+
+A record's body is ``<u8 kind><u64 seq><u16 len(sid)><u16 len(stream)> sid
+stream payload`` (little-endian), framed by :mod:`server.durability.framing`.
+Kinds: 0 a single witness; 1 a checkpoint, whose payload is JSON ``{sid: last
+seq}``: the first record of every segment (its ``seq`` 0: the last seq of every
+subscription so far), or, with ``seq`` :data:`GAP_MARK`, a *gap mark* anywhere
+in a segment: the numbering of those subscriptions went on to that seq although
+the log holds none of the witnesses between (recovery found them lost and could
+not rebuild them: server/durability/witgaps.py). A reader of an older version
+takes a gap mark for a checkpoint, which is what it is for numbering; 2 a batch,
+whose payload is the batch's witnesses as msgpack, four arrays ``[sids, seqs,
+streams, payloads]``.
 """
 
 from __future__ import annotations
@@ -10,6 +21,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -19,8 +31,10 @@ from server.durability.framing import BadRecord
 NAMES = framing.SegmentNames("wit-", 12, ".log")
 BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
 WITNESS, CHECKPOINT, BATCH = 0, 1, 2
-pack = msgspec.msgpack.Encoder().encode
-unpack = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], list[bytes]]).decode
+#: The ``seq`` of a checkpoint record that marks a gap (0: a segment's first checkpoint).
+GAP_MARK = 1
+pack_batch = msgspec.msgpack.Encoder().encode
+unpack_batch = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], list[bytes]]).decode
 #: Records longer than this are taken for corruption when found (a witness is
 #: at most a few MiB: max_value_bytes per attribute).
 MAX_RECORD = 1 << 30
@@ -34,6 +48,16 @@ class Gone(Exception):
     def __init__(self, sid: str, wanted: int, first: int) -> None:
         self.sid, self.wanted, self.first = sid, wanted, first
         super().__init__(f"from {wanted} is no longer retained: the log of {sid} starts at {first}")
+
+
+class Gap(NamedTuple):
+    """Witnesses ``first`` to ``last`` of a subscription that the log does not
+    hold though they were numbered (lost: a cut or damaged log that recovery
+    could not rebuild). A cursor hands one on in place of a payload, as
+    ``(sid, last, Gap(first, last))``, where the missing witnesses would be."""
+
+    first: int
+    last: int
 
 
 @dataclass
@@ -56,38 +80,36 @@ class Segment:
     # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
     # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
     start: int = framing.HEADER.size
+    #: the gap marks it holds (above): per subscription, (first, last) of each gap
+    gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def index_path(self) -> Path:
         return self.path.with_suffix(".idx")
 
 
-def name(number: int) -> str:
-    return NAMES.name(number)
-
-
-def body(data: bytes | memoryview):
+def body_of(body: bytes | memoryview):
     """A record's body: (kind, seq, sid, stream, payload), or None when it is not one."""
-    kind, seq, ls, lt = BODY.unpack_from(data, 0)
+    kind, seq, ls, lt = BODY.unpack_from(body, 0)
     o = BODY.size
-    if kind not in (WITNESS, CHECKPOINT, BATCH) or o + ls + lt > len(data):
+    if kind not in (WITNESS, CHECKPOINT, BATCH) or o + ls + lt > len(body):
         return None
     try:
-        sid = bytes(data[o:o + ls]).decode()
-        stream = bytes(data[o + ls:o + ls + lt]).decode()
+        sid = bytes(body[o:o + ls]).decode()
+        stream = bytes(body[o + ls:o + ls + lt]).decode()
     except UnicodeDecodeError:
         return None
-    return kind, seq, sid, stream, data[o + ls + lt:]
+    return kind, seq, sid, stream, body[o + ls + lt:]
 
 
 def parse(buf: bytes | memoryview, pos: int, end: int):
     """The record at ``pos``: (kind, seq, sid, stream, payload, next pos), or
     None when it is incomplete or corrupt."""
     try:
-        data, nxt = framing.unframe(buf, pos, end, min_length=BODY.size, max_length=MAX_RECORD)
+        body, nxt = framing.unframe(buf, pos, end, min_length=BODY.size, max_length=MAX_RECORD)
     except BadRecord:
         return None
-    rec = body(data)
+    rec = body_of(body)
     return None if rec is None else (*rec, nxt)
 
 

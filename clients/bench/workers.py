@@ -1,0 +1,63 @@
+"""Engine workers through the whole server (issue 32): ``cayuga bench workers``.
+
+For each worker count asked (``--workers 0,1,2``): a fresh ``cayuga serve``
+with ``CAYUGA_ENGINE_WORKERS`` set, ``--queries`` per-symbol queries of the
+``increasing`` workload (10 rising quotes of one symbol; each symbol's events
+go to one worker, so the work splits by symbol) registered in batches, then
+``--events`` ticks sent with ``cayuga send``; the clock runs from the first
+line sent until ``/health`` says every event went through the engine. Prints
+one JSON object: events/s per worker count, and each count's rate over the
+first one's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from clients.bench.server_e2e import server_process
+from clients.testing import cayuga_command, cayuga_env
+from clients.testing.market import increasing_cel, increasing_stream, symbols
+
+
+def _write_events(path: Path, events: int, n_symbols: int, seed: int) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for e in increasing_stream(n_symbols, events, seed):
+            name, price, volume = e.values
+            f.write(f'{{"stream": "Stock", "t0": {e.t0}, "t1": {e.t1}, "Name": "{name}", '
+                    f'"Price": {price!r}, "Volume": {volume}}}\n')
+
+
+def run(workers: list[int], queries: int, events: int, n_symbols: int, length: int, seed: int) -> dict:
+    names = symbols(n_symbols)
+    texts = [increasing_cel(names[i % n_symbols], length) for i in range(queries)]
+    out: dict = {"benchmark": "engine_workers", "queries": queries, "events": events, "symbols": n_symbols,
+                 "length": length, "runs": []}
+    with tempfile.TemporaryDirectory(prefix="cayuga-bench-workers-") as tmp:
+        ticks = Path(tmp) / "ticks.jsonl"
+        _write_events(ticks, events, n_symbols, seed)
+        for w in workers:
+            with server_process(Path(tmp) / f"data-{w}", engine_workers=w, time="event") as client:
+                start = time.perf_counter()
+                for k in range(0, len(texts), 5000):
+                    client.subscribe_many(texts[k:k + 5000])
+                registered = time.perf_counter() - start
+                start = time.perf_counter()
+                send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
+                                      capture_output=True, text=True, timeout=3600)
+                if send.returncode != 0:
+                    raise RuntimeError(f"cayuga send failed: {send.stderr[-2000:]}")
+                while client.health()["events_taken"] < events:
+                    time.sleep(0.02)
+                seconds = time.perf_counter() - start
+                h = client.health()
+                out["runs"].append({"engine_workers": w, "register_s": round(registered, 2),
+                                    "seconds": round(seconds, 2), "events_per_second": round(events / seconds),
+                                    "status": h["status"],
+                                    "per_worker_subscriptions": [x["subscriptions"] for x in h["workers"]]})
+    base = out["runs"][0]["events_per_second"]
+    for r in out["runs"]:
+        r["over_first"] = round(r["events_per_second"] / base, 2)
+    return out
