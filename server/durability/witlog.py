@@ -352,24 +352,19 @@ class WitnessLog:
         fd = framing.open_new(seg.path)
         # one that cannot be written is removed: the next append starts it again
         seg.size = framing.start_segment(fd, seg.path, framing.WITNESS_LOG, checkpoint)
-        self._dir_dirty = True
         with self._lock:
             self._segments.append(seg)
+            self._dir_dirty = True
         self._fd = fd
-
-    def _fsync_dir(self) -> None:
-        try:
-            framing.fsync_dir(self.dir)
-        except OSError:
-            pass
 
     def _seal(self) -> None:
         """Close the active segment for writing and write its index."""
         seg = self._segments[-1]
         if self._fd is not None:
             fsio.close(self._fd)  # fsynced by sync(): an fsync of a whole segment here held the engine thread
-            self._fd = None
-            self._unsynced.append(seg.path)
+            with self._lock:
+                self._fd = None
+                self._unsynced.append(seg.path)
         data = {"size": seg.size, "records": seg.records,
                 "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
                 "streams": {s: sorted(v) for s, v in seg.streams.items()},
@@ -555,8 +550,8 @@ class WitnessLog:
                 break
             with self._lock:
                 self._segments.pop(0)
+                self._dir_dirty = True
             dropped += oldest.records
-            self._dir_dirty = True
             fsio.remove(oldest.path)
             fsio.remove(oldest.index_path)
         if dropped:
@@ -566,22 +561,29 @@ class WitnessLog:
     def sync(self) -> None:
         """Make what was appended durable: fsync the segments sealed since the
         last call, the active one, and the directory (new or deleted files).
-        From the writer's thread (or while it does not append)."""
-        for path in self._unsynced:
-            try:
-                fd = fsio.open(path, os.O_RDONLY)
-            except FileNotFoundError:  # deleted by retention meanwhile
-                continue
-            try:
-                fsio.fsync(fd)
-            finally:
-                fsio.close(fd)
-        self._unsynced = []
-        if self._fd is not None:
-            fsio.fsync(self._fd)
-        if self._dir_dirty:
-            self._fsync_dir()
-            self._dir_dirty = False
+        From any thread (a snapshot's, before it is published): what to sync is
+        taken under the lock and synced through descriptors of its own, so a
+        segment sealed meanwhile is never missed (tests/server/test_powercut.py)."""
+        with self._lock:
+            paths = self._unsynced + [s.path for s in self._segments[-1:] if s.path not in self._unsynced]
+            self._unsynced, dirty, self._dir_dirty = [], self._dir_dirty, False
+        try:
+            for path in paths:
+                try:
+                    fd = fsio.open(path, os.O_RDONLY)
+                except FileNotFoundError:  # deleted by retention meanwhile
+                    continue
+                try:
+                    fsio.fsync(fd)
+                finally:
+                    fsio.close(fd)
+            if dirty:
+                framing.fsync_dir(self.dir)
+        except OSError:
+            with self._lock:  # tried again by the next call
+                self._unsynced[:0] = paths
+                self._dir_dirty = self._dir_dirty or dirty
+            raise
 
     def close(self) -> None:
         """Sync, and close for writing (cursors still read what they have)."""
