@@ -27,9 +27,10 @@ the same witnesses with the same numbers, each once.
 - ``durability: write``: acknowledged events may be lost (the README: not a
   machine crash), and the sender sends them again; nothing is delivered twice.
 
-Cuts per durability: ``CAYUGA_POWERCUT_CUTS`` (4, CI), events
-``CAYUGA_POWERCUT_EVENTS`` (2,000); the long profile:
-``CAYUGA_POWERCUT_CUTS=20 CAYUGA_POWERCUT_EVENTS=6000``. ``CAYUGA_POWERCUT_SEED``
+Cuts per durability: 4 (the default and ci Hypothesis profiles: about 25 s
+each), 24 under the long profile (``CAYUGA_HYPOTHESIS_PROFILE=long``), or
+``CAYUGA_POWERCUT_CUTS``; events 2,000, 6,000 under long, or
+``CAYUGA_POWERCUT_EVENTS``. ``CAYUGA_POWERCUT_SEED``
 replays a run (the seed is printed).
 """
 
@@ -44,6 +45,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from air.engine import Event
 from clients.testing import ServerProcess, cayuga_env, logged_witnesses, wait_until
@@ -52,8 +54,9 @@ from server.durability import fsio
 from server.durability.journal import Journal
 from tests.server import powercut
 
-CUTS = int(os.environ.get("CAYUGA_POWERCUT_CUTS", "4"))
-EVENTS = int(os.environ.get("CAYUGA_POWERCUT_EVENTS", "2000"))
+LONG = settings.get_current_profile_name() == "long"  # the Hypothesis profile (tests/conftest.py) decides
+CUTS = int(os.environ.get("CAYUGA_POWERCUT_CUTS") or (24 if LONG else 4))
+EVENTS = int(os.environ.get("CAYUGA_POWERCUT_EVENTS") or (6000 if LONG else 2000))
 SEED = int(os.environ.get("CAYUGA_POWERCUT_SEED") or random.randrange(1 << 30))
 SITE = Path(__file__).resolve().parent / "powercut_site"
 #: frequent snapshots; small journal and witness-log segments, so that segments are started, sealed and
