@@ -46,12 +46,12 @@ left without a good header is removed (its name is the next position).
   position synced: survives power loss.
 - ``write``: :meth:`durable` is the last position written with write(2): in
   the OS page cache, it survives kill -9 of the server, not a machine crash.
-
-In both modes :meth:`sync` makes everything appended durable on demand: a
-snapshot is published only after it (checkpoints.py), so a snapshot never counts
-a record that a power cut can take from the journal.
 - ``off`` keeps no journal at all: do not open one (the daemon leaves
   ``queue.journal`` None).
+
+In both journaling modes :meth:`sync` makes everything appended durable on
+demand: a snapshot is published only after it (checkpoints.py), so a snapshot
+never counts a record that a power cut can take from the journal.
 
 All changes to the files go through server/durability/fsio.py (the seam a
 power-cut test records, tests/server/test_powercut.py).
