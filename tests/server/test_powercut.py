@@ -230,7 +230,10 @@ def test_the_disk_at_a_cut_holds_what_was_synced_and_at_most_what_was_written(tm
     synced but by sync()) records 3 events, syncs, records 2 more in a new
     segment. Cut after the last record, the harshest disk holds the 3 events
     (the new segment's name was never synced: it is gone); a disk that keeps a
-    prefix of what was not synced holds 3 to 5, never a record misread."""
+    prefix of what was not synced holds 3 to 5, never a record misread. (The
+    journal's directory, created by the journal, is there after a cut only
+    because fsio.makedirs syncs its parent: without that the harshest disk
+    held no journal at all.)"""
     root = tmp_path / "data"
     root.mkdir()
     (root / "before").write_bytes(b"on disk before the recording")  # durable: in every disk after a cut
