@@ -33,7 +33,7 @@ from air.cel.errors import CelError, CelSchemaError
 from air.cel.parser import parse, parse_all, too_deep
 from air.cel.semantics import (Duration, Iter, Plan, Publish, Scan, Select, Seq, Where,
                                analyze)
-from air.expr import FLIPPED, And, Compare, Expr, Literal, Or, Ref, transform
+from air.expr import FLIPPED, And, Compare, Expr, Literal, Or, Ref, transform, walk
 from air.model import (TRUE, Attribute, Automaton, Clause, ComplexAtom, Computed, DurationAtom,
                        DynamicAtom, Edge, OutputStream, Predicate, Rename, State, StaticAtom,
                        StreamSchema)
@@ -125,6 +125,14 @@ def make_predicate(conjuncts: Iterable[Expr], source: str = "") -> Predicate:
                 atoms.append(a)
         out.append(Clause(tuple(atoms)))
     return Predicate(tuple(out)) if out != [Clause()] else TRUE
+
+
+def _computable(exprs: Iterable[Expr]) -> tuple[Expr, ...]:
+    """``e = e`` for each computed ``e`` (not a reference or a literal): a
+    conjunct that holds exactly where ``e`` can be computed, since an
+    expression that fails makes its predicate false
+    (docs/design/semantics.md#expressions-and-functions)."""
+    return tuple(Compare("=", e, e, e.line, e.column) for e in exprs if not isinstance(e, (Ref, Literal)))
 
 
 def _schema_map(columns: Iterable[tuple[str, Expr]]) -> tuple:
@@ -256,7 +264,13 @@ class _Compiler:
     def _open_Select(self, p: Select) -> _Open:
         o = self.open(p.input)
         refs = o.refs()
-        return replace(o, columns=tuple((c.name, _subst(c.expr, refs, {})) for c in p.columns))
+        # a computed column this SELECT drops is still computed: an event for which it fails
+        # is not in its input (docs/design/semantics.md#arithmetic-and-comparison), as when the
+        # input is compiled apart (a PUBLISH); the edge that makes the result holds only where it
+        # can be (a failing expression makes that predicate false)
+        used = {x.name for c in p.columns for x in walk(c.expr) if isinstance(x, Ref)}
+        return replace(o, guard=o.guard + _computable(e for n, e in o.columns if n not in used),
+                       columns=tuple((c.name, _subst(c.expr, refs, {})) for c in p.columns))
 
     def _open_Where(self, p: Where) -> _Open:
         o = self.open(p.input)
@@ -300,14 +314,22 @@ class _Compiler:
         slot.update({a: fresh(a) for a in first if a not in p.shared})
         run = {b: fresh(b) for b in second}
         run.update({a: slot[a] for a in updated})
+        # $1.a of a first-only aggregate is the first input's value, not the running one
+        # (docs/design/semantics.md#decorators-and-renaming): kept in a slot of its own when
+        # read, which the original compiler never did (it had no query that reads it)
+        read = {x.name for e in (p.cond, p.rebind, *aggs.values()) if e is not None
+                for x in walk(e) if isinstance(x, Ref) and x.source == "1"}
+        kept = {a: fresh(a + "_1") for a in updated if a in read}
         types = {a.name: a.type for a in p.left.schema}
         types.update({a.name: a.type for a in p.schema if a.name in second})
         q = o.ab.state(r.stream, [Attribute(slot[a], types[a]) for a in first]
-                       + [Attribute(run[b], types[b]) for b in second])
-        init = [(slot[a], e) for a, e in first.items()] + [(run[b], first[b]) for b in second]
+                       + [Attribute(run[b], types[b]) for b in second]
+                       + [Attribute(kept[a], types[a]) for a in kept])
+        init = ([(slot[a], e) for a, e in first.items()] + [(run[b], first[b]) for b in second]
+                + [(kept[a], first[a]) for a in kept])
         o.src.forwards.append(Edge(q.id, make_predicate(o.guard, source=self.source), _schema_map(init)))
 
-        refs = {("1", a): Ref(slot[a], "NODE") for a in first}
+        refs = {("1", a): Ref(kept.get(a, slot[a]), "NODE") for a in first}
         refs.update({("LAST", a): Ref(run.get(a, slot[a]), "NODE") for a in first})
         refs.update(r.refs("2"))
         durations = {"RESULT": "COMPOSITE", "EVENT": "EVENT"}
@@ -322,7 +344,7 @@ class _Compiler:
         rebind = () if p.rebind is None else (sub(p.rebind),)
         q.rebind = Edge(q.id, make_predicate(rebind, source=self.source), _schema_map(
             [(slot[a], value[a] if a in updated else Ref(slot[a], "NODE")) for a in first]
-            + [(run[b], value[b]) for b in second]))
+            + [(run[b], value[b]) for b in second] + [(kept[a], Ref(kept[a], "NODE")) for a in kept]))
         columns = [(slot[a] if a in p.shared else a, value[a] if a in updated else Ref(slot[a], "NODE"))
                    for a in first]
         return _Open(o.ab, q, (), tuple(columns) + tuple((b, value[b]) for b in second), True)
@@ -342,7 +364,11 @@ class _Compiler:
         if isinstance(plan, Select):
             s = self.simple(plan.input)
             refs = s.refs("IN")
-            return replace(s, columns=tuple((c.name, _subst(c.expr, refs, {})) for c in plan.columns))
+            columns = tuple((c.name, _subst(c.expr, refs, {})) for c in plan.columns)
+            # an event whose computed column fails is not in this operand's stream (as when the
+            # operand is compiled apart): it must not affect an instance, so the filter holds
+            # only where every column can be computed
+            return replace(s, conds=s.conds + _computable(e for _, e in columns), columns=columns)
         if isinstance(plan, Where):
             s = self.simple(plan.input)
             return replace(s, conds=s.conds + (_subst(plan.pred, s.refs("IN"), {"RESULT": "EVENT"}),))

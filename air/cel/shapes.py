@@ -58,7 +58,7 @@ from air import model as _model
 
 #: Bump whenever the compiler's output for some text changes: stored compiled
 #: forms and cached shapes of another version are never used.
-COMPILER_VERSION = "cel-1"
+COMPILER_VERSION = "cel-2"
 
 _UNITS = (None, *UNIT_MS)
 

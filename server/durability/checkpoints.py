@@ -107,8 +107,13 @@ class Checkpoints:
             self.counters.add(Count.SNAPSHOT_FORKS)
 
     def before_publish(self) -> None:
+        # every journal record and every witness the snapshot counts is on disk before the snapshot is:
+        # after a power cut a snapshot past the journal's end would take the events its senders send
+        # again (told by #resume where the journal ends) a second time
+        if self.journal is not None:
+            self.journal.sync()
         if self.witnesses.witlog is not None:
-            self.witnesses.witlog.sync()  # every witness the snapshot counts is on disk before the snapshot is
+            self.witnesses.witlog.sync()
 
     def after_publish(self, kept: list[SnapshotFile]) -> None:
         """Journal segments before the oldest snapshot kept are no longer

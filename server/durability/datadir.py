@@ -34,6 +34,8 @@ import time
 import weakref
 from pathlib import Path
 
+from server.durability import fsio
+
 #: The lock file in the data directory.
 LOCK_NAME = "cayuga.lock"
 
@@ -90,7 +92,7 @@ class DataDirLock:
         if self.held:
             return
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            fsio.makedirs(self.directory)  # (its entry synced: what is synced in it stays)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise _unusable(self.directory, exc) from None

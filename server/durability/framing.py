@@ -34,6 +34,8 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
+from server.durability import fsio
+
 #: The file header: magic, what the file holds, framing version.
 HEADER = struct.Struct("<6scB")
 MAGIC = b"CAYUGA"
@@ -191,12 +193,12 @@ def write_all(fd: int, data: bytes) -> None:
     """Write all of ``data`` (a short write, as a full disk gives, goes on where it stopped)."""
     view, done = memoryview(data), 0
     while done < len(data):
-        done += os.write(fd, view[done:])
+        done += fsio.write(fd, view[done:])
 
 
 def open_new(path: Path) -> int:
     """A new (emptied) segment file, opened for appending."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    return fsio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
 
 
 def start_segment(fd: int, path: Path, kind: bytes, first: bytes) -> int:
@@ -207,28 +209,27 @@ def start_segment(fd: int, path: Path, kind: bytes, first: bytes) -> int:
     try:
         write_all(fd, data)
     except OSError:
-        os.close(fd)
-        path.unlink(missing_ok=True)
+        fsio.close(fd)
+        fsio.remove(path)
         raise
     return len(data)
 
 
 def open_segment(path: Path) -> int:
     """An existing segment, opened for appending."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND)
+    return fsio.open(path, os.O_WRONLY | os.O_APPEND)
 
 
 def cut_tail(path: Path, size: int) -> None:
     """Truncate ``path`` to ``size`` (the end of its last whole record) and fsync it."""
-    with open(path, "r+b") as fh:
-        fh.truncate(size)
-        os.fsync(fh.fileno())
+    fd = fsio.open(path, os.O_WRONLY)
+    try:
+        fsio.ftruncate(fd, size)
+        fsio.fsync(fd)
+    finally:
+        fsio.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:
     """fsync a directory (its entries: files created, renamed, deleted)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsio.sync_dir(directory)

@@ -49,6 +49,13 @@ left without a good header is removed (its name is the next position).
 - ``off`` keeps no journal at all: do not open one (the daemon leaves
   ``queue.journal`` None).
 
+In both journaling modes :meth:`sync` makes everything appended durable on
+demand: a snapshot is published only after it (checkpoints.py), so a snapshot
+never counts a record that a power cut can take from the journal.
+
+All changes to the files go through server/durability/fsio.py (the seam a
+power-cut test records, tests/server/test_powercut.py).
+
 **A full disk.** An append that cannot be written (ENOSPC, EDQUOT, any
 OSError; a short write) is cut back to the last whole record -- the segment is
 truncated to where the record began, so no half record is ever followed by
@@ -86,7 +93,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 import msgspec
 
 from air.engine import Event
-from server.durability import framing
+from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import Scan, walk
 
@@ -176,6 +183,7 @@ class Journal:
         self._closed = False  # no more appends; the flusher stops
         self._done = False  # closed and synced: waiters give up
         self._retired: list[int] = []  # fds of finished segments the flusher must sync, then close
+        self._written: list[Path] = []  # with "write": finished segments not synced yet (see sync)
         self._dir_dirty = False  # a segment was created: the directory needs an fsync too
         # metrics
         self.records = 0
@@ -185,8 +193,8 @@ class Journal:
         self.sync_buckets = [0] * (len(SYNC_BUCKETS) + 1)  # the last one is +Inf
         self.torn = 0
         self.torn_bytes = 0
-        self.directory.mkdir(parents=True, exist_ok=True)
-        (self.directory / PROBE_NAME).unlink(missing_ok=True)  # a probe's, left by a crash
+        fsio.makedirs(self.directory)
+        fsio.remove(self.directory / PROBE_NAME)  # a probe's, left by a crash
         self._segments: list[_Segment] = []
         self._next_first = 1  # where a new journal starts (a removed segment's name, else 1)
         self._recover()
@@ -198,17 +206,17 @@ class Journal:
             self._fd = self._create(self._next_first)
         elif last.legacy:  # written before framing version 2: go on in a new segment, in version 2
             if durability == "fsync":  # as the active segment would have been
-                fd = os.open(last.path, os.O_RDONLY)
+                fd = fsio.open(last.path, os.O_RDONLY)
                 try:
-                    os.fdatasync(fd)
+                    fsio.fdatasync(fd)
                 finally:
-                    os.close(fd)
+                    fsio.close(fd)
             replacing = not last.records  # its name is the next position: the new segment takes its place
             self._fd = self._create(self.appended + 1, replacing)
         else:
             self._fd = framing.open_segment(last.path)
             if durability == "fsync":
-                os.fdatasync(self._fd)
+                fsio.fdatasync(self._fd)
         self._flusher: threading.Thread | None = None
         if durability == "fsync":
             self._fsync_dir()
@@ -219,7 +227,7 @@ class Journal:
 
     def _recover(self) -> None:
         for p in self.directory.glob("*" + SUFFIX + _NEW):  # a replacement not renamed into place: a crash
-            p.unlink()
+            fsio.unlink(p)
         found = NAMES.listing(self.directory)
         table: dict[str, int] | None = None
         expected = None  # the first position the next segment must have
@@ -243,7 +251,7 @@ class Journal:
             if problem is not None:
                 self._cut(path, good, len(data), problem, [p for _, p in found[k + 1:]])
                 if header is None:  # nothing good in it: its name will be taken again
-                    path.unlink()
+                    fsio.unlink(path)
                 else:
                     self._segments.append(seg)
                 break
@@ -294,7 +302,7 @@ class Journal:
         framing.cut_tail(path, good)
         for p in later:
             dropped += p.stat().st_size
-            p.rename(p.with_name(p.name + ".dropped"))
+            fsio.rename(p, p.with_name(p.name + ".dropped"))
         (log.error if later else log.warning)(
             "journal %s: %s at offset %d; dropped the rest as a torn tail: %d bytes%s", path, problem, good,
             dropped, f", including {len(later)} later segment(s) renamed *.dropped" if later else "")
@@ -317,10 +325,10 @@ class Journal:
                                          _encode({"first": first, "senders": self.senders}))
             if replacing:
                 try:
-                    os.replace(target, path)
+                    fsio.replace(target, path)
                 except OSError:
-                    os.close(fd)
-                    target.unlink(missing_ok=True)
+                    fsio.close(fd)
+                    fsio.remove(target)
                     raise
         except OSError as exc:
             raise DiskFull.from_os("journal", "a new journal segment could not be written", path, exc) from None
@@ -395,18 +403,18 @@ class Journal:
             size = max(self._refused_bytes, 1)
         path = self.directory / PROBE_NAME
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            fd = fsio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 framing.write_all(fd, bytes(size))
                 if self.durability == "fsync":
-                    os.fdatasync(fd)
+                    fsio.fdatasync(fd)
             finally:
-                os.close(fd)
+                fsio.close(fd)
         except OSError:
             return False
         finally:
             try:
-                path.unlink(missing_ok=True)
+                fsio.remove(path)
             except OSError:
                 pass
         with self._lock:
@@ -421,7 +429,7 @@ class Journal:
         """Truncate the active segment to ``offset`` (the end of its last whole
         record), after a write that may have left part of a record behind."""
         try:
-            os.ftruncate(self._fd, offset)
+            fsio.ftruncate(self._fd, offset)
         except OSError as exc:
             self._cut_to = offset  # every append is refused until the cut succeeds
             raise DiskFull.from_os("journal", "a partly written journal record could not be cut off",
@@ -429,12 +437,13 @@ class Journal:
         self._cut_to = None
 
     def _rotate(self) -> None:
-        old = self._fd
+        old, path = self._fd, self._segments[-1].path
         self._fd = self._create(self.appended + 1)
         if self._flusher is not None:
             self._retired.append(old)  # the flusher syncs it, then closes it
         else:
-            os.close(old)
+            fsio.close(old)
+            self._written.append(path)  # synced by the next sync()
 
     def oldest(self) -> int | None:
         """Position of the oldest record the journal still holds (None: none)."""
@@ -454,6 +463,44 @@ class Journal:
         with self._cond:
             return self._cond.wait_for(lambda: self.durable() >= pos or self._done or self.sync_failure is not None,
                                        timeout) and self.durable() >= pos
+
+    def sync(self, timeout: float = 30.0) -> int:
+        """Make every record appended so far durable, whatever the mode, and
+        return the last one's position: with ``fsync`` the flusher's next round,
+        waited for; with ``write`` an fdatasync of the segments written since the
+        last call, and of the directory. A snapshot is published only after this
+        (server/durability/checkpoints.py): one that counted records a power cut
+        can take from the journal would be past the journal's end, and the
+        senders, told by ``#resume`` where the journal ends, would send those
+        events again. Raises OSError when they cannot be made durable."""
+        with self._lock:
+            target = self.appended
+            if self._flusher is None:
+                paths, self._written = self._written + [self._segments[-1].path], []
+                dirty, self._dir_dirty = self._dir_dirty, False
+        if self._flusher is not None:
+            if not self.wait_durable(target, timeout):
+                raise OSError(f"the journal could not be made durable up to record {target} "
+                              f"({self.sync_failure or 'the sync took too long'})")
+            return target
+        try:
+            for path in paths:
+                try:
+                    fd = fsio.open(path, os.O_RDONLY)
+                except FileNotFoundError:  # deleted meanwhile (truncate_before)
+                    continue
+                try:
+                    fsio.fdatasync(fd)
+                finally:
+                    fsio.close(fd)
+            if dirty:
+                self._fsync_dir()
+        except OSError:
+            with self._lock:  # tried again by the next call
+                self._written[:0] = paths[:-1]
+                self._dir_dirty = self._dir_dirty or dirty
+            raise
+        return target
 
     def _flush_loop(self) -> None:
         while True:
@@ -491,9 +538,9 @@ class Journal:
     def _sync(self, target: int, fd: int, retired: list[int], dirty: bool) -> None:
         start = time.perf_counter()
         while retired:  # what is left of it when one fails is tried again
-            os.fdatasync(retired[0])
-            os.close(retired.pop(0))
-        os.fdatasync(fd)
+            fsio.fdatasync(retired[0])
+            fsio.close(retired.pop(0))
+        fsio.fdatasync(fd)
         if dirty:
             self._fsync_dir()
         took = time.perf_counter() - start
@@ -534,7 +581,7 @@ class Journal:
             while len(self._segments) > 1 and self._segments[1].first <= pos:
                 doomed.append(self._segments.pop(0))
         for s in doomed:
-            s.path.unlink(missing_ok=True)
+            fsio.remove(s.path)
         if doomed and self.durability == "fsync":
             self._fsync_dir()
         return len(doomed)
@@ -568,8 +615,8 @@ class Journal:
                 log.error("journal %s: the last sync at close failed (%s): records after position %d may not "
                           "survive a power loss (they survive a restart)", self.directory, exc, self._synced)
                 for old in retired:
-                    os.close(old)
-        os.close(fd)
+                    fsio.close(old)
+        fsio.close(fd)
         with self._cond:
             self._done = True
             self._cond.notify_all()

@@ -127,6 +127,10 @@ class Recovery:
         snap, snap_file = found if found is not None else (None, None)
         exact = self.replayable(snap_file)
         del found
+        if exact:  # a power cut's holes between witness-log segments: the replay fills them (witlog.py)
+            numbered = dict(snap["witness_seq"]) if snap is not None else self.store.witness_base()
+            if set_aside := self.witnesses.witlog.set_aside_after_holes(numbered):
+                self.recovered["witness_segments_set_aside"] = set_aside
         gaps = self._witness_gaps(stored, snap, exact)
         if gaps and exact and snap is not None:
             del snap  # one snapshot's state in memory at a time

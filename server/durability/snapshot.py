@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from server.durability import framing
+from server.durability import framing, fsio
 from server.durability.diskfull import NO_SPACE, DiskFull, DiskState
 
 log = logging.getLogger("cayuga.snapshot")
@@ -147,12 +147,12 @@ def _decode_legacy(data: bytes, where: str) -> dict:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fsio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         framing.write_all(fd, data)
-        os.fsync(fd)
+        fsio.fsync(fd)
     finally:
-        os.close(fd)
+        fsio.close(fd)
 
 
 
@@ -161,10 +161,10 @@ class SnapshotStore:
 
     def __init__(self, directory: Path, keep: int = 2) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        fsio.makedirs(self.directory)
         self.keep = max(keep, 1)
         for tmp in self.directory.glob("*.tmp"):  # a child that was killed, or a crash mid-write
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
         self.corrupt = 0
 
     def files(self) -> list[SnapshotFile]:
@@ -188,14 +188,14 @@ class SnapshotStore:
         part files beside it, first: the snapshot file is there only once they
         are), drop all but the newest ``keep``; returns the ones kept (newest first)."""
         for w in range(1, parts + 1):
-            os.replace(final.with_name(final.name + f".w{w}.tmp"), final.with_name(final.name + f".w{w}"))
-        os.replace(tmp, final)
+            fsio.replace(final.with_name(final.name + f".w{w}.tmp"), final.with_name(final.name + f".w{w}"))
+        fsio.replace(tmp, final)
         framing.fsync_dir(self.directory)
         files = self.files()
         for old in files[self.keep:]:
-            old.path.unlink(missing_ok=True)
+            fsio.remove(old.path)
             for part in self.directory.glob(old.path.name + ".w*"):
-                part.unlink(missing_ok=True)
+                fsio.remove(part)
         return files[: self.keep]
 
     def write(self, state: dict, journal: int) -> list[SnapshotFile]:
@@ -205,7 +205,7 @@ class SnapshotStore:
         try:
             _write_file(tmp, encode(state))
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
             raise
         return self.publish(tmp, final)
 
@@ -340,7 +340,7 @@ class Snapshotter:
                     os.kill(pid, signal.SIGKILL)
                 with _suppress():
                     os.waitpid(pid, 0)
-            self._paths[0].unlink(missing_ok=True)
+            fsio.remove(self._paths[0])
             self._child = None
             return
         tmp, final = self._paths
@@ -362,9 +362,9 @@ class Snapshotter:
         except Exception as exc:  # noqa: BLE001 - reported; the next snapshot tries again
             self.failed += 1
             self.last_error = str(exc)
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
             for part in tmp.parent.glob(final.name + ".w*.tmp"):
-                part.unlink(missing_ok=True)
+                fsio.remove(part)
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 exc = DiskFull.from_os("snapshot", "a snapshot could not be published", final, exc)
             if isinstance(exc, DiskFull) and self.disk is not None:

@@ -72,52 +72,23 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import msgspec
 
-from server.durability import framing
+from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import FRAME, Scan
 from server.durability.witcursor import Cursor
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
-                                          MAX_RECORD, NAMES, Gap, Gone, Record, body_of as _body,
-                                          encode as _encode, pack_batch as _pack, parse as _parse,
-                                          unpack_batch as _unpack)
+                                          MAX_RECORD, NAMES, Gap, Gone, Record, Segment as _Segment, Sub as _Sub,
+                                          body_of as _body, encode as _encode, pack_batch as _pack,
+                                          parse as _parse, unpack_batch as _unpack)
 
 __all__ = ["Cursor", "Gap", "Gone", "MAX_RECORD", "NAMES", "Record", "WitnessLog"]
 
 log = logging.getLogger("cayuga.witlog")
-
-
-@dataclass
-class _Sub:
-    first_seq: int
-    first_off: int
-    last_seq: int
-
-
-@dataclass
-class _Segment:
-    number: int
-    path: Path
-    size: int = 0  # bytes readers may read (whole records only)
-    records: int = 0  # witness records
-    newest: float = 0.0  # clock time of its newest record
-    subs: dict[str, _Sub] = field(default_factory=dict)
-    streams: dict[str, set[str]] = field(default_factory=dict)
-    sealed: bool = False
-    # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
-    # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
-    start: int = framing.HEADER.size
-    #: the gap marks it holds (witrecords.py): per subscription, (first, last) of each gap
-    gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-
-    @property
-    def index_path(self) -> Path:
-        return self.path.with_suffix(".idx")
 
 
 def _name(number: int) -> str:
@@ -136,7 +107,7 @@ class WitnessLog:
                  segment_bytes: int | None = None, clock: Callable[[], float] = time.time,
                  disk: DiskState | None = None) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        fsio.makedirs(self.dir)
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
         self.segment_bytes = segment_bytes or max(4096, min(max_bytes // 8, 64 << 20))
@@ -161,6 +132,7 @@ class WitnessLog:
         #: per subscription, (first, last) of the witnesses missing between two segments, found when opening:
         #: a segment whose tail was cut, which the next segment's checkpoint numbers past (see gaps())
         self._holes: dict[str, list[tuple[int, int]]] = {}
+        self._lost_before: list[tuple[int, str, int]] = []  # each hole: (the segment after it, sid, its first)
         self._open()
 
     # ------------------------------------------------------------------ opening
@@ -169,7 +141,7 @@ class WitnessLog:
         numbers = [n for n, _ in NAMES.listing(self.dir)]
         for p in self.dir.glob("wit-*.idx"):  # indexes of segments deleted before their index
             if not p.with_suffix(".log").exists():
-                p.unlink(missing_ok=True)
+                fsio.remove(p)
         for number in numbers:
             seg = _Segment(number, self.dir / _name(number))
             if not self._load_index(seg):
@@ -179,8 +151,8 @@ class WitnessLog:
         last = self._segments[-1] if self._segments else None
         if last is not None and not last.sealed and last.size <= last.start:  # nothing but a file header, if that
             self._segments.pop()
-            last.path.unlink()
-            last.index_path.unlink(missing_ok=True)
+            fsio.unlink(last.path)
+            fsio.remove(last.index_path)
         elif last is not None and not last.sealed and last.start == 0:  # the older framing: go on in a new one
             self._seal()
             self._unsynced.append(last.path)  # as the active segment would have been, by sync()
@@ -196,23 +168,57 @@ class WitnessLog:
         segments up to one is below what the next one's checkpoint says it was
         (the tail of a sealed segment was cut or damaged). A segment's own cut
         tail is found against what recovery knows (server/durability/witgaps.py)."""
-        seen: dict[str, int] = {}
+        seen: dict[str, int] = {}  # from the oldest one's checkpoint: all a cut tail held may be gone
         for i, seg in enumerate(self._segments):
-            if i:
-                try:
-                    checkpoint = self._checkpoint_of(seg)
-                except (OSError, ValueError, AttributeError):
-                    checkpoint = {}
-                for s, v in checkpoint.items():
-                    had = seen.get(s)
-                    if had is not None and isinstance(v, int) and v > had:
+            try:
+                checkpoint = self._checkpoint_of(seg)
+            except (OSError, ValueError, AttributeError):
+                checkpoint = {}
+            for s, v in checkpoint.items():
+                had = seen.get(s, 0)
+                if isinstance(v, int) and v > had:
+                    if i:
                         self._holes.setdefault(s, []).append((had + 1, v))
-                        seen[s] = v
+                        self._lost_before.append((seg.number, s, had + 1))
                         log.error("witness log %s: witnesses %d to %d of %s are missing before it (an earlier "
                                   "segment was cut short or damaged)", seg.path.name, had + 1, v, s)
+                    seen[s] = v
             for s, v in seg.subs.items():
                 if v.last_seq > seen.get(s, 0):
                     seen[s] = v.last_seq
+
+    def set_aside_after_holes(self, numbered: dict[str, int]) -> int:
+        """Set aside (``*.dropped``) the segments from one after a hole that
+        begins past ``numbered`` (each subscription's last number at recovery's
+        starting point, whose exact replay makes every witness after it again).
+        A power cut's, as a rule: a sealed segment lost the end it never synced
+        while the next kept what was written to it (nothing orders unsynced
+        writes to two files), and readers got a :class:`Gap` for witnesses the
+        journal still gives (tests/server/test_powercut.py). All in those
+        segments was numbered after the hole began: the replay writes it again
+        with the same numbers. A hole up to ``numbered`` was synced: it stays a
+        gap. Returns how many were set aside. Recovery, before any append."""
+        at = min((n for n, s, first in self._lost_before if first > numbered.get(s, 0)), default=None)
+        if at is None:
+            return 0
+        if self._fd is not None:
+            fsio.close(self._fd)
+            self._fd = None
+        doomed = [seg for seg in self._segments if seg.number >= at]
+        lost = sum(seg.path.stat().st_size for seg in doomed)
+        for seg in doomed:
+            fsio.rename(seg.path, seg.path.with_name(seg.path.name + ".dropped"))
+            fsio.remove(seg.index_path)
+        log.error("witness log: %s starts after witnesses the segment before it lost (a power cut?): it and %d "
+                  "later segment(s), %d bytes, set aside as *.dropped; the journal's replay writes their witnesses "
+                  "again", doomed[0].path.name, len(doomed) - 1, lost)
+        with self._lock:
+            self._segments, self._last, self._holes = [], {}, {}
+        self._lost_before, self._unsynced = [], []
+        self._open()
+        self.truncated += lost
+        self._dir_dirty = True
+        return len(doomed)
 
     def _link_gaps(self) -> None:
         """List each subscription a segment's gap marks name among the publishers
@@ -242,16 +248,11 @@ class WitnessLog:
                 if v.last_seq > self._last.get(s, 0):
                     self._last[s] = v.last_seq
             if not self._segments:  # the oldest: its checkpoint holds the seqs of deleted segments
-                self._read_checkpoint(seg)
+                self._merge_checkpoint(self._checkpoint_of(seg))
             seg.sealed = True
             return True
         except (OSError, ValueError, KeyError, TypeError):
             return False
-
-    def _read_checkpoint(self, seg: _Segment) -> None:
-        for s, v in self._checkpoint_of(seg).items():
-            if v > self._last.get(s, 0):
-                self._last[s] = v
 
     def _checkpoint_of(self, seg: _Segment) -> dict[str, int]:
         """The checkpoint a segment starts with: the last seq of every subscription before it."""
@@ -267,8 +268,8 @@ class WitnessLog:
             return {}
         return json.loads(bytes(rec[4]))
 
-    def _merge_checkpoint(self, payload) -> None:
-        for s, v in json.loads(bytes(payload)).items():
+    def _merge_checkpoint(self, last: dict[str, int]) -> None:
+        for s, v in last.items():
             if v > self._last.get(s, 0):
                 self._last[s] = v
 
@@ -307,7 +308,7 @@ class WitnessLog:
                     if seq == GAP_MARK:
                         self._mark(seg, json.loads(bytes(payload)), pos)
                     else:
-                        self._merge_checkpoint(payload)
+                        self._merge_checkpoint(json.loads(bytes(payload)))
                 except (ValueError, AttributeError, TypeError):
                     break
             elif kind == _BATCH:
@@ -351,24 +352,19 @@ class WitnessLog:
         fd = framing.open_new(seg.path)
         # one that cannot be written is removed: the next append starts it again
         seg.size = framing.start_segment(fd, seg.path, framing.WITNESS_LOG, checkpoint)
-        self._dir_dirty = True
         with self._lock:
             self._segments.append(seg)
+            self._dir_dirty = True
         self._fd = fd
-
-    def _fsync_dir(self) -> None:
-        try:
-            framing.fsync_dir(self.dir)
-        except OSError:
-            pass
 
     def _seal(self) -> None:
         """Close the active segment for writing and write its index."""
         seg = self._segments[-1]
         if self._fd is not None:
-            os.close(self._fd)  # fsynced by sync(): an fsync of a whole segment here held the engine thread
-            self._fd = None
-            self._unsynced.append(seg.path)
+            fsio.close(self._fd)  # fsynced by sync(): an fsync of a whole segment here held the engine thread
+            with self._lock:
+                self._fd = None
+                self._unsynced.append(seg.path)
         data = {"size": seg.size, "records": seg.records,
                 "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
                 "streams": {s: sorted(v) for s, v in seg.streams.items()},
@@ -376,10 +372,10 @@ class WitnessLog:
         tmp = seg.index_path.with_suffix(".tmp")
         seg.sealed = True
         try:
-            tmp.write_text(json.dumps(data, separators=(",", ":")))
-            os.replace(tmp, seg.index_path)
+            fsio.write_file(tmp, json.dumps(data, separators=(",", ":")).encode())
+            fsio.replace(tmp, seg.index_path)
         except OSError as exc:  # an index only saves a scan when the log is opened
-            tmp.unlink(missing_ok=True)
+            fsio.remove(tmp)
             log.warning("witness log %s: its index could not be written (%s); it will be scanned when opened",
                         seg.path.name, exc)
 
@@ -525,7 +521,7 @@ class WitnessLog:
     def _cut_back(self, offset: int) -> None:
         """Truncate the active segment to ``offset`` (its last whole record)."""
         try:
-            os.ftruncate(self._fd, offset)
+            fsio.ftruncate(self._fd, offset)
         except OSError:
             self._cut_to = offset  # appends are refused until the cut succeeds
             raise
@@ -554,10 +550,10 @@ class WitnessLog:
                 break
             with self._lock:
                 self._segments.pop(0)
+                self._dir_dirty = True
             dropped += oldest.records
-            self._dir_dirty = True
-            oldest.path.unlink(missing_ok=True)
-            oldest.index_path.unlink(missing_ok=True)
+            fsio.remove(oldest.path)
+            fsio.remove(oldest.index_path)
         if dropped:
             self.dropped += dropped
         return dropped
@@ -565,28 +561,35 @@ class WitnessLog:
     def sync(self) -> None:
         """Make what was appended durable: fsync the segments sealed since the
         last call, the active one, and the directory (new or deleted files).
-        From the writer's thread (or while it does not append)."""
-        for path in self._unsynced:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:  # deleted by retention meanwhile
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self._unsynced = []
-        if self._fd is not None:
-            os.fsync(self._fd)
-        if self._dir_dirty:
-            self._fsync_dir()
-            self._dir_dirty = False
+        From any thread (a snapshot's, before it is published): what to sync is
+        taken under the lock and synced through descriptors of its own, so a
+        segment sealed meanwhile is never missed (tests/server/test_powercut.py)."""
+        with self._lock:
+            paths = self._unsynced + [s.path for s in self._segments[-1:] if s.path not in self._unsynced]
+            self._unsynced, dirty, self._dir_dirty = [], self._dir_dirty, False
+        try:
+            for path in paths:
+                try:
+                    fd = fsio.open(path, os.O_RDONLY)
+                except FileNotFoundError:  # deleted by retention meanwhile
+                    continue
+                try:
+                    fsio.fsync(fd)
+                finally:
+                    fsio.close(fd)
+            if dirty:
+                framing.fsync_dir(self.dir)
+        except OSError:
+            with self._lock:  # tried again by the next call
+                self._unsynced[:0] = paths
+                self._dir_dirty = self._dir_dirty or dirty
+            raise
 
     def close(self) -> None:
         """Sync, and close for writing (cursors still read what they have)."""
         self.sync()
         if self._fd is not None:
-            os.close(self._fd)
+            fsio.close(self._fd)
             self._fd = None
 
     # ------------------------------------------------------------------ reading (any thread)

@@ -1,6 +1,7 @@
 """The witness log's records on disk (witlog.py says what the log is), shared by
 its writer (:class:`~server.durability.witlog.WitnessLog`) and its readers
-(:class:`~server.durability.witcursor.Cursor`).
+(:class:`~server.durability.witcursor.Cursor`), and what both know of a
+segment (:class:`Segment`). No I/O.
 
 A record's body is ``<u8 kind><u64 seq><u16 len(sid)><u16 len(stream)> sid
 stream payload`` (little-endian), framed by :mod:`server.durability.framing`.
@@ -18,6 +19,8 @@ streams, payloads]``.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
@@ -55,6 +58,34 @@ class Gap(NamedTuple):
 
     first: int
     last: int
+
+
+@dataclass
+class Sub:
+    first_seq: int
+    first_off: int
+    last_seq: int
+
+
+@dataclass
+class Segment:
+    number: int
+    path: Path
+    size: int = 0  # bytes readers may read (whole records only)
+    records: int = 0  # witness records
+    newest: float = 0.0  # clock time of its newest record
+    subs: dict[str, Sub] = field(default_factory=dict)
+    streams: dict[str, set[str]] = field(default_factory=dict)
+    sealed: bool = False
+    # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
+    # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
+    start: int = framing.HEADER.size
+    #: the gap marks it holds (above): per subscription, (first, last) of each gap
+    gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    @property
+    def index_path(self) -> Path:
+        return self.path.with_suffix(".idx")
 
 
 def body_of(body: bytes | memoryview):

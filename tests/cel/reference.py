@@ -1,39 +1,31 @@
-"""The reference for CEL queries' witnesses: the product compiles the query
-and writes it out as AIR text; the independent oracle (tests/oracle), which
-shares no code with the product, reads that text and runs it.
+"""The reference for CEL queries' witnesses: the oracle's CEL
+(tests/oracle/cel.py, tests/oracle/celeval.py), a front end of its own that
+shares no code with the product: it reads the query and evaluates the Cayuga
+algebra it means directly over the events, without the product's compiler
+and without automata.
 
-This replaces an interpreter of the algebra that evaluated the product's own
-analysed plan (``air.cel.semantics.analyze``) with the product's own
-functions (``FunctionRegistry``): a mistake shared by the analysis and the
-engine was invisible to it. What the oracle cannot check from here is the
-compiler's translation itself; tests/oracle/test_differential.py checks that
-against the original Cayuga compiler's AIR for the whole conformance corpus
-(both run by the oracle).
+(Before, this compiled the query with the product's compiler and had the AIR
+oracle run the automata: what the compiler got wrong was invisible here.
+tests/oracle/test_cel_differential.py compares the two front ends on random
+queries and the whole corpus.)
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from air.airxml import dump_air
-from air.cel import compile_cel
-from tests.oracle import Oracle, read_air
+from tests.oracle.celeval import Cel
 
 
 def witnesses(text: str, events, streams: dict) -> Counter:
-    """The witnesses of ``text``'s last output stream, as a multiset of
+    """The witnesses of ``text``'s output stream, as a multiset of
     ``(sorted (attribute, value) pairs, t0, t1)``; ``streams`` maps a name to
     the product's StreamSchema (the declared input streams)."""
-    q = compile_cel(text, streams)
-    o = Oracle()
-    for s in streams.values():
-        o.declare(s.name, tuple((a.name, a.type) for a in s.attributes))
-    for auto in q.automata:
-        o.add(read_air(dump_air(auto)), owner="q")
-    out = q.outputs[-1]
+    decl = {s.name: tuple((a.name, a.type) for a in s.attributes) for s in streams.values()}
+    cel = Cel(text, decl)
+    names = [n for n, _ in cel.schema]
     found = Counter()
-    for w in o.run(events):
-        if w.stream == out:
-            found[(tuple(sorted(zip((a for a, _ in o.streams[out]), w.values))), w.t0, w.t1)] += 1
-    assert o.eval_errors == 0, o.last_eval_error
+    for (values, t0, t1), n in cel.run([(e.stream, tuple(e.values), e.t0, e.t1) for e in events])[None].items():
+        found[(tuple(sorted(zip(names, values))), t0, t1)] += n
+    assert cel.errors == 0, cel.last_error
     return found

@@ -1,7 +1,8 @@
 """Behaviour on events: compiled automata run by the engine give exactly the
 witnesses of (a) the original compiler's AIR for the conformance corpus and
-(b) the independent oracle (tests/oracle) running the compiled AIR
-(tests/cel/reference.py) for queries the corpus has no AIR for; and the paper's Figures 3-4 run."""
+(b) the oracle's CEL (tests/cel/reference.py: an independent front end that
+evaluates the algebra, tests/oracle/celeval.py) for the corpus and queries it
+has no AIR for; and the paper's Figures 3-4 run."""
 
 from __future__ import annotations
 

@@ -11,6 +11,11 @@ Written from the papers (docs/design/references.md) and the design notes
 - ``machine.py`` runs automata over events: epochs, pending instances,
   affected instances deleted at the epoch's end, resubscription in the epoch;
 - ``gen.py`` makes random valid AIR automata and streams for differential fuzzing;
+- ``cel.py`` and ``celeval.py`` are its own CEL: a reader of the query and a
+  direct evaluation of the Cayuga algebra it means (no automaton), so that the
+  product's compiler is checked by something that shares neither its code nor
+  its construction; ``cel_gen.py`` makes random valid CEL;
+- ``sase.py`` is its own SASE, ``sase_gen.py`` random SASE;
 - ``regen.py`` writes ``tests/golden/witnesses`` from the oracle
   (``python -m tests.oracle.regen``).
 

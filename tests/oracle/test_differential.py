@@ -11,7 +11,9 @@
 2. Random CEL from a small grammar, compiled by the product and written out as
    AIR (some Volumes up to the 64-bit extremes): the engine running the compiled automata (and the other build, under
    every switch combination, loading that AIR) gives what the oracle gives
-   reading that AIR.
+   reading that AIR, and what the oracle's own CEL (tests/oracle/celeval.py,
+   which does not use the product's compiler) gives; the richer random CEL of
+   tests/oracle/test_cel_differential.py does the latter on both builds.
 3. The original compiler's AIR (tests/conformance/air) and the product's
    compilation of the same CEL (tests/conformance/cel), both run by the oracle,
    give the same witnesses.
@@ -41,6 +43,7 @@ from tests.cel.corpus import STREAMS, cel_text, pairs
 from tests.cel.test_equivalence import events as cel_events
 from tests.conftest import in_ci
 from tests.oracle import Oracle, OracleRunError, gen, read_air
+from tests.oracle.celeval import Cel
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = "long" in (os.environ.get("CAYUGA_FUZZ_PROFILE", ""), os.environ.get("CAYUGA_FUZZ", ""))
@@ -247,6 +250,7 @@ def test_random_cel_compiled_by_the_product_engine_agrees_with_the_oracle():
             q = compile_cel(text, STREAMS)
         except CelError:
             continue
+        cel = Cel(text, {n: tuple((a.name, a.type) for a in s.attributes) for n, s in STREAMS.items()})
         compiled += 1
         resub += len(q.automata) > 1
         for s in range(CEL_STREAMS):
@@ -257,6 +261,9 @@ def test_random_cel_compiled_by_the_product_engine_agrees_with_the_oracle():
                 skipped += 1
                 continue
             assert engine_of_compiled(q, evs) == want, f"{text!r} on cel_events: {replay()}"
+            mine = cel.run([(e.stream, tuple(e.values), e.t0, e.t1) for e in evs])[None]
+            assert Counter({(q.outputs[-1], *k): n for k, n in mine.items()}) == want, (
+                f"{text!r}: the oracle's CEL differs from the product's compilation: {replay()}")
             total += sum(want.values())
             if s == 0:
                 other.append((text, q.outputs[-1], cel_case(q, evs), want))

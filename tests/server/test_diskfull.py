@@ -18,6 +18,7 @@ import pytest
 
 from air.engine import Event
 from clients.client import CayugaClient
+from server.durability import fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.journal import Journal
 from server.durability.snapshot import SnapshotStore, Snapshotter
@@ -122,8 +123,9 @@ def test_the_queue_keeps_nothing_of_a_part_the_journal_refused(tmp_path):
 
 def test_a_journal_sync_that_fails_keeps_the_flusher_alive_and_refuses_appends(tmp_path, monkeypatch):
     """fdatasync failing (ENOSPC on a file system that allocates at writeback):
-    tmpfs never fails a sync, so this one is injected."""
-    real = os.fdatasync
+    tmpfs never fails a sync, so this one is injected (through the durable files'
+    seam, server/durability/fsio.py)."""
+    real = fsio.fdatasync
     failing = threading.Event()
     failing.set()
 
@@ -135,7 +137,7 @@ def test_a_journal_sync_that_fails_keeps_the_flusher_alive_and_refuses_appends(t
     disk = DiskState()
     j = Journal(tmp_path / "journal", "fsync", disk=disk)
     try:
-        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        monkeypatch.setattr(fsio, "fdatasync", fdatasync)
         pos = j.append([ev(1)], "s", 1)
         assert not j.wait_durable(pos, 10)  # gives up at the failure, not at the timeout
         assert j.durable() < pos
@@ -150,7 +152,7 @@ def test_a_journal_sync_that_fails_keeps_the_flusher_alive_and_refuses_appends(t
         assert j.append([ev(2)], "s", 2) == pos + 1
         assert j.wait_durable(pos + 1, 10) and disk.failing("journal") is None
     finally:
-        monkeypatch.setattr(os, "fdatasync", real)
+        monkeypatch.setattr(fsio, "fdatasync", real)
         j.close()
 
 

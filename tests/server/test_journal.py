@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from air.engine import Event
+from server.durability import fsio
 from server.durability.framing import HEADER
 from server.durability.journal import Journal, segment_name
 from server.ingest.queue import DelayQueue
@@ -203,6 +205,47 @@ def test_wait_durable_in_each_mode(tmp_path):
     assert f.durable() == p
     with pytest.raises(ValueError):
         Journal(tmp_path / "o", "off")
+
+
+def test_sync_makes_every_record_durable_in_each_mode(tmp_path, monkeypatch):
+    """What a snapshot waits for before it is published (checkpoints.py): with
+    ``write`` too, every segment written since the last sync() is fdatasynced,
+    and the directory once a segment was created; with ``fsync`` the flusher's
+    round. (tests/server/test_powercut.py shows what a snapshot past the journal's
+    end did after a power cut.)"""
+    names, synced = {}, []
+    real_open, real_sync = fsio.open, fsio.fdatasync
+
+    def opener(path, flags, mode=0o777):
+        fd = real_open(path, flags, mode)
+        names[fd] = Path(path).name
+        return fd
+
+    def fdatasync(fd):
+        synced.append(names.get(fd))
+        real_sync(fd)
+
+    monkeypatch.setattr(fsio, "open", opener)
+    monkeypatch.setattr(fsio, "fdatasync", fdatasync)
+    dirs = []
+    monkeypatch.setattr(Journal, "_fsync_dir", lambda self: dirs.append(self.directory.name))
+    w = Journal(tmp_path / "w", "write", segment_bytes=200)
+    for i in range(1, 21):
+        w.append([ev(i)], "s", i)
+    segments = [p.name for p in w.segments]
+    assert len(segments) > 2 and not synced and not dirs  # write(2) only, until now
+    assert w.sync() == 20
+    assert sorted(synced) == sorted(segments) and dirs == ["w"]
+    synced.clear()
+    w.append([ev(21)], "s", 21)  # (in a new segment: the last one was full)
+    now = [p.name for p in w.segments]
+    assert w.sync() == 21 and now[-1] in synced and set(synced) <= {segments[-1], now[-1]}  # what was written since
+    assert dirs == ["w"] * (1 + (now != segments))
+    w.close()
+    f = Journal(tmp_path / "f", "fsync")
+    p = f.append([ev(1)])
+    assert f.sync() == p and f.durable() >= p
+    f.close()
 
 
 def test_replay_works_before_new_appends(tmp_path):

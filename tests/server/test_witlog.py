@@ -207,3 +207,53 @@ def test_a_sealed_segment_cut_short_is_a_gap_against_the_next_checkpoint(tmp_pat
     assert got[:3] == [("s1", held, got[0][2]), ("s1", resumed - 1, Gap(held + 1, resumed - 1)),
                        ("s1", resumed, got[2][2])]
     wl.close()
+
+
+@pytest.mark.parametrize("lost", ["records", "bytes", "index"])
+def test_segments_after_a_hole_past_the_starting_point_are_set_aside_so_the_replay_leaves_no_gap(tmp_path, lost):
+    """After a power cut a sealed segment may have lost the end it never synced
+    while the next one kept what was written to it (tests/server/test_powercut.py):
+    the next segment's seqs stood beyond a hole the replay never filled (it
+    appends only what is above the last seq), and readers got a Gap for
+    witnesses the journal still gives. Recovery now sets aside, as
+    ``*.dropped``, that segment and those after it when the hole begins past its
+    starting point's numbers, and the re-produced witnesses fill the log without
+    a gap. A hole the starting point counts (synced, then damaged) stays a gap."""
+    d = tmp_path / "w"
+
+    def big(seqs) -> list[tuple]:
+        return [("s1", n, "Out", b'{"n":%d,"pad":"%s"}' % (n, b"x" * 200)) for n in seqs]
+
+    wl = WitnessLog(d, segment_bytes=4096)
+    for first in range(1, 121, 10):
+        wl.append(big(range(first, first + 10)))
+    wl.close()
+    segs = seg_files(d)
+    assert len(segs) >= 3
+    first = segs[0]
+    assert [n for n, _ in WitnessLog(d).read("s1")] == list(range(1, 121))
+    whole = first.read_bytes()
+    if lost == "records":  # whole records lost: it ends cleanly, shorter than its index says
+        probe = WitnessLog(tmp_path / "probe")
+        probe.append(big(range(1, 11)))
+        end = probe.bytes
+        probe.close()
+        first.write_bytes(whole[:end])
+    elif lost == "bytes":  # a torn record at its end
+        first.write_bytes(whole[:len(whole) - 7])
+    else:  # its index lost too, and the end
+        first.with_suffix(".idx").unlink()
+        first.write_bytes(whole[:len(whole) // 2])
+    wl = WitnessLog(d, segment_bytes=4096)
+    before = wl.gaps()
+    assert wl.set_aside_after_holes({"s1": 120}) == 0 and wl.gaps() == before  # counted: it stays a gap
+    assert wl.set_aside_after_holes({"s1": 0}) == len(segs) - 1  # a replay from 0 makes it all again
+    held = wl.last_seq("s1")
+    assert held < 20 and wl.gaps() == {}
+    assert [n for n, _ in wl.read("s1")] == list(range(1, held + 1))
+    assert sorted(p.name for p in d.iterdir() if p.name.endswith(".dropped")) == [p.name + ".dropped"
+                                                                                  for p in segs[1:]]
+    wl.append(big(range(1, 121)))  # the replay: what was kept is not appended again, the rest is
+    assert [n for n, _ in wl.read("s1")] == list(range(1, 121))
+    wl.close()
+    assert [n for n, _ in WitnessLog(d).read("s1")] == list(range(1, 121))
