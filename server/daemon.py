@@ -360,9 +360,10 @@ class Daemon:
     def engine_error(self) -> str | None:
         """The last error the engine raised on an event (the thread survived it), or why an
         engine worker is gone (server/workers/link.py)."""
-        gone = next((link.gone for link in self.links if link.gone is not None), None)
-        if gone is not None:
-            return f"{gone}: its subscriptions get no events; restart the server"
+        if self.links:  # a worker that died is started again (server/workers/restart.py) unless it died too often
+            gone = self.processing.gone()
+            if gone is not None:
+                return f"{gone}: its subscriptions get no events; restart the server"
         return self.processing.error
 
     def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:
@@ -516,6 +517,10 @@ class Daemon:
 
     def workers(self) -> list[dict]:
         return self.health.workers()
+
+    def worker_trouble(self) -> list[str]:
+        """What /health says of engine workers restarted, catching up or stopped (server/workers/restart.py)."""
+        return self.processing.restarter.trouble() if self.links else []
 
     def runaways(self) -> dict[str, dict]:
         return self.health.runaways()

@@ -41,7 +41,7 @@ from server.delivery.witnesses import EncodedBatch
 from server.observability.counters import Count
 from server.processing import EngineThread
 from server.workers import codec
-from server.workers.link import WorkerLink
+from server.workers.link import WorkerGone, WorkerLink
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -60,6 +60,7 @@ class Flight:
     workers: tuple[int, ...]  # those it went to, in order
     recorded: dict[int, list] = field(default_factory=dict)  # worker -> the recorded sheddings it carries
     got: dict[int, list] = field(default_factory=dict)  # worker -> its result, once back
+    messages: dict[int, bytes] = field(default_factory=dict)  # worker -> what it was sent (again, once restarted)
 
 
 class WorkerEngineThread(EngineThread):
@@ -79,6 +80,10 @@ class WorkerEngineThread(EngineThread):
         self._stats: dict[int, tuple] = {}  # worker -> its engine's running totals
         self._epochs: dict[int, object] = {}
         self.hub = None  # wired by the daemon: which internal streams clients watch
+        self.events_of = [0] * len(links)  # events each worker has taken and sent back
+        from server.workers.restart import Restarter
+
+        self.restarter = Restarter(self)  # a worker that dies is started again (server/workers/restart.py)
 
     @property
     def link(self) -> WorkerLink:
@@ -153,11 +158,12 @@ class WorkerEngineThread(EngineThread):
 
     @property
     def alive(self) -> bool:
-        return super().alive and all(link.alive for link in self.links)
+        return super().alive and self.gone() is None  # (one that died and is started again does not count)
 
     def gone(self) -> str | None:
-        """Why a worker is no longer there (None while every one runs)."""
-        return next((link.gone for link in self.links if link.gone is not None), None)
+        """Why a worker is no longer there and is not started again (None while every one runs)."""
+        return next((link.gone for w, link in enumerate(self.links)
+                     if link.gone is not None and w in self.restarter.abandoned), None)
 
     def workers(self) -> list[dict]:
         flight = list(self.in_flight)
@@ -166,11 +172,15 @@ class WorkerEngineThread(EngineThread):
             mine = [f for f in flight if w in f.workers and w not in f.got]
             out.append({"worker": w, "pid": link.process.pid if link.process is not None else None,
                         "alive": link.alive, "gone": link.gone, "subscriptions": self.placement.count_on(w),
-                        "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine)})
+                        "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
+                        "events": self.events_of[w], **self.restarter.about(w)})
         return out
 
     def runs_on(self, sid: str) -> str:
-        return f"worker {self.placement.of(sid)}"
+        w = self.placement.of(sid)
+        if w in self.restarter.abandoned:
+            return f"nowhere: engine worker {w} is stopped ({self.restarter.abandoned[w]}); restart the server"
+        return f"worker {w}"
 
     @property
     def processed(self) -> int:
@@ -188,10 +198,7 @@ class WorkerEngineThread(EngineThread):
             self._sync_watched()
             if self.engine.diverged is not None:
                 self.error = self.engine.diverged
-            gone = self.gone()
-            if gone is not None:
-                self.error = gone
-                log.error("%s: the engine thread stops; restart the server", gone)
+            if not self.restarter.check():  # a dead worker is started again and caught up (ingest waits)
                 return
             if recovery.due:  # later subscriptions, at the point they were registered (sheddings ride on batches)
                 recovery.install_due()
@@ -240,13 +247,18 @@ class WorkerEngineThread(EngineThread):
             w = self.placement.of(r.sid)
             by_worker.setdefault(w, []).append(r)
             parts.setdefault(w, [])
-        workers = tuple(sorted(parts))
+        workers = tuple(w for w in sorted(parts) if w not in self.restarter.abandoned)
+        sent = {}
         for w in workers:
             mine = by_worker.get(w, [])
-            self.links[w].send(codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
-                                                  parts[w]))
+            sent[w] = codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
+                                         parts[w])
+            try:
+                self.links[w].send(sent[w])
+            except WorkerGone:  # it has just died: sent again once it is restarted
+                pass
         if workers:
-            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker))
+            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker, messages=sent))
         else:  # no worker reads these events: taken, and through (as one engine would count them)
             self._totals(0)
 
@@ -255,6 +267,8 @@ class WorkerEngineThread(EngineThread):
         then the one this process's parts describe (a snapshot's cut). False
         when the thread must stop."""
         while self.in_flight and self.gone() is None:
+            if not self.restarter.check():  # (one that died is started again, and answers them)
+                return False
             if not self._take_results(block=True, for_commands=False):
                 return False
         return not self.in_flight
@@ -299,7 +313,8 @@ class WorkerEngineThread(EngineThread):
         self.latency.observe((time.perf_counter() - head.sent) / max(head.events, 1))
         budget = self.budget
         for w in head.workers:
-            _events, groups, internal, stats, epoch, errors, check, outcomes = head.got[w]
+            events, groups, internal, stats, epoch, errors, check, outcomes = head.got[w]
+            self.events_of[w] += events
             self._stats[w], self._epochs[w] = stats, epoch
             for e in errors:
                 self.error = e
@@ -314,9 +329,12 @@ class WorkerEngineThread(EngineThread):
             if check is not None:
                 found = CheckResult(*check)
                 decisions = budget.on_check(found, head.fed, worker=w)  # recorded durably first (none: it failed)
-                if found.decisions:  # the worker waits for the word
+                if found.decisions:  # the worker waits for the word (a dead one's restart applies them: recorded)
                     self._deciding[w] = (decisions, head.fed)
-                    self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
+                    try:
+                        self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
+                    except WorkerGone:
+                        pass
         self._totals(head.events)  # (this batch is taken off the flights once delivered)
         return True
 

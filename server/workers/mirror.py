@@ -44,6 +44,11 @@ class MirroredEngine(Engine):
         self._quiet = 0  # inside unmirrored(): a caller mirrors the change itself
         self._shapes: dict[tuple[int, int], tuple[object, int]] = {}  # (id(shape), worker) -> (shape, number there)
         self._numbers = 0
+        # what rebuilds a worker that is restarted (server/workers/restart.py): the streams as declared,
+        # and per subscription the changes its worker was sent to install it
+        self.declared: dict[str, StreamSchema] = {}
+        self.recipes: dict[str, list[tuple[str, tuple]]] = {}
+        self.reads_of: dict[str, frozenset[str]] = {}  # the streams each subscription reads
 
     @property
     def link(self) -> WorkerLink:
@@ -51,6 +56,8 @@ class MirroredEngine(Engine):
 
     def declare(self, schema: StreamSchema) -> None:
         super().declare(schema)
+        self.declared.pop(schema.name, None)
+        self.declared[schema.name] = schema
         for w in range(len(self.links)):
             self._mirror(w, "declare", schema)
 
@@ -58,13 +65,15 @@ class MirroredEngine(Engine):
         autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
         if self._quiet:
             return super().add(autos, owner)
-        worker = self.placement.place(owner, *_reads_and_publishes(autos))
+        reads, publishes, cost = _reads_and_publishes(autos)
+        worker = self.placement.place(owner, reads, publishes, cost)
         try:
             got = super().add(autos, owner)
         except BaseException:
             self.placement.remove(owner)
             raise
         self._mirror(worker, "add", owner, autos)
+        self.recipes[owner], self.reads_of[owner] = [("add", (owner, autos))], frozenset(reads)
         return got
 
     @contextmanager
@@ -95,12 +104,37 @@ class MirroredEngine(Engine):
             self._shapes[(id(shape), worker)] = known = (shape, self._numbers)
             self._mirror(worker, "shape", known[1], shape.dump())
         self._mirror(worker, "add_bound", owner, known[1], bq.values, bq.names, bq.prefix)
+        self.reads_of[owner] = frozenset(bq.reads())
+        self.recipes[owner] = [("shape", (known[1], shape)), ("add_bound", (owner, known[1], bq.values, bq.names,
+                                                                           bq.prefix))]
 
     def remove(self, owner: str) -> None:
         super().remove(owner)
         worker = self.placement.remove(owner)
+        self.recipes.pop(owner, None)
+        self.reads_of.pop(owner, None)
         if worker is not None:
             self._mirror(worker, "remove", owner)
+
+    def rebuild(self, worker: int, owners) -> None:
+        """A restarted ``worker`` (a fresh process, server/workers/restart.py): the streams declared, if
+        ``owners`` is None; else those subscriptions installed, as they were sent to it before."""
+        if owners is None:
+            self._shapes = {k: v for k, v in self._shapes.items() if k[1] != worker}  # it knows no shape yet
+            for schema in list(self.declared.values()):
+                self._mirror(worker, "declare", schema)
+            return
+        sent: set[int] = set()
+        for owner in owners:
+            for name, args in self.recipes.get(owner, ()):
+                if name == "shape":
+                    number, shape = args
+                    if number not in sent:
+                        sent.add(number)
+                        self._mirror(worker, "shape", number, shape.dump())
+                    self._shapes[(id(shape), worker)] = (shape, number)
+                else:
+                    self._mirror(worker, name, *args)
 
     def _mirror(self, worker: int, name: str, *args) -> None:
         self.links[worker].command(name, *args).add_done_callback(lambda fut: self._check(fut, name, args))

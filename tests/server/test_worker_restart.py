@@ -1,0 +1,229 @@
+"""Engine workers, stage 3 (issue 32, server/workers/restart.py): a worker
+killed with SIGKILL while events stream in is started again, rebuilt from the
+newest snapshot (or from nothing) and the journal, and every watcher still
+gets exactly ``cayuga run``'s witnesses over the whole input, numbered 1..n,
+none twice; /health says degraded, names the worker and its progress while it
+catches up, then ok. A kill -9 of the server after a restart still recovers
+exactly. A worker that keeps dying is stopped, and its subscriptions are
+marked everywhere a user looks: never silent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from clients.client import CayugaClient, is_control
+from clients.testing import RISING, logged_witnesses, wait_until, write_ticks
+from server.serve import RunningServer
+from server.workers import restart
+from tests.server.conftest import assert_no_cayuga_threads, make_settings
+from tests.server.test_crash import BIG, BIG_PAIR, CLIMB, expected_witnesses
+
+#: query file -> the stream its watcher checks (NEXT, FOLD, and a chain that reads another's output)
+WATCHED = {"rising.cel": "Rising", "climb.cel": "Climb", "big_pair.cel": "BigPair"}
+EVENTS = 12_000
+
+
+def _queries(tmp_path: Path) -> list[Path]:
+    qdir = tmp_path / "queries"
+    qdir.mkdir()
+    for name, text in (("rising.cel", RISING + "\n"), ("climb.cel", CLIMB), ("big.cel", BIG),
+                       ("big_pair.cel", BIG_PAIR)):
+        (qdir / name).write_text(text)
+    return [qdir / n for n in ("rising.cel", "climb.cel", "big.cel", "big_pair.cel")]
+
+
+class Watcher(threading.Thread):
+    """A WebSocket watcher of one subscription, with seqs: every (seq, witness) it got, and the notices."""
+
+    def __init__(self, base_url: str, sid: str, expected: int) -> None:
+        super().__init__(name=f"test-watch-{sid}", daemon=True)
+        self.base_url, self.sid, self.expected = base_url, sid, expected
+        self.got: list[tuple[int, str]] = []
+        self.notices: list[dict] = []
+        self.connected = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with CayugaClient(self.base_url, timeout=120) as c:
+                with c.frames(self.sid, seq=True, batch=1000, timeout=120) as frames:
+                    self.connected.set()
+                    for msg in frames:
+                        if is_control(msg):
+                            self.notices.append(json.loads(msg))
+                            continue
+                        for line in msg.split("\n"):
+                            seq, _, body = line.partition(" ")
+                            self.got.append((int(seq), json.dumps(json.loads(body), sort_keys=True)))
+                        if len(self.got) >= self.expected:
+                            return
+        except BaseException as exc:  # noqa: BLE001 - the test thread asserts it
+            self.error = exc
+        finally:
+            self.connected.set()
+
+
+class Held:
+    """Holds a restarted worker's catch-up after its first batch until :meth:`release` (so that
+    a test sees /health while it catches up): a hook on :meth:`restart.CatchUp._answer`."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.reached = threading.Event()
+        self.go = threading.Event()
+        answer = restart.CatchUp._answer
+
+        def held(catch_up, fed, recorded):
+            got = answer(catch_up, fed, recorded)
+            self.reached.set()
+            assert self.go.wait(120), "the test never released the catch-up"
+            return got
+
+        monkeypatch.setattr(restart.CatchUp, "_answer", held)
+
+    def release(self) -> None:
+        self.go.set()
+
+
+def _send_all(base_url: str, events: list[dict], out: list) -> None:
+    """A real TCP sender, sending ``events`` in small blocks (a steady stream)."""
+    try:
+        with CayugaClient(base_url) as c, c.sender() as snd:
+            for k in range(0, len(events), 200):
+                snd.send_many(events[k:k + 200])
+    except BaseException as exc:  # noqa: BLE001 - the test thread asserts it
+        out.append(exc)
+
+
+@pytest.mark.parametrize("workers, snapshots", [(1, False), (2, True)])
+def test_a_killed_worker_is_restarted_and_every_witness_arrives_once(tmp_path, monkeypatch, workers, snapshots):
+    """kill -9 of one worker while a TCP sender streams: it is started again, from the newest
+    snapshot (2 workers, snapshots every 2,000 events) or from the journal's beginning (1 worker,
+    no snapshot yet); the watchers get ``cayuga run``'s witnesses, 1..n; /health degraded then ok;
+    then a kill -9 of the server itself (no shutdown snapshot) recovers exactly too."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, EVENTS, 30, seed=7)
+    order = _queries(tmp_path)
+    expected = expected_witnesses(ticks, order)
+    events = [json.loads(line) for line in ticks.read_text().splitlines()]
+    extra = {"snapshot_seconds": 0, "snapshot_events": 2000} if snapshots else {}
+    s = make_settings(tmp_path, time="event", engine_workers=workers, **extra)
+    held = Held(monkeypatch)
+    srv = RunningServer(s).start()
+    sent_errors: list = []
+    try:
+        d = srv.daemon
+        with CayugaClient(srv.base_url) as c:
+            ids = {q.name: c.subscribe(cel=q.read_text())["id"] for q in order}
+            watchers = {q: Watcher(srv.base_url, ids[q], sum(expected[stream].values()))
+                        for q, stream in WATCHED.items()}
+            for w in watchers.values():
+                w.start()
+                w.connected.wait(30)
+            wait_until(lambda: c.health()["clients"] >= len(watchers), what="the watchers to connect")
+            first = EVENTS // 3
+            c.post_events(events[:first])
+            wait_until(lambda: d.events_taken == first, what="the first third through the workers")
+            if snapshots:
+                wait_until(lambda: d.snapshotter.taken >= 1, what="a snapshot before the kill")
+            victim = int(c.subscription(ids["big_pair.cel"])["runs_on"].split()[-1])
+            pid = d.links[victim].process.pid
+            sender = threading.Thread(target=_send_all, args=(srv.base_url, events[first:], sent_errors))
+            sender.start()
+            wait_until(lambda: d.events_taken > first, what="the stream to flow")
+            os.kill(pid, signal.SIGKILL)
+            assert held.reached.wait(60), "the worker was not started again"
+            h = c.health()
+            assert h["status"] == "degraded", h
+            assert f"engine worker {victim} died and was started again" in h["reason"]
+            mine = h["workers"][victim]
+            assert mine["state"] == "catching_up" and mine["restarts"] == 1 and mine["catch_up"]["events_total"] > 0
+            assert mine["pid"] != pid and "exit code -9" in mine["last_death"]
+            held.release()
+            sender.join(120)
+            assert not sender.is_alive() and not sent_errors, sent_errors
+            wait_until(lambda: d.events_taken == EVENTS, timeout=120, what="every event through the workers")
+            for w in watchers.values():
+                w.join(120)
+            h = wait_until(lambda: (h := c.health())["status"] == "ok" and h, what="/health ok again")
+            assert [w["state"] for w in h["workers"]] == ["running"] * workers
+            assert h["workers"][victim]["restarts"] == 1
+            subs = {q: c.subscription(i) for q, i in ids.items()}
+        for q, stream in WATCHED.items():
+            w = watchers[q]
+            assert w.error is None, w.error
+            assert [n for n, _ in w.got] == list(range(1, len(w.got) + 1)), f"{stream}: seqs not 1..n"
+            assert Counter(body for _, body in w.got) == expected[stream], stream
+            assert subs[q]["last_seq"] == len(w.got) and subs[q]["exact"], subs[q]
+            assert not w.notices, w.notices
+        logged = {q: logged_witnesses(srv.base_url, ids[q], subs[q]["last_seq"]) for q in WATCHED}
+    finally:
+        held.release()
+        d.checkpoints.final = lambda: None  # no shutdown snapshot: as after kill -9 of the server
+        srv.stop()
+    srv = RunningServer(s).start()  # the server's own crash after the worker's restart recovers exactly
+    try:
+        d = srv.daemon
+        wait_until(lambda: d.caught_up and d.events_taken == EVENTS, timeout=120, what="the recovery")
+        with CayugaClient(srv.base_url) as c:
+            assert c.health()["status"] == "ok"
+            for q in WATCHED:
+                sub = c.subscription(ids[q])
+                assert sub["last_seq"] == subs[q]["last_seq"] and sub["exact"]
+                assert logged_witnesses(srv.base_url, ids[q], sub["last_seq"]) == logged[q]
+    finally:
+        srv.stop()
+    assert_no_cayuga_threads()
+
+
+def test_a_worker_that_keeps_dying_is_stopped_and_its_subscriptions_are_marked(tmp_path):
+    """Killed again and again (each time once it is back): after MAX_DEATHS deaths within
+    DEATH_WINDOW it is not started again; each of its subscriptions is marked on /health,
+    GET /subscriptions/{id} (inexact, runs_on nowhere) and to its watcher; /livez says 503."""
+    s = make_settings(tmp_path, engine_workers=1)
+    srv = RunningServer(s).start()
+    pids = []
+    try:
+        d = srv.daemon
+        with CayugaClient(srv.base_url) as c:
+            sid = c.subscribe(cel=RISING)["id"]
+            notices: list[dict] = []
+            watcher = Watcher(srv.base_url, sid, 1)
+            watcher.notices = notices
+            watcher.start()
+            wait_until(lambda: c.health()["clients"] >= 1, what="the watcher to connect")
+            for k in range(restart.MAX_DEATHS):
+                pid = d.links[0].process.pid
+                pids.append(pid)
+                os.kill(pid, signal.SIGKILL)
+                if k < restart.MAX_DEATHS - 1:
+                    wait_until(lambda: (w := c.health()["workers"][0])["restarts"] == k + 1 and w["state"] == "running"
+                               and w["pid"] != pid, what=f"restart {k + 1}")
+            h = wait_until(lambda: (h := c.health())["workers"][0]["state"] == "stopped" and h,
+                           what="the worker stopped")
+            assert h["status"] == "degraded" and f"died {restart.MAX_DEATHS} times" in h["reason"]
+            assert "restart the server" in h["reason"] and sid in h["inexact"]
+            sub = c.subscription(sid)
+            assert not sub["exact"] and "engine worker 0 is stopped" in sub["inexact"]["reason"]
+            assert sub["runs_on"].startswith("nowhere: engine worker 0 is stopped")
+            assert c.http.get("/livez").status_code == 503
+            wait_until(lambda: any(n.get("control") == "inexact" and n.get("subscription") == sid
+                                   for n in notices), what="the watcher's notice")
+    finally:
+        srv.stop()
+    for p in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(p, 0)
+    srv = RunningServer(s).start()  # a restart of the server gets a worker again
+    try:
+        with CayugaClient(srv.base_url) as c:
+            assert c.health()["workers"][0]["state"] == "running"
+    finally:
+        srv.stop()
+    assert_no_cayuga_threads()
