@@ -21,7 +21,7 @@ from typing import Iterator
 
 from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
-from server.workers.link import WorkerLink
+from server.workers.link import WorkerGone, WorkerLink
 from server.workers.placement import Placement
 
 log = logging.getLogger("cayuga.daemon")
@@ -49,6 +49,7 @@ class MirroredEngine(Engine):
         self.declared: dict[str, StreamSchema] = {}
         self.recipes: dict[str, list[tuple[str, tuple]]] = {}
         self.reads_of: dict[str, frozenset[str]] = {}  # the streams each subscription reads
+        self.stopped: dict[int, str] = {}  # workers no longer started again (restart.py), and why
 
     @property
     def link(self) -> WorkerLink:
@@ -68,6 +69,7 @@ class MirroredEngine(Engine):
         reads, publishes, cost = _reads_and_publishes(autos)
         worker = self.placement.place(owner, reads, publishes, cost)
         try:
+            self._running(owner, worker)
             got = super().add(autos, owner)
         except BaseException:
             self.placement.remove(owner)
@@ -94,6 +96,7 @@ class MirroredEngine(Engine):
         try:
             worker = self.placement.place(owner, bq.reads(), {name for name, _attrs in bq.published()},
                                           sum(len(a.states) for a in autos))
+            self._running(owner, worker)
         except EngineError:
             super().remove(owner)
             raise
@@ -115,6 +118,14 @@ class MirroredEngine(Engine):
         self.reads_of.pop(owner, None)
         if worker is not None:
             self._mirror(worker, "remove", owner)
+
+    def _running(self, owner: str, worker: int) -> None:
+        """Raise :class:`EngineError` (``owner`` unplaced) when ``worker`` is stopped (restart.py)."""
+        why = self.stopped.get(worker)
+        if why is not None:
+            self.placement.remove(owner)
+            raise EngineError(f"{owner} would run on engine worker {worker}, which is stopped ({why}): "
+                              "restart the server, then register it")
 
     def rebuild(self, worker: int, owners) -> None:
         """A restarted ``worker`` (a fresh process, server/workers/restart.py): the streams declared, if
@@ -141,7 +152,7 @@ class MirroredEngine(Engine):
 
     def _check(self, fut: Future, name: str, args: tuple) -> None:
         exc = fut.exception()
-        if exc is None:
+        if exc is None or isinstance(exc, WorkerGone):  # a worker that died is rebuilt with it (restart.py)
             return
         what = f"{name} {args[0] if args else ''}".strip()
         self.diverged = f"an engine worker refused a change this process made ({what}): {exc}"

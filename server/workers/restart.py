@@ -178,6 +178,7 @@ class Restarter:
         """Worker ``w`` is not started again: its subscriptions are marked, never silently left."""
         t = self.thread
         self.abandoned[w] = why
+        t.engine.stopped[w] = why  # (a registration placed there is refused, saying so)
         for f in t.in_flight:  # what it was sent is not waited for
             if w in f.workers:
                 f.workers = tuple(x for x in f.workers if x != w)
@@ -300,6 +301,7 @@ class CatchUp:
                                          events))
             dropped += self._answer(fed, recorded)
             self.r.catching_up[w] = {"events_done": fed - start, "events_total": self.target - start}
+        link.call("instance_count", None, timeout=STEP_TIMEOUT)  # it has taken every change sent (or died: raises)
         while not link.applied.empty():  # the answers to the empty words of its checks
             link.applied.get_nowait()
         log.info("engine worker %d caught up: %d events replayed, %d witnesses it made again dropped (delivered "

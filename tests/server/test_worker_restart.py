@@ -215,6 +215,8 @@ def test_a_worker_that_keeps_dying_is_stopped_and_its_subscriptions_are_marked(t
             assert c.http.get("/livez").status_code == 503
             wait_until(lambda: any(n.get("control") == "inexact" and n.get("subscription") == sid
                                    for n in notices), what="the watcher's notice")
+            r = c.http.post("/subscriptions", json={"cel": "SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Up"})
+            assert r.status_code == 400 and "engine worker 0, which is stopped" in r.text, r.text
     finally:
         srv.stop()
     for p in pids:
@@ -225,5 +227,37 @@ def test_a_worker_that_keeps_dying_is_stopped_and_its_subscriptions_are_marked(t
         with CayugaClient(srv.base_url) as c:
             assert c.health()["workers"][0]["state"] == "running"
     finally:
+        srv.stop()
+    assert_no_cayuga_threads()
+
+
+def test_a_worker_that_dies_while_it_catches_up_is_stopped(tmp_path, monkeypatch):
+    """Killed again while it replays the journal: it is not started a third time; its
+    subscriptions are marked, and /health says why."""
+    s = make_settings(tmp_path, time="event", engine_workers=1)
+    held = Held(monkeypatch)
+    srv = RunningServer(s).start()
+    try:
+        d = srv.daemon
+        with CayugaClient(srv.base_url) as c:
+            sid = c.subscribe(cel=RISING)["id"]
+            ticks = tmp_path / "ticks.jsonl"
+            write_ticks(ticks, 3000, 10, seed=3)
+            c.post_events([json.loads(line) for line in ticks.read_text().splitlines()])
+            wait_until(lambda: d.events_taken == 3000, what="the events through the worker")
+            first = d.links[0].process.pid
+            os.kill(first, signal.SIGKILL)
+            assert held.reached.wait(60), "the worker was not started again"
+            second = c.health()["workers"][0]["pid"]
+            assert second != first
+            os.kill(second, signal.SIGKILL)
+            wait_until(lambda: d.links[0].gone is not None, what="the second death")
+            held.release()
+            h = wait_until(lambda: (h := c.health())["workers"][0]["state"] == "stopped" and h,
+                           what="the worker stopped")
+            assert "could not be caught up" in h["reason"] and sid in h["inexact"]
+            assert not c.subscription(sid)["exact"]
+    finally:
+        held.release()
         srv.stop()
     assert_no_cayuga_threads()
