@@ -173,8 +173,14 @@ class WorkerEngineThread(EngineThread):
             out.append({"worker": w, "pid": link.process.pid if link.process is not None else None,
                         "alive": link.alive, "gone": link.gone, "subscriptions": self.placement.count_on(w),
                         "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
-                        "events": self.events_of[w], **self.restarter.about(w)})
+                        "events": self.events_of[w], "instances": self._instances_on(w),
+                        "cpu_seconds": link.cpu_seconds(), **self.restarter.about(w)})
         return out
+
+    def _instances_on(self, w: int) -> int:
+        """Instances of the subscriptions on worker ``w`` at the last count (server/budget.py)."""
+        counts = self.budget.instances if self.budget is not None else {}
+        return sum(counts.get(sid, 0) for sid, x in list(self.placement.worker_of.items()) if x == w)
 
     def runs_on(self, sid: str) -> str:
         w = self.placement.of(sid)

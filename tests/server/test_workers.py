@@ -173,6 +173,20 @@ def test_health_metrics_and_the_api_say_where_the_automata_run(start_server, tmp
                 (w,) = h["workers"]
                 assert w["alive"] and w["pid"] == srv.daemon.links[0].process.pid and w["in_flight_events"] == 0
                 assert 'cayuga_engine_worker_up{worker="0"} 1.0' in metrics
+                # item 6: per worker, events (a rate from two readings), instances, queue depth, CPU, restarts
+                c.post_events([stock("A", 2.0, 1, 1), stock("B", 3.0, 1, 2)])
+                wait_until(lambda: c.health()["workers"][0]["events"] == 2, what="the events counted on the worker")
+                (w,) = c.health()["workers"]
+                assert w["state"] == "running" and w["restarts"] == 0 and w["in_flight_batches"] == 0
+                assert w["cpu_seconds"] > 0 and w["instances"] == 0
+                (st,) = c.http.get("/stats").json()["workers"]
+                assert st["events"] == 2 and st["worker"] == 0 and st["restarts"] == 0 and st["cpu_seconds"] > 0
+                metrics = c.http.get("/metrics").text
+                for name in ("cayuga_engine_worker_events_total", "cayuga_engine_worker_instances",
+                             "cayuga_engine_worker_in_flight_batches", "cayuga_engine_worker_cpu_seconds_total",
+                             "cayuga_engine_worker_restarts_total", "cayuga_engine_worker_stopped"):
+                    assert f'{name}{{worker="0"}}' in metrics, name
+                assert 'cayuga_engine_worker_events_total{worker="0"} 2.0' in metrics
             else:
                 assert "cayuga_engine_worker_up{" not in metrics
         srv.stop()
