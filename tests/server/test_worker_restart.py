@@ -101,19 +101,21 @@ def _send_all(base_url: str, events: list[dict], out: list) -> None:
         out.append(exc)
 
 
-@pytest.mark.parametrize("workers, snapshots", [(1, False), (2, True)])
-def test_a_killed_worker_is_restarted_and_every_witness_arrives_once(tmp_path, monkeypatch, workers, snapshots):
+@pytest.mark.parametrize("workers, snapshots, clock", [(1, False, "clock"), (2, True, "event")])
+def test_a_killed_worker_is_restarted_and_every_witness_arrives_once(tmp_path, monkeypatch, workers, snapshots,
+                                                                      clock):
     """kill -9 of one worker while a TCP sender streams: it is started again, from the newest
     snapshot (2 workers, snapshots every 2,000 events) or from the journal's beginning (1 worker,
-    no snapshot yet); the watchers get ``cayuga run``'s witnesses, 1..n; /health degraded then ok;
-    then a kill -9 of the server itself (no shutdown snapshot) recovers exactly too."""
+    no snapshot yet, the default clock); the watchers get ``cayuga run``'s witnesses, 1..n;
+    /health degraded then ok; then a kill -9 of the server itself (no shutdown snapshot)
+    recovers exactly too."""
     ticks = tmp_path / "ticks.jsonl"
     write_ticks(ticks, EVENTS, 30, seed=7)
     order = _queries(tmp_path)
     expected = expected_witnesses(ticks, order)
     events = [json.loads(line) for line in ticks.read_text().splitlines()]
     extra = {"snapshot_seconds": 0, "snapshot_events": 2000} if snapshots else {}
-    s = make_settings(tmp_path, time="event", engine_workers=workers, **extra)
+    s = make_settings(tmp_path, time=clock, engine_workers=workers, **extra)
     held = Held(monkeypatch)
     srv = RunningServer(s).start()
     sent_errors: list = []
