@@ -263,3 +263,53 @@ def test_a_worker_that_dies_while_it_catches_up_is_stopped(tmp_path, monkeypatch
         held.release()
         srv.stop()
     assert_no_cayuga_threads()
+
+
+def test_kill_9_of_the_server_after_a_worker_restart_recovers_exactly(tmp_path):
+    """``cayuga serve`` with 2 workers as a process: one worker killed and started again,
+    more events, then the server itself killed with SIGKILL (its workers die with it); the
+    restart recovers from the snapshot and the journal, and every subscription's log holds
+    ``cayuga run``'s witnesses, numbered 1..n, none twice."""
+    from clients.testing import ServerProcess
+
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 8000, 30, seed=11)
+    order = _queries(tmp_path)
+    expected = expected_witnesses(ticks, order)
+    events = [json.loads(line) for line in ticks.read_text().splitlines()]
+    half = len(events) // 2
+    srv = ServerProcess(tmp_path / "data", settings={"CAYUGA_ENGINE_WORKERS": "2", "CAYUGA_SNAPSHOT_EVENTS": "2000"})
+    try:
+        srv.start()
+        srv.wait_up()
+        with CayugaClient(srv.base_url) as c:
+            ids = {q.name: c.subscribe(cel=q.read_text())["id"] for q in order}
+            c.post_events(events[:half])
+            wait_until(lambda: c.health()["events_taken"] == half, what="the first half")
+            before = c.health()["workers"]
+            os.kill(before[1]["pid"], signal.SIGKILL)
+            h = wait_until(lambda: (h := c.health())["workers"][1]["restarts"] == 1 and h["status"] == "ok" and h,
+                           what="worker 1 started again")
+            assert h["workers"][0]["pid"] == before[0]["pid"]  # the other worker kept running, with its state
+            c.post_events(events[half:])
+            wait_until(lambda: c.health()["events_taken"] == len(events), what="the second half")
+            workers = [w["pid"] for w in c.health()["workers"]]
+        srv.kill()
+        for pid in workers:  # they die with the server (PR_SET_PDEATHSIG)
+            wait_until(lambda pid=pid: not os.path.exists(f"/proc/{pid}") or
+                       Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z",
+                       what=f"worker {pid} to end with the server")
+        srv.start()
+        srv.wait_up()
+        with CayugaClient(srv.base_url) as c:
+            wait_until(lambda: c.health()["events_taken"] == len(events), what="the recovery")
+            assert c.health()["status"] == "ok"
+            for q, stream in WATCHED.items():
+                sub = c.subscription(ids[q])
+                got = logged_witnesses(srv.base_url, ids[q], sub["last_seq"])
+                assert [n for n, _ in got] == list(range(1, sub["last_seq"] + 1)), stream
+                assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got) == expected[stream], stream
+                assert sub["exact"]
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.log.read_text()
