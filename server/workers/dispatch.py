@@ -101,10 +101,8 @@ class WorkerEngineThread(EngineThread):
         lock = threading.Lock()
 
         def done(fut, w: int) -> None:
-            if fut.exception() is not None:
-                return
-            with lock:
-                answers[w] = fut.result()
+            with lock:  # one that died meanwhile (restart.py) counts nothing this pass: the pass still ends
+                answers[w] = fut.result() if fut.exception() is None else ({}, 0.0)
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
@@ -149,12 +147,20 @@ class WorkerEngineThread(EngineThread):
         return {k: sum(c[k] for c in counts) for k in counts[0]}
 
     def state_counts(self, sid: str, timeout: float) -> dict[str, int]:
-        return self.links[self.placement.of(sid)].call("state_counts", sid, timeout=timeout)
+        return self._ask(self.placement.of(sid), "state_counts", sid, timeout=timeout)
 
     def instance_count(self, sid: str | None = None, timeout: float = 10.0) -> int:
         if sid is not None:
-            return self.links[self.placement.of(sid)].call("instance_count", sid, timeout=timeout)
-        return sum(link.call("instance_count", None, timeout=timeout) for link in self.links)
+            return self._ask(self.placement.of(sid), "instance_count", sid, timeout=timeout)
+        return sum(self._ask(w, "instance_count", None, timeout=timeout) for w in range(len(self.links)))
+
+    def _ask(self, w: int, name: str, *args, timeout: float):
+        """A command's answer from worker ``w``; TimeoutError (the API's 503, retry) while it is
+        dead and being started again, or stopped (/health says which)."""
+        try:
+            return self.links[w].call(name, *args, timeout=timeout)
+        except WorkerGone as exc:
+            raise TimeoutError(f"engine worker {w} has ended and is being started again ({exc})") from None
 
     @property
     def alive(self) -> bool:

@@ -156,6 +156,8 @@ def test_a_killed_worker_is_restarted_and_every_witness_arrives_once(tmp_path, m
             h = wait_until(lambda: (h := c.health())["status"] == "ok" and h, what="/health ok again")
             assert [w["state"] for w in h["workers"]] == ["running"] * workers
             assert h["workers"][victim]["restarts"] == 1
+            # its instances are counted again (a count that was out when it died does not stop the counting)
+            wait_until(lambda: c.health()["workers"][victim]["instances"] > 0, what="the restarted worker's count")
             subs = {q: c.subscription(i) for q, i in ids.items()}
         for q, stream in WATCHED.items():
             w = watchers[q]
