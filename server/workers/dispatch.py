@@ -20,7 +20,9 @@ the worker applies them before it checks), the state budget's decisions (each
 worker decides on its share of ``max_state_bytes``, this thread records them,
 then the worker applies them), instance counts, and snapshots (taken with
 nothing in flight: worker 0's child writes the file, the others' children
-their parts, server/durability/checkpoints.py).
+their parts, server/durability/checkpoints.py). A worker that dies is started
+again and caught up between batches (server/workers/restart.py): each flight
+keeps the message each worker was sent, to send it again to the new one.
 """
 
 from __future__ import annotations
