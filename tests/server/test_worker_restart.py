@@ -315,3 +315,60 @@ def test_kill_9_of_the_server_after_a_worker_restart_recovers_exactly(tmp_path):
     finally:
         srv.stop()
     assert "Traceback" not in srv.log.read_text()
+
+
+QUERIES = [
+    ("rising", RISING, {}),
+    ("runs", "SELECT Name, Price FROM Stock FOLD{$2.Name = $1.Name, $2.Price > $.Price, } Stock PUBLISH Runs", {}),
+]
+#: registered after the snapshot: the catch-up installs them at their point; the cap sheds (recorded) after it
+LATER = [("later", "SELECT Name, Price_1 AS Before, Price AS After FROM Stock NEXT{$1.Name = $2.Name AND "
+                   "$2.Price > 1.03 * $1.Price} Stock PUBLISH Later", {}),
+         ("capped", "SELECT Name, Price_1 AS Before, Price AS After FROM Stock NEXT{$1.Name = $2.Name AND "
+                    "$2.Price > 1.02 * $1.Price} Stock PUBLISH Capped", {"max_instances": 12})]
+
+
+def _steps(tmp_path: Path, workers: int, events: list[dict], kill: bool) -> dict:
+    """Events to 2,000 (a snapshot there), to 3,000, a capped subscription registered, to 5,000,
+    (the worker killed and started again), the rest; each subscription's numbered witnesses."""
+    s = make_settings(tmp_path / f"steps{workers}", time="event", engine_workers=workers, snapshot_seconds=0,
+                      snapshot_events=10_000_000)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        d = srv.daemon
+        ids = {name: c.subscribe(cel=q, **caps)["id"] for name, q, caps in QUERIES}
+        for upto in (2000, 3000, 5000, len(events)):
+            done = d.events_taken
+            c.post_events(events[done:upto])
+            wait_until(lambda upto=upto: d.events_taken == upto, what=f"{upto} events through")
+            if upto == 2000 and kill:
+                d.submit(lambda eng: d.checkpoints.take(0.0)).result(timeout=30)
+                wait_until(lambda: d.snapshotter.taken == 1 and not d.snapshotter.running, what="the snapshot")
+            if upto == 3000:
+                for name, q, caps in LATER:
+                    ids[name] = c.subscribe(cel=q, **caps)["id"]
+            if upto == 5000 and kill:
+                pid = d.links[0].process.pid
+                os.kill(pid, signal.SIGKILL)
+                wait_until(lambda: (w := c.health()["workers"][0])["restarts"] == 1 and w["state"] == "running",
+                           what="the worker started again")
+        subs = {name: c.subscription(i) for name, i in ids.items()}
+        if kill:
+            assert c.health()["status"] == "degraded" and set(c.health()["inexact"]) == {ids["capped"]}
+        return {"witnesses": {name: logged_witnesses(srv.base_url, i, subs[name]["last_seq"])
+                              for name, i in ids.items()},
+                "exact": {name: sub["exact"] for name, sub in subs.items()}}
+
+
+def test_the_catch_up_installs_later_subscriptions_and_sheds_where_they_were(tmp_path):
+    """After the snapshot a capped subscription is registered and its cap sheds (recorded);
+    the worker killed later is caught up with it installed at its point and each recorded
+    shedding applied at its own: every subscription's witnesses and numbers are those of the
+    engine thread's run of the same steps without a kill."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 7000, 20, seed=5)
+    events = [json.loads(line) for line in ticks.read_text().splitlines()]
+    expected = _steps(tmp_path, 0, events, kill=False)
+    assert expected["exact"] == {"rising": True, "runs": True, "later": True, "capped": False}  # its cap shed
+    assert all(expected["witnesses"].values())
+    assert _steps(tmp_path, 1, events, kill=True) == expected
+    assert_no_cayuga_threads()
