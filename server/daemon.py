@@ -339,6 +339,8 @@ class Daemon:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
         for link in self.links:
             link.stop()  # after the shutdown snapshot, which the workers wrote
+        if self.links:
+            self.processing.restarter.close()  # the thread that started restarted ones (server/workers/restart.py)
         self.store.close()
         self.security.close()
         if self.witlog is not None and not self.processing.alive:

@@ -44,8 +44,11 @@ from __future__ import annotations
 
 import logging
 import pickle
+import queue as stdqueue
+import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 
 from air.engine import EngineError, Event
 from server.budgetcheck import CheckResult, Decision, Outcome
@@ -61,6 +64,44 @@ MAX_DEATHS = 3
 DEATH_WINDOW = 60.0
 #: Seconds a restarted worker may take for one step of its catch-up (a batch, loading its snapshot part).
 STEP_TIMEOUT = 600.0
+
+
+class Spawner:
+    """Starts the new worker processes from one thread that lives until the daemon stops
+    (:meth:`close`, after the workers have stopped): a worker asks the kernel to kill it
+    when its parent *thread* ends (PR_SET_PDEATHSIG, server/workers/worker.py), and the
+    engine thread, which restarts workers, ends before the shutdown snapshot they write."""
+
+    def __init__(self) -> None:
+        self._requests: stdqueue.Queue = stdqueue.Queue(maxsize=4)
+        self._thread: threading.Thread | None = None
+
+    def start(self, link: WorkerLink, timeout: float = 60.0) -> None:
+        """``link.start()`` on the spawner's thread (raises what it raised)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="cayuga-worker-spawner", daemon=True)
+            self._thread.start()
+        done: Future = Future()
+        self._requests.put((link, done), timeout=timeout)
+        done.result(timeout=timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._requests.get()
+            if item is None:
+                return
+            link, done = item
+            try:
+                link.start()
+                done.set_result(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the engine thread
+                done.set_exception(exc)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the thread (once every worker it started has stopped)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._requests.put(None, timeout=timeout)
+            self._thread.join(timeout)
 
 
 class CatchUpFailed(RuntimeError):
@@ -79,6 +120,7 @@ class Restarter:
         self.abandoned: dict[int, str] = {}  # worker -> why it is no longer started again
         self.catching_up: dict[int, dict] = {}  # worker -> {"events_done", "events_total"} while it catches up
         self.last_death: dict[int, str] = {}  # worker -> why it last ended
+        self.spawner = Spawner()
 
     # ------------------------------------------------------------------ what /health shows
 
@@ -152,12 +194,12 @@ class Restarter:
         target = t.processed
         self.catching_up[w] = {"events_done": 0, "events_total": 0}
         try:
-            link.start()
+            self.spawner.start(link)
             t.links[w] = link  # the one list the catalogue (mirror.py) and the daemon share
             self.restarts[w] += 1
             catch_up = CatchUp(self, w, link, target, unanswered)
             replayed = catch_up.run()
-        except (CatchUpFailed, WorkerGone, EngineError, OSError, TimeoutError) as exc:
+        except (CatchUpFailed, WorkerGone, EngineError, OSError, TimeoutError, stdqueue.Full) as exc:
             self.catching_up.pop(w, None)
             self._abandon(w, f"it died ({why}) and could not be caught up: {exc}")
             if link.alive:
@@ -173,6 +215,10 @@ class Restarter:
         log.warning("engine worker %d is running again (restart %d): %d events replayed to it", w,
                     self.restarts[w], replayed)
         return True
+
+    def close(self) -> None:
+        """At the daemon's stop, after the workers have stopped."""
+        self.spawner.close()
 
     def _abandon(self, w: int, why: str) -> None:
         """Worker ``w`` is not started again: its subscriptions are marked, never silently left."""
