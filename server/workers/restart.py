@@ -233,7 +233,6 @@ class Restarter:
         reason = f"engine worker {w} is stopped: {why}; restart the server"
         for sid in sids:
             t.budget.lost_state(sid, reason, t.processed)
-        t.error = reason
         log.error("%s; its %d subscriptions get no events and are marked inexact", reason, len(sids))
 
 
