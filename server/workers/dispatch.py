@@ -145,8 +145,13 @@ class WorkerEngineThread(EngineThread):
             paths = [snap_file.path] + [snap_file.path.with_name(snap_file.path.name + f".w{w}")
                                         for w in range(1, n)]
         futures = [link.command("import_snapshot", str(p)) for link, p in zip(self.links, paths)]
-        counts = [fut.result(timeout=600) for fut in futures]
-        return {k: sum(c[k] for c in counts) for k in counts[0]}
+        counts = []
+        for fut in futures:
+            try:
+                counts.append(fut.result(timeout=600))
+            except WorkerGone:  # it died: the engine thread starts it again from this snapshot (restart.py)
+                pass
+        return {k: sum(c[k] for c in counts) for k in ("instances", "skipped", "clashes")}
 
     def state_counts(self, sid: str, timeout: float) -> dict[str, int]:
         return self._ask(self.placement.of(sid), "state_counts", sid, timeout=timeout)

@@ -372,3 +372,37 @@ def test_the_catch_up_installs_later_subscriptions_and_sheds_where_they_were(tmp
     assert all(expected["witnesses"].values())
     assert _steps(tmp_path, 1, events, kill=True) == expected
     assert_no_cayuga_threads()
+
+
+def test_a_worker_that_dies_while_the_server_recovers_is_started_again_from_the_snapshot(tmp_path, monkeypatch):
+    """Killed just before it loads its part of the snapshot at a start: the recovery goes on,
+    the engine thread starts it again from that snapshot, and the subscription has its
+    instances back, exact (no inexact mark for what was not lost)."""
+    from server.workers.dispatch import WorkerEngineThread
+
+    s = make_settings(tmp_path, time="event", engine_workers=1)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel=RISING)["id"]
+        ticks = tmp_path / "ticks.jsonl"
+        write_ticks(ticks, 2000, 10, seed=3)
+        c.post_events([json.loads(line) for line in ticks.read_text().splitlines()])
+        wait_until(lambda: srv.daemon.events_taken == 2000, what="the events")
+        wait_until(lambda: c.subscription(sid)["instances"] > 0, what="the instances counted")
+        before = c.subscription(sid)
+    real = WorkerEngineThread.import_snapshot
+
+    def killed_first(thread, snap_file, snap):
+        link = thread.links[0]
+        os.kill(link.process.pid, signal.SIGKILL)
+        wait_until(lambda: link.gone is not None, what="the worker's death")
+        return real(thread, snap_file, snap)
+
+    monkeypatch.setattr(WorkerEngineThread, "import_snapshot", killed_first)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        h = wait_until(lambda: (h := c.health())["workers"][0]["restarts"] == 1 and h["status"] == "ok" and h,
+                       what="the worker started again, and the server ok")
+        assert h["recovered"]["snapshot"]
+        wait_until(lambda: c.subscription(sid)["instances"] == before["instances"], what="its instances back")
+        sub = c.subscription(sid)
+        assert sub["exact"] and sub["last_seq"] == before["last_seq"]
+    assert_no_cayuga_threads()
