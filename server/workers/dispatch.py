@@ -180,20 +180,24 @@ class WorkerEngineThread(EngineThread):
 
     def workers(self) -> list[dict]:
         flight = list(self.in_flight)
+        instances = self._instances_per_worker()
         out = []
         for w, link in enumerate(self.links):
             mine = [f for f in flight if w in f.workers and w not in f.got]
             out.append({"worker": w, "pid": link.process.pid if link.process is not None else None,
                         "alive": link.alive, "gone": link.gone, "subscriptions": self.placement.count_on(w),
                         "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
-                        "events": self.events_of[w], "instances": self._instances_on(w),
+                        "events": self.events_of[w], "instances": instances[w],
                         "cpu_seconds": link.cpu_seconds(), **self.restarter.about(w)})
         return out
 
-    def _instances_on(self, w: int) -> int:
-        """Instances of the subscriptions on worker ``w`` at the last count (server/budget.py)."""
+    def _instances_per_worker(self) -> list[int]:
+        """Instances of each worker's subscriptions at the last count (server/budget.py), in one pass."""
         counts = self.budget.instances if self.budget is not None else {}
-        return sum(counts.get(sid, 0) for sid, x in list(self.placement.worker_of.items()) if x == w)
+        out = [0] * len(self.links)
+        for sid, w in list(self.placement.worker_of.items()):
+            out[w] += counts.get(sid, 0)
+        return out
 
     def runs_on(self, sid: str) -> str:
         w = self.placement.of(sid)
