@@ -339,6 +339,8 @@ class Daemon:
             self.journal.close()  # after drain: the receivers and the engine thread have stopped
         for link in self.links:
             link.stop()  # after the shutdown snapshot, which the workers wrote
+        if self.links:
+            self.processing.restarter.close()  # the thread that started restarted ones (server/workers/restart.py)
         self.store.close()
         self.security.close()
         if self.witlog is not None and not self.processing.alive:
@@ -360,9 +362,10 @@ class Daemon:
     def engine_error(self) -> str | None:
         """The last error the engine raised on an event (the thread survived it), or why an
         engine worker is gone (server/workers/link.py)."""
-        gone = next((link.gone for link in self.links if link.gone is not None), None)
-        if gone is not None:
-            return f"{gone}: its subscriptions get no events; restart the server"
+        if self.links:  # a worker that died is started again (server/workers/restart.py) unless it died too often
+            gone = self.processing.gone()
+            if gone is not None:
+                return f"{gone}: its subscriptions get no events; restart the server"
         return self.processing.error
 
     def state_counts(self, sid: str, timeout: float = 5.0) -> dict[str, int]:
@@ -516,6 +519,10 @@ class Daemon:
 
     def workers(self) -> list[dict]:
         return self.health.workers()
+
+    def worker_trouble(self) -> list[str]:
+        """What /health says of engine workers restarted, catching up or stopped (server/workers/restart.py)."""
+        return self.processing.restarter.trouble() if self.links else []
 
     def runaways(self) -> dict[str, dict]:
         return self.health.runaways()

@@ -135,12 +135,13 @@ def _state(request: Request, d) -> Status:
     inexact = d.inexact()
     gaps = d.witness_gaps()
     broken = d.broken_subscriptions()
-    if (stalled or disk or inexact or gaps or broken) and status == "ok":
+    workers = d.worker_trouble()  # a worker restarted and catching up, or stopped (server/workers/restart.py)
+    if (stalled or disk or inexact or gaps or broken or workers) and status == "ok":
         status = "degraded"
     heavy = holding_back(d)
     if heavy and status == "ok":
         status = "warning"
-    reasons = [f"{v['error']} at {v['path']}" for v in disk.values()] + ([stalled] if stalled else [])
+    reasons = [f"{v['error']} at {v['path']}" for v in disk.values()] + ([stalled] if stalled else []) + workers
     if d.engine_error:
         reasons.append(f"engine error: {d.engine_error}")
     elif status == "degraded" and not alive:

@@ -171,10 +171,8 @@ class Recovery:
         renewed = {st.id for st in stored if st.seq_base is not None and (st.installed_at or 0) >= fed}
         if not exact:
             fresh |= renewed
-        early = [st for st in stored if st.id not in fresh and (
-            not exact or ((st.installed_at is None or st.installed_at <= fed) and st.id not in renewed))]
-        later = [st for st in stored if st.id not in fresh and exact and (
-            (st.installed_at is not None and st.installed_at > fed) or st.id in renewed)]
+        early = [st for st in stored if st.id not in fresh and (not exact or not installed_after(st, fed))]
+        later = [st for st in stored if st.id not in fresh and exact and installed_after(st, fed)]
         for k in range(0, len(early), INSTALL_CHUNK):
             if self.stopping.is_set():
                 return
@@ -315,14 +313,7 @@ class Recovery:
                 p.fresh, p.installed_at = True, self.replay_until
         for e in self.registrar.compile_batch(pending, strict=False):
             self.registrar.mark_broken(pending[e["index"]], e.get("message"))
-        items = [(p.installed_at, 0, i, p) for i, p in enumerate(pending) if p.automata]
-        items += [(fed, 1, seq, Eviction(seq, sid, keep, *rest)) for seq, fed, sid, keep, *rest in evictions]
-        items.sort(key=lambda x: x[:3])
-        for at, _k, _i, item in items:
-            if self.due and self.due[-1][0] == at:
-                self.due[-1][1].append(item)
-            else:
-                self.due.append((at, [item]))
+        plan_due([(p.installed_at, p) for p in pending if p.automata], evictions, self.due)
         self.restored += len(stored)
         if evictions:
             log.info("the replay applies %d recorded evictions again", len(evictions))
@@ -419,12 +410,49 @@ class Recovery:
         """Put the journal's records after position ``after`` back on the
         queue, in journal order (the arrival order they had: the engine then
         takes them in the order it took them before)."""
-        records = events = 0
-        for record in self.journal.replay(after):
-            if record.events:
-                self.queue.restore(record.events)
-                events += len(record.events)
-            records += 1
+        records, events = requeue(self.journal, self.queue, after)
         self.recovered.update(replayed_records=records, replayed_events=events)
         if records:
             log.info("replaying %d journaled events (%d records after position %d)", events, records, after)
+
+
+# ---------------------------------------------------------------------- shared with an engine worker's restart
+# (server/workers/restart.py replays the journal to one worker the way a start replays it to the engine)
+
+
+def installed_after(st: StoredSubscription, fed: int) -> bool:
+    """Whether an exact replay from ``fed`` events installs ``st`` at its own point (registered after
+    that point, or installed afresh there or later: it takes none of the snapshot's instances) rather
+    than before the snapshot's instances are loaded."""
+    if st.installed_at is not None and st.installed_at > fed:
+        return True
+    return st.seq_base is not None and (st.installed_at or 0) >= fed
+
+
+def plan_due(subs: list[tuple[int, object]], evictions, due: deque | None = None) -> deque:
+    """The points of a replay, in order, onto ``due``: each subscription ``(installed_at, item)`` and each
+    recorded eviction (the store's rows: seq, fed, sid, keep, reason, shared) at the ``fed`` point it
+    happened at; at one point, subscriptions first (one installed there sees no instance older than itself)."""
+    due = deque() if due is None else due
+    items = [(at, 0, i, x) for i, (at, x) in enumerate(subs)]
+    items += [(fed, 1, seq, Eviction(seq, sid, keep, *rest)) for seq, fed, sid, keep, *rest in evictions]
+    items.sort(key=lambda x: x[:3])
+    for at, _k, _i, item in items:
+        if due and due[-1][0] == at:
+            due[-1][1].append(item)
+        else:
+            due.append((at, [item]))
+    return due
+
+
+def requeue(journal: Journal, queue: DelayQueue, after: int) -> tuple[int, int]:
+    """Put ``journal``'s records after position ``after`` on ``queue``, in journal order (the arrival
+    order they had, so that the queue releases them in the order it released them before): the
+    records and events put back."""
+    records = events = 0
+    for record in journal.replay(after):
+        if record.events:
+            queue.restore(record.events)
+            events += len(record.events)
+        records += 1
+    return records, events

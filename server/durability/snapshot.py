@@ -321,6 +321,16 @@ class Snapshotter:
             self._remote_status = next((s for s in self._remote_statuses if s), 0)
             self._remote_done.set()
 
+    def remote_lost(self, why: str) -> None:
+        """An engine worker died (server/workers/restart.py): a remote snapshot under way may lack
+        its child's part, and its end would never come: counted as failed (the next one is taken
+        as usual); nothing when none is under way."""
+        if self._child == -1 and not self._remote_done.is_set():
+            log.error("the snapshot under way fails: %s", why)
+            self._remote_statuses = [1 << 8] * self._remote_children
+            self._remote_status = 1 << 8
+            self._remote_done.set()
+
     def _watch(self) -> None:
         pid = self._child
         status = None

@@ -25,11 +25,31 @@ class HealthCollector:
                                "0 once it has ended", labels=["worker"])
         flight = GaugeMetricFamily("cayuga_engine_worker_in_flight_events", "Events handed to an engine worker "
                                    "and not yet back", labels=["worker"])
+        batches = GaugeMetricFamily("cayuga_engine_worker_in_flight_batches", "Batches handed to an engine worker "
+                                    "and not yet back (its queue depth)", labels=["worker"])
+        events = CounterMetricFamily("cayuga_engine_worker_events", "Events an engine worker has taken and "
+                                     "answered (rate() gives its events/s)", labels=["worker"])
+        instances = GaugeMetricFamily("cayuga_engine_worker_instances", "Instances of an engine worker's "
+                                      "subscriptions at the last count", labels=["worker"])
+        cpu = CounterMetricFamily("cayuga_engine_worker_cpu_seconds", "CPU time an engine worker process has used "
+                                  "(its current process: a restart starts it again)", labels=["worker"])
+        restarts = CounterMetricFamily("cayuga_engine_worker_restarts", "Times an engine worker that died was "
+                                       "started again (server/workers/restart.py)", labels=["worker"])
+        stopped = GaugeMetricFamily("cayuga_engine_worker_stopped", "1 once an engine worker died too often to be "
+                                    "started again (its subscriptions get no events: restart the server)",
+                                    labels=["worker"])
         for w in d.workers():
-            up.add_metric([str(w["worker"])], 1 if w["alive"] else 0)
-            flight.add_metric([str(w["worker"])], w["in_flight_events"])
-        yield up
-        yield flight
+            label = [str(w["worker"])]
+            up.add_metric(label, 1 if w["alive"] else 0)
+            flight.add_metric(label, w["in_flight_events"])
+            batches.add_metric(label, w["in_flight_batches"])
+            events.add_metric(label, w["events"])
+            instances.add_metric(label, w["instances"])
+            if w["cpu_seconds"] is not None:
+                cpu.add_metric(label, w["cpu_seconds"])
+            restarts.add_metric(label, w["restarts"])
+            stopped.add_metric(label, 1 if w["state"] == "stopped" else 0)
+        yield from (up, flight, batches, events, instances, cpu, restarts, stopped)
         yield CounterMetricFamily("cayuga_engine_errors", "Events the engine raised an error on (the thread "
                                   "survived; /health reports the last one and says degraded)",
                                   value=d.counters.get(Count.ENGINE_ERRORS))

@@ -20,7 +20,9 @@ the worker applies them before it checks), the state budget's decisions (each
 worker decides on its share of ``max_state_bytes``, this thread records them,
 then the worker applies them), instance counts, and snapshots (taken with
 nothing in flight: worker 0's child writes the file, the others' children
-their parts, server/durability/checkpoints.py).
+their parts, server/durability/checkpoints.py). A worker that dies is started
+again and caught up between batches (server/workers/restart.py): each flight
+keeps the message each worker was sent, to send it again to the new one.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from server.delivery.witnesses import EncodedBatch
 from server.observability.counters import Count
 from server.processing import EngineThread
 from server.workers import codec
-from server.workers.link import WorkerLink
+from server.workers.link import WorkerGone, WorkerLink
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -60,6 +62,7 @@ class Flight:
     workers: tuple[int, ...]  # those it went to, in order
     recorded: dict[int, list] = field(default_factory=dict)  # worker -> the recorded sheddings it carries
     got: dict[int, list] = field(default_factory=dict)  # worker -> its result, once back
+    messages: dict[int, bytes] = field(default_factory=dict)  # worker -> what it was sent (again, once restarted)
 
 
 class WorkerEngineThread(EngineThread):
@@ -79,6 +82,10 @@ class WorkerEngineThread(EngineThread):
         self._stats: dict[int, tuple] = {}  # worker -> its engine's running totals
         self._epochs: dict[int, object] = {}
         self.hub = None  # wired by the daemon: which internal streams clients watch
+        self.events_of = [0] * len(links)  # events each worker has taken and sent back
+        from server.workers.restart import Restarter
+
+        self.restarter = Restarter(self)  # a worker that dies is started again (server/workers/restart.py)
 
     @property
     def link(self) -> WorkerLink:
@@ -96,10 +103,8 @@ class WorkerEngineThread(EngineThread):
         lock = threading.Lock()
 
         def done(fut, w: int) -> None:
-            if fut.exception() is not None:
-                return
-            with lock:
-                answers[w] = fut.result()
+            with lock:  # one that died meanwhile (restart.py) counts nothing this pass: the pass still ends
+                answers[w] = fut.result() if fut.exception() is None else ({}, 0.0)
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
@@ -140,37 +145,65 @@ class WorkerEngineThread(EngineThread):
             paths = [snap_file.path] + [snap_file.path.with_name(snap_file.path.name + f".w{w}")
                                         for w in range(1, n)]
         futures = [link.command("import_snapshot", str(p)) for link, p in zip(self.links, paths)]
-        counts = [fut.result(timeout=600) for fut in futures]
-        return {k: sum(c[k] for c in counts) for k in counts[0]}
+        counts = []
+        for fut in futures:
+            try:
+                counts.append(fut.result(timeout=600))
+            except WorkerGone:  # it died: the engine thread starts it again from this snapshot (restart.py)
+                pass
+        return {k: sum(c[k] for c in counts) for k in ("instances", "skipped", "clashes")}
 
     def state_counts(self, sid: str, timeout: float) -> dict[str, int]:
-        return self.links[self.placement.of(sid)].call("state_counts", sid, timeout=timeout)
+        return self._ask(self.placement.of(sid), "state_counts", sid, timeout=timeout)
 
     def instance_count(self, sid: str | None = None, timeout: float = 10.0) -> int:
         if sid is not None:
-            return self.links[self.placement.of(sid)].call("instance_count", sid, timeout=timeout)
-        return sum(link.call("instance_count", None, timeout=timeout) for link in self.links)
+            return self._ask(self.placement.of(sid), "instance_count", sid, timeout=timeout)
+        return sum(self._ask(w, "instance_count", None, timeout=timeout) for w in range(len(self.links)))
+
+    def _ask(self, w: int, name: str, *args, timeout: float):
+        """A command's answer from worker ``w``; TimeoutError (the API's 503, retry) while it is
+        dead and being started again, or stopped (/health says which)."""
+        try:
+            return self.links[w].call(name, *args, timeout=timeout)
+        except WorkerGone as exc:
+            raise TimeoutError(f"engine worker {w} has ended and is being started again ({exc})") from None
 
     @property
     def alive(self) -> bool:
-        return super().alive and all(link.alive for link in self.links)
+        return super().alive and self.gone() is None  # (one that died and is started again does not count)
 
     def gone(self) -> str | None:
-        """Why a worker is no longer there (None while every one runs)."""
-        return next((link.gone for link in self.links if link.gone is not None), None)
+        """Why a worker is no longer there and is not started again (None while every one runs)."""
+        return next((link.gone for w, link in enumerate(self.links)
+                     if link.gone is not None and w in self.restarter.abandoned), None)
 
     def workers(self) -> list[dict]:
         flight = list(self.in_flight)
+        instances = self._instances_per_worker()
         out = []
         for w, link in enumerate(self.links):
             mine = [f for f in flight if w in f.workers and w not in f.got]
             out.append({"worker": w, "pid": link.process.pid if link.process is not None else None,
                         "alive": link.alive, "gone": link.gone, "subscriptions": self.placement.count_on(w),
-                        "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine)})
+                        "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
+                        "events": self.events_of[w], "instances": instances[w],
+                        "cpu_seconds": link.cpu_seconds(), **self.restarter.about(w)})
+        return out
+
+    def _instances_per_worker(self) -> list[int]:
+        """Instances of each worker's subscriptions at the last count (server/budget.py), in one pass."""
+        counts = self.budget.instances if self.budget is not None else {}
+        out = [0] * len(self.links)
+        for sid, w in list(self.placement.worker_of.items()):
+            out[w] += counts.get(sid, 0)
         return out
 
     def runs_on(self, sid: str) -> str:
-        return f"worker {self.placement.of(sid)}"
+        w = self.placement.of(sid)
+        if w in self.restarter.abandoned:
+            return f"nowhere: engine worker {w} is stopped ({self.restarter.abandoned[w]}); restart the server"
+        return f"worker {w}"
 
     @property
     def processed(self) -> int:
@@ -188,10 +221,7 @@ class WorkerEngineThread(EngineThread):
             self._sync_watched()
             if self.engine.diverged is not None:
                 self.error = self.engine.diverged
-            gone = self.gone()
-            if gone is not None:
-                self.error = gone
-                log.error("%s: the engine thread stops; restart the server", gone)
+            if not self.restarter.check():  # a dead worker is started again and caught up (ingest waits)
                 return
             if recovery.due:  # later subscriptions, at the point they were registered (sheddings ride on batches)
                 recovery.install_due()
@@ -240,13 +270,18 @@ class WorkerEngineThread(EngineThread):
             w = self.placement.of(r.sid)
             by_worker.setdefault(w, []).append(r)
             parts.setdefault(w, [])
-        workers = tuple(sorted(parts))
+        workers = tuple(w for w in sorted(parts) if w not in self.restarter.abandoned)
+        sent = {}
         for w in workers:
             mine = by_worker.get(w, [])
-            self.links[w].send(codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
-                                                  parts[w]))
+            sent[w] = codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
+                                         parts[w])
+            try:
+                self.links[w].send(sent[w])
+            except WorkerGone:  # it has just died: sent again once it is restarted
+                pass
         if workers:
-            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker))
+            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker, messages=sent))
         else:  # no worker reads these events: taken, and through (as one engine would count them)
             self._totals(0)
 
@@ -255,6 +290,8 @@ class WorkerEngineThread(EngineThread):
         then the one this process's parts describe (a snapshot's cut). False
         when the thread must stop."""
         while self.in_flight and self.gone() is None:
+            if not self.restarter.check():  # (one that died is started again, and answers them)
+                return False
             if not self._take_results(block=True, for_commands=False):
                 return False
         return not self.in_flight
@@ -299,7 +336,8 @@ class WorkerEngineThread(EngineThread):
         self.latency.observe((time.perf_counter() - head.sent) / max(head.events, 1))
         budget = self.budget
         for w in head.workers:
-            _events, groups, internal, stats, epoch, errors, check, outcomes = head.got[w]
+            events, groups, internal, stats, epoch, errors, check, outcomes = head.got[w]
+            self.events_of[w] += events
             self._stats[w], self._epochs[w] = stats, epoch
             for e in errors:
                 self.error = e
@@ -314,9 +352,12 @@ class WorkerEngineThread(EngineThread):
             if check is not None:
                 found = CheckResult(*check)
                 decisions = budget.on_check(found, head.fed, worker=w)  # recorded durably first (none: it failed)
-                if found.decisions:  # the worker waits for the word
+                if found.decisions:  # the worker waits for the word (a dead one's restart applies them: recorded)
                     self._deciding[w] = (decisions, head.fed)
-                    self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
+                    try:
+                        self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
+                    except WorkerGone:
+                        pass
         self._totals(head.events)  # (this batch is taken off the flights once delivered)
         return True
 

@@ -32,6 +32,7 @@ log = logging.getLogger("cayuga.daemon")
 
 #: Seconds a command may take before its caller gives up (the worker goes on with it).
 COMMAND_TIMEOUT = 60.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class WorkerGone(RuntimeError):
@@ -75,6 +76,19 @@ class WorkerLink:
     @property
     def alive(self) -> bool:
         return self.gone is None and self.process is not None and self.process.poll() is None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker process has used (user and system, from /proc; None where there is no
+        /proc, or once it has ended)."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return None
+        try:
+            with open(f"/proc/{proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime (fields 14 and 15)
 
     # ------------------------------------------------------------------ sending
 

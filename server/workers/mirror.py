@@ -21,7 +21,7 @@ from typing import Iterator
 
 from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
-from server.workers.link import WorkerLink
+from server.workers.link import WorkerGone, WorkerLink
 from server.workers.placement import Placement
 
 log = logging.getLogger("cayuga.daemon")
@@ -44,6 +44,12 @@ class MirroredEngine(Engine):
         self._quiet = 0  # inside unmirrored(): a caller mirrors the change itself
         self._shapes: dict[tuple[int, int], tuple[object, int]] = {}  # (id(shape), worker) -> (shape, number there)
         self._numbers = 0
+        # what rebuilds a worker that is restarted (server/workers/restart.py): the streams as declared,
+        # and per subscription the changes its worker was sent to install it
+        self.declared: dict[str, StreamSchema] = {}
+        self.recipes: dict[str, list[tuple[str, tuple]]] = {}
+        self.reads_of: dict[str, frozenset[str]] = {}  # the streams each subscription reads
+        self.stopped: dict[int, str] = {}  # workers no longer started again (restart.py), and why
 
     @property
     def link(self) -> WorkerLink:
@@ -51,6 +57,8 @@ class MirroredEngine(Engine):
 
     def declare(self, schema: StreamSchema) -> None:
         super().declare(schema)
+        self.declared.pop(schema.name, None)
+        self.declared[schema.name] = schema
         for w in range(len(self.links)):
             self._mirror(w, "declare", schema)
 
@@ -58,13 +66,16 @@ class MirroredEngine(Engine):
         autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
         if self._quiet:
             return super().add(autos, owner)
-        worker = self.placement.place(owner, *_reads_and_publishes(autos))
+        reads, publishes, cost = _reads_and_publishes(autos)
+        worker = self.placement.place(owner, reads, publishes, cost)
         try:
+            self._running(owner, worker)
             got = super().add(autos, owner)
         except BaseException:
             self.placement.remove(owner)
             raise
         self._mirror(worker, "add", owner, autos)
+        self.recipes[owner], self.reads_of[owner] = [("add", (owner, autos))], frozenset(reads)
         return got
 
     @contextmanager
@@ -85,6 +96,7 @@ class MirroredEngine(Engine):
         try:
             worker = self.placement.place(owner, bq.reads(), {name for name, _attrs in bq.published()},
                                           sum(len(a.states) for a in autos))
+            self._running(owner, worker)
         except EngineError:
             super().remove(owner)
             raise
@@ -95,19 +107,52 @@ class MirroredEngine(Engine):
             self._shapes[(id(shape), worker)] = known = (shape, self._numbers)
             self._mirror(worker, "shape", known[1], shape.dump())
         self._mirror(worker, "add_bound", owner, known[1], bq.values, bq.names, bq.prefix)
+        self.reads_of[owner] = frozenset(bq.reads())
+        self.recipes[owner] = [("shape", (known[1], shape)), ("add_bound", (owner, known[1], bq.values, bq.names,
+                                                                           bq.prefix))]
 
     def remove(self, owner: str) -> None:
         super().remove(owner)
         worker = self.placement.remove(owner)
+        self.recipes.pop(owner, None)
+        self.reads_of.pop(owner, None)
         if worker is not None:
             self._mirror(worker, "remove", owner)
+
+    def _running(self, owner: str, worker: int) -> None:
+        """Raise :class:`EngineError` (``owner`` unplaced) when ``worker`` is stopped (restart.py)."""
+        why = self.stopped.get(worker)
+        if why is not None:
+            self.placement.remove(owner)
+            raise EngineError(f"{owner} would run on engine worker {worker}, which is stopped ({why}): "
+                              "restart the server, then register it")
+
+    def rebuild(self, worker: int, owners) -> None:
+        """A restarted ``worker`` (a fresh process, server/workers/restart.py): the streams declared, if
+        ``owners`` is None; else those subscriptions installed, as they were sent to it before."""
+        if owners is None:
+            self._shapes = {k: v for k, v in self._shapes.items() if k[1] != worker}  # it knows no shape yet
+            for schema in list(self.declared.values()):
+                self._mirror(worker, "declare", schema)
+            return
+        sent: set[int] = set()
+        for owner in owners:
+            for name, args in self.recipes.get(owner, ()):
+                if name == "shape":
+                    number, shape = args
+                    if number not in sent:
+                        sent.add(number)
+                        self._mirror(worker, "shape", number, shape.dump())
+                    self._shapes[(id(shape), worker)] = (shape, number)
+                else:
+                    self._mirror(worker, name, *args)
 
     def _mirror(self, worker: int, name: str, *args) -> None:
         self.links[worker].command(name, *args).add_done_callback(lambda fut: self._check(fut, name, args))
 
     def _check(self, fut: Future, name: str, args: tuple) -> None:
         exc = fut.exception()
-        if exc is None:
+        if exc is None or isinstance(exc, WorkerGone):  # a worker that died is rebuilt with it (restart.py)
             return
         what = f"{name} {args[0] if args else ''}".strip()
         self.diverged = f"an engine worker refused a change this process made ({what}): {exc}"

@@ -272,3 +272,31 @@ def test_the_console_shows_only_what_the_token_may_do(start_server, page, shots)
     page.locator("#send-events").click()
     expect(page.locator("#send-result")).to_contain_text("1 accepted")
     shots("ingest-only")
+
+
+def test_a_stopped_engine_worker_is_named_in_the_health_pill(start_server, page, shots):
+    """Issue 32, stage 3: an engine worker killed until it is no longer started again is named
+    in the health pill (with its subscription counted inexact); the pill's title gives each
+    worker's figures: its state, events, instances, batches in flight, CPU and restarts."""
+    import os
+    import re
+    import signal
+
+    from server.workers.restart import MAX_DEATHS
+
+    srv = start_server(engine_workers=1)
+    d = srv.daemon
+    with CayugaClient(srv.base_url) as c:
+        c.subscribe(cel="SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Up")
+        for k in range(MAX_DEATHS):
+            pid = d.links[0].process.pid
+            os.kill(pid, signal.SIGKILL)
+            if k < MAX_DEATHS - 1:
+                wait_until(lambda: (w := c.health()["workers"][0])["state"] == "running" and w["pid"] != pid)
+        wait_until(lambda: c.health()["workers"][0]["state"] == "stopped")
+    page.goto(srv.base_url + "/")
+    pill = page.locator("#health")
+    expect(pill).to_contain_text("degraded · worker 0 stopped · 1 inexact")
+    expect(pill).to_have_attribute("title", re.compile(
+        r"worker 0: stopped, \d+ events, \d+ instances, 0 batches in flight, \? s CPU, 2 restarts"))
+    shots("worker-stopped")

@@ -406,8 +406,16 @@ async function health() {
     const inexact = nInexact ? ` · ${nInexact} inexact` : "";
     const nBroken = Object.keys(h.broken || {}).length;
     const broken = nBroken ? ` · ${nBroken} broken` : "";
-    $("#health").textContent = `${h.status}${inexact}${broken}${held} · ${h.engine_build} engine · ${h.clients} client${h.clients === 1 ? "" : "s"}`;
-    $("#health").title = h.reason || "";
+    // engine workers (engine_workers): one restarted and catching up, or stopped, is named; each one's figures in the title
+    const workers = h.workers || [];
+    const odd = workers.filter((w) => w.state !== "running").map((w) => (w.state === "catching_up" && w.catch_up
+      ? ` · worker ${w.worker} catching up ${Math.floor((100 * w.catch_up.events_done) / Math.max(w.catch_up.events_total, 1))}%`
+      : ` · worker ${w.worker} ${w.state}`)).join("");
+    const perWorker = workers.map((w) => `worker ${w.worker}: ${w.state.replace("_", " ")}, ${w.events} events, `
+      + `${w.instances} instances, ${w.in_flight_batches} batches in flight, `
+      + `${w.cpu_seconds == null ? "?" : w.cpu_seconds.toFixed(1)} s CPU, ${w.restarts} restart${w.restarts === 1 ? "" : "s"}`);
+    $("#health").textContent = `${h.status}${odd}${inexact}${broken}${held} · ${h.engine_build} engine · ${h.clients} client${h.clients === 1 ? "" : "s"}`;
+    $("#health").title = [h.reason, ...perWorker].filter(Boolean).join("\n");
     $("#health").className = `pill ${h.status}`;
   } catch {
     $("#health").textContent = "server unreachable";
