@@ -242,7 +242,8 @@ class Daemon:
         if st.durability != "off":
             journal_dir = st.data_dir / "journal"
             begins = not any(journal_dir.glob("*" + JOURNAL_SUFFIX)) if journal_dir.exists() else True
-            self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk)
+            self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk,
+                                   retain_time=st.retain_units, retain_bytes=st.retain_bytes)
             self.queue.journal = self.recovery.journal = self.checkpoints.journal = self.journal
             self.budget.journal = self.health.journal = self.journal
             self.disk.retry_with("journal", self.journal.probe)  # a freed disk ends the episode by itself
@@ -516,6 +517,9 @@ class Daemon:
 
     def workers(self) -> list[dict]:
         return self.health.workers()
+
+    def retained(self) -> dict | None:
+        return self.health.retained()
 
     def runaways(self) -> dict[str, dict]:
         return self.health.runaways()
