@@ -42,16 +42,25 @@ def import_owner(eng: "EngineLike", state: dict, owner: str) -> dict[str, int]:
     """Load ``owner``'s instances of ``state`` into ``eng``, where ``owner`` was
     just added :func:`unmerged` and nothing was fed since. The epoch of
     ``state`` must be the engine's (both took the same last event), or
-    ``state`` must hold no instance. Returns counts."""
+    ``state`` must hold no instance, or the engine has taken no event of the
+    state's epoch (it then moves on to it). Returns counts."""
     holdings = eng.holdings()
     if owner not in holdings:
         raise EngineError(f"no automata loaded for owner {owner!r}")
     if state["owners"].get(owner) is None:
         raise EngineError(f"the state has no owner {owner!r}")
     saved_nodes = _saved_nodes(state)
-    if saved_nodes and state["epoch"] != eng._epoch:
-        raise EngineError(f"the state is at epoch {state['epoch']!r}, the engine at {eng._epoch!r}: they did not "
-                          "take the same events")
+    epoch = state["epoch"]
+    if saved_nodes and epoch != eng._epoch:
+        if eng._epoch is not None and (epoch is None or eng._epoch > epoch):
+            raise EngineError(f"the state is at epoch {epoch!r}, the engine at {eng._epoch!r}: the engine took "
+                              "events the state did not")
+        # the engine took no event of the state's epoch (an engine worker is fed only the streams its own
+        # subscriptions read): every event to come is at least that late, so its epoch would close at the
+        # next one anyway; close it now and stand at the state's epoch, as if it had begun with no event
+        if eng._epoch is not None and not eng._closed:
+            eng.close_epoch()
+        eng._epoch, eng._closed, eng._epoch_events = epoch, False, 0
     gen = holdings[owner].gen
     states = {(a, s): n for a, s, n in holdings[owner].states}
     loaded = 0
