@@ -150,14 +150,19 @@ class Backfills:
         return Registered(sub, p.warnings)
 
     def resume(self, stored: list[StoredSubscription]) -> None:
-        """At a start: the backfills that were not live yet run again from their ``from``
-        (each thread compiles and lists its subscription once recovery is ready)."""
+        """At a start, before recovery: the backfills that were not live yet are listed and
+        run again from their ``from`` (each thread waits for the engine thread)."""
         for st in stored:
             bf = Backfill.of(st.id, st.backfill)
             bf.state, bf.error, bf.to, bf.events_done, bf.witnesses = "running", None, None, 0, 0
             with self._lock:
                 self.items[st.id] = bf
-            self._start(bf, st)
+            try:
+                sub = self._restore(bf, st)
+            except SubscriptionError as exc:
+                self._fail(bf, f"it no longer compiles: {exc}")
+                continue
+            self._start(bf, sub)
 
     def _restore(self, bf: Backfill, st: StoredSubscription) -> Subscription:
         p = self.compile(st.id, st.kind, st.text, st.name)
@@ -197,7 +202,7 @@ class Backfills:
 
     # ------------------------------------------------------------------ the backfill thread
 
-    def _start(self, bf: Backfill, sub) -> None:
+    def _start(self, bf: Backfill, sub: Subscription) -> None:
         cancel = threading.Event()
         t = threading.Thread(target=self._run, args=(bf, sub, cancel), name=f"cayuga-backfill-{bf.sid}",
                              daemon=True)
@@ -208,15 +213,12 @@ class Backfills:
     def _stopped(self, cancel: threading.Event) -> bool:
         return cancel.is_set() or self.stopping.is_set()
 
-    def _run(self, bf: Backfill, sub, cancel: threading.Event) -> None:
-        """``sub``: the Subscription, or (a restart) its stored row, listed once recovery is ready."""
+    def _run(self, bf: Backfill, sub: Subscription, cancel: threading.Event) -> None:
         eng = reader = None
         try:
             while not self.recovery.ready.is_set():  # a restart: the engine thread first
                 if cancel.wait(0.05) or self.stopping.is_set():
                     return
-            if isinstance(sub, StoredSubscription):
-                sub = self._restore(bf, sub)
             if self.journal is None:
                 raise RuntimeError("the server keeps no journal (durability off)")
             eng = BackfillEngine(self.settings, f"cayuga-backfill-{bf.sid}")
@@ -269,7 +271,6 @@ class Backfills:
             return True  # deleted meanwhile
         if self.quiesce is not None and not self.quiesce():
             return False
-        bf.state = "handing_over"
         rest = reader.cut()
         for k in range(0, len(rest), BATCH):
             self._deliver(bf, eng.feed(rest[k:k + BATCH]))
@@ -288,6 +289,7 @@ class Backfills:
             live.remove(bf.sid)
             raise
         bf.to = eng.epoch if eng.epoch is not None else self.queue.last_released
+        bf.state = "handing_over"
         self.progress.changes += 1
         bf.changes = self.progress.changes
         self.store.save_backfill(bf.sid, bf.public(), installed_at=self.progress.fed)
