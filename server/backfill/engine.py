@@ -53,8 +53,9 @@ class BackfillEngine:
             raise RuntimeError(f"the backfill engine failed on events: {'; '.join(out[5][:3])}")
         return [tuple(g) for g in out[1]]
 
-    def export_state(self) -> dict:
-        return self.link.call("export_state")
+    def export_state(self, pickled: bool = False) -> dict | bytes:
+        """Its state (``pickled``: as pickle bytes, for an engine worker to read)."""
+        return self.link.call("export_state", pickled)
 
     def stop(self) -> None:
         self.link.stop(timeout=5.0)

@@ -200,8 +200,11 @@ class Worker:
         return self.engine.import_state(state)
 
     # a backfill (server/backfill/): this process runs one subscription alone, then hands its state over
-    def cmd_export_state(self) -> dict:
-        return self.engine.export_state()
+    def cmd_export_state(self, pickled: bool = False) -> dict | bytes:
+        """The engine's state; ``pickled``: as pickle bytes, which the main process hands on to an
+        engine worker's ``import_owner`` without reading them."""
+        state = self.engine.export_state()
+        return pickle.dumps(state, pickle.HIGHEST_PROTOCOL) if pickled else state
 
     def cmd_add_unmerged(self, owner: str, automata) -> list[str]:
         """A backfilled subscription joins: nodes of its own (air/engine/handover.py)."""
@@ -210,10 +213,10 @@ class Worker:
         with unmerged(self.engine):
             return self.engine.add(automata, owner)
 
-    def cmd_import_owner(self, owner: str, state: dict) -> dict:
+    def cmd_import_owner(self, owner: str, state: dict | bytes) -> dict:
         from air.engine.handover import import_owner
 
-        return import_owner(self.engine, state, owner)
+        return import_owner(self.engine, pickle.loads(state) if isinstance(state, bytes) else state, owner)
 
     def cmd_snapshot(self, tmp: str, main_part: dict, fork: bool) -> int | None:
         """Write a snapshot file: ``main_part`` and the engine's state. Forked:
