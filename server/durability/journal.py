@@ -371,9 +371,9 @@ class Journal(RetainedHistory):
                     framing.write_all(self._fd, record)
                 except OSError as exc:
                     self._cut_back(seg.size)
-                    self._shed_retained()  # retention gives back its space first: the next try may fit
                     raise DiskFull.from_os("journal", "the journal could not be written", seg.path, exc) from None
             except DiskFull as exc:
+                self._shed_retained()  # retention gives back its space first: the next try may fit
                 self.write_failures += 1
                 self.failure = exc
                 self._refused_bytes = len(record)

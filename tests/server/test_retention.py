@@ -150,3 +150,24 @@ def test_retention_settings_read_durations_and_sizes():
     assert Settings().retain_duration == 86400 and Settings().retain_bytes == 1 << 30
     with pytest.raises(ValueError, match="retain_duration"):
         Settings(retain_duration="a while")
+
+
+def test_a_full_disk_takes_the_retained_history_first_and_the_next_append_fits(tmp_path):
+    from server.durability.diskfull import DiskFull
+    from tests.server.tmpfs import fill, tmpfs
+
+    with tmpfs(tmp_path, "1m") as mnt:
+        j = Journal(mnt / "journal", "write", segment_bytes=4096, retain_time=10 ** 9, retain_bytes=1 << 30)
+        try:
+            for r in range(30):
+                j.append([Event("Stock", ("X" * 256, 1.0, r), r, r)] * 5)
+            j.truncate_before(j.appended + 1)  # recovery needs none of it: kept only for retention
+            assert j.retained()["segments"] > 5
+            fill(mnt)
+            with pytest.raises(DiskFull):
+                j.append([Event("Stock", ("X" * 256, 1.0, 99), 99, 99)] * 20)
+            kept = j.retained()
+            assert kept["segments"] == 1 and j.retention_shed > 5  # the history went, the newest segment stayed
+            assert j.append([Event("Stock", ("X" * 256, 1.0, 99), 99, 99)] * 20) == 31  # retried: it fits now
+        finally:
+            j.close()
