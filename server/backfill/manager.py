@@ -42,6 +42,10 @@ log = logging.getLogger("cayuga.backfill")
 BATCH = 8192
 #: Seconds a backfill waits for the engine thread (a delivery, the hand-over).
 ENGINE_TIMEOUT = 120.0
+#: Backfills that run at once (each an engine process); later ones wait their turn, shown running at 0 events.
+MAX_RUNNING = 2
+#: Previews that run at once (each an engine process); later requests wait their turn.
+MAX_PREVIEWS = 2
 _REPLAY = b',"replay":true}'
 
 
@@ -101,6 +105,8 @@ class Backfills:
         self.items: dict[str, Backfill] = {}
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_RUNNING)
+        self.previews = threading.BoundedSemaphore(MAX_PREVIEWS)  # taken by preview.py
         checkpoints.on_published = self._published
 
     # ------------------------------------------------------------------ registration
@@ -215,9 +221,10 @@ class Backfills:
 
     def _run(self, bf: Backfill, sub: Subscription, cancel: threading.Event) -> None:
         eng = reader = None
+        slot = False
         try:
-            while not self.recovery.ready.is_set():  # a restart: the engine thread first
-                if cancel.wait(0.05) or self.stopping.is_set():
+            while not self.recovery.ready.is_set() or not (slot := self._slots.acquire(timeout=0.05)):
+                if cancel.wait(0.05) or self.stopping.is_set():  # a restart: the engine thread first; a turn
                     return
             if self.journal is None:
                 raise RuntimeError("the server keeps no journal (durability off)")
@@ -254,6 +261,8 @@ class Backfills:
                 reader.close()
             if eng is not None:
                 eng.stop()
+            if slot:
+                self._slots.release()
             with self._lock:
                 if self._threads.get(bf.sid, (None,))[0] is threading.current_thread():
                     del self._threads[bf.sid]
@@ -261,7 +270,7 @@ class Backfills:
     def _deliver(self, bf: Backfill, groups: list) -> None:
         """On the engine thread: number, log and offer a batch of historical witnesses."""
         groups = [(sid, streams, replayed(payloads)) for sid, streams, payloads in groups if sid == bf.sid]
-        if groups:
+        if groups and bf.sid in self.registrar.subscriptions:  # (not one deleted meanwhile)
             self.witnesses.deliver_encoded(EncodedBatch(groups, []))
             bf.witnesses += sum(len(g[2]) for g in groups)
 
