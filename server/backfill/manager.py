@@ -42,17 +42,12 @@ log = logging.getLogger("cayuga.backfill")
 BATCH = 8192
 #: Seconds a backfill waits for the engine thread (a delivery, the hand-over).
 ENGINE_TIMEOUT = 120.0
+#: Historical witnesses the engine thread numbers and delivers at a time (live batches go between).
+DELIVERY = 2048
 #: Backfills that run at once (each an engine process); later ones wait their turn, shown running at 0 events.
 MAX_RUNNING = 2
 #: Previews that run at once (each an engine process); later requests wait their turn.
 MAX_PREVIEWS = 2
-_REPLAY = b',"replay":true}'
-
-
-def replayed(payloads: list[bytes]) -> list[bytes]:
-    """Witness JSON objects marked ``"replay": true`` (the bytes the witness log holds)."""
-    return [p[:-1] + _REPLAY if p[-1:] == b"}" else p for p in payloads]
-
 
 @dataclass
 class Backfill:
@@ -228,7 +223,7 @@ class Backfills:
                     return
             if self.journal is None:
                 raise RuntimeError("the server keeps no journal (durability off)")
-            eng = BackfillEngine(self.settings, f"cayuga-backfill-{bf.sid}")
+            eng = BackfillEngine(self.settings, f"cayuga-backfill-{bf.sid}", replay=True)
             eng.start(list(self.inputs().values()), bf.sid, sub.automata)
             reader = HistoryReader(self.journal, bf.start, self.queue)
             # numbered from 1 again: what the witness log holds already (a restart) is neither logged nor offered
@@ -237,12 +232,13 @@ class Backfills:
             while not self._stopped(cancel):
                 events = reader.released(BATCH)
                 if events:
-                    groups = eng.feed(events)
+                    if not eng.send(events):  # two in flight: take the older back, deliver it, send this one
+                        delivering = self._handed(bf, eng.take(), delivering)
+                        eng.send(events)
                     bf.events_done, bf.events_total = reader.given, reader.scanned
-                    if delivering is not None:
-                        delivering.result(ENGINE_TIMEOUT)  # one delivery in flight: the engine thread's commands stay few
-                    delivering = self.submit(lambda _e, g=groups: self._deliver(bf, g)) if groups else None
                     continue
+                while eng.busy:
+                    delivering = self._handed(bf, eng.take(), delivering)
                 if delivering is not None:
                     delivering.result(ENGINE_TIMEOUT)
                     delivering = None
@@ -267,9 +263,20 @@ class Backfills:
                 if self._threads.get(bf.sid, (None,))[0] is threading.current_thread():
                     del self._threads[bf.sid]
 
+    def _handed(self, bf: Backfill, groups: list, delivering):
+        """Hand a batch's witnesses to the engine thread once the last delivery is done (one in
+        flight), in pieces of DELIVERY witnesses (each one command: the live batches go between)."""
+        for sid, streams, payloads in groups:
+            for k in range(0, len(payloads), DELIVERY):
+                if delivering is not None:
+                    delivering.result(ENGINE_TIMEOUT)
+                piece = [(sid, streams[k:k + DELIVERY], payloads[k:k + DELIVERY])]
+                delivering = self.submit(lambda _e, g=piece: self._deliver(bf, g))
+        return delivering
+
     def _deliver(self, bf: Backfill, groups: list) -> None:
         """On the engine thread: number, log and offer a batch of historical witnesses."""
-        groups = [(sid, streams, replayed(payloads)) for sid, streams, payloads in groups if sid == bf.sid]
+        groups = [g for g in groups if g[0] == bf.sid]
         if groups and bf.sid in self.registrar.subscriptions:  # (not one deleted meanwhile)
             self.witnesses.deliver_encoded(EncodedBatch(groups, []))
             bf.witnesses += sum(len(g[2]) for g in groups)
