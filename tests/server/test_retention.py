@@ -75,7 +75,16 @@ def test_retained_times_survive_a_reopen(tmp_path):
     j2.close()
 
 
-def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path):
+@pytest.fixture(params=[65536, 7], ids=["one-sort", "merged-pieces"])
+def piece(request, monkeypatch):
+    """History sorted at once, or (a small SORT_PIECE) in pieces merged lazily with events set aside."""
+    from server.durability import history
+
+    monkeypatch.setattr(history, "SORT_PIECE", request.param)
+    return request.param
+
+
+def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path, piece):
     """Blocks out of order, ties, late events refused: the reader's order is the engine's."""
     rnd = random.Random(7)
     j = Journal(tmp_path / "j", "write", segment_bytes=8192)
@@ -106,7 +115,7 @@ def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path):
     j.close()
 
 
-def test_the_reader_follows_the_live_queue_and_its_cut_is_exactly_what_was_taken(tmp_path):
+def test_the_reader_follows_the_live_queue_and_its_cut_is_exactly_what_was_taken(tmp_path, piece):
     j = Journal(tmp_path / "j", "write", segment_bytes=8192)
     q = DelayQueue(1_000_000, delay=5, event_time=True)
     q.journal = j
