@@ -90,6 +90,7 @@ class HistoryReader:
         self.start = start
         first = journal.retained()["first"]
         self.pos = first - 1  # journal records read up to here
+        self._cursor: list = []  # where in the journal's files (Journal.follow)
         self._pin = journal.pin(first)
         self._order: Iterator = iter(())  # the events read and not given out, in order (see _read_to)
         self._next = _END  # the first of them, taken out of _order
@@ -118,7 +119,7 @@ class HistoryReader:
         if upto <= self.pos:
             return
         start, new = self.start, []
-        for rec in self.journal.replay(self.pos, upto):
+        for rec in self.journal.follow(self.pos, upto, self._cursor):
             new += [e for e in rec.events if e.t1 >= start]
         floor, self.pos = self._floor, upto
         self.journal.move_pin(self._pin, upto + 1)

@@ -180,3 +180,19 @@ def test_a_full_disk_takes_the_retained_history_first_and_the_next_append_fits(t
             assert j.append([Event("Stock", ("X" * 256, 1.0, 99), 99, 99)] * 20) == 31  # retried: it fits now
         finally:
             j.close()
+
+
+def test_follow_reads_only_what_is_new_and_gives_replay_s_records(tmp_path):
+    j = Journal(tmp_path / "j", "write", segment_bytes=2048)
+    cursor: list = []
+    got = []
+    for r in range(60):
+        j.append([ev(r, r)] * (1 + r % 4), "s" if r % 2 else None, r if r % 2 else None)
+        if r % 7 == 0:
+            got += list(j.follow(got[-1].position if got else 0, j.appended, cursor))
+    got += list(j.follow(got[-1].position, j.appended, cursor))
+    assert len(j.segments) >= 3
+    assert got == list(j.replay(0))
+    assert list(j.follow(j.appended, j.appended, cursor)) == []
+    assert [r.position for r in j.follow(10, 20, [])] == list(range(11, 21))
+    j.close()
