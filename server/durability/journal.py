@@ -81,7 +81,7 @@ import time
 from bisect import bisect_left
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import msgspec
 
