@@ -51,6 +51,7 @@ class BackfillEngine:
             os.setpriority(os.PRIO_PROCESS, self.link.process.pid, min(os.getpriority(os.PRIO_PROCESS, 0) + NICE, 19))
         except OSError as exc:  # it runs at the server's priority
             log.debug("could not lower the backfill engine's priority: %s", exc)
+        self.link.command("unchecked")
         for schema in schemas:
             self.link.command("declare", schema)
         self.link.call("add", sid, tuple(automata))
