@@ -161,8 +161,9 @@ class Backfills:
                 self.items[st.id] = bf
             try:
                 sub = self._restore(bf, st)
-            except SubscriptionError as exc:
+            except SubscriptionError as exc:  # listed as broken (server/subscriptions/broken.py), as any other
                 self._fail(bf, f"it no longer compiles: {exc}")
+                self.registrar.mark_broken(Pending(st.id, st.kind, st.text, st.name, st.created), str(exc))
                 continue
             self._start(bf, sub)
 
