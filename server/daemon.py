@@ -161,6 +161,7 @@ class Daemon:
                                    quiesce=self.processing.quiesce if self.links else None,
                                    inputs=lambda: {n: self.engine.schema(n) for n in sorted(self.declared)},
                                    stopping=self._stop)
+        self.recovery.on_backfill_redo = self.backfills.resume
         if self.links:  # what reads or writes the instances asks the workers
             self.budget.remote = self.checkpoints.remote = self.processing
             self.recovery.import_engine = self.processing.import_snapshot

@@ -159,6 +159,11 @@ class Backfills:
             bf.state, bf.error, bf.to, bf.events_done, bf.witnesses = "running", None, None, 0, 0
             with self._lock:
                 self.items[st.id] = bf
+            if st.backfill.get("state") == "live":  # (run again by recovery): not live until its new hand-over
+                try:
+                    self.store.save_backfill(st.id, bf.public())
+                except Exception as exc:  # noqa: BLE001 - a failed write keeps "live": the next start checks again
+                    log.warning("could not store that the backfill of %s runs again: %s", st.id, exc)
             try:
                 sub = self._restore(bf, st)
             except SubscriptionError as exc:  # listed as broken (server/subscriptions/broken.py), as any other

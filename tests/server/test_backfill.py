@@ -234,3 +234,33 @@ def test_a_live_backfilled_subscription_comes_back_from_the_snapshot_with_nodes_
         got = all_witnesses(client, sid, len(expected))
         assert [{k: v for k, v in w.items() if k != "replay"} for w in got] == expected
         assert all_witnesses(client, plain, len(expected)) == expected  # the live-only one saw all of them too
+
+
+def test_a_restart_from_a_snapshot_older_than_the_hand_over_runs_the_backfill_again(start_server, tmp_path):
+    """The newer snapshots unreadable (gone): the one loaded lacks the subscription's history state,
+    so its backfill runs again instead of the subscription starting empty at its old cut."""
+    events = ticks(3000, seed=31)
+    srv = start_server()
+    with CayugaClient(srv.base_url) as client:
+        client.post_events(events[:2000])
+        taken(client, 2000)
+    srv.stop()  # a snapshot before any backfill
+    snaps = tmp_path / "data" / "snapshots"
+    before = set(snaps.iterdir())
+    srv = start_server()
+    with CayugaClient(srv.base_url) as client:
+        sid = register(client, RISING, "retained")["id"]
+        wait_until(lambda: client.subscription(sid)["backfill"]["state"] == "live", 60, what="live")
+        client.post_events(events[2000:2500])
+        taken(client, 2500)
+    srv.stop()
+    for p in set(snaps.iterdir()) - before:  # the hand-over's snapshot and the shutdown's
+        p.unlink()
+    again = start_server()
+    with CayugaClient(again.base_url) as client:
+        wait_until(lambda: client.subscription(sid)["backfill"]["state"] == "live", 60, what="live again")
+        client.post_events(events[2500:])
+        taken(client, len(events))
+        expected = cayuga_run(tmp_path, RISING, events)
+        got = all_witnesses(client, sid, len(expected))
+        assert [{k: v for k, v in w.items() if k != "replay"} for w in got] == expected
