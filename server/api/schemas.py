@@ -54,6 +54,9 @@ def query_fields() -> str:
 
 
 class SubscriptionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={
+        "example": {"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"}})
+
     cel: str | None = Field(None, max_length=1_000_000, description="A CEL query")
     air: str | None = Field(None, max_length=4_000_000, description="AIR XML: one <NFA> or several in <NFAs>")
     sase: str | None = Field(None, max_length=1_000_000, description="A SASE query (docs/design/sase.md)")
@@ -69,8 +72,6 @@ class SubscriptionIn(BaseModel):
         "Run it over the retained history first (docs/design/backfill.md): an event time, 'retained' (all of "
         "it) or a duration before the newest event ('-24h', '-90m', '-30s', '-2d'); its historical witnesses "
         "come first, marked \"replay\": true, then it joins the live stream with no gap and no duplicate"))
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={
-        "example": {"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"}})
 
 
     @field_validator("name")
