@@ -70,6 +70,8 @@ class Recovery:
         self.checkpoints = checkpoints
         #: With an engine worker (server/workers/), how the snapshot's engine state reaches it (else: this engine)
         self.import_engine: Callable[[SnapshotFile, dict], dict] | None = None
+        #: Backfilled subscriptions whose state the loaded snapshot lacks: run again (server/backfill/)
+        self.on_backfill_redo: Callable[[list], None] | None = None
         self._start_engine = start_engine
         self.stopping = stopping
         self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
@@ -165,6 +167,17 @@ class Recovery:
         # installed afresh once the replay is over (the journal's old events and the snapshot's instances were
         # of what they no longer are); one that still does not compile stays broken (registrar.mark_broken)
         self.registrar.broken_rows = self.store.broken()
+        # a backfilled subscription joined the engine with its history's state (server/backfill/): from a
+        # snapshot taken before that point (the newer ones unreadable) nothing brings that state back, so
+        # its backfill runs again (the witness log suppresses what it holds) instead of starting empty there
+        redo = [st for st in stored if st.backfill is not None and (st.installed_at or 0) > fed]
+        if redo:
+            stored = [st for st in stored if st not in redo]
+            log.warning("the snapshot loaded predates the hand-over of %s: their backfills run again",
+                        ", ".join(st.id for st in redo))
+            if self.on_backfill_redo is not None:
+                self.on_backfill_redo(redo)
+            self.restored += len(redo)
         fresh = {st.id for st in stored if st.fresh or st.id in self.registrar.broken_rows}
         # one installed afresh at or after the snapshot's point (seq_base) takes none of its instances (they
         # were of what it was before): the replay installs it there again; without a replay, afresh now
