@@ -48,7 +48,10 @@ def from_refusal(exc) -> str | None:
     held = body.get("retained")
     if exc.status != 400 or not isinstance(held, dict):
         return None
-    return (f"{exc.detail} (the server retains events from t1 = {held.get('from')} to {held.get('to')}); "
+    if f"from {held.get('from')} to {held.get('to')}" in exc.detail:  # the server's words say the range
+        return exc.detail.replace("use a later from", "use a later --from").replace(" or 'retained'",
+                                                                                  " or --from retained")
+    return (f"{exc.detail} (the server retains events from {held.get('from')} to {held.get('to')}); "
             "--from retained starts at the oldest of them")
 
 

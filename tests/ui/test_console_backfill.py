@@ -1,0 +1,119 @@
+"""Issue 36 in the console: a query tried on the last hour of retained events
+before it is registered (its count and first witnesses, or the server's
+errors with line, column and caret), a subscription registered from the
+retained history (its backfill's bar, marked live after the hand-over, and its
+replayed witnesses marked in the matches pane, before the live ones)."""
+
+from __future__ import annotations
+
+from clients.client import CayugaClient
+from clients.testing import RISING, waiting
+from tests.conftest import ROOT
+from tests.server.conftest import stock
+from tests.ui.conftest import expect
+
+EXAMPLE = ROOT / "examples" / "example9.jsonl"  # six quotes: Rising finds two witnesses in them
+TYPO = RISING.replace("$2.Price >=", "$2.Prise >=")
+
+
+def wait_until(fn, timeout: float = 30.0) -> None:
+    waiting.wait_until(fn, timeout, what=getattr(fn, "__name__", "the condition"))
+
+
+def _js(value) -> str:
+    """A value as the page writes it (JavaScript's String(): 85.0 is "85")."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _send_example(c: CayugaClient) -> None:
+    import json
+
+    events = [json.loads(line) for line in EXAMPLE.read_text().splitlines() if line.strip()]
+    assert c.post_events(events)["accepted"] == 6
+
+
+def test_try_on_the_last_hour_shows_the_count_and_the_first_witnesses_or_the_errors(server, page, shots):
+    with CayugaClient(server.base_url) as c:
+        _send_example(c)
+        preview = {}
+
+        def previewed():  # the six events are retained once the server has taken them
+            preview.update(c.preview({"cel": RISING}, "retained"))
+            return preview["events"] == 6
+
+        wait_until(previewed)
+        assert preview["count"] == 2 and not preview["truncated"]
+        page.goto(server.base_url + "/")
+        page.locator("#query").fill(RISING)
+        expect(page.locator("#validation")).to_contain_text("valid CEL")
+        button = page.locator("#try-history")
+        expect(button).to_have_text("Try on the last hour")
+        button.click()
+        status = page.locator("#preview-status")
+        # the quotes span 14 minutes: less than the hour, so it runs over all of them and says so
+        expect(status).to_have_text(f"2 witnesses over all the retained events (less than an hour is kept): "
+                                    f"6 events from t1 = {preview['from']} to {preview['to']}")
+        expect(status).to_have_attribute("data-count", "2")
+        rows = page.locator("#preview-witnesses tbody tr")
+        expect(rows).to_have_count(2)
+        got = rows.evaluate_all("rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+        keys = list(preview["witnesses"][0])
+        assert got == [[_js(w[k]) for k in keys if k != "replay"] for w in preview["witnesses"]]
+        shots("tried")
+        assert c.subscriptions() == []  # nothing was registered
+
+        # a typo: the server's 400, with line, column and the caret under it, and the mark in the editor
+        page.locator("#query").fill(TYPO)
+        expect(page.locator("#errors li.error")).to_have_count(1)
+        expect(button).to_be_enabled()
+        button.click()
+        column = TYPO.index("$2.Prise") + 1
+        expect(status).to_contain_text(f"line 1, column {column}: unknown attribute '$2.Prise'")
+        assert "^" in status.text_content().split("\n")[-1]
+        expect(status).to_have_class("status invalid preview-error")
+        expect(page.locator("#preview-witnesses tbody tr")).to_have_count(0)
+        expect(page.locator("#editor mark.error-mark")).to_have_text("$2.Prise")
+        shots("typo")
+
+
+def test_a_subscription_from_the_retained_history_shows_its_backfill_and_its_replayed_witnesses(
+        server, page, shots):
+    with CayugaClient(server.base_url) as c:
+        _send_example(c)
+        wait_until(lambda: c.preview({"cel": RISING}, "retained")["events"] == 6)
+        page.goto(server.base_url + "/")
+        page.locator("#query").fill(RISING)
+        expect(page.locator("#register")).to_be_enabled()
+        page.locator("#sub-from").select_option("retained")
+        page.locator("#register").click()
+        expect(page.locator("#validation")).to_contain_text("registered as s1: it runs over the retained events")
+        sub = c.subscription("s1")
+        assert sub["backfill"]["from"] is not None
+
+        # the bar over its matches: live once it handed over, with what it found
+        box = page.locator("#backfill")
+        expect(box).to_be_visible()
+        expect(box).to_have_attribute("data-state", "live")
+        expect(page.locator("#backfill-label")).to_have_text("backfill live")
+        assert page.locator("#backfill-bar").evaluate("b => b.value") == 1
+        expect(page.locator("#backfill-text")).to_contain_text("live: 2 witnesses replayed over the history from t1 = ")
+
+        # the two witnesses of history, marked replayed
+        status = page.locator("#match-status")
+        expect(status).to_have_attribute("data-replayed", "2")
+        replayed = page.locator("#matches tbody tr.replay")
+        expect(replayed).to_have_count(2)
+        expect(replayed.first.locator(".badge.replay")).to_have_text("replayed")
+        expect(page.locator("#matches thead")).not_to_contain_text("replay")  # a mark, not a column
+        shots("replayed")
+
+        # a live event: its witnesses come after them, unmarked
+        c.post_events([stock("IBM", 200.0, 100, 33900000)])
+        wait_until(lambda: c.subscription("s1")["last_seq"] > 2)
+        live = c.subscription("s1")["last_seq"] - 2
+        expect(status).to_have_attribute("data-received", str(2 + live))
+        expect(page.locator("#matches tbody tr:not(.replay)")).to_have_count(live)
+        expect(page.locator("#matches tbody tr.replay")).to_have_count(2)
+        expect(page.locator("#matches tbody tr").first).not_to_have_class("replay")  # newest first
+        expect(box).to_have_attribute("data-state", "live")  # kept for the record
+        shots("live")
