@@ -188,6 +188,12 @@ class Settings(BaseModel):
     accept_schema_changes: bool = False
     #: A new journal segment starts beyond this many bytes.
     journal_segment_bytes: int = Field(64 << 20, ge=4096)
+    #: History kept on purpose (docs/design/backfill.md): journal segments recovery no longer needs
+    #: stay while they hold events newer than the newest event's time less this duration ("24h",
+    #: "90m", "30s", "2d", or seconds; "0": none kept for it) ...
+    retain_duration: float = Field("24h", validate_default=True)
+    #: ... and while the journal holds at most this many bytes ("1GiB", "512MB"); the oldest go first.
+    retain_bytes: int = Field("1GiB", validate_default=True)
     shutdown_timeout: float = Field(10.0, gt=0)
     #: A snapshot of the processing state at most this many seconds apart (0: only at shutdown) ...
     snapshot_seconds: float = Field(60.0, ge=0)
@@ -280,6 +286,21 @@ class Settings(BaseModel):
     def _state_bytes(cls, v):
         return parse_bytes(v, what="max_state_bytes", auto=True)
 
+    @field_validator("retain_duration", mode="before")
+    @classmethod
+    def _retain_duration(cls, v):
+        return parse_duration(v, what="retain_duration")
+
+    @field_validator("retain_bytes", mode="before")
+    @classmethod
+    def _retain_bytes(cls, v):
+        return parse_bytes(v, what="retain_bytes")
+
+    @property
+    def retain_units(self) -> float:
+        """retain_duration in event time units (time_unit_ms)."""
+        return self.retain_duration * 1000.0 / self.time_unit_ms
+
     @field_validator("durability", mode="before")
     @classmethod
     def _off(cls, v):
@@ -329,6 +350,28 @@ def machine_memory() -> int:
         if text.isdigit() and 0 < int(text) < total:
             total = int(text)
     return total
+
+
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value, *, what: str) -> float:
+    """Seconds from a number or a string: ``"24h"``, ``"90m"``, ``"30s"``, ``"2d"``, ``"1w"``, ``"500ms"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: expected a duration such as 24h, 90m, 30s or 2d, not {value!r}")
+    if isinstance(value, (int, float)):
+        n = float(value)
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        try:
+            n = float(digits) * _SECONDS[text[len(digits):] or "s"]
+        except (ValueError, KeyError):
+            raise ValueError(f"{what}: {value!r} is not a duration; write e.g. 24h, 90m, 30s, 2d or a number "
+                             "of seconds") from None
+    if not n >= 0 or n == float("inf"):
+        raise ValueError(f"{what}: must be a finite duration of at least 0, not {value!r}")
+    return n
 
 
 def parse_bytes(value, *, what: str, auto: bool = False, percent_of: int | None = None) -> int:

@@ -32,6 +32,8 @@ from typing import Callable
 
 from air.engine import Engine, EngineError
 from air.model import Attribute, StreamSchema
+from server.backfill.manager import Backfills
+from server.backfill.preview import preview
 from server.budget import Cap, StateBudget
 from server.config import Settings
 from server.delivery.hub import ClientChannel, NotifierHub
@@ -153,6 +155,12 @@ class Daemon:
                                  self.processing, self.witnesses, self.budget, self.checkpoints,
                                  start_engine=self.processing.start, stopping=self._stop)
         self.budget.recovery = self.recovery
+        # subscriptions registered with "from": history first, then live (server/backfill/)
+        self.backfills = Backfills(settings, self.registrar, self.store, self.queue, self.witnesses, self.recovery,
+                                   self.checkpoints, self.processing, submit=self.submit,
+                                   quiesce=self.processing.quiesce if self.links else None,
+                                   inputs=lambda: {n: self.engine.schema(n) for n in sorted(self.declared)},
+                                   stopping=self._stop)
         if self.links:  # what reads or writes the instances asks the workers
             self.budget.remote = self.checkpoints.remote = self.processing
             self.recovery.import_engine = self.processing.import_snapshot
@@ -193,6 +201,7 @@ class Daemon:
         """On the engine thread: a subscription left the engine; drop what the parts kept of it."""
         self.budget.forget(sid)
         self.witnesses.forget(sid)
+        self.backfills.forget(sid)
 
     def _notify(self, sid: str, message: dict) -> None:
         """Tell a subscription's watchers (and those of the streams it publishes) a control message."""
@@ -237,13 +246,19 @@ class Daemon:
             self.declared.add(name)
         self._record_schemas()
         stored = self.store.subscriptions()
+        # a backfill not yet live runs again once the engine thread runs; live ones are restored as any other
+        backfilling = [st for st in stored if st.backfill is not None and st.backfill.get("state") != "live"]
+        self.backfills.restored_live([st for st in stored if st.backfill is not None and st not in backfilling])
+        stored = [st for st in stored if st not in backfilling]
         for sid, (max_instances, max_state_bytes, since) in self.store.caps().items():
             self.budget.set_cap(sid, Cap(max_instances, max_state_bytes, since))
         if st.durability != "off":
             journal_dir = st.data_dir / "journal"
             begins = not any(journal_dir.glob("*" + JOURNAL_SUFFIX)) if journal_dir.exists() else True
-            self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk)
+            self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk,
+                                   retain_time=st.retain_units, retain_bytes=st.retain_bytes)
             self.queue.journal = self.recovery.journal = self.checkpoints.journal = self.journal
+            self.backfills.journal = self.journal
             self.budget.journal = self.health.journal = self.journal
             self.disk.retry_with("journal", self.journal.probe)  # a freed disk ends the episode by itself
             if begins:
@@ -270,6 +285,7 @@ class Daemon:
             raise
         self.started = True
         self.recovery.start(stored)
+        self.backfills.resume(backfilling)
 
     def _record_schemas(self) -> None:
         """Record this start's configured streams, what it installs afresh and what
@@ -297,6 +313,7 @@ class Daemon:
         closed with 1001. No one is cut: a client still behind at the deadline
         resumes from the witness log after the restart (``?from=``)."""
         deadline = time.monotonic() + timeout
+        self.backfills.stop(timeout=max(timeout / 4, 0.5))  # they use the engine thread: before it stops
         if self.receiver:
             self.receiver.stop(timeout=max(deadline - time.monotonic(), 0.1))
         self.queue.close(drain=True)
@@ -413,6 +430,18 @@ class Daemon:
         """:meth:`add_subscriptions`, each with what its registration warns of."""
         return self.registrar.register(items)
 
+    def register_from(self, kind: str, text: str, name: str | None, start) -> Registered:
+        """Register a subscription that runs over history from ``start`` first (server/backfill/)."""
+        return self.backfills.register(kind, text, name, start)
+
+    def backfill(self, sid: str) -> dict | None:
+        """A subscription's backfill as GET /subscriptions/{id} shows it (None: registered without from)."""
+        return self.backfills.public(sid)
+
+    def preview(self, kind: str, text: str, start, limit: int) -> dict:
+        """The witnesses a query would have made over history from ``start`` (nothing installed)."""
+        return preview(self.backfills, kind, text, start, limit)
+
     def subscription_warnings(self, sub: Subscription) -> list[dict]:
         """What registering ``sub``'s query again would warn of."""
         return self.registrar.warnings_of(sub)
@@ -516,6 +545,9 @@ class Daemon:
 
     def workers(self) -> list[dict]:
         return self.health.workers()
+
+    def retained(self) -> dict | None:
+        return self.health.retained()
 
     def runaways(self) -> dict[str, dict]:
         return self.health.runaways()

@@ -54,9 +54,6 @@ def query_fields() -> str:
 
 
 class SubscriptionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "example": {"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"}})
-
     cel: str | None = Field(None, max_length=1_000_000, description="A CEL query")
     air: str | None = Field(None, max_length=4_000_000, description="AIR XML: one <NFA> or several in <NFAs>")
     sase: str | None = Field(None, max_length=1_000_000, description="A SASE query (docs/design/sase.md)")
@@ -68,6 +65,12 @@ class SubscriptionIn(BaseModel):
     max_state_bytes: int | str | None = Field(None, description=(
         "An optional cap on the memory of its state, in bytes or as a size ('64MiB', '1GB', or '10%' of the "
         "server's max_state_bytes): above it, its oldest instances are shed and it is marked inexact"))
+    from_: int | float | str | None = Field(None, alias="from", description=(
+        "Run it over the retained history first (docs/design/backfill.md): an event time, 'retained' (all of "
+        "it) or a duration before the newest event ('-24h', '-90m', '-30s', '-2d'); its historical witnesses "
+        "come first, marked \"replay\": true, then it joins the live stream with no gap and no duplicate"))
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={
+        "example": {"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"}})
 
 
     @field_validator("name")
@@ -83,9 +86,10 @@ class SubscriptionIn(BaseModel):
     def _known_fields(cls, data):
         """An unknown field (``{"query": ...}``) is named with the fields a query goes in."""
         if isinstance(data, dict):
-            unknown = [k for k in data if k not in cls.model_fields]
+            known = {f.alias or n for n, f in cls.model_fields.items()}
+            unknown = [k for k in data if k not in known]
             if unknown:
-                others = ", ".join(f for f in cls.model_fields if f not in QUERY_LANGUAGES)
+                others = ", ".join(f.alias or n for n, f in cls.model_fields.items() if n not in QUERY_LANGUAGES)
                 raise ValueError(f"unknown field {str(unknown[0])[:100]!r}: send the query as {query_fields()} "
                                  f"(the other fields: {others})")
         return data
@@ -107,6 +111,24 @@ class SubscriptionIn(BaseModel):
 
 #: The most subscriptions one batch registration may hold.
 MAX_BATCH = 100_000
+
+
+class PreviewIn(SubscriptionIn):
+    """POST /subscriptions/preview: a query (as POST /subscriptions takes it), from when, how many witnesses."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={
+        "example": {"cel": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs", "from": "-1h",
+                    "limit": 100}})
+
+    limit: int = Field(100, ge=1, le=10_000, description="The most witnesses returned (their count is all of them)")
+
+
+class PreviewOut(BaseModel):
+    witnesses: list[dict[str, Any]]
+    count: int = Field(description="Witnesses over the whole range (witnesses holds the first limit of them)")
+    from_: Any = Field(alias="from", serialization_alias="from", description="The event time history was read from")
+    to: Any = Field(description="The event time of the last event read")
+    events: int = Field(description="Events read from history")
+    truncated: bool
 
 
 class SubscriptionBatchIn(BaseModel):
@@ -139,6 +161,10 @@ class SubscriptionOut(BaseModel):
     #: (the broken subscription whose outputs it reads, if that is why), ``fix``. It is kept but does not
     #: run; it comes back by itself at a start whose configuration fits it, or is deleted.
     broken: dict[str, Any] | None = None
+    #: Registered with "from": its run over history (docs/design/backfill.md): from, to (the cut's event
+    #: time once known), events_done, events_total, witnesses, state (running, handing_over, live, failed),
+    #: error. None when registered without from.
+    backfill: dict[str, Any] | None = None
 
 
 class WarningOut(BaseModel):

@@ -8,11 +8,13 @@ from fastapi.responses import JSONResponse
 
 from server.api.deps import AUTH_ERRORS, DaemonDep, Manage, Watch, client_address, operation, require_reach
 from server.api.errors import errors
-from server.api.schemas import (SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionCreated, SubscriptionDetail,
-                                SubscriptionIn, SubscriptionOut, SubscriptionRegistered, ValidationOut)
+from server.api.schemas import (PreviewIn, PreviewOut, SubscriptionBatchIn, SubscriptionBatchOut, SubscriptionCreated,
+                                SubscriptionDetail, SubscriptionIn, SubscriptionOut, SubscriptionRegistered,
+                                ValidationOut)
 from server.budget import Cap
 from server.config import parse_bytes
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
+from server.durability.history import FromError
 from server.subscriptions.broken import Broken
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=errors(*AUTH_ERRORS))
@@ -27,7 +29,12 @@ def _common(d, s: Subscription) -> dict:
                 created=s.created, instances=d.instance_count(s.id), websocket=f"/ws/subscriptions/{s.id}",
                 exact=mark is None, inexact=mark.public() if mark is not None else None,
                 limits={"max_instances": cap.max_instances, "max_state_bytes": cap.max_state_bytes}
-                if cap is not None else None)
+                if cap is not None else None, backfill=d.backfill(s.id))
+
+
+def _from_refused(exc: FromError) -> JSONResponse:
+    """A ``from`` that cannot be served: 400, with the range that can."""
+    return JSONResponse(status_code=400, content={"detail": str(exc), "retained": exc.retained})
 
 
 def _broken_out(d, b, detail: bool = False):
@@ -143,7 +150,10 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
             for s in same:
                 if s.name == body.name:
                     return s, d.subscription_warnings(s), [], False
-        sub, warnings = d.register_subscription(body.kind, body.text, body.name)
+        if body.from_ is not None:  # history first, then live (server/backfill/)
+            sub, warnings = d.register_from(body.kind, body.text, body.name, body.from_)
+        else:
+            sub, warnings = d.register_subscription(body.kind, body.text, body.name)
         d.security.own(who, [sub])
         _reads_in_reach(d, who, request, [sub])
         d.security.registered(who, [sub], client_address(request))
@@ -155,6 +165,8 @@ async def create_subscription(body: SubscriptionIn, d: DaemonDep, response: Resp
         sub, warnings, same_as, created = await run_in_threadpool(add)
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
+    except FromError as exc:
+        return _from_refused(exc)
     if not created:
         response.status_code = status.HTTP_200_OK
     return SubscriptionCreated(**_common(d, sub), warnings=warnings, same_as=same_as, registered_now=created)
@@ -169,6 +181,10 @@ async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep, who: Man
     """Register many subscriptions at once, all or nothing, with consecutive
     ids in the order given; a query may read the output of an earlier one.
     Each carries its own ``warnings`` (as POST /subscriptions)."""
+    with_from = [i for i, s in enumerate(body.subscriptions) if s.from_ is not None]
+    if with_from:
+        raise HTTPException(422, detail=f"subscriptions[{with_from[0]}].from: a subscription with history is "
+                                        "registered alone, with POST /subscriptions")
     items = [(s.kind, s.text, s.name) for s in body.subscriptions]
     caps = [_cap(d, s, f"subscriptions[{i}].") for i, s in enumerate(body.subscriptions)]
     _may_name(d, who, request, [s.name for s in body.subscriptions])
@@ -189,6 +205,25 @@ async def create_subscriptions(body: SubscriptionBatchIn, d: DaemonDep, who: Man
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
     return SubscriptionBatchOut(subscriptions=[SubscriptionRegistered(**_common(d, s), warnings=w) for s, w in done])
+
+
+@router.post("/preview", response_model=PreviewOut, response_model_by_alias=True,
+             summary="Run a query over history without registering it",
+             responses=errors(400, 413, 422, 503, why={
+                 400: "The query has errors ('errors', with positions), or 'from' is before the retained history "
+                      "('retained': its range) or not a time"}))
+async def preview_subscription(body: PreviewIn, d: DaemonDep, who: Manage):
+    """The first ``limit`` witnesses the query would have made over the retained
+    history from ``from`` (default: all of it), and how many there are, run on an
+    engine of its own; nothing is installed (docs/design/backfill.md)."""
+    start = body.from_ if body.from_ is not None else "retained"
+    try:
+        got = await run_in_threadpool(d.preview, body.kind, body.text, start, body.limit)
+    except SubscriptionError as exc:
+        return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
+    except FromError as exc:
+        return _from_refused(exc)
+    return JSONResponse(content=got)
 
 
 @router.post("/validate", response_model=ValidationOut, summary="Check a query without registering it",

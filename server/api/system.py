@@ -196,6 +196,9 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         # engine_workers: 0 runs the automata on the engine thread; else the worker processes, each with its state
         "engine_workers": d.settings.engine_workers,
         "workers": d.workers(),
+        # the history the journal keeps for backfills and previews (retain_duration, retain_bytes):
+        # {"from", "to"} event times, "bytes", "segments"; null with durability off
+        "retained": d.retained(),
         "engine_error": d.engine_error,
         "queue_depth": len(d.queue),
         "subscriptions": len(d.subscriptions),

@@ -13,6 +13,7 @@ import logging
 import sqlite3
 import time
 from collections import deque
+from typing import Callable
 
 from air.engine import Engine
 from air.engine.memory import paused_gc
@@ -54,6 +55,11 @@ class Checkpoints:
         self.snapshotter = Snapshotter(self.snapshots, before_publish=self.before_publish,
                                        after_publish=self.after_publish, disk=disk)
         self._fork_mark = 0  # budget.seq of the snapshot being written
+        self._fork_changes = 0  # progress.changes when the snapshot being written was forked
+        #: a snapshot is due as soon as none is being written (a backfill's hand-over: server/backfill/)
+        self.wanted = False
+        #: called with progress.changes of each snapshot published (durable) by this process
+        self.on_published: Callable[[int], None] | None = None
         self._marks: deque[int] = deque()  # budget.seq of the snapshots published by this process, oldest first
         self._snap_fed = 0
         self._snap_changes = 0
@@ -79,6 +85,8 @@ class Checkpoints:
         s = self.settings
         if self.snapshotter.running:
             return False
+        if self.wanted:
+            return True
         if self.disk.failing("snapshot") is not None and now - self._snap_at >= SNAPSHOT_RETRY_SECONDS:
             return True  # the last one could not be written: try again even if nothing changed since
         fed, changes = self.progress.fed, self.progress.changes
@@ -95,6 +103,7 @@ class Checkpoints:
         if self.remote is not None and not self.remote.quiesce():  # nothing in flight: the worker's state
             return                                                   # is the one this process describes
         self._fork_mark = self.budget.seq  # before the fork: its watcher publishes it
+        self._fork_changes = self.progress.changes
         position = (lambda: journal.appended if journal is not None else 0)
         if self.remote is not None:  # the engine's state is an engine worker's: its child writes the file
             started = self.snapshotter.fork_remote(self.queue.lock, position, self.main_state,
@@ -103,6 +112,7 @@ class Checkpoints:
         else:
             started = self.snapshotter.fork(self.queue.lock, position, self.state)
         if started:
+            self.wanted = False
             self._snap_fed, self._snap_changes, self._snap_at = self.progress.fed, self.progress.changes, now
             self.counters.add(Count.SNAPSHOT_FORKS)
 
@@ -116,6 +126,8 @@ class Checkpoints:
         each kept snapshot was written by this process)."""
         if self.journal is not None and kept:
             self.journal.truncate_before(kept[-1].journal + 1)
+        if self.on_published is not None:
+            self.on_published(self._fork_changes)
         self._marks.append(self._fork_mark)
         while len(self._marks) > max(len(kept), 1):
             self._marks.popleft()
@@ -131,6 +143,7 @@ class Checkpoints:
         try:
             position = self.journal.appended if self.journal is not None else 0
             self._fork_mark = self.budget.seq
+            self._fork_changes = self.progress.changes
             self.before_publish()
             if self.remote is not None:  # the engine workers write it, then it is published here
                 tmp, final = self.snapshots.next_path(position)

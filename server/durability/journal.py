@@ -89,6 +89,7 @@ from air.engine import Event
 from server.durability import framing
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import Scan, walk
+from server.durability.retention import RetainedHistory, _record
 
 log = logging.getLogger("cayuga.journal")
 
@@ -97,6 +98,7 @@ SUFFIX = ".journal"
 NAMES = framing.SegmentNames("", 20, SUFFIX)
 _NEW = ".new"
 _FIELDS = attrgetter("stream", "values", "t0", "t1")
+_T1 = attrgetter("t1")
 #: Buckets of the sync latency histogram (seconds).
 SYNC_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 _ARRAY3 = 0x93  # MessagePack fixarray of 3: an event record
@@ -108,8 +110,6 @@ PROBE_NAME = "write-probe.tmp"
 
 _encode = msgspec.msgpack.Encoder().encode
 _peek = msgspec.msgpack.Decoder(tuple[Optional[str], Optional[int], msgspec.Raw]).decode
-_record = msgspec.msgpack.Decoder(
-    tuple[Optional[str], Optional[int], list[tuple[str, tuple, Any, Any]]]).decode
 
 
 class _Header(msgspec.Struct):
@@ -133,7 +133,7 @@ def segment_name(first: int) -> str:
 
 
 class _Segment:
-    __slots__ = ("first", "path", "records", "size", "start")
+    __slots__ = ("first", "path", "records", "size", "start", "t_lo", "t_hi", "timed")
 
     def __init__(self, first: int, path: Path, records: int = 0, size: int = 0,
                  start: int = framing.HEADER.size) -> None:
@@ -142,20 +142,26 @@ class _Segment:
         self.records = records
         self.size = size  # bytes of good records (what replay reads)
         self.start = start  # offset of its header record: 0 in a segment of the older framing (version 1)
+        # the smallest and largest event time (t1) of its events (None: none, or not known yet);
+        # ``timed``: known (a segment this process wrote, or one read since: Journal._time_segments)
+        self.t_lo = None
+        self.t_hi = None
+        self.timed = not records
 
     @property
     def legacy(self) -> bool:
         return self.start == 0
 
 
-class Journal:
+class Journal(RetainedHistory):
     """A segmented, checksummed write-ahead journal (see the module docstring).
 
     Thread-safe: :meth:`append` may be called from any thread (the queue calls
     it under its own lock, which is what orders the records)."""
 
     def __init__(self, directory: Path, durability: str, segment_bytes: int = 64 << 20,
-                 disk: DiskState | None = None) -> None:
+                 disk: DiskState | None = None, retain_time: float | None = None,
+                 retain_bytes: int | None = None) -> None:
         if durability not in MODES:
             raise ValueError(f"durability {durability!r}: a journal is kept with 'fsync' or 'write' "
                              "('off' keeps none: do not open one)")
@@ -163,6 +169,16 @@ class Journal:
         self.durability = durability
         self.segment_bytes = segment_bytes
         self.disk = disk
+        #: Retention (docs/design/backfill.md): segments recovery no longer needs are kept while they
+        #: hold events newer than the newest event's time less ``retain_time`` (time units) and the
+        #: segments together hold at most ``retain_bytes``; None/0: kept only while recovery needs them.
+        self.retain_time = retain_time
+        self.retain_bytes = retain_bytes
+        self._floor = 0  # records up to this position are covered by a kept snapshot (truncate_before)
+        self._pins: dict[int, int] = {}  # pin id -> the first position a history reader still reads
+        self._pin_ids = 0
+        self.retention_dropped = 0  # segments retention deleted (the recovery floor's deletions not counted)
+        self.retention_shed = 0  # of those, given back to a full disk
         self.failure: DiskFull | None = None  # the write failure that lasts (None: the last append worked)
         self.sync_failure: DiskFull | None = None  # a sync that failed and has not succeeded since
         self._cut_to: int | None = None  # a cut back that failed: the offset the active segment must go back to
@@ -192,6 +208,8 @@ class Journal:
         self._recover()
         self._synced = self.appended  # what survived the restart is on disk (synced below)
         last = self._segments[-1] if self._segments else None
+        if last is not None and not last.timed:  # appended to from now on: its times are kept up to date
+            self._time_segment(last)
         if last is None:
             self.appended = self._next_first - 1
             self._synced = self.appended
@@ -334,6 +352,9 @@ class Journal:
         """Append one record (written whole, or cut back and refused with
         :class:`DiskFull`); returns its position."""
         record = framing.frame(_encode((sender, lines_done, list(map(_FIELDS, events)))))
+        if events:
+            ts = list(map(_T1, events))
+            lo, hi = min(ts), max(ts)
         with self._lock:
             if self._closed:
                 raise ValueError("the journal is closed")
@@ -350,6 +371,7 @@ class Journal:
                     framing.write_all(self._fd, record)
                 except OSError as exc:
                     self._cut_back(seg.size)
+                    self._shed_retained()  # retention gives back its space first: the next try may fit
                     raise DiskFull.from_os("journal", "the journal could not be written", seg.path, exc) from None
             except DiskFull as exc:
                 self.write_failures += 1
@@ -364,6 +386,11 @@ class Journal:
                     self.disk.recovered("journal")
             seg.size += len(record)
             seg.records += 1
+            if events:
+                if seg.t_lo is None or lo < seg.t_lo:
+                    seg.t_lo = lo
+                if seg.t_hi is None or hi > seg.t_hi:
+                    seg.t_hi = hi
             self.appended += 1
             if sender is not None and lines_done is not None:
                 self.senders[sender] = lines_done
@@ -509,35 +536,54 @@ class Journal:
 
     # ------------------------------------------------------------------ reading, trimming, closing
 
-    def replay(self, after: int) -> Iterator[JournalRecord]:
-        """Each record with a position above ``after``, in order (the records
-        appended before the call; meant for start-up, before new appends begin)."""
+    def replay(self, after: int, upto: int | None = None) -> Iterator[JournalRecord]:
+        """Each record with a position above ``after`` (and up to ``upto``), in
+        order: those appended before the call. Safe while appends go on (only
+        the bytes of whole records known at the call are read); a segment
+        deleted meanwhile (retention, a full disk) raises FileNotFoundError
+        unless a :meth:`pin` keeps it."""
         with self._lock:
             segs = [(s.first, s.path, s.records, s.size, s.start) for s in self._segments]
         for first, path, records, size, start in segs:
             if not records or first + records - 1 <= after:
                 continue
+            if upto is not None and first > upto:
+                return
             with open(path, "rb") as fh:
                 data = fh.read(size)
             payloads = walk(data, start, size)
             next(payloads)  # the header
             for pos, payload in enumerate(payloads, first):
+                if upto is not None and pos > upto:
+                    return
                 if pos > after:
                     sender, done, evs = _record(payload)
                     yield JournalRecord(pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done)
 
     def truncate_before(self, pos: int) -> int:
-        """Delete the segments whose records all come before ``pos`` (covered by
-        a snapshot); the newest segment always stays. Returns how many went."""
+        """Records before ``pos`` are covered by a snapshot: recovery no longer
+        needs them. Their segments go now unless retention keeps them
+        (:meth:`retain`); the newest segment always stays. Returns how many went."""
         with self._lock:
-            doomed = []
-            while len(self._segments) > 1 and self._segments[1].first <= pos:
-                doomed.append(self._segments.pop(0))
-        for s in doomed:
-            s.path.unlink(missing_ok=True)
-        if doomed and self.durability == "fsync":
-            self._fsync_dir()
-        return len(doomed)
+            self._floor = max(self._floor, pos - 1)
+        return self.retain()
+
+    # ------------------------------------------------------------------ retention and history
+
+    def _shed_retained(self) -> None:
+        """A full disk (under the lock): every segment kept only for retention
+        goes, pinned or not (a history reader then fails, saying so)."""
+        doomed = []
+        while len(self._segments) > 1 and self._segments[1].first <= self._floor + 1:
+            doomed.append(self._segments.pop(0))
+        if doomed:
+            self.retention_dropped += len(doomed)
+            self.retention_shed += len(doomed)
+            log.warning("journal %s: the disk is full: %d retained segment(s) deleted to give back space "
+                        "(history before position %d is gone)", self.directory, len(doomed),
+                        self._segments[0].first)
+            for s in doomed:
+                s.path.unlink(missing_ok=True)
 
     @property
     def segments(self) -> list[Path]:

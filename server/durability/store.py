@@ -75,6 +75,10 @@ CREATE TABLE IF NOT EXISTS broken (    -- stored subscriptions that no longer co
     upstream TEXT,                     -- the broken subscription whose outputs it reads, if that is why
     schemas TEXT                       -- JSON: what it read and published when it last ran (schemacheck.py)
 );
+CREATE TABLE IF NOT EXISTS backfills (  -- a subscription registered with "from" (docs/design/backfill.md)
+    sid TEXT PRIMARY KEY,
+    record TEXT NOT NULL               -- JSON: from, to, state ("running" ... "live"), cut, ...
+);
 CREATE TABLE IF NOT EXISTS witness_base (  -- each subscription's last witness seq when the journal began
     sid TEXT PRIMARY KEY,
     seq INTEGER NOT NULL
@@ -113,6 +117,8 @@ class StoredSubscription:
     fresh: bool = False
     #: its last witness seq when it was last installed afresh (at installed_at): numbered on from there
     seq_base: int | None = None
+    #: registered with "from": its backfill's record (server/backfill/manager.py), else None
+    backfill: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -272,12 +278,32 @@ class Store:
             self._db.executemany("DELETE FROM placement WHERE sid = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM owners WHERE sid = ?", [(sid,) for sid in sids])
             self._db.executemany("DELETE FROM broken WHERE sid = ?", [(sid,) for sid in sids])
+            self._db.executemany("DELETE FROM backfills WHERE sid = ?", [(sid,) for sid in sids])
 
     def subscriptions(self) -> list[StoredSubscription]:
         with self._lock:
             rows = self._db.execute("SELECT id, kind, text, name, created, shape, constants, installed_at, fresh, "
-                                    "seq_base FROM subscriptions ORDER BY seq").fetchall()
-        return [StoredSubscription(*r[:8], bool(r[8]), r[9]) for r in rows]
+                                    "seq_base, b.record FROM subscriptions LEFT JOIN backfills b ON b.sid = id "
+                                    "ORDER BY seq").fetchall()
+        return [StoredSubscription(*r[:8], bool(r[8]), r[9], json.loads(r[10]) if r[10] else None) for r in rows]
+
+    def save_backfilled(self, sub: StoredSubscription, record: dict) -> None:
+        """Store a subscription registered with "from" and its backfill's record, in one transaction."""
+        with self._tx():
+            self._db.execute("INSERT INTO subscriptions (id, kind, text, name, created) VALUES (?, ?, ?, ?, ?)",
+                             (sub.id, sub.kind, sub.text, sub.name, sub.created))
+            self._db.execute("INSERT OR REPLACE INTO backfills VALUES (?, ?)", (sub.id, json.dumps(record)))
+            if sub.id[:1] == "s" and sub.id[1:].isdigit():
+                self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
+                                 "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+                                 (int(sub.id[1:]),))
+
+    def save_backfill(self, sid: str, record: dict, installed_at: int | None = None) -> None:
+        """A backfill's record changed (and, at its hand-over, where it joined the live engine)."""
+        with self._tx():
+            self._db.execute("UPDATE backfills SET record = ? WHERE sid = ?", (json.dumps(record), sid))
+            if installed_at is not None:
+                self._db.execute("UPDATE subscriptions SET installed_at = ? WHERE id = ?", (installed_at, sid))
 
     def installed_fresh(self, sid: str, installed_at: int, seq_base: int) -> None:
         """``sid`` was installed afresh at ``installed_at`` (events taken) with its last witness

@@ -159,6 +159,15 @@ class Health:
         """Events of a recovery's replay the engine has still to take (0 once it is over)."""
         return self._replay.remaining
 
+    def retained(self) -> dict | None:
+        """The history the journal keeps (docs/design/backfill.md): ``{"from", "to"}`` event times,
+        ``bytes``, ``segments``; None without a journal (durability off)."""
+        if self.journal is None:
+            return None
+        got = self.journal.retained()
+        got.pop("first", None)
+        return got
+
     # ------------------------------------------------------------------ counts
 
     @property

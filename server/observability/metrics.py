@@ -275,6 +275,13 @@ class _Collector:
             yield CounterMetricFamily("cayuga_journal_records", "Records appended to the event journal",
                                       value=j.records)
             yield CounterMetricFamily("cayuga_journal_bytes", "Bytes appended to the event journal", value=j.bytes)
+            kept = j.retained()
+            yield GaugeMetricFamily("cayuga_journal_retained_bytes", "Bytes the journal's segments hold now "
+                                    "(recovery's part and the retained history: retain_duration, retain_bytes)",
+                                    value=kept["bytes"])
+            yield GaugeMetricFamily("cayuga_journal_retained_from_seconds", "Event time of the oldest retained "
+                                    "event, in seconds (time_unit_ms); 0 when none",
+                                    value=(kept["from"] or 0) * d.settings.time_unit_ms / 1000.0)
             yield CounterMetricFamily("cayuga_journal_syncs", "fdatasync rounds of the journal (durability: fsync)",
                                       value=j.syncs)
             buckets, total = [], 0

@@ -23,6 +23,7 @@ from air.airxml import dump_air, load_air_many
 from air.boundwarn import air_warnings, cel_warnings
 from air.cel.shapes import BoundQuery, ShapeCache
 from air.engine import Engine, EngineError
+from air.engine.handover import unmerged
 from air.engine.memory import paused_gc
 from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
@@ -149,12 +150,24 @@ class Pending:
     mirror: object = None  # with an engine worker: the BoundQuery it installs instead of these automata
     fresh: bool = False  # a restore installs it afresh (recovery.py), numbered on after what the log holds
     seq_base: int | None = None  # a restore numbers its witnesses on from here (Store: seq_base)
+    unmerged: bool = False  # a backfilled one (server/backfill/): nodes of its own, as at its hand-over
 
     @classmethod
     def restored(cls, st: StoredSubscription) -> "Pending":
+        unmerged = st.backfill is not None
         return cls(st.id, st.kind, st.text, st.name, st.created, installed_at=st.installed_at,
-                   binding=(st.shape, st.constants) if st.shape and st.constants else None,
-                   stored=(st.shape, st.constants), seq_base=st.seq_base)
+                   binding=(st.shape, st.constants) if st.shape and st.constants and not unmerged else None,
+                   stored=(st.shape, st.constants), seq_base=st.seq_base, unmerged=unmerged)
+
+
+def add_unmerged(eng: Engine, automata, sid: str) -> list[str]:
+    """Add ``sid``'s automata with nodes of their own (air/engine/handover.py): a backfilled
+    subscription, whose imported instances no other subscription may see."""
+    own = getattr(eng, "add_unmerged", None)  # an engine worker's catalogue (server/workers/mirror.py)
+    if own is not None:
+        return own(automata, sid)
+    with unmerged(eng):
+        return eng.add(automata, sid)
 
 
 class Progress(Protocol):
@@ -272,7 +285,9 @@ class Registrar:
         mirror = getattr(eng, "mirror_bound", None)
         for i, p in chunk:
             try:
-                if mirror is not None and p.mirror is not None:  # the engine worker gets it by its shape
+                if p.unmerged:
+                    done.append((i, p, add_unmerged(eng, p.automata, p.id)))
+                elif mirror is not None and p.mirror is not None:  # the engine worker gets it by its shape
                     with eng.unmirrored():
                         got = self.preparer.add(eng, p.automata, p.id)
                     mirror(p.id, p.mirror)
@@ -374,6 +389,29 @@ class Registrar:
                 log.warning("could not store the bindings of restored subscriptions: %s", exc)
         return subs
 
+    def check_room(self, n: int) -> None:
+        """Raise :class:`LimitReached` when ``n`` more subscriptions do not fit (max_subscriptions)."""
+        if len(self.subscriptions) + n > self.settings.max_subscriptions:
+            self.counters.add(Count.SUBSCRIPTIONS_REFUSED, n)
+            raise LimitReached(f"the server holds {len(self.subscriptions)} subscriptions and its limit is "
+                               f"{self.settings.max_subscriptions} (the max_subscriptions setting): "
+                               f"{n} more do not fit; delete some first")
+
+    def storing(self, what: str) -> ContextManager:
+        """A store write; a full disk raises DiskFull saying ``what``."""
+        return self._storing(what)
+
+    def require_ready(self) -> None:
+        """Raise while changes are refused (starting, replaying, witness log held)."""
+        self._require_ready()
+
+    def hold(self, sub: Subscription) -> None:
+        """List ``sub`` (watchable, deletable) without installing it: a subscription registered
+        with ``from`` joins the engine at its backfill's hand-over (server/backfill/manager.py)."""
+        self.subscriptions[sub.id] = sub
+        self._index_readers(sub)
+        self._invalidate_routes()
+
     def mark_broken(self, p: Pending, message: str | None) -> None:
         """A restore found that ``p`` does not compile (or bind): keep it as broken,
         with the reason a start's schema check recorded (server/subscriptions/schemacheck.py)
@@ -422,11 +460,7 @@ class Registrar:
         warnings (air/boundwarn.py), which are not kept."""
         with self.lock:
             self._require_ready()
-            if len(self.subscriptions) + len(items) > self.settings.max_subscriptions:
-                self.counters.add(Count.SUBSCRIPTIONS_REFUSED, len(items))
-                raise LimitReached(f"the server holds {len(self.subscriptions)} subscriptions and its limit is "
-                                   f"{self.settings.max_subscriptions} (the max_subscriptions setting): "
-                                   f"{len(items)} more do not fit; delete some first")
+            self.check_room(len(items))
             now = time.time()
             ids = self.store.peek_ids(len(items))
             batch = [Pending(sid, kind, text, name, now) for sid, (kind, text, name) in zip(ids, items)]
@@ -523,7 +557,8 @@ class Registrar:
         return order
 
     def _remove_owner(self, eng: Engine, sid: str) -> None:
-        eng.remove(sid)
+        if eng.has_owner(sid):  # (not one whose backfill is still under way: server/backfill/)
+            eng.remove(sid)
         self._on_removed(sid)
         self.progress.changes += 1
 

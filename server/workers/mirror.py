@@ -67,6 +67,21 @@ class MirroredEngine(Engine):
         self._mirror(worker, "add", owner, autos)
         return got
 
+    def add_unmerged(self, automata, owner: str) -> list[str]:
+        """:meth:`add` with nodes of its own, here and in its worker (air/engine/handover.py)."""
+        from air.engine.handover import unmerged
+
+        autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
+        worker = self.placement.place(owner, *_reads_and_publishes(autos))
+        try:
+            with unmerged(self):
+                got = super().add(autos, owner)
+        except BaseException:
+            self.placement.remove(owner)
+            raise
+        self._mirror(worker, "add_unmerged", owner, autos)
+        return got
+
     @contextmanager
     def unmirrored(self) -> Iterator[None]:
         """Changes made inside are not sent on: the caller sends them its own way (:meth:`mirror_bound`)."""

@@ -199,6 +199,22 @@ class Worker:
     def cmd_import_state(self, state: dict) -> dict:
         return self.engine.import_state(state)
 
+    # a backfill (server/backfill/): this process runs one subscription alone, then hands its state over
+    def cmd_export_state(self) -> dict:
+        return self.engine.export_state()
+
+    def cmd_add_unmerged(self, owner: str, automata) -> list[str]:
+        """A backfilled subscription joins: nodes of its own (air/engine/handover.py)."""
+        from air.engine.handover import unmerged
+
+        with unmerged(self.engine):
+            return self.engine.add(automata, owner)
+
+    def cmd_import_owner(self, owner: str, state: dict) -> dict:
+        from air.engine.handover import import_owner
+
+        return import_owner(self.engine, state, owner)
+
     def cmd_snapshot(self, tmp: str, main_part: dict, fork: bool) -> int | None:
         """Write a snapshot file: ``main_part`` and the engine's state. Forked:
         the child writes while the worker goes on (its end comes as ``S``);

@@ -165,7 +165,7 @@ def test_cayuga_register_names_the_line_of_a_jsonl_item_with_an_unknown_field(se
     from server.api.schemas import query_fields
 
     assert result.stderr.splitlines()[0] == (f"{lines}:2: unknown field 'query': send the query as {query_fields()} "
-                                             "(the other fields: name, max_instances, max_state_bytes)")
+                                             "(the other fields: name, max_instances, max_state_bytes, from)")
     assert "registered 0 of 2 queries" in result.stderr
 
 

@@ -137,7 +137,7 @@ def test_an_unknown_body_field_names_the_fields_a_query_goes_in(client):
         (error,) = r.json()["errors"]
         assert error["where"] == where
         assert error["problem"].startswith("unknown field 'query': send the query as 'cel' (CEL text)")
-        assert error["problem"].endswith(" (the other fields: name, max_instances, max_state_bytes)")
+        assert error["problem"].endswith(" (the other fields: name, max_instances, max_state_bytes, from)")
         assert all(f"'{k}' ({v})" in error["problem"] for k, v in QUERY_LANGUAGES.items())  # the one list
         assert r.json()["detail"] == f"invalid request body: {where}: {error['problem']}"
     assert client.subscriptions() == []

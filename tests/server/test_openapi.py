@@ -28,6 +28,7 @@ OPERATION_IDS = {
     ("post", "/subscriptions"): "create_subscription",
     ("post", "/subscriptions/batch"): "create_subscriptions",
     ("post", "/subscriptions/validate"): "validate_subscription",
+    ("post", "/subscriptions/preview"): "preview_subscription",
     ("get", "/subscriptions/{sid}"): "get_subscription",
     ("delete", "/subscriptions/{sid}"): "delete_subscription",
     ("get", "/subscriptions/{sid}/automaton"): "get_automaton",
@@ -45,7 +46,7 @@ OPERATION_IDS = {
 #: from the security requirement, tests/server/test_scopes.py holds the server to it.
 SCOPES = {"list_streams": ["watch"], "declare_stream": ["manage"], "get_stream": ["watch"],
           "list_subscriptions": ["watch"], "create_subscription": ["manage"], "create_subscriptions": ["manage"],
-          "validate_subscription": ["manage"], "get_subscription": ["watch"], "delete_subscription": ["manage"],
+          "validate_subscription": ["manage"], "preview_subscription": ["manage"], "get_subscription": ["watch"], "delete_subscription": ["manage"],
           "get_automaton": ["watch"], "get_automaton_instances": ["watch"], "post_events": ["ingest"],
           "get_metrics": ["metrics"], "get_stats": ["watch"], "get_whoami": [], "get_audit": ["admin"]}
 

@@ -1,0 +1,128 @@
+"""Retention of the event journal beyond what recovery needs, and what it holds
+(docs/design/backfill.md): the part of :class:`server.durability.journal.Journal`
+that keeps history for backfills and previews.
+
+A segment whose records a kept snapshot covers (before the floor
+``truncate_before`` sets) is no longer needed by recovery; it stays while it
+holds an event newer than the newest event's time less ``retain_time`` and the
+journal holds at most ``retain_bytes``; the oldest goes first, the newest
+segment never. A history reader (server/durability/history.py) pins the
+segments it has still to read. Retention runs after each snapshot (where the
+floor moves), never on the ingest path; a full disk deletes every retained
+segment at once (``Journal._shed_retained``), before the append is tried again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import msgspec
+
+from server.durability.framing import walk
+
+_record = msgspec.msgpack.Decoder(
+    tuple[Optional[str], Optional[int], list[tuple[str, tuple, Any, Any]]]).decode
+
+
+class RetainedHistory:
+    """Retention and the retained range, for :class:`~server.durability.journal.Journal`
+    (which holds ``_lock``, ``_segments``, ``_floor``, ``_pins`` and the settings)."""
+
+    def _time_segment(self, seg) -> None:
+        """Read ``seg`` once for the smallest and largest event time it holds."""
+        lo = hi = None
+        try:
+            with open(seg.path, "rb") as fh:
+                data = fh.read(seg.size)
+        except FileNotFoundError:
+            return
+        payloads = walk(data, seg.start, len(data))
+        next(payloads, None)  # the header
+        for payload in payloads:
+            for _s, _v, _t0, t1 in _record(payload)[2]:
+                if lo is None or t1 < lo:
+                    lo = t1
+                if hi is None or t1 > hi:
+                    hi = t1
+        seg.t_lo, seg.t_hi, seg.timed = lo, hi, True
+
+    def _times(self) -> list:
+        """The segments, each with its event times known (older segments are
+        read once, outside the lock: they no longer change)."""
+        with self._lock:
+            segs = list(self._segments)
+        for seg in segs:
+            if not seg.timed:
+                self._time_segment(seg)
+        return segs
+
+    @property
+    def newest_time(self):
+        """The largest event time the journal holds (None: no event)."""
+        his = [s.t_hi for s in self._times() if s.t_hi is not None]
+        return max(his) if his else None
+
+    def retain(self) -> int:
+        """Delete the oldest segments that recovery does not need (before the
+        :meth:`truncate_before` floor) and no reader has pinned, while they are
+        beyond the retention: all of their events older than the newest less
+        ``retain_time``, or the segments together over ``retain_bytes``.
+        Oldest first; never the newest. Returns how many went."""
+        segs = self._times()
+        his = [s.t_hi for s in segs if s.t_hi is not None]
+        newest = max(his) if his else None
+        with self._lock:
+            pin = min(self._pins.values(), default=None)
+            total = sum(s.size for s in self._segments)
+            doomed = []
+            while len(self._segments) > 1 and self._segments[1].first <= self._floor + 1:
+                seg = self._segments[0]
+                if pin is not None and self._segments[1].first > pin:
+                    break  # a history reader still reads it
+                too_big = bool(self.retain_bytes) and total > self.retain_bytes
+                too_old = not self.retain_time or (
+                    seg.t_hi is None or (newest is not None and seg.t_hi < newest - self.retain_time))
+                if not (too_big or too_old):
+                    break
+                doomed.append(self._segments.pop(0))
+                total -= seg.size
+            if (self.retain_time or self.retain_bytes) and doomed:
+                self.retention_dropped += len(doomed)
+        self._unlink(doomed)
+        return len(doomed)
+
+    def _unlink(self, doomed: list) -> None:
+        for s in doomed:
+            s.path.unlink(missing_ok=True)
+        if doomed and self.durability == "fsync":
+            self._fsync_dir()
+
+    def retained(self) -> dict:
+        """What the journal holds now: ``{"from": oldest event time, "to": newest,
+        "bytes": n, "segments": k, "first": first position}`` (times None: no event)."""
+        segs = self._times()
+        los = [s.t_lo for s in segs if s.t_lo is not None]
+        his = [s.t_hi for s in segs if s.t_hi is not None]
+        with self._lock:
+            first = next((s.first for s in self._segments if s.records), self.appended + 1)
+            return {"from": min(los) if los else None, "to": max(his) if his else None,
+                    "bytes": sum(s.size for s in self._segments), "segments": len(self._segments),
+                    "first": first}
+
+    def pin(self, position: int) -> int:
+        """Keep the segments holding ``position`` and after from retention until
+        :meth:`unpin`; returns the pin's id."""
+        with self._lock:
+            self._pin_ids += 1
+            self._pins[self._pin_ids] = position
+            return self._pin_ids
+
+    def move_pin(self, pin: int, position: int) -> None:
+        with self._lock:
+            if pin in self._pins:
+                self._pins[pin] = position
+
+    def unpin(self, pin: int) -> None:
+        with self._lock:
+            self._pins.pop(pin, None)
+

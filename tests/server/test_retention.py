@@ -1,0 +1,152 @@
+"""History kept on purpose (issue 36): the journal's retention beyond what recovery
+needs, and the history reader's order (server/durability/retention.py, history.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from air.engine import Event
+from server.config import Settings
+from server.durability.history import FromError, HistoryReader, resolve_from
+from server.durability.journal import Journal
+from server.ingest.queue import DelayQueue
+
+
+def ev(t1, i=0):
+    return Event("Stock", ("IBM", float(i), i), t1, t1)
+
+
+def filled(tmp_path, n_records=40, per=5, **kw) -> Journal:
+    j = Journal(tmp_path / "j", "write", segment_bytes=4096, **kw)
+    for r in range(n_records):
+        j.append([ev(r * 10 + k, k) for k in range(per)] * 4)
+    return j
+
+
+def test_segments_recovery_no_longer_needs_stay_within_the_retained_time(tmp_path):
+    j = filled(tmp_path, retain_time=150, retain_bytes=1 << 30)
+    before = len(j.segments)
+    assert before > 4
+    newest = j.retained()["to"]
+    j.truncate_before(j.appended + 1)  # a snapshot covers everything: recovery needs nothing
+    kept = j.retained()
+    assert kept["segments"] < before
+    # every segment left holds an event within the retained time, but the newest is always kept
+    assert kept["from"] is not None and kept["to"] == newest
+    window = sum(1 for r in range(40) for k in range(5) if r * 10 + k >= newest - 150) * 4
+    assert sum(1 for r in j.replay(0) for e in r.events if e.t1 >= newest - 150) == window  # all of it kept
+    assert 0 < kept["from"] <= newest - 150  # the oldest history went, the window's did not
+    j.close()
+
+
+def test_retain_bytes_bounds_the_history_oldest_first_and_recovery_needs_come_first(tmp_path):
+    j = filled(tmp_path, retain_time=10 ** 9, retain_bytes=10_000)
+    total = j.retained()["bytes"]
+    assert total > 10_000
+    j.truncate_before(1)  # recovery still needs everything: nothing goes
+    assert j.retained()["bytes"] == total
+    j.truncate_before(j.appended + 1)
+    kept = j.retained()
+    assert kept["bytes"] <= 10_000 + 4096 + 200  # within one segment of the bound
+    assert kept["from"] > 0
+    assert list(j.replay(0))[-1].position == j.appended  # the newest records stay
+    j.close()
+
+
+def test_a_pinned_segment_stays_until_the_reader_moves_on(tmp_path):
+    j = filled(tmp_path, retain_time=1, retain_bytes=1)
+    pin = j.pin(1)
+    j.truncate_before(j.appended + 1)
+    assert j.retained()["first"] == 1
+    j.unpin(pin)
+    j.retain()
+    assert j.retained()["first"] > 1
+    j.close()
+
+
+def test_retained_times_survive_a_reopen(tmp_path):
+    j = filled(tmp_path, n_records=10, retain_time=100)
+    got = j.retained()
+    j.close()
+    j2 = Journal(tmp_path / "j", "write", segment_bytes=4096, retain_time=100)
+    assert j2.retained() == got
+    j2.close()
+
+
+def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path):
+    """Blocks out of order, ties, late events refused: the reader's order is the engine's."""
+    rnd = random.Random(7)
+    j = Journal(tmp_path / "j", "write", segment_bytes=8192)
+    q = DelayQueue(1_000_000, delay=0.0, event_time=True)
+    q.journal = j
+    taken = []
+    i = 0
+    for block in range(300):
+        base = block * 3
+        evs = []
+        for _ in range(rnd.randint(1, 6)):
+            i += 1
+            evs.append(ev(base + rnd.randint(-8, 3), i))
+        q.put_batch(evs)
+        if block % 7 == 0:
+            taken += q.get_batch(rnd.randint(1, 50), timeout=0)
+    q.close(drain=True)
+    while True:
+        got = q.get_batch(1000, timeout=0)
+        if not got:
+            break
+        taken += got
+    assert q.late > 0  # some were refused, and never journaled
+    reader = HistoryReader(j, start=-100)
+    history = [e for chunk in reader.everything() for e in chunk]
+    reader.close()
+    assert [(e.t1, e.values) for e in history] == [(e.t1, e.values) for e in taken]
+    j.close()
+
+
+def test_the_reader_follows_the_live_queue_and_its_cut_is_exactly_what_was_taken(tmp_path):
+    j = Journal(tmp_path / "j", "write", segment_bytes=8192)
+    q = DelayQueue(1_000_000, delay=5, event_time=True)
+    q.journal = j
+    rnd = random.Random(3)
+    taken, fed = [], []
+    reader = HistoryReader(j, start=50, queue=q)
+    for block in range(200):
+        q.put_batch([ev(block * 2 + rnd.randint(-3, 2), block * 10 + k) for k in range(3)])
+        taken += q.get_batch(rnd.randint(0, 8), timeout=0)
+        fed += reader.released(rnd.randint(1, 20))
+        assert [e.values for e in fed] == [e.values for e in taken if e.t1 >= 50][:len(fed)]
+    fed += reader.cut()
+    assert [e.values for e in fed] == [e.values for e in taken if e.t1 >= 50]
+    assert len(q) > 0  # what is still queued goes to the live engine, not the reader
+    reader.close()
+    j.close()
+
+
+def test_from_is_resolved_against_the_retained_range(tmp_path):
+    j = filled(tmp_path, n_records=10)
+    kept = j.retained()
+    assert resolve_from("retained", j, kept["to"], 1.0) == kept["from"]
+    assert resolve_from(kept["from"] + 3, j, kept["to"], 1.0) == kept["from"] + 3
+    assert resolve_from("-50ms", j, 90, 1.0) == 40
+    assert resolve_from("-1s", j, 1000, 10.0) == 900
+    with pytest.raises(FromError) as exc:
+        resolve_from(kept["from"] - 1, j, kept["to"], 1.0)
+    assert exc.value.retained == {"from": kept["from"], "to": kept["to"]}
+    assert f"events from {kept['from']} to {kept['to']}" in str(exc.value)
+    for bad in ("yesterday", "-", "-3 parsecs", True, None, [1]):
+        with pytest.raises(FromError):
+            resolve_from(bad, j, 90, 1.0)
+    with pytest.raises(FromError, match="durability is off"):
+        resolve_from(5, None, 90, 1.0)
+    j.close()
+
+
+def test_retention_settings_read_durations_and_sizes():
+    st = Settings(retain_duration="90m", retain_bytes="10MB", time_unit_ms=1000)
+    assert (st.retain_duration, st.retain_bytes, st.retain_units) == (5400, 10_000_000, 5400)
+    assert Settings().retain_duration == 86400 and Settings().retain_bytes == 1 << 30
+    with pytest.raises(ValueError, match="retain_duration"):
+        Settings(retain_duration="a while")
