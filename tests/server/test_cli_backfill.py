@@ -89,7 +89,8 @@ def test_preview_prints_the_first_witnesses_and_the_count(server, client, histor
     assert len(inline.stdout.splitlines()) == 2 and inline.stderr.startswith("cayuga: 2 witnesses over 6 events")
     assert client.subscriptions() == []  # nothing registered
 
-    typo = run("preview", RISING.replace("$2.Price >=", "$2.Prise >="), "--url", server.base_url)
+    typo = run("preview", RISING.replace("$2.Price >=", "$2.Prise >="), "--from", "retained", "--url",
+               server.base_url)
     assert typo.exit_code == 1 and typo.stdout == ""
     column = RISING.index("$2.Price") + 1
     assert f"query: line 1, column {column}: unknown attribute '$2.Prise'" in typo.stderr

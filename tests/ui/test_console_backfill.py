@@ -116,4 +116,43 @@ def test_a_subscription_from_the_retained_history_shows_its_backfill_and_its_rep
         expect(page.locator("#matches tbody tr.replay")).to_have_count(2)
         expect(page.locator("#matches tbody tr").first).not_to_have_class("replay")  # newest first
         expect(box).to_have_attribute("data-state", "live")  # kept for the record
+        expect(page.locator("#validation")).to_contain_text("registered as s1: it runs over the retained events")
+        expect(page.locator("#graph svg.automaton g.node")).to_have_count(4)
+        expect(page.locator("#subscriptions tbody tr[data-sid=s1] .badge.backfill")).to_have_count(0)  # live
+        shots("live")
+
+
+def test_a_running_backfill_shows_its_bar_badge_and_automaton_until_it_hands_over(server, page, shots, monkeypatch):
+    """While the hand-over is held back (the engine never quiesces) the backfill reads what the
+    live engine has released (five of the six quotes: the sixth is taken at the cut) and stays
+    running: the bar, the list's badge and the automaton (no live instances yet: they are on
+    the backfill's own engine) show it; let go, it hands over, its two witnesses come, marked."""
+    held = [True]
+    monkeypatch.setattr(server.daemon.backfills, "quiesce", lambda: not held[0])
+    with CayugaClient(server.base_url) as c:
+        _send_example(c)
+        wait_until(lambda: c.preview({"cel": RISING}, "retained")["events"] == 6)
+        sid = c.subscribe(cel=RISING, from_="retained")["id"]
+        wait_until(lambda: c.subscription(sid)["backfill"]["events_done"] == 5)
+        assert c.subscription(sid)["backfill"]["state"] == "running"
+        page.goto(server.base_url + "/")
+        row = page.locator(f"#subscriptions tbody tr[data-sid={sid}]")
+        row.click()
+        box = page.locator("#backfill")
+        expect(box).to_have_attribute("data-state", "running")
+        expect(page.locator("#backfill-label")).to_have_text("backfill 83%")
+        expect(page.locator("#backfill-text")).to_have_text(
+            "running over history: 5 of 6 events from t1 = 33000000, 0 witnesses so far")
+        assert page.locator("#backfill-bar").evaluate("b => b.value") == 5 / 6
+        expect(row.locator(".badge.backfill")).to_have_text("backfill 83%")
+        expect(page.locator("#graph svg.automaton g.node")).to_have_count(4)  # drawn, no live instance counted
+        expect(page.locator("#match-status")).to_contain_text("live")
+        shots("running")
+        held[0] = False
+        expect(box).to_have_attribute("data-state", "live")
+        expect(page.locator("#backfill-label")).to_have_text("backfill live")
+        expect(row.locator(".badge.backfill")).to_have_count(0)
+        expect(page.locator("#matches tbody tr.replay")).to_have_count(2)
+        expect(page.locator("#backfill-text")).to_contain_text("live: 2 witnesses replayed")
+        expect(page.locator("#graph-panel")).not_to_contain_text("removed")
         shots("live")

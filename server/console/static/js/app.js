@@ -355,8 +355,12 @@ async function register() {
     }
     editor.show([], sub.warnings || []);
     showWarnings(sub.warnings);
-    await refreshLists();
-    await select(sub.id);
+    try { // registered: a failure to show it is said over the automaton, never as the registration's
+      await refreshLists();
+      await select(sub.id);
+    } catch (err) {
+      $("#graph-title").textContent = `could not show ${sub.id}: ${err.message}`;
+    }
   } catch (err) {
     if (err instanceof ApiError && err.data && err.data.errors) {
       editor.showErrors(err.data.errors);
