@@ -12,7 +12,7 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
-from clients.cli_backfill import FROM_HELP, ReplayMarker, from_refusal, parse_from, preview
+from clients.cli_backfill import FROM_HELP, ReplayMarker, from_refusal, parse_from, preview, wait_live
 from clients.cli_manage import refusal, streams, subscriptions
 from clients.cli_send import send
 from clients.options import make_client, tls_options, url_option
@@ -302,8 +302,10 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
 @click.option("--from", "from_", default=None, callback=parse_from, metavar="T|retained|-24h",
               help=FROM_HELP + " Each query first runs over that history (its witnesses carry \"replay\": "
                    "true), then joins the live stream; one request per query.")
+@click.option("--wait", is_flag=True, help="With --from: return once every backfill is live (a progress bar on "
+                                           "standard error); exit status 1 if one failed.")
 @tls_options
-def register(paths, url, token, batch_size, max_instances, max_state_bytes, from_, cacert, cert, key) -> None:
+def register(paths, url, token, batch_size, max_instances, max_state_bytes, from_, wait, cacert, cert, key) -> None:
     """Register the queries of files and directories with a running server,
     many per request (POST /subscriptions/batch), with a progress bar.
 
@@ -324,11 +326,14 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, from
 
     from clients.client import CayugaAPIError, explain_tls
 
+    if wait and from_ is None:
+        _fail("--wait waits for the backfills of --from: give --from too")
     queries = _queries_in(paths)
     if from_ is not None:  # the batch route takes no history: one query per request
         batch_size = 1
     client = make_client(url, token=token, timeout=600, cacert=cacert, cert=cert, key=key)
     done = 0
+    backfilling: list[str] = []
     warnings = QueryWarnings(lambda text: tqdm.write(text, file=sys.stderr))
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
         for k in range(0, len(queries), batch_size):
@@ -360,6 +365,7 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, from
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
                 if sub.get("backfill"):
+                    backfilling.append(sub["id"])
                     b = sub["backfill"]
                     tqdm.write(f"{where}: {sub['id']} runs over the history from t1 = {b.get('from')} first: "
                                f"cayuga subscriptions shows how far, cayuga watch {sub['id']} --from-start "
@@ -370,6 +376,16 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, from
             bar.update(len(subs))
     warnings.summary()
     click.echo(f"cayuga: registered {plural(done, 'query')}", err=True)
+    if wait and backfilling:
+        try:
+            failed = wait_live(client, backfilling)
+        except (CayugaAPIError, OSError, httpx.HTTPError) as exc:
+            _fail(f"registered, but could not follow the backfills: {exc}", 1)
+        for words in failed:
+            click.echo(f"cayuga: {words}", err=True)
+        if failed:
+            sys.exit(1)
+        click.echo(f"cayuga: {plural(len(backfilling), 'backfill')} live", err=True)
 
 
 @main.command()

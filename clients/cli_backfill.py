@@ -70,6 +70,31 @@ def backfill_words(b: dict | None) -> str:
     return f"{b.get('state', 'running')} {share}({of} events, {plural(found, 'witness')})"
 
 
+def wait_live(client, sids: list[str], poll: float = 0.2) -> list[str]:
+    """Wait until the backfill of each of ``sids`` is live (a progress bar on standard
+    error over their history's events); returns the words of those that failed."""
+    import time
+
+    from tqdm import tqdm
+
+    failed: list[str] = []
+    with tqdm(unit="ev", disable=None, file=sys.stderr, desc="backfill") as bar:
+        for sid in sids:
+            while True:
+                b = client.subscription(sid).get("backfill") or {"state": "live"}
+                if b.get("events_total"):
+                    bar.total = b["events_total"]
+                bar.n = b.get("events_done", 0)
+                bar.refresh()
+                if b["state"] == "failed":
+                    failed.append(f"{sid}'s backfill failed: {b.get('error')}")
+                    break
+                if b["state"] == "live":
+                    break
+                time.sleep(poll)
+    return failed
+
+
 class ReplayMarker:
     """Says on standard error, once, where a subscription's replayed witnesses
     (``"replay": true``, its backfill's) end and the live ones begin: when a

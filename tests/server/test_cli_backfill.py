@@ -37,13 +37,16 @@ def history(server, client, tmp_path):
 
 def test_register_from_the_retained_history_then_list_show_and_watch(server, client, history):
     url = server.base_url
-    registered = run("register", history, "--from", "retained", "--url", url)
+    alone = run("register", history, "--wait", "--url", url)
+    assert alone.exit_code == 2 and "--wait waits for the backfills of --from: give --from too" in alone.stderr
+    registered = run("register", history, "--from", "retained", "--wait", "--url", url)
     assert registered.exit_code == 0, registered.output
     assert registered.stdout == f"s1 {history}\n"
     assert f"{history}: s1 runs over the history from t1 = " in registered.stderr
     assert "cayuga watch s1 --from-start prints its witnesses" in registered.stderr
-    wait_until(lambda: client.subscription("s1")["backfill"]["state"] == "live", 30, what="the hand-over")
+    assert registered.stderr.endswith("cayuga: 1 backfill live\n")
     b = client.subscription("s1")["backfill"]
+    assert b["state"] == "live"  # --wait returned once it was
     assert (b["witnesses"], b["events_done"]) == (2, 6)
 
     listed = run("subscriptions", "--url", url)
