@@ -284,8 +284,8 @@ class Daemon:
                 link.stop()
             raise
         self.started = True
+        self.backfills.resume(backfilling)  # listed now, run once the engine thread runs
         self.recovery.start(stored)
-        self.backfills.resume(backfilling)
 
     def _record_schemas(self) -> None:
         """Record this start's configured streams, what it installs afresh and what

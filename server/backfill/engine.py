@@ -1,45 +1,79 @@
 """The engine a backfill or a preview runs on: an engine worker process of its
 own (server/workers/worker.py on its socket pair, as ``engine_workers`` starts
 them), so that the history it runs through takes neither the live engine
-thread nor this interpreter's lock. See docs/design/backfill.md."""
+thread nor this interpreter's lock; it runs at a lower CPU priority than the
+server (``nice`` +10): the live path goes first. See docs/design/backfill.md."""
 
 from __future__ import annotations
 
+import logging
+import os
 import queue as stdqueue
+from collections import deque
+
+import msgspec
 
 from server.config import Settings
 from server.workers import codec
 from server.workers.link import WorkerGone, WorkerLink
 
+log = logging.getLogger("cayuga.backfill")
+
 #: Seconds a batch of history may take in the backfill's engine before it is given up.
 BATCH_TIMEOUT = 120.0
+#: Batches sent before the first one's witnesses are taken back: the engine process feeds
+#: one while this process reads, encodes and delivers the other.
+IN_FLIGHT = 2
+#: How much less CPU priority the backfill's engine process has than the server.
+NICE = 10
+_REPLAY = b',"replay":true}\n'
+_decode = msgspec.msgpack.Decoder().decode
 
 
 class BackfillEngine:
     """One subscription alone on an engine of its own, fed history in batches."""
 
-    def __init__(self, settings: Settings, name: str) -> None:
+    def __init__(self, settings: Settings, name: str, replay: bool = False) -> None:
         st = settings.model_dump()
         # the live server's state budget does not apply to history: the hand-over brings the state
         # back under it (the budget's next check sees it)
         st.update(max_state_bytes=1 << 62, max_instances_per_subscription=0, engine_workers=1)
         self.link = WorkerLink(st, name=name)
+        self.replay = replay  # witnesses marked "replay": true
         self.fed = 0
         self.epoch = None
+        self.errors = 0  # events the engine failed on (the live engine counts and skips them too)
+        self._sent: deque[int] = deque()
 
     def start(self, schemas, sid: str, automata) -> None:
         self.link.start()
+        try:
+            os.setpriority(os.PRIO_PROCESS, self.link.process.pid, min(os.getpriority(os.PRIO_PROCESS, 0) + NICE, 19))
+        except OSError as exc:  # it runs at the server's priority
+            log.debug("could not lower the backfill engine's priority: %s", exc)
+        self.link.command("unchecked")
         for schema in schemas:
             self.link.command("declare", schema)
         self.link.call("add", sid, tuple(automata))
 
-    def feed(self, events: list) -> list:
-        """Feed ``events``; their witnesses as ``[(sid, streams, payloads)]``, encoded as the
-        witness log holds them."""
-        if not events:
-            return []
+    @property
+    def busy(self) -> bool:
+        """A batch is in flight (its witnesses not taken back yet)."""
+        return bool(self._sent)
+
+    def send(self, events: list) -> bool:
+        """Send a batch (False: ``IN_FLIGHT`` are out already: take one back first)."""
+        if len(self._sent) >= IN_FLIGHT:
+            return False
         self.fed += len(events)
         self.link.send(codec.encode_batch(self.fed, [], events))
+        self._sent.append(len(events))
+        return True
+
+    def take(self) -> list:
+        """The oldest batch in flight's witnesses: ``[(sid, streams, payloads)]``, encoded as
+        the witness log holds them (marked ``"replay": true`` for a backfill)."""
+        self._sent.popleft()
         try:
             tag, body = self.link.results.get(timeout=BATCH_TIMEOUT)
         except stdqueue.Empty:
@@ -47,14 +81,28 @@ class BackfillEngine:
                              "for a batch") from None
         if body is None:
             raise WorkerGone(self.link.gone or f"the backfill engine {self.link.name} has ended")
-        out = codec.decode_result(body)
+        out = _decode(body)
         self.epoch = out[4]
-        if out[5]:
-            raise RuntimeError(f"the backfill engine failed on events: {'; '.join(out[5][:3])}")
-        return [tuple(g) for g in out[1]]
+        self.errors += len(out[5])
+        groups = []
+        for sid, streams, joined in out[1]:
+            if self.replay:  # one C pass: a witness is one JSON object a line, no raw newline inside
+                joined = (joined + b"\n").replace(b"}\n", _REPLAY)[:-1]
+            groups.append((sid, streams, joined.split(b"\n")))
+        return groups
 
-    def export_state(self) -> dict:
-        return self.link.call("export_state")
+    def feed(self, events: list) -> list:
+        """:meth:`send` and :meth:`take` (nothing else in flight)."""
+        if self._sent:
+            raise RuntimeError("batches are in flight: take them back first")
+        if not events:
+            return []
+        self.send(events)
+        return self.take()
+
+    def export_state(self, pickled: bool = False) -> dict | bytes:
+        """Its state (``pickled``: as pickle bytes, for an engine worker to read)."""
+        return self.link.call("export_state", pickled)
 
     def stop(self) -> None:
         self.link.stop(timeout=5.0)

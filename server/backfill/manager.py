@@ -42,13 +42,12 @@ log = logging.getLogger("cayuga.backfill")
 BATCH = 8192
 #: Seconds a backfill waits for the engine thread (a delivery, the hand-over).
 ENGINE_TIMEOUT = 120.0
-_REPLAY = b',"replay":true}'
-
-
-def replayed(payloads: list[bytes]) -> list[bytes]:
-    """Witness JSON objects marked ``"replay": true`` (the bytes the witness log holds)."""
-    return [p[:-1] + _REPLAY if p[-1:] == b"}" else p for p in payloads]
-
+#: Historical witnesses the engine thread numbers and delivers at a time (live batches go between).
+DELIVERY = 2048
+#: Backfills that run at once (each an engine process); later ones wait their turn, shown running at 0 events.
+MAX_RUNNING = 2
+#: Previews that run at once (each an engine process); later requests wait their turn.
+MAX_PREVIEWS = 2
 
 @dataclass
 class Backfill:
@@ -101,6 +100,8 @@ class Backfills:
         self.items: dict[str, Backfill] = {}
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_RUNNING)
+        self.previews = threading.BoundedSemaphore(MAX_PREVIEWS)  # taken by preview.py
         checkpoints.on_published = self._published
 
     # ------------------------------------------------------------------ registration
@@ -150,14 +151,19 @@ class Backfills:
         return Registered(sub, p.warnings)
 
     def resume(self, stored: list[StoredSubscription]) -> None:
-        """At a start: the backfills that were not live yet run again from their ``from``
-        (each thread compiles and lists its subscription once recovery is ready)."""
+        """At a start, before recovery: the backfills that were not live yet are listed and
+        run again from their ``from`` (each thread waits for the engine thread)."""
         for st in stored:
             bf = Backfill.of(st.id, st.backfill)
             bf.state, bf.error, bf.to, bf.events_done, bf.witnesses = "running", None, None, 0, 0
             with self._lock:
                 self.items[st.id] = bf
-            self._start(bf, st)
+            try:
+                sub = self._restore(bf, st)
+            except SubscriptionError as exc:
+                self._fail(bf, f"it no longer compiles: {exc}")
+                continue
+            self._start(bf, sub)
 
     def _restore(self, bf: Backfill, st: StoredSubscription) -> Subscription:
         p = self.compile(st.id, st.kind, st.text, st.name)
@@ -197,7 +203,7 @@ class Backfills:
 
     # ------------------------------------------------------------------ the backfill thread
 
-    def _start(self, bf: Backfill, sub) -> None:
+    def _start(self, bf: Backfill, sub: Subscription) -> None:
         cancel = threading.Event()
         t = threading.Thread(target=self._run, args=(bf, sub, cancel), name=f"cayuga-backfill-{bf.sid}",
                              daemon=True)
@@ -208,18 +214,16 @@ class Backfills:
     def _stopped(self, cancel: threading.Event) -> bool:
         return cancel.is_set() or self.stopping.is_set()
 
-    def _run(self, bf: Backfill, sub, cancel: threading.Event) -> None:
-        """``sub``: the Subscription, or (a restart) its stored row, listed once recovery is ready."""
+    def _run(self, bf: Backfill, sub: Subscription, cancel: threading.Event) -> None:
         eng = reader = None
+        slot = False
         try:
-            while not self.recovery.ready.is_set():  # a restart: the engine thread first
-                if cancel.wait(0.05) or self.stopping.is_set():
+            while not self.recovery.ready.is_set() or not (slot := self._slots.acquire(timeout=0.05)):
+                if cancel.wait(0.05) or self.stopping.is_set():  # a restart: the engine thread first; a turn
                     return
-            if isinstance(sub, StoredSubscription):
-                sub = self._restore(bf, sub)
             if self.journal is None:
                 raise RuntimeError("the server keeps no journal (durability off)")
-            eng = BackfillEngine(self.settings, f"cayuga-backfill-{bf.sid}")
+            eng = BackfillEngine(self.settings, f"cayuga-backfill-{bf.sid}", replay=True)
             eng.start(list(self.inputs().values()), bf.sid, sub.automata)
             reader = HistoryReader(self.journal, bf.start, self.queue)
             # numbered from 1 again: what the witness log holds already (a restart) is neither logged nor offered
@@ -228,12 +232,13 @@ class Backfills:
             while not self._stopped(cancel):
                 events = reader.released(BATCH)
                 if events:
-                    groups = eng.feed(events)
+                    if not eng.send(events):  # two in flight: take the older back, deliver it, send this one
+                        delivering = self._handed(bf, eng.take(), delivering)
+                        eng.send(events)
                     bf.events_done, bf.events_total = reader.given, reader.scanned
-                    if delivering is not None:
-                        delivering.result(ENGINE_TIMEOUT)  # one delivery in flight: the engine thread's commands stay few
-                    delivering = self.submit(lambda _e, g=groups: self._deliver(bf, g)) if groups else None
                     continue
+                while eng.busy:
+                    delivering = self._handed(bf, eng.take(), delivering)
                 if delivering is not None:
                     delivering.result(ENGINE_TIMEOUT)
                     delivering = None
@@ -252,14 +257,27 @@ class Backfills:
                 reader.close()
             if eng is not None:
                 eng.stop()
+            if slot:
+                self._slots.release()
             with self._lock:
                 if self._threads.get(bf.sid, (None,))[0] is threading.current_thread():
                     del self._threads[bf.sid]
 
+    def _handed(self, bf: Backfill, groups: list, delivering):
+        """Hand a batch's witnesses to the engine thread once the last delivery is done (one in
+        flight), in pieces of DELIVERY witnesses (each one command: the live batches go between)."""
+        for sid, streams, payloads in groups:
+            for k in range(0, len(payloads), DELIVERY):
+                if delivering is not None:
+                    delivering.result(ENGINE_TIMEOUT)
+                piece = [(sid, streams[k:k + DELIVERY], payloads[k:k + DELIVERY])]
+                delivering = self.submit(lambda _e, g=piece: self._deliver(bf, g))
+        return delivering
+
     def _deliver(self, bf: Backfill, groups: list) -> None:
         """On the engine thread: number, log and offer a batch of historical witnesses."""
-        groups = [(sid, streams, replayed(payloads)) for sid, streams, payloads in groups if sid == bf.sid]
-        if groups:
+        groups = [g for g in groups if g[0] == bf.sid]
+        if groups and bf.sid in self.registrar.subscriptions:  # (not one deleted meanwhile)
             self.witnesses.deliver_encoded(EncodedBatch(groups, []))
             bf.witnesses += sum(len(g[2]) for g in groups)
 
@@ -269,15 +287,17 @@ class Backfills:
             return True  # deleted meanwhile
         if self.quiesce is not None and not self.quiesce():
             return False
-        bf.state = "handing_over"
+        began = time.perf_counter()
         rest = reader.cut()
         for k in range(0, len(rest), BATCH):
             self._deliver(bf, eng.feed(rest[k:k + BATCH]))
         bf.events_done, bf.events_total = reader.given, reader.scanned
-        state = eng.export_state()
+        fed = time.perf_counter()
+        links = getattr(live, "links", None)
+        state = eng.export_state(pickled=links is not None)  # an engine worker reads it: passed on unread
+        exported = time.perf_counter()
         add_unmerged(live, sub.automata, bf.sid)
         try:
-            links = getattr(live, "links", None)
             if links is not None:  # the engine worker that runs it takes the state (after the add, on one pipe)
                 links[live.placement.of(bf.sid)].call("import_owner", bf.sid, state, timeout=ENGINE_TIMEOUT)
             else:
@@ -288,12 +308,15 @@ class Backfills:
             live.remove(bf.sid)
             raise
         bf.to = eng.epoch if eng.epoch is not None else self.queue.last_released
+        bf.state = "handing_over"
         self.progress.changes += 1
         bf.changes = self.progress.changes
         self.store.save_backfill(bf.sid, bf.public(), installed_at=self.progress.fed)
         self.checkpoints.wanted = True  # live once a snapshot holding its state is durable
-        log.info("backfill of %s handed over at event %d (event time %s): %d events, %d witnesses", bf.sid,
-                 self.progress.fed, bf.to, bf.events_done, bf.witnesses)
+        log.info("backfill of %s handed over at event %d (event time %s): %d events, %d witnesses; the engine "
+                 "thread stood still %.1f ms (%d events fed at the cut: %.1f ms, the state exported: %.1f ms)",
+                 bf.sid, self.progress.fed, bf.to, bf.events_done, bf.witnesses,
+                 (time.perf_counter() - began) * 1000, len(rest), (fed - began) * 1000, (exported - fed) * 1000)
         return True
 
     def _published(self, changes: int) -> None:

@@ -22,6 +22,11 @@ def preview(backfills, kind: str, text: str, start_value, limit: int) -> dict:
     on an engine of its own; FromError or SubscriptionError for a bad one."""
     start = backfills.resolve(start_value)
     p = backfills.compile(f"preview{time.monotonic_ns()}", kind, text, None)
+    with backfills.previews:  # a few engine processes at once: later requests wait their turn
+        return _run(backfills, p, start, limit)
+
+
+def _run(backfills, p, start, limit: int) -> dict:
     reader = HistoryReader(backfills.journal, start)
     eng = BackfillEngine(backfills.settings, "cayuga-preview")
     witnesses: list[dict] = []

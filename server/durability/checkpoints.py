@@ -85,7 +85,7 @@ class Checkpoints:
         s = self.settings
         if self.snapshotter.running:
             return False
-        if self.wanted:
+        if self.wanted and self.disk.failing("snapshot") is None:
             return True
         if self.disk.failing("snapshot") is not None and now - self._snap_at >= SNAPSHOT_RETRY_SECONDS:
             return True  # the last one could not be written: try again even if nothing changed since
@@ -105,12 +105,21 @@ class Checkpoints:
         self._fork_mark = self.budget.seq  # before the fork: its watcher publishes it
         self._fork_changes = self.progress.changes
         position = (lambda: journal.appended if journal is not None else 0)
-        if self.remote is not None:  # the engine's state is an engine worker's: its child writes the file
-            started = self.snapshotter.fork_remote(self.queue.lock, position, self.main_state,
-                                                   lambda tmp, part: self.remote.snapshot(tmp, part, fork=True),
-                                                   children=len(self.remote.links))
-        else:
-            started = self.snapshotter.fork(self.queue.lock, position, self.state)
+        try:
+            if self.remote is not None:  # the engine's state is an engine worker's: its child writes the file
+                started = self.snapshotter.fork_remote(self.queue.lock, position, self.main_state,
+                                                       lambda tmp, part: self.remote.snapshot(tmp, part, fork=True),
+                                                       children=len(self.remote.links))
+            else:
+                started = self.snapshotter.fork(self.queue.lock, position, self.state)
+        except OSError as exc:  # the snapshot directory cannot be read: said and counted, never the engine's end
+            self.snapshotter.failed += 1
+            self.snapshotter.last_error = str(exc)
+            log.error("a snapshot could not be started (%s); the journal still covers everything; the next is "
+                      "tried on schedule (snapshot_seconds, snapshot_events)", exc)
+            self._snap_fed, self._snap_changes, self._snap_at = self.progress.fed, self.progress.changes, now
+            self.wanted = False
+            return
         if started:
             self.wanted = False
             self._snap_fed, self._snap_changes, self._snap_at = self.progress.fed, self.progress.changes, now

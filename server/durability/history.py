@@ -21,13 +21,18 @@ into an event time, or refuses it (:class:`FromError`) with the retained range.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import heapq
+import itertools
 from operator import attrgetter
+from typing import Iterator
 
 from server.config import parse_duration
 from server.durability.journal import Journal
 
 _t1 = attrgetter("t1")
+_END = object()
+#: Events sorted at once while reading history (see HistoryReader._read_to).
+SORT_PIECE = 65536
 
 
 class FromError(ValueError):
@@ -85,9 +90,14 @@ class HistoryReader:
         self.start = start
         first = journal.retained()["first"]
         self.pos = first - 1  # journal records read up to here
+        self._cursor: list = []  # where in the journal's files (Journal.follow)
         self._pin = journal.pin(first)
-        self.pending: list = []  # events read, not given out: sorted stably by t1
-        self._head = 0  # pending[:_head] are given out
+        self._order: Iterator = iter(())  # the events read and not given out, in order (see _read_to)
+        self._next = _END  # the first of them, taken out of _order
+        self._in_order = 0  # how many _order holds (with _next)
+        self._later: list = []  # events read since, all at least _later_floor, merged in when it is reached
+        self._later_floor = None
+        self._floor = None  # every record after pos has t1 at least this (the queue's last_released before)
         self.scanned = 0  # events read from the journal (t1 >= start)
         self.given = 0  # events given out
 
@@ -97,30 +107,69 @@ class HistoryReader:
     @property
     def left(self) -> int:
         """Events read and not given out yet."""
-        return len(self.pending) - self._head
+        return self.scanned - self.given
 
     def _read_to(self, upto: int) -> None:
+        """Read the records up to ``upto``. Sorting a million events at once would hold the
+        interpreter's lock for a quarter second (the live engine thread waiting): new events
+        are sorted in pieces of SORT_PIECE and merged lazily (heapq.merge is stable across
+        its inputs, given in arrival order); while much is left, a few new ones (all at
+        least the queue's last_released before they were accepted) wait aside until the
+        order reaches that time (:meth:`_give`), instead of one more merge each."""
         if upto <= self.pos:
             return
         start, new = self.start, []
-        for rec in self.journal.replay(self.pos, upto):
+        for rec in self.journal.follow(self.pos, upto, self._cursor):
             new += [e for e in rec.events if e.t1 >= start]
-        self.pos = upto
+        floor, self.pos = self._floor, upto
         self.journal.move_pin(self._pin, upto + 1)
-        if new:
-            self.scanned += len(new)
-            rest = self.pending[self._head:]
-            rest += new
-            rest.sort(key=_t1)  # stable: arrival order breaks ties, as in the queue
-            self.pending, self._head = rest, 0
+        if not new:
+            return
+        self.scanned += len(new)
+        if self._later:
+            self._later += new
+            if len(self._later) >= SORT_PIECE:
+                self._merge_later()
+        elif self._in_order > SORT_PIECE and floor is not None and len(new) < SORT_PIECE:
+            self._later, self._later_floor = new, floor
+        else:
+            self._merge(new)
 
-    def _give(self, k: int) -> list:
-        out = self.pending[self._head:self._head + k]
-        self._head += len(out)
+    def _merge(self, new: list) -> None:
+        head = [] if self._next is _END else [self._next]
+        if self._in_order + len(new) <= SORT_PIECE:
+            merged = head + list(self._order) + new
+            merged.sort(key=_t1)
+            self._order = iter(merged)
+        else:
+            pieces = [sorted(new[i:i + SORT_PIECE], key=_t1) for i in range(0, len(new), SORT_PIECE)]
+            self._order = heapq.merge(itertools.chain(head, self._order), *pieces, key=_t1)
+        self._in_order += len(new)
+        self._next = next(self._order, _END)
+
+    def _merge_later(self) -> None:
+        later, self._later, self._later_floor = self._later, [], None
+        if later:
+            self._merge(later)
+
+    def _give(self, k: int, below=None) -> list:
+        """Up to ``k`` events in order (those with t1 below ``below``, when given)."""
+        out: list = []
+        while True:
+            limit = below
+            if self._later:
+                limit = self._later_floor if limit is None else min(limit, self._later_floor)
+            nxt, order, had = self._next, self._order, len(out)
+            while len(out) < k and nxt is not _END and (limit is None or nxt.t1 < limit):
+                out.append(nxt)
+                nxt = next(order, _END)
+            self._next = nxt
+            self._in_order -= len(out) - had
+            if self._later and len(out) < k and (nxt is _END or nxt.t1 >= self._later_floor):
+                self._merge_later()  # the order has reached the events set aside
+                continue
+            break
         self.given += len(out)
-        if self._head > 65536 and self._head * 2 > len(self.pending):
-            del self.pending[:self._head]
-            self._head = 0
         return out
 
     def everything(self, chunk: int = 4096):
@@ -133,10 +182,10 @@ class HistoryReader:
         """Up to ``limit`` events the live queue has certainly released, in order (maybe none)."""
         last = self.queue.last_released  # before the journal's position: later events are at least this
         self._read_to(self.journal.appended)
+        self._floor = last
         if last is None or not self.left:
             return []
-        k = bisect_left(self.pending, last, self._head, len(self.pending), key=_t1) - self._head
-        return self._give(min(k, limit))
+        return self._give(limit, below=last)
 
     def cut(self) -> list:
         """On the engine thread, between two batches: the rest of the events the
@@ -146,6 +195,7 @@ class HistoryReader:
             upto = self.journal.appended
             queued = sum(1 for ev in self.queue.export_state()["events"] if ev[3] >= self.start)
         self._read_to(upto)
+        self._merge_later()
         n = self.left - queued
         if n < 0:
             raise LookupError(f"the queue holds {queued} events from {self.start} on but the retained journal "

@@ -81,7 +81,7 @@ import time
 from bisect import bisect_left
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Iterator, Optional
 
 import msgspec
 
@@ -89,7 +89,7 @@ from air.engine import Event
 from server.durability import framing
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import Scan, walk
-from server.durability.retention import RetainedHistory, _record
+from server.durability.retention import JournalRecord, RetainedHistory, _record
 
 log = logging.getLogger("cayuga.journal")
 
@@ -118,14 +118,6 @@ class _Header(msgspec.Struct):
 
 
 _header = msgspec.msgpack.Decoder(_Header).decode
-
-
-class JournalRecord(NamedTuple):
-    """One record of the journal, as :meth:`Journal.replay` gives it back."""
-    position: int  #: its place in the journal (1, 2, ...; never reused)
-    events: list[Event]  #: the events of one accepted block, in arrival order
-    sender: str | None  #: the ``#sender`` id of the connection that sent them, if any
-    lines_done: int | None  #: that sender's data lines journaled up to and with this record
 
 
 def segment_name(first: int) -> str:
@@ -371,9 +363,9 @@ class Journal(RetainedHistory):
                     framing.write_all(self._fd, record)
                 except OSError as exc:
                     self._cut_back(seg.size)
-                    self._shed_retained()  # retention gives back its space first: the next try may fit
                     raise DiskFull.from_os("journal", "the journal could not be written", seg.path, exc) from None
             except DiskFull as exc:
+                self._shed_retained()  # retention gives back its space first: the next try may fit
                 self.write_failures += 1
                 self.failure = exc
                 self._refused_bytes = len(record)

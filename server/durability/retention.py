@@ -14,14 +14,23 @@ segment at once (``Journal._shed_retained``), before the append is tried again.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import msgspec
 
-from server.durability.framing import walk
+from air.engine import Event
+from server.durability.framing import FRAME, walk
 
 _record = msgspec.msgpack.Decoder(
     tuple[Optional[str], Optional[int], list[tuple[str, tuple, Any, Any]]]).decode
+
+
+class JournalRecord(NamedTuple):
+    """One record of the journal, as :meth:`Journal.replay` gives it back."""
+    position: int  #: its place in the journal (1, 2, ...; never reused)
+    events: list[Event]  #: the events of one accepted block, in arrival order
+    sender: str | None  #: the ``#sender`` id of the connection that sent them, if any
+    lines_done: int | None  #: that sender's data lines journaled up to and with this record
 
 
 class RetainedHistory:
@@ -126,3 +135,36 @@ class RetainedHistory:
         with self._lock:
             self._pins.pop(pin, None)
 
+
+    def follow(self, after: int, upto: int, cursor: list) -> Iterator:
+        """:meth:`replay` of the records above ``after`` up to ``upto``, for a reader that
+        comes back for more: ``cursor`` (``[]`` at first) is where the last call stopped
+        (segment, byte offset, position) and is updated, so that each call reads only
+        what is new instead of its segment from the start."""
+        with self._lock:
+            segs = [(s.first, s.path, s.records, s.size, s.start) for s in self._segments]
+        for first, path, records, size, start in segs:
+            if not records or first + records - 1 <= after:
+                continue
+            if first > upto:
+                return
+            if cursor and cursor[0] == first and cursor[2] == after:  # go on where the last call stopped
+                off, nxt, header = cursor[1], after + 1, False
+            else:
+                off, nxt, header = start, first, True
+            with open(path, "rb") as fh:
+                fh.seek(off)
+                data = fh.read(size - off)
+            i, n_data = 0, len(data)
+            while i < n_data and nxt <= upto:
+                n = FRAME.unpack_from(data, i)[0]
+                payload = data[i + FRAME.size:i + FRAME.size + n]
+                i += FRAME.size + n
+                if header:  # the segment's header takes no position
+                    header = False
+                    continue
+                pos, nxt = nxt, nxt + 1
+                cursor[:] = [first, off + i, pos]
+                if pos > after:
+                    sender, done, evs = _record(payload)
+                    yield JournalRecord(pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done)

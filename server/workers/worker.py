@@ -64,6 +64,7 @@ class Worker:
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
         self.waiting = False  # decisions sent: nothing but their answer is taken
         self.snapshot_child: int | None = None
+        self.unchecked = False  # a backfill's engine: no state budget checks (cmd_unchecked)
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
         from server.subscriptions.prepared import Preparer
 
@@ -125,7 +126,7 @@ class Worker:
         outcomes = [tuple(self.check.apply(Decision(*r[:4]))) for r in recorded]
         if any(o[1] for o in outcomes):
             self.check.after_shedding()
-        result = self.check.check(fed, counts, eng.owners)
+        result = None if self.unchecked else self.check.check(fed, counts, eng.owners)
         if result is not None and result.decisions:
             self.waiting = True
         self.conn.send_bytes(codec.encode_result(len(events), encoded, dataclasses.astuple(eng.stats), eng.epoch,
@@ -200,8 +201,16 @@ class Worker:
         return self.engine.import_state(state)
 
     # a backfill (server/backfill/): this process runs one subscription alone, then hands its state over
-    def cmd_export_state(self) -> dict:
-        return self.engine.export_state()
+    def cmd_export_state(self, pickled: bool = False) -> dict | bytes:
+        """The engine's state; ``pickled``: as pickle bytes, which the main process hands on to an
+        engine worker's ``import_owner`` without reading them."""
+        state = self.engine.export_state()
+        return pickle.dumps(state, pickle.HIGHEST_PROTOCOL) if pickled else state
+
+    def cmd_unchecked(self) -> None:
+        """No state budget checks here: a backfill's engine (the live budget checks its state
+        once handed over; a survey every 4,096 events over a growing state cost it half its time)."""
+        self.unchecked = True
 
     def cmd_add_unmerged(self, owner: str, automata) -> list[str]:
         """A backfilled subscription joins: nodes of its own (air/engine/handover.py)."""
@@ -210,10 +219,10 @@ class Worker:
         with unmerged(self.engine):
             return self.engine.add(automata, owner)
 
-    def cmd_import_owner(self, owner: str, state: dict) -> dict:
+    def cmd_import_owner(self, owner: str, state: dict | bytes) -> dict:
         from air.engine.handover import import_owner
 
-        return import_owner(self.engine, state, owner)
+        return import_owner(self.engine, pickle.loads(state) if isinstance(state, bytes) else state, owner)
 
     def cmd_snapshot(self, tmp: str, main_part: dict, fork: bool) -> int | None:
         """Write a snapshot file: ``main_part`` and the engine's state. Forked:

@@ -75,7 +75,16 @@ def test_retained_times_survive_a_reopen(tmp_path):
     j2.close()
 
 
-def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path):
+@pytest.fixture(params=[65536, 7], ids=["one-sort", "merged-pieces"])
+def piece(request, monkeypatch):
+    """History sorted at once, or (a small SORT_PIECE) in pieces merged lazily with events set aside."""
+    from server.durability import history
+
+    monkeypatch.setattr(history, "SORT_PIECE", request.param)
+    return request.param
+
+
+def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path, piece):
     """Blocks out of order, ties, late events refused: the reader's order is the engine's."""
     rnd = random.Random(7)
     j = Journal(tmp_path / "j", "write", segment_bytes=8192)
@@ -106,7 +115,7 @@ def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path):
     j.close()
 
 
-def test_the_reader_follows_the_live_queue_and_its_cut_is_exactly_what_was_taken(tmp_path):
+def test_the_reader_follows_the_live_queue_and_its_cut_is_exactly_what_was_taken(tmp_path, piece):
     j = Journal(tmp_path / "j", "write", segment_bytes=8192)
     q = DelayQueue(1_000_000, delay=5, event_time=True)
     q.journal = j
@@ -150,3 +159,40 @@ def test_retention_settings_read_durations_and_sizes():
     assert Settings().retain_duration == 86400 and Settings().retain_bytes == 1 << 30
     with pytest.raises(ValueError, match="retain_duration"):
         Settings(retain_duration="a while")
+
+
+def test_a_full_disk_takes_the_retained_history_first_and_the_next_append_fits(tmp_path):
+    from server.durability.diskfull import DiskFull
+    from tests.server.tmpfs import fill, tmpfs
+
+    with tmpfs(tmp_path, "1m") as mnt:
+        j = Journal(mnt / "journal", "write", segment_bytes=4096, retain_time=10 ** 9, retain_bytes=1 << 30)
+        try:
+            for r in range(30):
+                j.append([Event("Stock", ("X" * 256, 1.0, r), r, r)] * 5)
+            j.truncate_before(j.appended + 1)  # recovery needs none of it: kept only for retention
+            assert j.retained()["segments"] > 5
+            fill(mnt)
+            with pytest.raises(DiskFull):
+                j.append([Event("Stock", ("X" * 256, 1.0, 99), 99, 99)] * 20)
+            kept = j.retained()
+            assert kept["segments"] == 1 and j.retention_shed > 5  # the history went, the newest segment stayed
+            assert j.append([Event("Stock", ("X" * 256, 1.0, 99), 99, 99)] * 20) == 31  # retried: it fits now
+        finally:
+            j.close()
+
+
+def test_follow_reads_only_what_is_new_and_gives_replay_s_records(tmp_path):
+    j = Journal(tmp_path / "j", "write", segment_bytes=2048)
+    cursor: list = []
+    got = []
+    for r in range(60):
+        j.append([ev(r, r)] * (1 + r % 4), "s" if r % 2 else None, r if r % 2 else None)
+        if r % 7 == 0:
+            got += list(j.follow(got[-1].position if got else 0, j.appended, cursor))
+    got += list(j.follow(got[-1].position, j.appended, cursor))
+    assert len(j.segments) >= 3
+    assert got == list(j.replay(0))
+    assert list(j.follow(j.appended, j.appended, cursor)) == []
+    assert [r.position for r in j.follow(10, 20, [])] == list(range(11, 21))
+    j.close()
