@@ -84,6 +84,17 @@ def test_a_subscription_from_the_retained_history_shows_its_backfill_and_its_rep
         page.goto(server.base_url + "/")
         page.locator("#query").fill(RISING)
         expect(page.locator("#register")).to_be_enabled()
+        # the last hour reaches before the 14 minutes kept: refused, with the range and what to pick
+        page.locator("#sub-from").select_option("-1h")
+        page.locator("#register").click()
+        validation = page.locator("#validation")
+        expect(validation).to_have_text(
+            "not registered: from 30240000 is before the history the server retains: events from 33000000 to "
+            '33840000 (retain_duration, retain_bytes); pick a later start, or "from all retained events"')
+        expect(validation).to_have_class("status invalid")
+        expect(page.locator("#register")).to_be_enabled()
+        assert c.subscriptions() == []
+        shots("refused")
         page.locator("#sub-from").select_option("retained")
         page.locator("#register").click()
         expect(page.locator("#validation")).to_contain_text("registered as s1: it runs over the retained events")

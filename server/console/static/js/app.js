@@ -368,7 +368,8 @@ async function register() {
     } else if (err instanceof ApiError && err.data && err.data.retained) { // a start before the retained history
       const held = err.data.retained;
       $("#validation").className = "status invalid";
-      $("#validation").textContent = `not registered: ${err.message}`
+      const said = err.message.replace(/; use a later from, or 'retained'$/, ""); // said below in the form's terms
+      $("#validation").textContent = `not registered: ${said}`
         + (err.message.includes(`from ${held.from} to ${held.to}`) ? "" : ` (this server retains events from `
           + `${held.from} to ${held.to})`) + `; pick a later start, or "from all retained events"`;
       $("#register").disabled = false;
