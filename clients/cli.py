@@ -344,8 +344,7 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, from
                 if from_ is None:
                     subs = client.subscribe_many([{**item, **caps} for _, item in chunk])
                 else:
-                    subs = [client._call("POST", "/subscriptions", json={**item, **caps, "from": from_})
-                            for _, item in chunk]
+                    subs = [client.subscribe_body({**item, **caps, "from": from_}) for _, item in chunk]
             except CayugaAPIError as exc:
                 bar.close()
                 if from_refusal(exc):

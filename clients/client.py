@@ -248,6 +248,11 @@ class CayugaClient:
             body["from"] = from_
         return self._call("POST", "/subscriptions", json=body)
 
+    def subscribe_body(self, body: dict) -> dict:
+        """``POST /subscriptions`` with ``body`` as the API takes it (``cel``/``air``/``sase``,
+        ``name``, caps, ``from``): for a body read as is, e.g. a line of a .jsonl file."""
+        return self._call("POST", "/subscriptions", json=body)
+
     def preview(self, query: dict, from_: float | str = "-1h", limit: int = 100) -> dict:
         """Run a query (``{"cel": ...}``, ``sase`` or ``air``) over the retained
         history from ``from_`` without registering it: its first ``limit``
