@@ -99,6 +99,7 @@ class Backfills:
         self.journal = None  # set by the daemon's start() unless durability is off
         self.items: dict[str, Backfill] = {}
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._engines: dict[str, BackfillEngine] = {}  # the running ones' engines (stop() ends them)
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_RUNNING)
         self.previews = threading.BoundedSemaphore(MAX_PREVIEWS)  # taken by preview.py
@@ -160,8 +161,9 @@ class Backfills:
                 self.items[st.id] = bf
             try:
                 sub = self._restore(bf, st)
-            except SubscriptionError as exc:
+            except SubscriptionError as exc:  # listed as broken (server/subscriptions/broken.py), as any other
                 self._fail(bf, f"it no longer compiles: {exc}")
+                self.registrar.mark_broken(Pending(st.id, st.kind, st.text, st.name, st.created), str(exc))
                 continue
             self._start(bf, sub)
 
@@ -200,6 +202,12 @@ class Backfills:
         deadline = time.monotonic() + timeout
         for t, _c in threads:
             t.join(max(deadline - time.monotonic(), 0.1))
+        with self._lock:
+            engines = list(self._engines.values())
+        for eng in engines:  # a thread still waiting on its engine: the engine ends, the wait with it
+            eng.stop()
+        for t, _c in threads:
+            t.join(5.0)
 
     # ------------------------------------------------------------------ the backfill thread
 
@@ -224,6 +232,8 @@ class Backfills:
             if self.journal is None:
                 raise RuntimeError("the server keeps no journal (durability off)")
             eng = BackfillEngine(self.settings, f"cayuga-backfill-{bf.sid}", replay=True)
+            with self._lock:
+                self._engines[bf.sid] = eng
             eng.start(list(self.inputs().values()), bf.sid, sub.automata)
             reader = HistoryReader(self.journal, bf.start, self.queue)
             # numbered from 1 again: what the witness log holds already (a restart) is neither logged nor offered
@@ -256,6 +266,8 @@ class Backfills:
             if reader is not None:
                 reader.close()
             if eng is not None:
+                with self._lock:
+                    self._engines.pop(bf.sid, None)
                 eng.stop()
             if slot:
                 self._slots.release()

@@ -190,3 +190,47 @@ def test_a_deleted_backfill_stops_and_leaves_nothing(client):
     assert client.subscriptions() == []
     client.post_events([stock("A", 10.0, 1, events[-1]["t1"] + 5)])
     taken(client, len(events) + 1)
+
+
+def test_a_stop_during_a_backfill_leaves_nothing_behind_and_the_restart_runs_it_again(start_server, tmp_path):
+    events = ticks(20000, seed=3)
+    srv = start_server()
+    with CayugaClient(srv.base_url) as client:
+        for i in range(0, len(events), 5000):
+            client.post_events(events[i:i + 5000])
+        taken(client, len(events))
+        sid = register(client, RISING, "retained")["id"]
+    srv.stop()  # drained at once: the backfill's thread and engine process end with it (the fixture checks)
+    again = start_server()
+    with CayugaClient(again.base_url) as client:
+        wait_live(client, sid)
+        expected = cayuga_run(tmp_path, RISING, events)
+        got = all_witnesses(client, sid, len(expected))
+        assert [{k: v for k, v in w.items() if k != "replay"} for w in got] == expected
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_live_backfilled_subscription_comes_back_from_the_snapshot_with_nodes_of_its_own(start_server, tmp_path,
+                                                                                          workers):
+    """Restarted once live: installed unmerged again (an identical query registered before it shares
+    nothing with it), its instances from the snapshot: witnesses go on as `cayuga run`'s."""
+    events = ticks(3000, seed=21)
+    srv = start_server(engine_workers=workers)
+    with CayugaClient(srv.base_url) as client:
+        plain = client.subscribe(cel=RISING)["id"]  # the same query, live only: it would merge
+        client.post_events(events[:2000])
+        taken(client, 2000)
+        sid = register(client, RISING, "retained")["id"]
+        wait_until(lambda: client.subscription(sid)["backfill"]["state"] == "live", 60, what="live")
+        client.post_events(events[2000:2500])
+        taken(client, 2500)
+    srv.stop()
+    again = start_server(engine_workers=workers)
+    with CayugaClient(again.base_url) as client:
+        assert client.subscription(sid)["backfill"]["state"] == "live"
+        client.post_events(events[2500:])
+        taken(client, len(events))
+        expected = cayuga_run(tmp_path, RISING, events)
+        got = all_witnesses(client, sid, len(expected))
+        assert [{k: v for k, v in w.items() if k != "replay"} for w in got] == expected
+        assert all_witnesses(client, plain, len(expected)) == expected  # the live-only one saw all of them too
