@@ -99,7 +99,8 @@ class ReplayMarker:
     """Says on standard error, once, where a subscription's replayed witnesses
     (``"replay": true``, its backfill's) end and the live ones begin: when a
     live witness follows replayed ones, or when the server says the backfill is
-    live (polled while it runs). Standard output stays the witness JSON."""
+    live (polled while it runs). Standard output stays the witness JSON. Watching a
+    stream (``sid`` None) it says nothing: the witnesses carry their mark."""
 
     MARKS = (b'"replay":true', b'"replay": true')
 
@@ -117,7 +118,7 @@ class ReplayMarker:
 
     def block(self, first: int, block: bytes) -> None:
         """A run of witness lines numbered from ``first``, as printed."""
-        if self.done:
+        if self.done or self.sid is None:  # a stream's witnesses: several subscriptions' numbers, no one end
             return
         if not any(m in block for m in self.MARKS):
             if self.replayed:
