@@ -12,6 +12,7 @@ import click
 
 from air.errors import CayugaError
 from air.model import ModelError, StreamSchema
+from clients.cli_backfill import FROM_HELP, ReplayMarker, from_refusal, parse_from, preview, wait_live
 from clients.cli_manage import refusal, streams, subscriptions
 from clients.cli_send import send
 from clients.options import make_client, tls_options, url_option
@@ -57,6 +58,7 @@ def main() -> None:
 main.add_command(send)  # clients/cli_send.py
 main.add_command(subscriptions)  # clients/cli_manage.py
 main.add_command(streams)
+main.add_command(preview)  # clients/cli_backfill.py
 
 
 _STREAM_HELP = 'A stream declaration, e.g. "Stock(Name string, Price float, Volume int)". Repeatable.'
@@ -297,8 +299,13 @@ def _queries_in(paths) -> list[tuple[str, dict]]:
                    "(down to 90%%) and it is marked inexact.")
 @click.option("--max-state-bytes", default=None, metavar="SIZE",
               help="Cap each subscription's state in memory (64MiB, 1GB, 10%% of the server's max_state_bytes).")
+@click.option("--from", "from_", default=None, callback=parse_from, metavar="T|retained|-24h",
+              help=FROM_HELP + " Each query first runs over that history (its witnesses carry \"replay\": "
+                   "true), then joins the live stream; one request per query.")
+@click.option("--wait", is_flag=True, help="With --from: return once every backfill is live (a progress bar on "
+                                           "standard error); exit status 1 if one failed.")
 @tls_options
-def register(paths, url, token, batch_size, max_instances, max_state_bytes, cacert, cert, key) -> None:
+def register(paths, url, token, batch_size, max_instances, max_state_bytes, from_, wait, cacert, cert, key) -> None:
     """Register the queries of files and directories with a running server,
     many per request (POST /subscriptions/batch), with a progress bar.
 
@@ -309,15 +316,24 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, cace
     FOLD that keeps automaton instances without a time bound: registered
     all the same) with its file and position. A request with errors registers
     none of its queries: each error is reported with its file (and line) and
-    position, and the command stops with exit status 1."""
+    position, and the command stops with exit status 1.
+
+    With --from, each query is first run over the server's retained history
+    from then on: cayuga subscriptions shows how far its backfill is, cayuga
+    watch ID --from-start prints its witnesses, history first."""
     import httpx
     from tqdm import tqdm
 
     from clients.client import CayugaAPIError, explain_tls
 
+    if wait and from_ is None:
+        _fail("--wait waits for the backfills of --from: give --from too")
     queries = _queries_in(paths)
+    if from_ is not None:  # the batch route takes no history: one query per request
+        batch_size = 1
     client = make_client(url, token=token, timeout=600, cacert=cacert, cert=cert, key=key)
     done = 0
+    backfilling: list[str] = []
     warnings = QueryWarnings(lambda text: tqdm.write(text, file=sys.stderr))
     with tqdm(total=len(queries), unit="q", disable=None, file=sys.stderr) as bar:
         for k in range(0, len(queries), batch_size):
@@ -325,9 +341,15 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, cace
             caps = {k: v for k, v in (("max_instances", max_instances), ("max_state_bytes", max_state_bytes))
                     if v is not None}
             try:
-                subs = client.subscribe_many([{**item, **caps} for _, item in chunk])
+                if from_ is None:
+                    subs = client.subscribe_many([{**item, **caps} for _, item in chunk])
+                else:
+                    subs = [client.subscribe_body({**item, **caps, "from": from_}) for _, item in chunk]
             except CayugaAPIError as exc:
                 bar.close()
+                if from_refusal(exc):
+                    _fail(f"{chunk[0][0]}: {from_refusal(exc)}; registered {done} of "
+                          f"{plural(len(queries), 'query')}", 1)
                 errors = exc.body.get("errors") if isinstance(exc.body, dict) else None
                 for e in errors or [{"detail": str(exc)}]:
                     item = re.match(r"body\.subscriptions\.(\d+)", e.get("where", ""))  # a 422's errors
@@ -341,12 +363,28 @@ def register(paths, url, token, batch_size, max_instances, max_state_bytes, cace
                 _fail(explain_tls(exc, url) or unreachable(url, exc), 1)
             for (where, _), sub in zip(chunk, subs):
                 click.echo(f"{sub['id']} {where}")
+                if sub.get("backfill"):
+                    backfilling.append(sub["id"])
+                    b = sub["backfill"]
+                    tqdm.write(f"{where}: {sub['id']} runs over the history from t1 = {b.get('from')} first: "
+                               f"cayuga subscriptions shows how far, cayuga watch {sub['id']} --from-start "
+                               "prints its witnesses", file=sys.stderr)
                 for w in sub.get("warnings") or ():
                     warnings(where, w)
             done += len(subs)
             bar.update(len(subs))
     warnings.summary()
     click.echo(f"cayuga: registered {plural(done, 'query')}", err=True)
+    if wait and backfilling:
+        try:
+            failed = wait_live(client, backfilling)
+        except (CayugaAPIError, OSError, httpx.HTTPError) as exc:
+            _fail(f"registered, but could not follow the backfills: {exc}", 1)
+        for words in failed:
+            click.echo(f"cayuga: {words}", err=True)
+        if failed:
+            sys.exit(1)
+        click.echo(f"cayuga: {plural(len(backfilling), 'backfill')} live", err=True)
 
 
 @main.command()
@@ -397,6 +435,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     client = make_client(url, token=token, cacert=cacert, cert=cert, key=key)
     out = sys.stdout.buffer
     n = 0
+    replay = ReplayMarker(lambda: make_client(url, token=token, cacert=cacert, cert=cert, key=key), subscription)
 
     told = ""
 
@@ -417,6 +456,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
             if count is not None and n + k >= count:
                 k = count - n
                 block = b"\n".join(block.split(b"\n", k)[:k])
+            replay.block(first, block)
             if show_seq:
                 tag = b"" if subscription else sid.encode() + b":"
                 block = b"\n".join(b"%s%d %s" % (tag, first + i, w) for i, w in enumerate(block.split(b"\n")))
@@ -443,6 +483,7 @@ def watch(subscription, stream, url, token, count, from_seq, from_start, show_se
     finally:
         with contextlib.suppress(OSError):
             out.flush()
+        replay.close()
         client.close()
 
 

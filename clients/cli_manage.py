@@ -118,9 +118,13 @@ def subscriptions(ctx, url, token, cacert, cert, key, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 def list_(url, token, cacert, cert, key, as_json) -> None:
     """List the subscriptions in registration order: id, name, language,
-    output streams, live instances (partial matches), exact or not."""
+    output streams, live instances (partial matches), exact or not, and,
+    when some were registered with --from, how far each one's backfill is."""
+    from clients.cli_backfill import backfill_words
+
     with _client(url, token, cacert, cert, key) as client:
         rows = [("ID", "NAME", "LANGUAGE", "OUTPUTS", "INSTANCES", "EXACT")]
+        backfills: list[str] = []
         offset = 0
         while True:
             page = _calling(url, lambda: client.subscriptions(offset, PAGE))
@@ -130,10 +134,13 @@ def list_(url, token, cacert, cert, key, as_json) -> None:
                 else:
                     rows.append((s["id"], s.get("name") or "-", s["kind"], ", ".join(s["outputs"]) or "-",
                                  str(s["instances"]), _exactness(s)))
+                    backfills.append(backfill_words(s.get("backfill")))
             offset += len(page)
             if len(page) < PAGE:
                 break
     if not as_json and len(rows) > 1:
+        if any(b != "-" for b in backfills):  # a column only where a subscription ran over history
+            rows = [(*r, b) for r, b in zip(rows, ["BACKFILL", *backfills])]
         _columns(rows)
     if offset == 0:
         click.echo(f"cayuga: the server at {url} has no subscriptions: cayuga register QUERY.cel adds one",
@@ -146,7 +153,9 @@ def list_(url, token, cacert, cert, key, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the server's JSON, the AIR included.")
 def show(sid, url, token, cacert, cert, key, as_json) -> None:
     """Show one subscription: what it publishes, its state, how many
-    witnesses it has had, and its query."""
+    witnesses it has had, its backfill if it has one, and its query."""
+    from clients.cli_backfill import backfill_words
+
     with _client(url, token, cacert, cert, key) as client:
         s = _calling(url, lambda: client.subscription(sid), subscription=sid)
     if as_json:
@@ -159,6 +168,7 @@ def show(sid, url, token, cacert, cert, key, as_json) -> None:
         ("instances", f"{s['instances']} (live partial matches)"),
         ("witnesses", f"{s.get('last_seq', 0)} so far (cayuga watch {s['id']} --from-start prints them)"),
         ("exact", "yes" if s.get("exact", True) else _exactness(s)), ("runs on", s.get("runs_on", "-")),
+        *((("backfill", backfill_words(s["backfill"])),) if s.get("backfill") else ()),
         *((("limits", ", ".join(f"{k} {v}" for k, v in s["limits"].items())),) if s.get("limits") else ()),
     ])
     click.echo("query:")

@@ -229,12 +229,14 @@ class CayugaClient:
 
     def subscribe(self, *, cel: str | None = None, air: str | None = None, name: str | None = None,
                   max_instances: int | None = None, max_state_bytes: int | str | None = None,
-                  sase: str | None = None) -> dict:
+                  sase: str | None = None, from_: float | str | None = None) -> dict:
         """Register a subscription; the answer's ``warnings`` list each clause
         that keeps automaton instances without a time bound (registered all the
         same). ``max_instances`` / ``max_state_bytes`` (bytes or a size such as
         ``"64MiB"``) cap its state (above, its oldest partial matches are shed
-        and it is marked inexact)."""
+        and it is marked inexact). ``from_`` (an event time, ``"retained"`` or
+        ``"-24h"``) runs it over the server's retained history first: the
+        answer's ``backfill`` says how far it is."""
         body: dict = {"cel": cel} if cel is not None else {"sase": sase} if sase is not None else {"air": air}
         if name:
             body["name"] = name
@@ -242,7 +244,20 @@ class CayugaClient:
             body["max_instances"] = max_instances
         if max_state_bytes is not None:
             body["max_state_bytes"] = max_state_bytes
+        if from_ is not None:
+            body["from"] = from_
         return self._call("POST", "/subscriptions", json=body)
+
+    def subscribe_body(self, body: dict) -> dict:
+        """``POST /subscriptions`` with ``body`` as the API takes it (``cel``/``air``/``sase``,
+        ``name``, caps, ``from``): for a body read as is, e.g. a line of a .jsonl file."""
+        return self._call("POST", "/subscriptions", json=body)
+
+    def preview(self, query: dict, from_: float | str = "-1h", limit: int = 100) -> dict:
+        """Run a query (``{"cel": ...}``, ``sase`` or ``air``) over the retained
+        history from ``from_`` without registering it: its first ``limit``
+        witnesses, their ``count``, the range and ``truncated``."""
+        return self._call("POST", "/subscriptions/preview", json={**query, "from": from_, "limit": limit})
 
     def subscribe_many(self, queries: Iterable[dict | str]) -> list[dict]:
         """Register many subscriptions in one call, all or nothing: each item

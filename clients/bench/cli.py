@@ -245,6 +245,22 @@ def latency(rates, seconds, delay):
 
 
 @bench.command()
+@click.option("--events", type=int, default=1_000_000, show_default=True, help="Ticks the server retains.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
+@click.option("--rate", type=float, default=10_000, show_default=True,
+              help="Events/s of the live probes whose latency is measured with and without a backfill.")
+@click.option("--seconds", type=float, default=3.0, show_default=True, help="How long each latency run sends.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
+def backfill(events, n_symbols, rate, seconds, seed):
+    """Rising registered from: "retained" over retained ticks against cayuga run
+    of the same file (target >= 0.8x its speed), the live path's p99 while the
+    backfill runs against without (target <= 2x) and the journal's bytes per
+    retained event (issue 36)."""
+    from clients.bench.backfill import backfill as run_backfill
+    _emit(run_backfill(events, n_symbols, seed, rate, seconds))
+
+
+@bench.command()
 @click.option("--seconds", type=float, default=60.0, show_default=True, help="How long the sender pushes.")
 def overload(seconds):
     """One unthrottled TCP sender against 20 slow subscriptions: queue, memory,

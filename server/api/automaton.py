@@ -154,6 +154,18 @@ def resubscriptions(d, sid: str) -> dict:
     return {"reads": from_others, "read_by": to_others}
 
 
+async def _state_counts(d, sid: str) -> dict[str, int]:
+    """``Daemon.state_counts``; none while the subscription's backfill runs (issue 36): its
+    instances are on the backfill's own engine until the hand-over, not yet on the live one."""
+    try:
+        return await run_in_threadpool(d.state_counts, sid)
+    except KeyError:
+        b = d.backfill(sid) if sid in d.subscriptions else None
+        if b and b.get("state") in ("running", "handing_over"):
+            return {}
+        raise
+
+
 @router.get("/{sid}/automaton", summary="A subscription's automata as a graph", responses=_ERRORS)
 async def get_automaton(sid: str, d: DaemonDep, who: Watch, request: Request) -> dict:
     """The subscription's automata as a graph, with live instance counts per state."""
@@ -163,7 +175,7 @@ async def get_automaton(sid: str, d: DaemonDep, who: Watch, request: Request) ->
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them")
     require_reach(request, who, sub)
     try:
-        counts = await run_in_threadpool(d.state_counts, sid)
+        counts = await _state_counts(d, sid)
         links = await run_in_threadpool(resubscriptions, d, sid)
     except KeyError:
         raise HTTPException(404, detail=f"subscription {sid!r} was just removed") from None
@@ -182,7 +194,7 @@ async def get_automaton_instances(sid: str, d: DaemonDep, who: Watch, request: R
     if sub is not None:
         require_reach(request, who, sub)
     try:
-        counts = await run_in_threadpool(d.state_counts, sid)
+        counts = await _state_counts(d, sid)
     except KeyError:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them") from None
     except TimeoutError:

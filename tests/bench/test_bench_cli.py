@@ -252,3 +252,22 @@ def test_engine_rows_name_their_target(args, target):
     summary = json.loads(CliRunner().invoke(main, ["bench", *args]).output)
     assert summary["target"] == target
     assert summary["meets_target"] is (summary["events_per_second"] >= int(target.split()[-1].replace(",", "")))
+
+
+def test_backfill_times_a_subscription_over_retained_ticks_against_cayuga_run():
+    """Issue 36's rows on a few ticks: the backfill's witnesses equal cayuga run's (their replay
+    mark aside), the retained bytes per event, and the live path's percentiles with and without a
+    backfill; the figures themselves go to BENCHMARKS.md."""
+    result = CliRunner().invoke(main, ["bench", "backfill", "--events", "3000", "--symbols", "20",
+                                       "--rate", "400", "--seconds", "0.5"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["witnesses_equal_offline"] is True and out["witnesses_offline"] > 0
+    assert out["witnesses_replayed"] == out["witnesses_offline"] == out["backfill"]["witnesses"]
+    assert out["backfill"]["state"] == "live" and out["backfill"]["events_done"] == 3000
+    assert out["retained_bytes_per_event"] > 0 and out["retained"]["bytes"] > 0
+    for run in (out["latency_without_backfill"], out["latency_during_backfill"]):
+        assert run["received"] == run["events"] == 200
+        assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+    assert out["target"] == "backfill_over_offline >= 0.8 and p99_during_over_without <= 2"
+    assert isinstance(out["meets_target"], bool) and isinstance(out["backfill_ran_throughout"], bool)

@@ -5,7 +5,8 @@ import { api, ApiError, AuthError, setToken, token } from "./api.js";
 import { formatDuration, formatNumber, formatSeconds, percentile, rate, Sparkline } from "./charts.js";
 import { Editor } from "./editor.js";
 import { renderAutomaton, updateCounts } from "./graph.js";
-import { Matches } from "./matches.js";
+import { backfillBadge, backfillRunning, drawBackfill, tryOnHistory } from "./history.js";
+import { KEEP, Matches } from "./matches.js";
 
 const $ = (sel) => document.querySelector(sel);
 const POLL_MS = 1000;
@@ -24,6 +25,7 @@ const EXAMPLE_EVENTS = [
 
 const state = {
   selected: null, // subscription id
+  backfill: null, // the selected subscription's backfill (GET /subscriptions/{id}), null when none
   previous: null, // last /stats reading
   polls: 0,
   streams: [],
@@ -130,6 +132,7 @@ async function poll() {
   state.polls++;
   if (state.selected) {
     try {
+      if (backfillRunning(state.backfill)) await loadBackfill(state.selected);
       if (changed) { // resubscription links may have come or gone
         await drawGraph(state.selected);
       } else {
@@ -203,6 +206,8 @@ function drawSubscriptions(s, prev, dt) {
       idCell.append(" ", badge);
       tr.classList.add("broken");
     }
+    const backfill = backfillBadge(sub.id === state.selected && state.backfill ? state.backfill : sub.backfill);
+    if (backfill) idCell.append(" ", backfill); // registered with a start in the history: how far it is
     tr.append(idCell, nameCell(sub.name || ""), nameCell(sub.outputs.join(", ")),
       cell(formatNumber(now.instances), "num"),
       cell(before ? formatNumber(rate(now.witnesses, before.witnesses, dt)) : "–", "num"), last);
@@ -223,19 +228,36 @@ async function select(sid) {
   for (const tr of document.querySelectorAll("#subscriptions tbody tr")) {
     tr.classList.toggle("selected", tr.dataset.sid === sid);
   }
-  matches.watch(sid);
+  state.backfill = null;
+  drawBackfill(null);
   if (!sid) {
+    matches.watch(null);
     $("#graph-title").textContent = "select a subscription";
     $("#graph").replaceChildren();
     return;
   }
   const broken = (state.subs.find((s) => s.id === sid) || {}).broken;
   if (broken) { // no automata to draw: say why instead
+    matches.watch(sid);
     $("#graph-title").textContent = `${sid} is broken: ${broken.reason}; ${broken.fix}`;
     $("#graph").replaceChildren();
     return;
   }
+  const sub = await authed(() => loadBackfill(sid)).catch(() => null);
+  if (state.selected !== sid) return;
+  // One that ran over history shows its latest witnesses, replayed ones included (they may all have come
+  // before it was selected); any other its witnesses from now on.
+  matches.watch(sid, sub && sub.backfill ? Math.max(1, (sub.last_seq || 0) - KEEP + 1) : null);
   await authed(() => drawGraph(sid));
+}
+
+// The selected subscription's backfill, drawn over its matches (read again each poll while it runs).
+async function loadBackfill(sid) {
+  const sub = await api("GET", `/subscriptions/${encodeURIComponent(sid)}`);
+  if (state.selected !== sid) return sub;
+  state.backfill = sub.backfill || null;
+  drawBackfill(state.backfill);
+  return sub;
 }
 
 async function drawGraph(sid) {
@@ -283,6 +305,7 @@ function showValidation({ state: st, result, error }) {
   const box = $("#validation");
   const list = $("#errors");
   $("#register").disabled = st !== "valid";
+  $("#try-history").disabled = st !== "valid" && st !== "invalid"; // an invalid one shows the server's errors
   box.className = `status ${st}`;
   if (st !== "invalid") list.replaceChildren();
   showWarnings(st === "valid" || st === "invalid" ? result.warnings : []);
@@ -313,27 +336,43 @@ function showValidation({ state: st, result, error }) {
 async function register() {
   const text = editor.text;
   const name = $("#sub-name").value.trim() || undefined;
+  const from = $("#sub-from").value || undefined; // a start in the retained history, or live only
   $("#register").disabled = true;
   try {
-    const sub = await authed(() => api("POST", "/subscriptions", { [editor.kind]: text, name }));
+    const sub = await authed(() => api("POST", "/subscriptions", { [editor.kind]: text, name, from }));
     const v = $("#validation");
     if (sub.same_as && sub.same_as.length) {
       v.className = "status warning";
       v.textContent = `registered as ${sub.id}, identical to ${sub.same_as.join(", ")}: the same query, so the same `
         + `witnesses twice. Delete one of them, or register with a name: the same name and query again `
         + `returns the existing subscription instead of a new one.`;
+    } else if (sub.backfill) {
+      v.textContent = `registered as ${sub.id}: it runs over the retained events from t1 = ${sub.backfill.from} `
+        + `first (their matches are marked replayed), then live`;
     } else {
       v.textContent = sub.registered_now === false ? `${sub.id} is already registered under this name with this `
         + `query: nothing new was registered` : `registered as ${sub.id}`;
     }
     editor.show([], sub.warnings || []);
     showWarnings(sub.warnings);
-    await refreshLists();
-    await select(sub.id);
+    try { // registered: a failure to show it is said over the automaton, never as the registration's
+      await refreshLists();
+      await select(sub.id);
+    } catch (err) {
+      $("#graph-title").textContent = `could not show ${sub.id}: ${err.message}`;
+    }
   } catch (err) {
     if (err instanceof ApiError && err.data && err.data.errors) {
       editor.showErrors(err.data.errors);
       showValidation({ state: "invalid", result: err.data });
+    } else if (err instanceof ApiError && err.data && err.data.retained) { // a start before the retained history
+      const held = err.data.retained;
+      $("#validation").className = "status invalid";
+      const said = err.message.replace(/; use a later from, or 'retained'$/, ""); // said below in the form's terms
+      $("#validation").textContent = `not registered: ${said}`
+        + (err.message.includes(`from ${held.from} to ${held.to}`) ? "" : ` (this server retains events from `
+          + `${held.from} to ${held.to})`) + `; pick a later start, or "from all retained events"`;
+      $("#register").disabled = false;
     } else {
       showValidation({ state: "failed", error: err });
     }
@@ -431,6 +470,8 @@ function loop() {
 
 setupCharts();
 $("#register").addEventListener("click", register);
+$("#try-history").addEventListener("click", () => authed(() => tryOnHistory(editor.kind, editor.text,
+  (errors) => editor.showErrors(errors))).catch((err) => { $("#preview-status").textContent = err.message; }));
 $("#graph").addEventListener("click", () => $("#graph").classList.toggle("actual")); // fit the panel, or full size
 $("#send-events").addEventListener("click", sendEvents);
 $("#language").addEventListener("change", (ev) => editor.setLanguage(ev.target.value));

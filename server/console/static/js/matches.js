@@ -21,6 +21,7 @@ export class Matches {
     this.rows = []; // {w, text}, oldest first
     this.columns = ["stream", "t0", "t1"];
     this.received = 0;
+    this.replayed = 0; // witnesses of the subscription's backfill ("replay": true), over history
     this.paused = false;
     this.sid = null;
     this.ws = null;
@@ -31,9 +32,12 @@ export class Matches {
     this.filterInput.addEventListener("input", () => this.schedule());
   }
 
-  watch(sid) {
+  // Watch a subscription's witnesses: from the next one on, or, with `fromSeq`, from its witness number
+  // `fromSeq` (the history of one that ran over retained events first: its replayed witnesses included).
+  watch(sid, fromSeq = null) {
     this.stop();
     this.sid = sid;
+    this.nextSeq = fromSeq; // numbered witnesses ("<seq> {...}") from here; null: plain ones from now
     this.clear();
     this.setInexact(null);
     this.title.textContent = sid ? `of ${sid}` : "";
@@ -43,7 +47,8 @@ export class Matches {
 
   connect() {
     const sid = this.sid;
-    const ws = new WebSocket(wsUrl(`/ws/subscriptions/${encodeURIComponent(sid)}`, { batch: BATCH }), wsProtocols());
+    const params = this.nextSeq === null ? { batch: BATCH } : { batch: BATCH, from: this.nextSeq };
+    const ws = new WebSocket(wsUrl(`/ws/subscriptions/${encodeURIComponent(sid)}`, params), wsProtocols());
     this.ws = ws;
     this.connection = "connecting…";
     ws.onopen = () => { this.connection = "live"; this.schedule(); };
@@ -53,6 +58,8 @@ export class Matches {
       this.ws = null;
       this.connection = `disconnected (${ev.code}${ev.reason ? ": " + ev.reason : ""})`;
       this.schedule();
+      const start = ev.code === 4410 && /starts at (\d+)/.exec(ev.reason || ""); // the log no longer holds the start
+      if (start) this.nextSeq = Number(start[1]);
       // 4401 bad token, 4404 no such subscription, 4409 a broken one: retrying would not help
       if (ev.code !== 4401 && ev.code !== 4404 && ev.code !== 4409 && ev.code !== 1001) {
         setTimeout(() => { if (this.sid === sid && !this.ws) this.connect(); }, 2000);
@@ -80,12 +87,18 @@ export class Matches {
       if (message.control === "inexact") this.setInexact(message);
       return;
     }
-    for (const line of text.split("\n")) {
+    for (let line of text.split("\n")) {
       if (!line) continue;
+      if (this.nextSeq !== null) { // "<seq> {...}": resume after it on a reconnect, none twice
+        const space = line.indexOf(" ");
+        this.nextSeq = Number(line.slice(0, space)) + 1;
+        line = line.slice(space + 1);
+      }
       const w = JSON.parse(line);
       this.received++;
+      if (w.replay === true) this.replayed++;
       for (const k of Object.keys(w)) {
-        if (!this.columns.includes(k) && this.columns.length < MAX_COLUMNS) this.columns.push(k);
+        if (k !== "replay" && !this.columns.includes(k) && this.columns.length < MAX_COLUMNS) this.columns.push(k);
       }
       this.rows.push({ w, text: line.toLowerCase() });
     }
@@ -96,6 +109,7 @@ export class Matches {
   clear() {
     this.rows = [];
     this.received = 0;
+    this.replayed = 0;
     this.columns = ["stream", "t0", "t1"];
     this.schedule();
   }
@@ -113,10 +127,12 @@ export class Matches {
 
   draw() {
     const note = [`${this.received} received`, `${this.rows.length} kept (at most ${KEEP})`];
+    if (this.replayed) note.splice(1, 0, `${this.replayed} replayed from history`);
     if (this.paused) note.push("paused");
     if (this.connection) note.push(this.connection);
     this.status.textContent = note.join(" · ");
     this.status.dataset.received = this.received;
+    this.status.dataset.replayed = this.replayed;
     if (this.paused) return;
     const needle = this.filterInput.value.trim().toLowerCase();
     const shown = [];
@@ -132,6 +148,12 @@ export class Matches {
       for (const c of this.columns) {
         const v = w[c];
         tr.append(Object.assign(document.createElement("td"), { textContent: v === undefined ? "" : String(v) }));
+      }
+      if (w.replay === true) { // found over history by the subscription's backfill, before it went live
+        tr.className = "replay";
+        tr.title = "replayed: found over the retained history when the subscription was registered with a start";
+        tr.firstChild.prepend(Object.assign(document.createElement("span"),
+          { className: "badge replay", textContent: "replayed" }), " ");
       }
       body.append(tr);
     }
