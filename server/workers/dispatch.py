@@ -40,7 +40,7 @@ from server.budgetcheck import Cap, CheckResult, Decision, Outcome
 from server.delivery.witnesses import EncodedBatch
 from server.observability.counters import Count
 from server.processing import EngineThread
-from server.workers import codec
+from server.workers import codec, rows
 from server.workers.link import WorkerLink
 
 log = logging.getLogger("cayuga.daemon")
@@ -60,6 +60,7 @@ class Flight:
     workers: tuple[int, ...]  # those it went to, in order
     recorded: dict[int, list] = field(default_factory=dict)  # worker -> the recorded sheddings it carries
     got: dict[int, list] = field(default_factory=dict)  # worker -> its result, once back
+    places: dict[int, list[int]] | None = None  # worker -> where in the batch its events were (row scaling)
 
 
 class WorkerEngineThread(EngineThread):
@@ -118,7 +119,7 @@ class WorkerEngineThread(EngineThread):
         n = len(self.links)
         if n > 1:
             part = {**part, "workers": n, "engine_parts": [part_name(tmp, w) for w in range(1, n)],
-                    "placement": dict(self.placement.worker_of)}
+                    "placement": dict(self.placement.worker_of), "rows": rows.recorded(self.placement)}
         futures = [self.links[0].command("snapshot", str(tmp), part, fork)]
         futures += [self.links[w].command("snapshot", str(part_path(tmp, w)), {"part": w}, fork)
                     for w in range(1, n)]
@@ -131,6 +132,7 @@ class WorkerEngineThread(EngineThread):
         written; a snapshot of one engine (the engine thread, or one worker) is given whole to
         each worker, which keeps its own subscriptions' instances."""
         n, saved = len(self.links), snap.get("workers", 1)
+        rows.check_snapshot(snap_file.path.name, snap, self.placement)
         if saved != n:
             if saved > 1:
                 raise EngineError(f"the snapshot {snap_file.path.name} was taken with engine_workers {saved}, "
@@ -144,11 +146,16 @@ class WorkerEngineThread(EngineThread):
         return {k: sum(c[k] for c in counts) for k in counts[0]}
 
     def state_counts(self, sid: str, timeout: float) -> dict[str, int]:
-        return self.links[self.placement.of(sid)].call("state_counts", sid, timeout=timeout)
+        out: dict[str, int] = {}
+        for w in self.placement.workers_of(sid):  # a row-scaled one's: summed over its key groups
+            for state, count in self.links[w].call("state_counts", sid, timeout=timeout).items():
+                out[state] = out.get(state, 0) + count
+        return out
 
     def instance_count(self, sid: str | None = None, timeout: float = 10.0) -> int:
         if sid is not None:
-            return self.links[self.placement.of(sid)].call("instance_count", sid, timeout=timeout)
+            return sum(self.links[w].call("instance_count", sid, timeout=timeout)
+                       for w in self.placement.workers_of(sid))
         return sum(link.call("instance_count", None, timeout=timeout) for link in self.links)
 
     @property
@@ -170,7 +177,7 @@ class WorkerEngineThread(EngineThread):
         return out
 
     def runs_on(self, sid: str) -> str:
-        return f"worker {self.placement.of(sid)}"
+        return rows.runs_on(self.placement, sid)
 
     @property
     def processed(self) -> int:
@@ -224,29 +231,32 @@ class WorkerEngineThread(EngineThread):
         self._count_batch(batch)
         n = len(self.links)
         recorded = self.recovery.take_recorded(self.fed)
+        places = None
         if n == 1:
             parts = {0: batch}
-        else:
+        elif not self.placement.rows:
             parts = {}
             readers = self.placement.readers
             for ev in batch:
                 for w in readers(ev.stream):
                     parts.setdefault(w, []).append(ev)
+        else:
+            parts, places = rows.split(batch, self.placement)
             if self.budget.until_check(self.fed - len(batch)) <= len(batch):  # a check point: every worker checks
                 for w in range(n):
                     parts.setdefault(w, [])
         by_worker: dict[int, list] = {}
-        for r in recorded:
-            w = self.placement.of(r.sid)
-            by_worker.setdefault(w, []).append(r)
-            parts.setdefault(w, [])
+        for r in recorded:  # a row-scaled subscription's: applied by each worker to its key group's instances
+            for w in self.placement.workers_of(r.sid):
+                by_worker.setdefault(w, []).append(r)
+                parts.setdefault(w, [])
         workers = tuple(sorted(parts))
         for w in workers:
             mine = by_worker.get(w, [])
             self.links[w].send(codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
                                                   parts[w]))
         if workers:
-            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker))
+            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker, places=places))
         else:  # no worker reads these events: taken, and through (as one engine would count them)
             self._totals(0)
 
@@ -298,13 +308,16 @@ class WorkerEngineThread(EngineThread):
     def _deliver(self, head: Flight) -> bool:
         self.latency.observe((time.perf_counter() - head.sent) / max(head.events, 1))
         budget = self.budget
+        merging = rows.Merge() if head.places is not None else None
         for w in head.workers:
-            _events, groups, internal, stats, epoch, errors, check, outcomes = head.got[w]
+            _events, groups, internal, stats, epoch, errors, check, outcomes, places = head.got[w]
             self._stats[w], self._epochs[w] = stats, epoch
             for e in errors:
                 self.error = e
                 self.counters.add(Count.ENGINE_ERRORS)
                 log.error("engine failed on an event: %s", e)
+            if places and merging is not None:  # a row-scaled subscription's: numbered once all are here
+                groups = merging.take(w, groups, places, head.places.get(w, []))
             if not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
                 return False
             for r, outcome in zip(head.recorded.get(w, ()), outcomes):  # a replay's, applied before the check
@@ -317,6 +330,8 @@ class WorkerEngineThread(EngineThread):
                 if found.decisions:  # the worker waits for the word
                     self._deciding[w] = (decisions, head.fed)
                     self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
+        if merging is not None and merging.groups and not self.witnesses.deliver_encoded(merging.batch()):
+            return False
         self._totals(head.events)  # (this batch is taken off the flights once delivered)
         return True
 

@@ -2,7 +2,9 @@
 catalogue (streams, schemas, what each subscription holds in the network)
 that registrations are checked and compiled against, and every change to it
 sent on to the worker that runs the subscription (server/workers/placement.py;
-a stream's declaration to every worker), in order, on that worker's one pipe.
+a stream's declaration to every worker; a row-scaled subscription's automata to
+every worker, each copy restricted to that worker's key group), in order, on
+that worker's one pipe.
 
 It never sees an event: its nodes hold no instance. What holds instances —
 counts, snapshots, shedding — is asked of the workers (server/workers/dispatch.py).
@@ -22,7 +24,8 @@ from typing import Iterator
 from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
 from server.workers.link import WorkerLink
-from server.workers.placement import Placement
+from air.partitioning import restrict_to_group
+from server.workers.placement import ALL, Placement
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -58,14 +61,22 @@ class MirroredEngine(Engine):
         autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
         if self._quiet:
             return super().add(autos, owner)
-        worker = self.placement.place(owner, *_reads_and_publishes(autos))
+        worker = self.placement.place(owner, *_reads_and_publishes(autos), automata=autos)
         try:
             got = super().add(autos, owner)
         except BaseException:
             self.placement.remove(owner)
             raise
-        self._mirror(worker, "add", owner, autos)
+        self._send_add(worker, owner, autos)
         return got
+
+    def _send_add(self, worker: int, owner: str, autos) -> None:
+        if worker != ALL:
+            self._mirror(worker, "add", owner, autos)
+            return
+        key, n = self.placement.rows[owner], len(self.links)
+        for w in range(n):  # each worker's copy starts instances only for its key group's values
+            self._mirror(w, "add", owner, restrict_to_group(autos, key, n, w), True)
 
     @contextmanager
     def unmirrored(self) -> Iterator[None]:
@@ -84,10 +95,13 @@ class MirroredEngine(Engine):
         autos = bq.shape.compiled.automata
         try:
             worker = self.placement.place(owner, bq.reads(), {name for name, _attrs in bq.published()},
-                                          sum(len(a.states) for a in autos))
+                                          sum(len(a.states) for a in autos), automata=lambda: bq.automata)
         except EngineError:
             super().remove(owner)
             raise
+        if worker == ALL:  # its copies differ per worker: sent built, not as the shape's constants
+            self._send_add(worker, owner, tuple(bq.automata))
+            return
         shape = bq.shape
         known = self._shapes.get((id(shape), worker))
         if known is None or known[0] is not shape:
@@ -98,9 +112,10 @@ class MirroredEngine(Engine):
 
     def remove(self, owner: str) -> None:
         super().remove(owner)
-        worker = self.placement.remove(owner)
-        if worker is not None:
-            self._mirror(worker, "remove", owner)
+        workers = self.placement.workers_of(owner) if owner in self.placement.worker_of else ()
+        self.placement.remove(owner)
+        for w in workers:
+            self._mirror(w, "remove", owner)
 
     def _mirror(self, worker: int, name: str, *args) -> None:
         self.links[worker].command(name, *args).add_done_callback(lambda fut: self._check(fut, name, args))
