@@ -11,7 +11,8 @@ first one's.
 
 ``--query rising``: instead, ``--queries`` subscriptions of the README's Rising
 kind (the first is the README's, the others ask 0.1% more each: no two share
-their automata) over a random walk of ``--symbols`` names (``write_ticks``):
+their automata) over a random walk without drift of ``--symbols`` names
+(``write_ticks``: a quote waits for its 5% rise a while):
 each is keyed by ``Name`` and keeps instances, so with ``row_scaling`` on
 (``--row-scaling``, auto by default) each is split over every worker rather
 than placed whole on one: this measures row scaling, which a single heavy
@@ -60,7 +61,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-workers-") as tmp:
         ticks = Path(tmp) / "ticks.jsonl"
         if query == "rising":
-            write_ticks(ticks, events, n_symbols, seed)
+            write_ticks(ticks, events, n_symbols, seed, down=0.01, up=0.01)  # no drift: quotes wait longer
         else:
             _write_events(ticks, events, n_symbols, seed)
         for i, w in enumerate(workers):

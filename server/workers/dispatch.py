@@ -104,8 +104,9 @@ class WorkerEngineThread(EngineThread):
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
-            for counts, _cost in answers.values():
-                merged.update(counts)
+            for counts, _cost in answers.values():  # a row-scaled subscription's: summed over its workers
+                for sid, n in counts.items():
+                    merged[sid] = merged.get(sid, 0) + n
             got((merged, max(cost for _c, cost in answers.values())))
 
         for w, link in enumerate(self.links):

@@ -43,12 +43,13 @@ class Merge:
     """A batch's witnesses of the row-scaled subscriptions, from each worker, in one order."""
 
     def __init__(self) -> None:
-        self.groups: dict[str, list[tuple]] = {}
+        self.groups: dict[str, tuple[list, list, list]] = {}  # sid -> (places in the batch, streams, payloads)
 
     def take(self, w: int, groups: list, places: list, where: list[int]) -> list:
         """Keep worker ``w``'s witnesses of the subscriptions ``places`` names (each
         with the place in the batch of the event that made it: ``where`` maps the
-        worker's places to the batch's); the other groups are returned."""
+        worker's places to the batch's); the other groups are returned. Workers
+        come in order, each one's witnesses in the order its engine made them."""
         mine = {sid: ps for sid, ps in places}
         rest = []
         for group in groups:
@@ -57,16 +58,20 @@ class Merge:
             if ps is None:
                 rest.append(group)
                 continue
-            got = self.groups.setdefault(sid, [])
-            for k, (stream, payload, p) in enumerate(zip(streams, payloads, ps)):
-                got.append((where[p], w, k, stream, payload))
+            got = self.groups.get(sid)
+            if got is None:
+                got = self.groups[sid] = ([], [], [])
+            got[0].extend(map(where.__getitem__, ps))
+            got[1].extend(streams)
+            got[2].extend(payloads)
         return rest
 
     def batch(self) -> EncodedBatch:
+        """The witnesses by (place, worker, engine order): a stable sort on the place alone."""
         out = []
-        for sid, items in self.groups.items():
-            items.sort(key=lambda x: x[:3])
-            out.append((sid, [x[3] for x in items], [x[4] for x in items]))
+        for sid, (keys, streams, payloads) in self.groups.items():
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            out.append((sid, list(map(streams.__getitem__, order)), list(map(payloads.__getitem__, order))))
         return EncodedBatch(out, [])
 
 

@@ -133,7 +133,7 @@ def test_kill_9_with_a_row_scaled_subscription_loses_nothing_and_repeats_nothing
     cut, more = 1200, 2100
     expected = _offline(tmp_path, {"rising": RISING}, events)["Rising"]
     reference = _serve(tmp_path / "ref", 2, {"rising": RISING}, events)["witnesses"]["rising"]
-    settings = {"CAYUGA_ENGINE_WORKERS": "2", "CAYUGA_TIME": "event", "CAYUGA_SNAPSHOT_SECONDS": "3600",
+    settings = {"CAYUGA_ENGINE_WORKERS": "2", "CAYUGA_TIME": "event", "CAYUGA_SNAPSHOT_SECONDS": "0",
                 "CAYUGA_SNAPSHOT_EVENTS": str(cut)}
     srv = ServerProcess(tmp_path / "data", tmp_path / "server.log", settings)
     try:
@@ -142,12 +142,13 @@ def test_kill_9_with_a_row_scaled_subscription_loses_nothing_and_repeats_nothing
         c = srv.http_client
         sid = c.post("/subscriptions", json={"cel": RISING}).json()["id"]
         assert c.get(f"/subscriptions/{sid}").json()["runs_on"].startswith("workers 0, 1: row-scaled")
+        snaps = tmp_path / "data" / "snapshots"
         for lo, hi in ((0, cut), (cut, more)):
             for i in range(lo, hi, 300):
                 assert c.post("/events", json=events[i:min(i + 300, hi)]).status_code < 300
-        snaps = tmp_path / "data" / "snapshots"
-        wait_until(lambda: any(p.name.endswith(".w1") for p in snaps.iterdir()) if snaps.exists() else False,
-                   what="a snapshot with worker 1's part")
+            if lo == 0:  # the snapshot (every CAYUGA_SNAPSHOT_EVENTS) before the events after it
+                wait_until(lambda: snaps.exists() and any(p.name.endswith(".w1") for p in snaps.iterdir()),
+                           what="a snapshot with worker 1's part")
         wait_until(lambda: c.get("/stats", params={"limit": 0}).json()["received"] == more, what="the events")
         srv.kill()
         srv.start()
@@ -196,4 +197,42 @@ def test_a_restart_keeps_a_row_scaled_subscriptions_matches_or_says_it_did_not(t
         assert not sub["exact"]
         assert "could not be loaded" in health["reason"] and "key groups" in health["reason"]
         assert sum(_multiset(logged).values()) < sum(expected.values())  # the first half's quotes were lost
+    assert_no_cayuga_threads()
+
+
+TWICE = "SELECT * FROM Rising NEXT{$1.Name = $2.Name} Rising PUBLISH Twice"
+ANY_RISE = "SELECT * FROM Rising NEXT{$2.After > $1.After} Rising PUBLISH AnyRise"
+
+
+def test_subscriptions_reading_a_row_scaled_ones_output_join_it_or_are_refused_and_removal_at_run_time(tmp_path):
+    """One that reads Rising and keeps its key (per Name) is row-scaled with it,
+    inside each worker (resubscription stays in one engine); one without the key
+    would need every key group's Rising: refused, saying what to do. Deleting
+    and registering again while events flow: the witnesses after it are those of
+    ``cayuga run`` over the events after it."""
+    events = _events(1800)
+    first, rest = events[:900], events[900:]
+    expected = _offline(tmp_path, {"rising": RISING, "twice": TWICE}, rest)
+    s = make_settings(tmp_path, time="event", engine_workers=2)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        d = srv.daemon
+        rising = c.subscribe(cel=RISING)["id"]
+        twice = c.subscribe(cel=TWICE)["id"]
+        assert c.subscription(twice)["runs_on"] == c.subscription(rising)["runs_on"]
+        assert "row-scaled by Stock.Name" in c.subscription(twice)["runs_on"]
+        r = c.http.post("/subscriptions", json={"cel": ANY_RISE})
+        assert r.status_code == 400 and "no partition key" in r.text and "row_scaling: off" in r.text, r.text
+        c.post_events(first)
+        wait_until(lambda: d.events_taken == len(first), what="the first events")
+        c.unsubscribe(rising, cascade=True)
+        assert [x["id"] for x in c.subscriptions()] == []
+        assert [w["subscriptions"] for w in c.health()["workers"]] == [0, 0]
+        ids = {"rising": c.subscribe(cel=RISING)["id"]}
+        ids["twice"] = c.subscribe(cel=TWICE)["id"]
+        c.post_events(rest)
+        wait_until(lambda: d.events_taken == len(events), what="the rest")
+        for name, stream in (("rising", "Rising"), ("twice", "Twice")):
+            sub = c.subscription(ids[name])
+            assert _multiset(logged_witnesses(srv.base_url, ids[name], sub["last_seq"])) == expected[stream], name
+        assert [w["subscriptions"] for w in c.health()["workers"]] == [2, 2]
     assert_no_cayuga_threads()
