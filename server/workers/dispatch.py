@@ -235,7 +235,7 @@ class WorkerEngineThread(EngineThread):
         places = None
         if n == 1:
             parts = {0: batch}
-        elif not self.placement.rows:
+        elif not self.placement.split:
             parts = {}
             readers = self.placement.readers
             for ev in batch:

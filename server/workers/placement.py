@@ -28,8 +28,11 @@ for them all (the same on the streams they share), and refused otherwise.
 subscription counts a worker's share of its cost on each worker.
 
 Events go only to the workers that need them (:meth:`Placement.route`): those
-whose subscriptions read the stream whole, and, for each key of a row-scaled
-subscription on it, the worker of the event's key value.
+whose subscriptions read the stream whole, for each key of a row-scaled
+subscription on it the worker of the event's key value, and the workers of
+subscriptions placed whole that have a constant route (air/partitioning.py:
+``Name = 'IBM'`` at every step: the events of other values cannot change their
+witnesses) when the event has that value (``row_scaling: off`` turns this off too).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Placement:
         self.row_mode = rows if self.workers > 1 else "off"
         self.schema = schema
         self.rows: dict[str, dict[str, str]] = {}  # row-scaled sid -> its key (input stream -> attribute)
+        self.consts: dict[str, tuple[dict[str, str], object]] = {}  # sid placed whole -> its constant route
         self._automata: dict[str, tuple[Automaton, ...]] = {}  # of the row-scaled ones (a joint key is checked)
         self._reads: dict[str, frozenset[str]] = {}
         self._publishes: dict[str, frozenset[str]] = {}
@@ -97,6 +101,11 @@ class Placement:
                               "subscriptions again after it")
         elif not linked:
             key = self._own_key(automata, reads, publishes)
+        if key is None and not linked and self.row_mode != "off" and automata:
+            schemas = self._schemas(reads)
+            route = constant_route(automata, schemas) if len(schemas) == len(reads) else None
+            if route is not None:  # it reads one value's events: its worker is sent only those
+                self.consts[sid] = (route.as_dict(), route.value)
         cost = max(cost, 1)
         if key is not None:
             worker = ALL
@@ -183,42 +192,60 @@ class Placement:
                     self.cost[w] -= -(-cost // self.workers)
             else:
                 self.cost[worker] -= cost
+            self.consts.pop(sid, None)
             del self._reads[sid], self._publishes[sid]
             self.version += 1
         return worker
 
-    def route(self, stream: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def route(self, stream: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple]:
         """Where the events of ``stream`` go: (the workers that take all of them, in
         order; the indexes in the events' values of the keys row-scaled subscriptions
-        split it by: each event also goes to :func:`key_group` of each such value)."""
+        split it by: each event also goes to :func:`key_group` of each such value;
+        ``(index, {value: workers})`` of the constant routes of the subscriptions
+        placed whole that read only one value's events: an event with that value
+        also goes to those workers)."""
         if self._routes_version != self.version:
             whole: dict[str, set[int]] = {}
             keyed: dict[str, set[str]] = {}
+            consts: dict[str, dict[str, dict[object, set[int]]]] = {}
             for sid, reads in self._reads.items():
                 w = self.worker_of[sid]
                 key = self.rows.get(sid)
+                const = self.consts.get(sid)
                 for s in reads:
-                    if w != ALL:
+                    if w == ALL:
+                        if s in key:
+                            keyed.setdefault(s, set()).add(key[s])
+                        # (else an internal stream of its own group: no event comes from outside)
+                    elif const is not None and s in const[0]:
+                        consts.setdefault(s, {}).setdefault(const[0][s], {}).setdefault(const[1], set()).add(w)
+                    else:
                         whole.setdefault(s, set()).add(w)
-                    elif s in key:
-                        keyed.setdefault(s, set()).add(key[s])
-                    else:  # an internal stream of its own group: no event comes from outside
-                        continue
             routes = {}
-            for s in set(whole) | set(keyed):
+            for s in set(whole) | set(keyed) | set(consts):
                 ws = tuple(sorted(whole.get(s, ())))
                 schema = self.schema(s) if self.schema is not None else None
-                idx = () if len(ws) == self.workers or schema is None else \
-                    tuple(sorted(schema.names.index(a) for a in keyed.get(s, ())))
-                routes[s] = (ws, idx)
+                if len(ws) == self.workers or schema is None:
+                    routes[s] = (tuple(range(self.workers)) if schema is None and (keyed.get(s) or consts.get(s))
+                                 else ws, (), ())
+                    continue
+                idx = tuple(sorted(schema.names.index(a) for a in keyed.get(s, ())))
+                by_value = tuple((schema.names.index(a), {v: tuple(sorted(x)) for v, x in values.items()})
+                                 for a, values in sorted(consts.get(s, {}).items()))
+                routes[s] = (ws, idx, by_value)
             self._routes = routes
             self._routes_version = self.version
-        return self._routes.get(stream, ((), ()))
+        return self._routes.get(stream, ((), (), ()))
 
     def readers(self, stream: str) -> tuple[int, ...]:
         """The workers that may be sent events of ``stream`` (in order)."""
-        whole, keyed = self.route(stream)
-        return tuple(range(self.workers)) if keyed else whole
+        whole, keyed, consts = self.route(stream)
+        return tuple(range(self.workers)) if keyed or consts else whole
+
+    @property
+    def split(self) -> bool:
+        """Whether some events go to some workers by their values (row scaling, constant routes)."""
+        return bool(self.rows or self.consts)
 
     def count_on(self, worker: int) -> int:
         """How many subscriptions run on ``worker`` (a row-scaled one runs on each)."""
@@ -238,13 +265,18 @@ class Placement:
         return ", ".join(f"{s}.{a}" for s, a in sorted(self.rows.get(sid, {}).items()))
 
 
-def route_event(values: Sequence, whole: tuple[int, ...], keyed: tuple[int, ...], workers: int) -> list[int]:
+def route_event(values: Sequence, whole: tuple[int, ...], keyed: tuple[int, ...], consts: tuple,
+                workers: int) -> tuple[int, ...] | list[int]:
     """The workers an event with ``values`` goes to, in order, by its stream's :meth:`Placement.route`."""
-    if not keyed:
-        return list(whole)
+    if not keyed and not consts:
+        return whole
     out = set(whole)
     for i in keyed:
         out.add(key_group(values[i], workers))
+    for i, by_value in consts:
+        ws = by_value.get(values[i])
+        if ws:
+            out.update(ws)
     return sorted(out)
 
 

@@ -28,8 +28,8 @@ def split(batch: list, placement: Placement) -> tuple[dict[int, list], dict[int,
     parts: dict[int, list] = {}
     places: dict[int, list[int]] = {}
     for i, ev in enumerate(batch):
-        whole, keyed = route(ev.stream)
-        for w in (route_event(ev.values, whole, keyed, n) if keyed else whole):
+        whole, keyed, consts = route(ev.stream)
+        for w in (route_event(ev.values, whole, keyed, consts, n) if keyed or consts else whole):
             got = parts.get(w)
             if got is None:
                 got = parts[w] = []

@@ -65,13 +65,26 @@ def test_a_reader_of_a_row_scaled_output_joins_it_with_the_key_or_is_refused():
     p = Placement(2, schema=schemas.get)
     assert _place(p, "rising", RISING, [STOCK]) == ALL
     assert _place(p, "twice", TWICE, schemas) == ALL
-    assert p.route("Stock") == ((), (0,))  # by Name (index 0), to the worker of its group
-    assert p.route("Rising") == ((), ())  # made inside each worker: never sent
+    assert p.route("Stock") == ((), (0,), ())  # by Name (index 0), to the worker of its group
+    assert p.route("Rising") == ((), (), ())  # made inside each worker: never sent
     with pytest.raises(EngineError, match="no partition key with them"):
         _place(p, "any", ANY_RISE, schemas)
     p.remove("twice")
     p.remove("rising")
     assert p.rows == {} and p.cost == [0, 0]
+
+
+def test_a_subscription_with_a_constant_route_is_sent_only_its_values_events():
+    schemas = _schemas()
+    p = Placement(2, schema=schemas.get)
+    w = _place(p, "ibm", IBM, [STOCK])
+    other = _place(p, "filter", FILTER, [STOCK])
+    assert w != other and p.consts == {"ibm": ({"Stock": "Name"}, "IBM")}
+    assert p.route("Stock") == ((other,), (), ((0, {"IBM": (w,)}),))
+    assert p.readers("Stock") == (0, 1)
+    off = Placement(2, schema=schemas.get, rows="off")
+    _place(off, "ibm", IBM, [STOCK])
+    assert off.consts == {} and off.route("Stock") == ((0,), (), ())
 
 
 def test_key_groups_are_the_same_in_every_process():

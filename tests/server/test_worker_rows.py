@@ -29,6 +29,9 @@ from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
 #: placed whole (column scaling): a filter (no state), and a NEXT with no key (any symbol's rise)
 EVERY = "SELECT Name, Price FROM FILTER{Volume >= 0}(Stock) PUBLISH Every"
 DOUBLED = "SELECT Name, Name_1 AS Other FROM Stock NEXT{$2.Price > 1.3 * $1.Price} Stock PUBLISH Doubled"
+#: placed whole with a constant route: its worker is sent only S00003's events (unless it needs others)
+ONE = ("SELECT First, Price AS Last FROM (SELECT Price AS First, Price AS Last FROM FILTER{Name = 'S00003'}(Stock)) "
+       "NEXT{$2.Name = 'S00003' AND $2.Price > 1.01 * $1.Last} Stock PUBLISH One")
 
 
 def _events(n: int = 2400, symbols: int = 48, seed: int = 11) -> list[dict]:
@@ -102,13 +105,13 @@ def test_a_worker_feeds_a_row_scaled_subscription_only_its_own_symbols(tmp_path)
     and its share of Rising still sees only its own symbols' — its instances
     hold only those, their count is one engine's, and the witnesses are
     ``cayuga run``'s."""
-    queries = {"rising": RISING, "every": EVERY, "doubled": DOUBLED}
+    queries = {"rising": RISING, "every": EVERY, "doubled": DOUBLED, "one": ONE}
     events = _events(1500)
     expected = _offline(tmp_path, queries, events)
     got = _serve(tmp_path / "mixed", 2, queries, events)
     assert got["runs_on"]["rising"].startswith("workers 0, 1: row-scaled")
-    assert {got["runs_on"]["every"], got["runs_on"]["doubled"]} <= {"worker 0", "worker 1"}
-    for name, stream in (("rising", "Rising"), ("every", "Every"), ("doubled", "Doubled")):
+    assert {got["runs_on"][n] for n in ("every", "doubled", "one")} <= {"worker 0", "worker 1"}
+    for name, stream in (("rising", "Rising"), ("every", "Every"), ("doubled", "Doubled"), ("one", "One")):
         assert _multiset(got["witnesses"][name]) == expected[stream], name
     held = got["symbols"]["rising"]
     assert all(key_group(sym, 2) == w for w, syms in enumerate(held) for sym in syms)
