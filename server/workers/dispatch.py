@@ -74,6 +74,7 @@ class WorkerEngineThread(EngineThread):
         self.links = links
         self.placement = engine.placement
         self.in_flight: deque[Flight] = deque()
+        self._sending = 0  # the events of a batch being dealt to the workers
         self._deciding: dict[int, tuple[list[Decision], int]] = {}  # worker -> decisions sent to it to apply, at
         self._watched_version = -1
         self._fields = [f.name for f in dataclasses.fields(engine.stats)]
@@ -183,7 +184,7 @@ class WorkerEngineThread(EngineThread):
     @property
     def processed(self) -> int:
         """Events taken and back from the workers (their witnesses delivered); :attr:`fed` counts those sent too."""
-        return self.fed - sum(f.events for f in list(self.in_flight))
+        return self.fed - sum(f.events for f in list(self.in_flight)) - self._sending
 
     # ------------------------------------------------------------------ the loop
 
@@ -228,6 +229,7 @@ class WorkerEngineThread(EngineThread):
 
     def _send(self, batch: list) -> None:
         self._sync_watched()  # a client that came while this thread waited for events hears this batch's too
+        self._sending = len(batch)  # not through yet, and not in flight yet either (:attr:`processed`)
         self.fed += len(batch)
         self._count_batch(batch)
         n = len(self.links)
@@ -235,14 +237,15 @@ class WorkerEngineThread(EngineThread):
         places = None
         if n == 1:
             parts = {0: batch}
-        elif not self.placement.split:
-            parts = {}
-            readers = self.placement.readers
-            for ev in batch:
-                for w in readers(ev.stream):
-                    parts.setdefault(w, []).append(ev)
         else:
-            parts, places = rows.split(batch, self.placement)
+            if not self.placement.split:
+                parts = {}
+                readers = self.placement.readers
+                for ev in batch:
+                    for w in readers(ev.stream):
+                        parts.setdefault(w, []).append(ev)
+            else:  # by the events' values too (row scaling, constant routes), with their places in the batch
+                parts, places = rows.split(batch, self.placement)
             if self.budget.until_check(self.fed - len(batch)) <= len(batch):  # a check point: every worker checks
                 for w in range(n):
                     parts.setdefault(w, [])
@@ -258,7 +261,8 @@ class WorkerEngineThread(EngineThread):
                                                   parts[w]))
         if workers:
             self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker, places=places))
-        else:  # no worker reads these events: taken, and through (as one engine would count them)
+        self._sending = 0
+        if not workers:  # no worker reads these events: taken, and through (as one engine would count them)
             self._totals(0)
 
     def quiesce(self) -> bool:

@@ -47,6 +47,8 @@ class MirroredEngine(Engine):
         self._quiet = 0  # inside unmirrored(): a caller mirrors the change itself
         self._shapes: dict[tuple[int, int], tuple[object, int]] = {}  # (id(shape), worker) -> (shape, number there)
         self._numbers = 0
+        # id(shape) -> (shape, key, constant route's attributes, place, type, streams read)
+        self._plans: dict[int, tuple] = {}
 
     @property
     def link(self) -> WorkerLink:
@@ -93,22 +95,44 @@ class MirroredEngine(Engine):
         and names, and installs it from its own templates (server/subscriptions/prepared.py), as
         this engine did. Raises :class:`EngineError` (the install undone here) when it cannot be placed."""
         autos = bq.shape.compiled.automata
+        shape = bq.shape
+        known_plan = self._plans.get(id(shape))
+        plan = None
+        if known_plan is not None and known_plan[0] is shape and known_plan[5] == bq.reads():
+            _shape, key, attrs, index, cast, _reads = known_plan
+            plan = (key, None if attrs is None else (attrs, cast(bq.values[index])))
         try:
             worker = self.placement.place(owner, bq.reads(), {name for name, _attrs in bq.published()},
-                                          sum(len(a.states) for a in autos), automata=lambda: bq.automata)
+                                          sum(len(a.states) for a in autos), automata=lambda: bq.automata,
+                                          plan=plan)
         except EngineError:
             super().remove(owner)
             raise
+        if plan is None and self.placement.last_plan is not None:
+            self._learn_plan(shape, bq, *self.placement.last_plan)
         if worker == ALL:  # its copies differ per worker: sent built, not as the shape's constants
             self._send_add(worker, owner, tuple(bq.automata))
             return
-        shape = bq.shape
         known = self._shapes.get((id(shape), worker))
         if known is None or known[0] is not shape:
             self._numbers += 1
             self._shapes[(id(shape), worker)] = known = (shape, self._numbers)
             self._mirror(worker, "shape", known[1], shape.dump())
         self._mirror(worker, "add_bound", owner, known[1], bq.values, bq.names, bq.prefix)
+
+    def _learn_plan(self, shape, bq, key, const) -> None:
+        """Keep what the planner found for a query of ``shape`` (placement.py: its key, its
+        constant route): the automata of the next ones need not be built to plan them. A
+        key is the shape's (constants do not make or break one); a constant route's value
+        is the query's constant at one place of the shape, learnt when it is at one only."""
+        if const is None:
+            self._plans[id(shape)] = (shape, key, None, 0, None, bq.reads())
+            return
+        attrs, value = const
+        cast = type(value)
+        at = [i for i, v in enumerate(bq.values) if type(v) in (str, int, float) and v == value]
+        if cast in (str, int, float) and len(at) == 1:
+            self._plans[id(shape)] = (shape, key, attrs, at[0], cast, bq.reads())
 
     def remove(self, owner: str) -> None:
         super().remove(owner)

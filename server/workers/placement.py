@@ -69,47 +69,70 @@ class Placement:
         self._reads: dict[str, frozenset[str]] = {}
         self._publishes: dict[str, frozenset[str]] = {}
         self._costs: dict[str, int] = {}
+        self._readers: dict[str, set[str]] = {}  # stream -> the subscriptions that read it
+        self._publishers: dict[str, set[str]] = {}  # stream -> those that publish it
+        self._order: dict[str, int] = {}  # sid -> when it was placed
+        self._placed = 0
         self._saved = dict(saved or {})
         self._save = save
         self.version = 0  # bumped by every change (the routes are made again)
         self._routes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._routes_version = -1
+        self.last_plan: tuple | None = None
 
     def place(self, sid: str, reads: Iterable[str], publishes: Iterable[str], cost: int = 1,
-              automata: Sequence[Automaton] | Callable[[], Sequence[Automaton]] = ()) -> int:
+              automata: Sequence[Automaton] | Callable[[], Sequence[Automaton]] = (),
+              plan: tuple | None = None) -> int:
         """The worker ``sid`` runs on, or :data:`ALL` when it is row-scaled (then
         :attr:`rows` has its key); raises :class:`EngineError` when it cannot be placed.
-        ``automata`` (or a function that builds them, called only when row scaling is on)
-        are its automata, for the planner."""
+        ``automata`` (or a function that builds them, called only when the planner needs
+        them) are its automata. ``plan``: (key, constant route) a query of the same shape
+        was given (server/workers/mirror.py), used when it is linked to no other;
+        :attr:`last_plan` is what this call planned for such a one (else None)."""
         reads, publishes = frozenset(reads), frozenset(publishes)
-        if callable(automata):
-            automata = automata() if self.row_mode != "off" else ()
+        build = automata if callable(automata) else None
+        built = None if build is not None else tuple(automata)
+
+        def autos() -> tuple:
+            nonlocal built
+            if built is None:
+                built = tuple(build()) if self.row_mode != "off" else ()
+            return built
+
+        self.last_plan = None
         if sid in self.worker_of:
             return self.worker_of[sid]
         linked: dict[int, list[str]] = {}
-        for other, pubs in self._publishes.items():
-            if pubs & reads or self._reads[other] & publishes:
-                linked.setdefault(self.worker_of[other], []).append(other)
-        key = None
+        others = set().union(*(self._publishers.get(s, ()) for s in reads),
+                             *(self._readers.get(s, ()) for s in publishes))
+        for other in sorted(others, key=self._order.__getitem__):  # (in registration order, as before)
+            linked.setdefault(self.worker_of[other], []).append(other)
+        key = const = None
         if ALL in linked:
-            key = self._joint_key(sid, linked, automata, reads, publishes)
+            key = self._joint_key(sid, linked, autos(), reads, publishes)
         elif len(linked) > 1:
             where = "; ".join(f"worker {w}: {', '.join(sorted(subs))}" for w, subs in sorted(linked.items()))
             raise EngineError(f"{sid} would link subscriptions that run on different engine workers ({where}): "
                               "a subscription reading another's output runs on that one's worker, and these are "
                               "on two. Register it with engine_workers: 1, or delete and register the linked "
                               "subscriptions again after it")
-        elif not linked:
-            key = self._own_key(automata, reads, publishes)
-        if key is None and not linked and self.row_mode != "off" and automata:
-            schemas = self._schemas(reads)
-            route = constant_route(automata, schemas) if len(schemas) == len(reads) else None
-            if route is not None:  # it reads one value's events: its worker is sent only those
-                self.consts[sid] = (route.as_dict(), route.value)
+        elif not linked and self.row_mode != "off":
+            if plan is not None:
+                key, const = plan
+            else:
+                key = self._own_key(autos(), reads, publishes)
+                if key is None and autos():
+                    schemas = self._schemas(reads)
+                    route = constant_route(autos(), schemas) if len(schemas) == len(reads) else None
+                    if route is not None:
+                        const = (route.as_dict(), route.value)
+            self.last_plan = (key, const)
+        if const is not None:  # it reads one value's events: its worker is sent only those
+            self.consts[sid] = const
         cost = max(cost, 1)
         if key is not None:
             worker = ALL
-            self.rows[sid], self._automata[sid] = key, tuple(automata)
+            self.rows[sid], self._automata[sid] = key, autos()
             for w in range(self.workers):
                 self.cost[w] += -(-cost // self.workers)
         else:
@@ -123,6 +146,11 @@ class Placement:
             self.cost[worker] += cost
         self.worker_of[sid] = worker
         self._reads[sid], self._publishes[sid], self._costs[sid] = reads, publishes, cost
+        for s in reads:
+            self._readers.setdefault(s, set()).add(sid)
+        for s in publishes:
+            self._publishers.setdefault(s, set()).add(sid)
+        self._order[sid] = self._placed = self._placed + 1
         self.version += 1
         if self._save is not None:
             try:
@@ -193,7 +221,11 @@ class Placement:
             else:
                 self.cost[worker] -= cost
             self.consts.pop(sid, None)
-            del self._reads[sid], self._publishes[sid]
+            for s in self._reads[sid]:
+                self._readers[s].discard(sid)
+            for s in self._publishes[sid]:
+                self._publishers[s].discard(sid)
+            del self._reads[sid], self._publishes[sid], self._order[sid]
             self.version += 1
         return worker
 
