@@ -38,7 +38,7 @@ witnesses) when the event has that value (``row_scaling: off`` turns this off to
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
 from air.engine import EngineError
 from air.model import Automaton, StreamSchema
@@ -311,7 +311,3 @@ def route_event(values: Sequence, whole: tuple[int, ...], keyed: tuple[int, ...]
             out.update(ws)
     return sorted(out)
 
-
-def snapshot_rows(placement: Placement) -> Mapping[str, dict[str, str]]:
-    """What a snapshot records of the row scaling (a restart checks it still holds)."""
-    return {sid: dict(key) for sid, key in sorted(placement.rows.items())}

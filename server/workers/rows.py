@@ -11,6 +11,15 @@ worker, so the order depends neither on how the queue was cut into batches
 nor on the workers' timing: two runs of the same input, and a recovery's
 replay, number the witnesses alike. (Within one event the witnesses of one
 key come from one engine, in its order, as one engine's would.)
+
+Limits, as built: one key group per worker (a snapshot's row-scaled instances
+restore into the same worker count only: another count marks them inexact,
+server/workers/dispatch.py's ``import_snapshot``); a subscription's own cap
+(``max_instances``) holds in each worker for its key group; a recovery applies a
+recorded shedding of a row-scaled subscription on every worker (which worker
+shed is not recorded: the subscription was marked inexact by it already); the
+witnesses of its internal streams a client watches (not numbered) come worker
+by worker, not merged.
 """
 
 from __future__ import annotations
