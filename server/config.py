@@ -156,6 +156,11 @@ class Settings(BaseModel):
     #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here;
     #: N (or "auto": the machine's cores but one) partitions the subscriptions over N workers.
     engine_workers: int = Field(1, ge=0, le=MAX_ENGINE_WORKERS, validate_default=True)
+    #: Row scaling with N > 1 engine workers (server/workers/placement.py): "auto" (the default)
+    #: splits a subscription that keeps instances and has a partition key (a NEXT or FOLD on
+    #: $1.Name = $2.Name) by its key's value over every worker; "on" splits every subscription
+    #: with a key; "off" places each subscription whole on one worker (column scaling only).
+    row_scaling: Literal["auto", "on", "off"] = "auto"
     #: Witnesses buffered in memory per WebSocket client; a client that lets it fill
     #: lags: it is served from the witness log until it catches up.
     client_buffer: int = Field(100_000, ge=1)

@@ -225,12 +225,18 @@ def server(events, n_symbols, queries, watchers, file, seed, tls):
 @click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
 @click.option("--length", type=int, default=10, show_default=True, help="Rising quotes per query.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed of the generator.")
-def workers(workers, queries, events, n_symbols, length, seed):
+@click.option("--query", type=click.Choice(["increasing", "rising"]), default="increasing", show_default=True,
+              help="increasing: per-symbol queries (placed whole); rising: --queries README Rising-kind "
+                   "subscriptions over all symbols (row-scaled).")
+@click.option("--row-scaling", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="The servers' row_scaling setting.")
+def workers(workers, queries, events, n_symbols, length, seed, query, row_scaling):
     """Many per-symbol queries through a real server at several engine_workers
     values, one server each: events/s from the first line sent until every event
-    went through the engine, and each over the first count's."""
+    went through the engine, and each over the first count's (a count may
+    repeat: 1,2,1,2 pairs the runs on a shared machine)."""
     from clients.bench.workers import run
-    _emit(run([int(w) for w in workers.split(",")], queries, events, n_symbols, length, seed))
+    _emit(run([int(w) for w in workers.split(",")], queries, events, n_symbols, length, seed, query, row_scaling))
 
 
 @bench.command()

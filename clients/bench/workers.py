@@ -8,6 +8,15 @@ go to one worker, so the work splits by symbol) registered in batches, then
 line sent until ``/health`` says every event went through the engine. Prints
 one JSON object: events/s per worker count, and each count's rate over the
 first one's.
+
+``--query rising``: instead, ``--queries`` subscriptions of the README's Rising
+kind (the first is the README's, the others ask 0.1% more each: no two share
+their automata) over a random walk without drift of ``--symbols`` names
+(``write_ticks``: a quote waits for its 5% rise a while):
+each is keyed by ``Name`` and keeps instances, so with ``row_scaling`` on
+(``--row-scaling``, auto by default) each is split over every worker rather
+than placed whole on one: this measures row scaling, which a single heavy
+subscription needs to use a second worker at all.
 """
 
 from __future__ import annotations
@@ -19,7 +28,15 @@ from pathlib import Path
 
 from clients.bench.server_e2e import server_process
 from clients.testing import cayuga_command, cayuga_env
-from clients.testing.market import increasing_cel, increasing_stream, symbols
+from clients.testing.market import RISING, increasing_cel, increasing_stream, symbols, write_ticks
+
+
+def rising_cel(i: int) -> str:
+    """The README's Rising (``i`` = 0), or one that asks ``i`` tenths of a percent more."""
+    if i == 0:
+        return RISING
+    return RISING.replace("1.05 * $1.Price", f"{1.05 + i / 1000:.3f} * $1.Price").replace("PUBLISH Rising",
+                                                                                           f"PUBLISH Rising{i}")
 
 
 def _write_events(path: Path, events: int, n_symbols: int, seed: int) -> None:
@@ -30,17 +47,27 @@ def _write_events(path: Path, events: int, n_symbols: int, seed: int) -> None:
                     f'"Price": {price!r}, "Volume": {volume}}}\n')
 
 
-def run(workers: list[int], queries: int, events: int, n_symbols: int, length: int, seed: int) -> dict:
+def run(workers: list[int], queries: int, events: int, n_symbols: int, length: int, seed: int,
+        query: str = "increasing", row_scaling: str = "auto") -> dict:
     names = symbols(n_symbols)
-    texts = [increasing_cel(names[i % n_symbols], length) for i in range(queries)]
-    out: dict = {"benchmark": "engine_workers", "queries": queries, "events": events, "symbols": n_symbols,
-                 "length": length, "runs": []}
+    if query == "rising":
+        texts = [rising_cel(i) for i in range(queries)]
+    else:
+        texts = [increasing_cel(names[i % n_symbols], length) for i in range(queries)]
+    out: dict = {"benchmark": "engine_workers", "query": query, "queries": queries, "events": events,
+                 "symbols": n_symbols, "row_scaling": row_scaling, "runs": []}
+    if query != "rising":
+        out["length"] = length
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-workers-") as tmp:
         ticks = Path(tmp) / "ticks.jsonl"
-        _write_events(ticks, events, n_symbols, seed)
+        if query == "rising":
+            write_ticks(ticks, events, n_symbols, seed, down=0.01, up=0.01)  # no drift: quotes wait longer
+        else:
+            _write_events(ticks, events, n_symbols, seed)
         for i, w in enumerate(workers):
             # a fresh data directory per run: a repeated count must not restore the last one's catalogue
-            with server_process(Path(tmp) / f"data-{i}-{w}", engine_workers=w, time="event") as client:
+            with server_process(Path(tmp) / f"data-{i}-{w}", engine_workers=w, time="event",
+                                row_scaling=row_scaling) as client:
                 start = time.perf_counter()
                 for k in range(0, len(texts), 5000):
                     client.subscribe_many(texts[k:k + 5000])
@@ -54,10 +81,13 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                     time.sleep(0.02)
                 seconds = time.perf_counter() - start
                 h = client.health()
+                subs = [client.subscription(x["id"]) for x in client.subscriptions()] if query == "rising" else []
                 out["runs"].append({"engine_workers": w, "register_s": round(registered, 2),
                                     "seconds": round(seconds, 2), "events_per_second": round(events / seconds),
                                     "status": h["status"],
-                                    "per_worker_subscriptions": [x["subscriptions"] for x in h["workers"]]})
+                                    "per_worker_subscriptions": [x["subscriptions"] for x in h["workers"]],
+                                    **({"runs_on": subs[0]["runs_on"], "witnesses": sum(x["last_seq"] for x in subs)}
+                                       if subs else {})})
     base = out["runs"][0]["events_per_second"]
     for r in out["runs"]:
         r["over_first"] = round(r["events_per_second"] / base, 2)

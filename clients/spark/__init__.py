@@ -2,7 +2,7 @@
 and distributed batch execution of subscriptions inside Spark executors.
 
 Import the pieces from their modules (:mod:`clients.spark.run`,
-:mod:`clients.spark.source`, :mod:`clients.spark.sink`,
-:mod:`clients.spark.partitioning`); importing this package does not import
-pyspark.
+:mod:`clients.spark.source`, :mod:`clients.spark.sink`; the planner is
+:mod:`air.partitioning`, shared with the server); importing this package does
+not import pyspark.
 """

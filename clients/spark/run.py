@@ -2,7 +2,7 @@
 
 1. The queries are loaded and checked exactly as ``cayuga run`` loads them
    (one owner per query file, later files may read earlier outputs).
-2. :func:`~clients.spark.partitioning.plan_stages` finds a partition key (one
+2. :func:`~air.partitioning.plan_stages` finds a partition key (one
    attribute per input stream) or cuts the queries into stages.
 3. For each stage the input is hash-partitioned by the key (a process-stable
    hash), each partition sorted by ``(t1, input position)`` — the stable sort of
@@ -28,7 +28,7 @@ from air.model import StreamSchema
 from air.names import name_problem, shown
 from clients.offline import load_engine
 from clients.spark.io import ColumnMapping, read_events
-from clients.spark.partitioning import Owned, Plan, plan_stages
+from air.partitioning import Owned, Plan, plan_stages
 from clients.spark import executors as X
 
 log = logging.getLogger("cayuga.spark")

@@ -2,15 +2,15 @@
 
 The plan (driver, :func:`~clients.spark.streamplan.plan_stream`) cuts the query
 set into *units*, reusing the planner of ``spark run``
-(:mod:`clients.spark.partitioning`):
+(:mod:`air.partitioning`):
 
 - queries are first split into components that resubscription ties together
   (a query reading what another publishes runs in the same engine);
-- a component with a key (:func:`~clients.spark.partitioning.plan_stages` finds
+- a component with a key (:func:`~air.partitioning.plan_stages` finds
   one stage with a key) is **row-scaled**: its events are hash-partitioned by
   the key into ``key_groups`` groups; components with the same key share them;
 - a component whose every state asks for one constant (``Name = 'IBM'``,
-  :func:`~clients.spark.partitioning.constant_route`) is **routed by the
+  :func:`~air.partitioning.constant_route`) is **routed by the
   constant**: it lives in the key group of its constant, and an event goes
   only to the key group of its own value;
 - every other component is **column-scaled**: the components are dealt into

@@ -3,7 +3,7 @@ which queries run together in one engine (*units*), which of the state
 store's groups each unit's events go to, and what each engine runs
 (:class:`EngineSpec`). clients/spark/stream.py explains the three ways a
 unit scales (by a key, by a constant, by columns) and runs the plan; the
-planner of ``spark run`` (:mod:`clients.spark.partitioning`) finds the keys
+planner of ``spark run`` (:mod:`air.partitioning`) finds the keys
 and constants. Plain data and pure functions: no Spark here.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from air.model import Automaton, StreamSchema
 from clients.spark import executors as X
-from clients.spark.partitioning import Owned, constant_route, plan_stages
+from air.partitioning import Owned, constant_route, plan_stages
 
 
 @dataclass(frozen=True)

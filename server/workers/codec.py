@@ -15,11 +15,14 @@ main -> worker
 
 worker -> main
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
-         errors, check, recorded]``: the witnesses encoded as the witness log
+         errors, check, recorded, places]``: the witnesses encoded as the witness log
          and the WebSocket frames hold them (``[sid, [streams], payloads joined
          by newlines]`` per subscription), the engine's running totals, the
          epoch, the errors of events the engine failed on, what the state
-         budget's check found (or nil) and the outcomes of ``recorded``.
+         budget's check found (or nil), the outcomes of ``recorded``, and
+         ``places``: per row-scaled subscription with witnesses,
+         ``[sid, [place...]]``, the place in this worker's batch of the event
+         that made each witness (the main process merges the workers' by them).
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.
 """
@@ -50,10 +53,11 @@ def decode_batch(body: bytes) -> tuple[int, list, list[Event]]:
     return fed, recorded, [Event(stream, values, t0, t1) for stream, t0, t1, values in rows]
 
 
-def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list) -> bytes:
+def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,
+                  places: list = ()) -> bytes:
     groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.groups]
     internal = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.internal]
-    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded))
+    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places))
 
 
 def decode_result(body: bytes) -> list:

@@ -42,7 +42,7 @@ from server.budgetcheck import Cap, CheckResult, Decision, Outcome
 from server.delivery.witnesses import EncodedBatch
 from server.observability.counters import Count
 from server.processing import EngineThread
-from server.workers import codec
+from server.workers import codec, rows
 from server.workers.link import WorkerGone, WorkerLink
 
 log = logging.getLogger("cayuga.daemon")
@@ -63,6 +63,7 @@ class Flight:
     recorded: dict[int, list] = field(default_factory=dict)  # worker -> the recorded sheddings it carries
     got: dict[int, list] = field(default_factory=dict)  # worker -> its result, once back
     messages: dict[int, bytes] = field(default_factory=dict)  # worker -> what it was sent (again, once restarted)
+    places: dict[int, list[int]] | None = None  # worker -> where in the batch its events were (row scaling)
 
 
 class WorkerEngineThread(EngineThread):
@@ -76,6 +77,7 @@ class WorkerEngineThread(EngineThread):
         self.links = links
         self.placement = engine.placement
         self.in_flight: deque[Flight] = deque()
+        self._sending = 0  # the events of a batch being dealt to the workers
         self._deciding: dict[int, tuple[list[Decision], int]] = {}  # worker -> decisions sent to it to apply, at
         self._watched_version = -1
         self._fields = [f.name for f in dataclasses.fields(engine.stats)]
@@ -108,8 +110,9 @@ class WorkerEngineThread(EngineThread):
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
-            for counts, _cost in answers.values():
-                merged.update(counts)
+            for counts, _cost in answers.values():  # a row-scaled subscription's: summed over its workers
+                for sid, n in counts.items():
+                    merged[sid] = merged.get(sid, 0) + n
             got((merged, max(cost for _c, cost in answers.values())))
 
         for w, link in enumerate(self.links):
@@ -123,7 +126,7 @@ class WorkerEngineThread(EngineThread):
         n = len(self.links)
         if n > 1:
             part = {**part, "workers": n, "engine_parts": [part_name(tmp, w) for w in range(1, n)],
-                    "placement": dict(self.placement.worker_of)}
+                    "placement": dict(self.placement.worker_of), "rows": rows.recorded(self.placement)}
         futures = [self.links[0].command("snapshot", str(tmp), part, fork)]
         futures += [self.links[w].command("snapshot", str(part_path(tmp, w)), {"part": w}, fork)
                     for w in range(1, n)]
@@ -136,6 +139,7 @@ class WorkerEngineThread(EngineThread):
         written; a snapshot of one engine (the engine thread, or one worker) is given whole to
         each worker, which keeps its own subscriptions' instances."""
         n, saved = len(self.links), snap.get("workers", 1)
+        rows.check_snapshot(snap_file.path.name, snap, self.placement)
         if saved != n:
             if saved > 1:
                 raise EngineError(f"the snapshot {snap_file.path.name} was taken with engine_workers {saved}, "
@@ -154,11 +158,15 @@ class WorkerEngineThread(EngineThread):
         return {k: sum(c[k] for c in counts) for k in ("instances", "skipped", "clashes")}
 
     def state_counts(self, sid: str, timeout: float) -> dict[str, int]:
-        return self._ask(self.placement.of(sid), "state_counts", sid, timeout=timeout)
+        out: dict[str, int] = {}
+        for w in self.placement.workers_of(sid):  # a row-scaled one's: summed over its key groups
+            for state, count in self._ask(w, "state_counts", sid, timeout=timeout).items():
+                out[state] = out.get(state, 0) + count
+        return out
 
     def instance_count(self, sid: str | None = None, timeout: float = 10.0) -> int:
         if sid is not None:
-            return self._ask(self.placement.of(sid), "instance_count", sid, timeout=timeout)
+            return sum(self._ask(w, "instance_count", sid, timeout=timeout) for w in self.placement.workers_of(sid))
         return sum(self._ask(w, "instance_count", None, timeout=timeout) for w in range(len(self.links)))
 
     def _ask(self, w: int, name: str, *args, timeout: float):
@@ -200,15 +208,15 @@ class WorkerEngineThread(EngineThread):
         return out
 
     def runs_on(self, sid: str) -> str:
-        w = self.placement.of(sid)
-        if w in self.restarter.abandoned:
-            return f"nowhere: engine worker {w} is stopped ({self.restarter.abandoned[w]}); restart the server"
-        return f"worker {w}"
+        for w in self.placement.workers_of(sid):
+            if w in self.restarter.abandoned:
+                return f"nowhere: engine worker {w} is stopped ({self.restarter.abandoned[w]}); restart the server"
+        return rows.runs_on(self.placement, sid)
 
     @property
     def processed(self) -> int:
         """Events taken and back from the workers (their witnesses delivered); :attr:`fed` counts those sent too."""
-        return self.fed - sum(f.events for f in list(self.in_flight))
+        return self.fed - sum(f.events for f in list(self.in_flight)) - self._sending
 
     # ------------------------------------------------------------------ the loop
 
@@ -250,26 +258,31 @@ class WorkerEngineThread(EngineThread):
 
     def _send(self, batch: list) -> None:
         self._sync_watched()  # a client that came while this thread waited for events hears this batch's too
+        self._sending = len(batch)  # not through yet, and not in flight yet either (:attr:`processed`)
         self.fed += len(batch)
         self._count_batch(batch)
         n = len(self.links)
         recorded = self.recovery.take_recorded(self.fed)
+        places = None
         if n == 1:
             parts = {0: batch}
         else:
-            parts = {}
-            readers = self.placement.readers
-            for ev in batch:
-                for w in readers(ev.stream):
-                    parts.setdefault(w, []).append(ev)
+            if not self.placement.split:
+                parts = {}
+                readers = self.placement.readers
+                for ev in batch:
+                    for w in readers(ev.stream):
+                        parts.setdefault(w, []).append(ev)
+            else:  # by the events' values too (row scaling, constant routes), with their places in the batch
+                parts, places = rows.split(batch, self.placement)
             if self.budget.until_check(self.fed - len(batch)) <= len(batch):  # a check point: every worker checks
                 for w in range(n):
                     parts.setdefault(w, [])
         by_worker: dict[int, list] = {}
-        for r in recorded:
-            w = self.placement.of(r.sid)
-            by_worker.setdefault(w, []).append(r)
-            parts.setdefault(w, [])
+        for r in recorded:  # a row-scaled subscription's: applied by each worker to its key group's instances
+            for w in self.placement.workers_of(r.sid):
+                by_worker.setdefault(w, []).append(r)
+                parts.setdefault(w, [])
         workers = tuple(w for w in sorted(parts) if w not in self.restarter.abandoned)
         sent = {}
         for w in workers:
@@ -281,8 +294,10 @@ class WorkerEngineThread(EngineThread):
             except WorkerGone:  # it has just died: sent again once it is restarted
                 pass
         if workers:
-            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker, messages=sent))
-        else:  # no worker reads these events: taken, and through (as one engine would count them)
+            self.in_flight.append(Flight(len(batch), time.perf_counter(), self.fed, workers, by_worker, messages=sent,
+                                         places=places))
+        self._sending = 0
+        if not workers:  # no worker reads these events: taken, and through (as one engine would count them)
             self._totals(0)
 
     def quiesce(self) -> bool:
@@ -335,14 +350,17 @@ class WorkerEngineThread(EngineThread):
     def _deliver(self, head: Flight) -> bool:
         self.latency.observe((time.perf_counter() - head.sent) / max(head.events, 1))
         budget = self.budget
+        merging = rows.Merge() if head.places is not None else None
         for w in head.workers:
-            events, groups, internal, stats, epoch, errors, check, outcomes = head.got[w]
+            events, groups, internal, stats, epoch, errors, check, outcomes, places = head.got[w]
             self.events_of[w] += events
             self._stats[w], self._epochs[w] = stats, epoch
             for e in errors:
                 self.error = e
                 self.counters.add(Count.ENGINE_ERRORS)
                 log.error("engine failed on an event: %s", e)
+            if places and merging is not None:  # a row-scaled subscription's: numbered once all are here
+                groups = merging.take(w, groups, places, head.places.get(w, []))
             if not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
                 return False
             for r, outcome in zip(head.recorded.get(w, ()), outcomes):  # a replay's, applied before the check
@@ -358,6 +376,8 @@ class WorkerEngineThread(EngineThread):
                         self.links[w].send(codec.APPLY + pickle.dumps(decisions, pickle.HIGHEST_PROTOCOL))
                     except WorkerGone:
                         pass
+        if merging is not None and merging.groups and not self.witnesses.deliver_encoded(merging.batch()):
+            return False
         self._totals(head.events)  # (this batch is taken off the flights once delivered)
         return True
 

@@ -2,7 +2,9 @@
 catalogue (streams, schemas, what each subscription holds in the network)
 that registrations are checked and compiled against, and every change to it
 sent on to the worker that runs the subscription (server/workers/placement.py;
-a stream's declaration to every worker), in order, on that worker's one pipe.
+a stream's declaration to every worker; a row-scaled subscription's automata to
+every worker, each copy restricted to that worker's key group), in order, on
+that worker's one pipe.
 
 It never sees an event: its nodes hold no instance. What holds instances —
 counts, snapshots, shedding — is asked of the workers (server/workers/dispatch.py).
@@ -21,8 +23,9 @@ from typing import Iterator
 
 from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
+from air.partitioning import restrict_to_group
 from server.workers.link import WorkerGone, WorkerLink
-from server.workers.placement import Placement
+from server.workers.placement import ALL, Placement
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -50,6 +53,8 @@ class MirroredEngine(Engine):
         self.recipes: dict[str, list[tuple[str, tuple]]] = {}
         self.reads_of: dict[str, frozenset[str]] = {}  # the streams each subscription reads
         self.stopped: dict[int, str] = {}  # workers no longer started again (restart.py), and why
+        # id(shape) -> (shape, key, constant route's attributes, place, type, streams read)
+        self._plans: dict[int, tuple] = {}
 
     @property
     def link(self) -> WorkerLink:
@@ -67,19 +72,21 @@ class MirroredEngine(Engine):
         if self._quiet:
             return super().add(autos, owner)
         reads, publishes, cost = _reads_and_publishes(autos)
-        worker = self.placement.place(owner, reads, publishes, cost)
+        worker = self.placement.place(owner, reads, publishes, cost, automata=autos)
         try:
             self._running(owner, worker)
             got = super().add(autos, owner)
         except BaseException:
             self.placement.remove(owner)
             raise
-        self._mirror(worker, "add", owner, autos)
-        self.recipes[owner], self.reads_of[owner] = [("add", (owner, autos))], frozenset(reads)
+        self._send_add(worker, owner, autos)
+        self.reads_of[owner] = frozenset(reads)
+        self.recipes[owner] = [("add_rows" if worker == ALL else "add", (owner, autos))]
         return got
 
     def add_unmerged(self, automata, owner: str) -> list[str]:
-        """:meth:`add` with nodes of its own, here and in its worker (air/engine/handover.py)."""
+        """:meth:`add` with nodes of its own, here and in its worker (air/engine/handover.py);
+        placed whole (its automata are not given to the planner: never row-scaled)."""
         from air.engine.handover import unmerged
 
         autos = (automata,) if isinstance(automata, Automaton) else tuple(automata)
@@ -91,7 +98,17 @@ class MirroredEngine(Engine):
             self.placement.remove(owner)
             raise
         self._mirror(worker, "add_unmerged", owner, autos)
+        self.reads_of[owner] = frozenset(_reads_and_publishes(autos)[0])
+        self.recipes[owner] = [("add_unmerged", (owner, autos))]
         return got
+
+    def _send_add(self, worker: int, owner: str, autos) -> None:
+        if worker != ALL:
+            self._mirror(worker, "add", owner, autos)
+            return
+        key, n = self.placement.rows[owner], len(self.links)
+        for w in range(n):  # each worker's copy starts instances only for its key group's values
+            self._mirror(w, "add", owner, restrict_to_group(autos, key, n, w), True)
 
     @contextmanager
     def unmirrored(self) -> Iterator[None]:
@@ -108,14 +125,28 @@ class MirroredEngine(Engine):
         and names, and installs it from its own templates (server/subscriptions/prepared.py), as
         this engine did. Raises :class:`EngineError` (the install undone here) when it cannot be placed."""
         autos = bq.shape.compiled.automata
+        shape = bq.shape
+        known_plan = self._plans.get(id(shape))
+        plan = None
+        if known_plan is not None and known_plan[0] is shape and known_plan[5] == bq.reads():
+            _shape, key, attrs, index, cast, _reads = known_plan
+            plan = (key, None if attrs is None else (attrs, cast(bq.values[index])))
         try:
             worker = self.placement.place(owner, bq.reads(), {name for name, _attrs in bq.published()},
-                                          sum(len(a.states) for a in autos))
+                                          sum(len(a.states) for a in autos), automata=lambda: bq.automata,
+                                          plan=plan)
             self._running(owner, worker)
         except EngineError:
             super().remove(owner)
             raise
-        shape = bq.shape
+        if plan is None and self.placement.last_plan is not None:
+            self._learn_plan(shape, bq, *self.placement.last_plan)
+        if worker == ALL:  # its copies differ per worker: sent built, not as the shape's constants
+            autos = tuple(bq.automata)
+            self._send_add(worker, owner, autos)
+            self.reads_of[owner] = frozenset(bq.reads())
+            self.recipes[owner] = [("add_rows", (owner, autos))]
+            return
         known = self._shapes.get((id(shape), worker))
         if known is None or known[0] is not shape:
             self._numbers += 1
@@ -126,17 +157,32 @@ class MirroredEngine(Engine):
         self.recipes[owner] = [("shape", (known[1], shape)), ("add_bound", (owner, known[1], bq.values, bq.names,
                                                                            bq.prefix))]
 
+    def _learn_plan(self, shape, bq, key, const) -> None:
+        """Keep what the planner found for a query of ``shape`` (placement.py: its key, its
+        constant route): the automata of the next ones need not be built to plan them. A
+        key is the shape's (constants do not make or break one); a constant route's value
+        is the query's constant at one place of the shape, learnt when it is at one only."""
+        if const is None:
+            self._plans[id(shape)] = (shape, key, None, 0, None, bq.reads())
+            return
+        attrs, value = const
+        cast = type(value)
+        at = [i for i, v in enumerate(bq.values) if type(v) in (str, int, float) and v == value]
+        if cast in (str, int, float) and len(at) == 1:
+            self._plans[id(shape)] = (shape, key, attrs, at[0], cast, bq.reads())
+
     def remove(self, owner: str) -> None:
         super().remove(owner)
-        worker = self.placement.remove(owner)
+        workers = self.placement.workers_of(owner) if owner in self.placement.worker_of else ()
+        self.placement.remove(owner)
         self.recipes.pop(owner, None)
         self.reads_of.pop(owner, None)
-        if worker is not None:
-            self._mirror(worker, "remove", owner)
+        for w in workers:
+            self._mirror(w, "remove", owner)
 
     def _running(self, owner: str, worker: int) -> None:
         """Raise :class:`EngineError` (``owner`` unplaced) when ``worker`` is stopped (restart.py)."""
-        why = self.stopped.get(worker)
+        why = self.stopped.get(worker) if worker != ALL else next(iter(self.stopped.values()), None)
         if why is not None:
             self.placement.remove(owner)
             raise EngineError(f"{owner} would run on engine worker {worker}, which is stopped ({why}): "
@@ -159,6 +205,10 @@ class MirroredEngine(Engine):
                         sent.add(number)
                         self._mirror(worker, "shape", number, shape.dump())
                     self._shapes[(id(shape), worker)] = (shape, number)
+                elif name == "add_rows":  # a row-scaled one: this worker's key group's copy
+                    sid, autos = args
+                    key, n = self.placement.rows[sid], len(self.links)
+                    self._mirror(worker, "add", sid, restrict_to_group(autos, key, n, worker), True)
                 else:
                     self._mirror(worker, name, *args)
 

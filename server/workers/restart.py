@@ -56,6 +56,7 @@ from server.durability.recovery import Eviction, installed_after, plan_due, requ
 from server.ingest.queue import DelayQueue
 from server.workers import codec
 from server.workers.link import WorkerGone, WorkerLink
+from server.workers.placement import ALL
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -229,7 +230,7 @@ class Restarter:
             if w in f.workers:
                 f.workers = tuple(x for x in f.workers if x != w)
                 f.got.pop(w, None)
-        sids = [sid for sid, x in list(t.placement.worker_of.items()) if x == w]
+        sids = [sid for sid, x in list(t.placement.worker_of.items()) if x in (w, ALL)]
         reason = f"engine worker {w} is stopped: {why}; restart the server"
         for sid in sids:
             t.budget.lost_state(sid, reason, t.processed)
@@ -270,7 +271,7 @@ class CatchUp:
         for sid, cap in list(t.budget.caps.items()):
             link.command("set_cap", sid, tuple(cap))
         stored = {st.id: st for st in recovery.store.subscriptions()}
-        mine = [sid for sid, x in list(t.placement.worker_of.items()) if x == w]
+        mine = [sid for sid, x in list(t.placement.worker_of.items()) if x in (w, ALL)]
         later = [sid for sid in mine if sid in stored and installed_after(stored[sid], cut)]
         early = [sid for sid in mine if sid not in set(later)]
         engine.rebuild(w, early)
@@ -278,7 +279,7 @@ class CatchUp:
             self._load(snap, snap_file, early)
         mark = snap.get("evictions", 0) if snap is not None else 0
         evictions = [e for e in recovery.store.evictions(after=mark) if e[1] <= self.target
-                     and t.placement.worker_of.get(e[2]) == w]
+                     and t.placement.worker_of.get(e[2]) in (w, ALL)]
         self.due = plan_due([(stored[sid].installed_at, sid) for sid in later], evictions)
         self.active = set(early)
         return self._feed(queue, cut)
@@ -375,7 +376,7 @@ class CatchUp:
             raise CatchUpFailed(f"no answer from the restarted worker within {STEP_TIMEOUT:.0f} s") from None
         if tag != codec.RESULT:
             raise WorkerGone(self.link.gone or "the restarted worker has ended")
-        _events, groups, internal, _stats, _epoch, _errors, check, outcomes = codec.decode_result(body)
+        _events, groups, internal, _stats, _epoch, _errors, check, outcomes, _places = codec.decode_result(body)
         for r, outcome in zip(recorded, outcomes):
             d = self.unanswered.pop((r.sid, fed), None)
             if d is not None:

@@ -37,6 +37,7 @@ from collections import deque
 from pathlib import Path
 
 from air.engine import Engine, EngineError, LateEvent
+from air.partitioning import KEY_GROUP_FUNCTION, key_group
 from server.budgetcheck import BudgetCheck, Cap, Decision
 from server.delivery.witnesses import WitnessEncoder
 from server.workers import codec
@@ -52,7 +53,10 @@ class Worker:
 
         self.conn = conn
         self.settings = Settings(**settings)
-        self.engine = Engine(functions=self.settings.function_registry())
+        functions = self.settings.function_registry().copy()
+        functions.register(KEY_GROUP_FUNCTION, key_group, "int", arity=2)  # row-scaled copies' start edges
+        self.engine = Engine(functions=functions)
+        self.rows: set[str] = set()  # row-scaled subscriptions: their witnesses go back with their events' places
         self.outbox: list = []
         self.engine.on_emit = self.outbox.append
         self.watched: set[str] = set()  # internal streams a client watches (their witnesses are encoded)
@@ -112,6 +116,8 @@ class Worker:
         fed, recorded, events = codec.decode_batch(body)
         eng, errors = self.engine, []
         counts = self.stream_events
+        marks: list[int] | None = [] if self.rows else None  # emissions made once each event was fed
+        outbox = self.outbox
         for ev in events:
             counts[ev.stream] = counts.get(ev.stream, 0) + 1
             try:
@@ -120,9 +126,12 @@ class Worker:
                 pass  # counted by the engine
             except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the worker
                 errors.append(f"{type(exc).__name__}: {exc} (event {ev!r})")
+            if marks is not None:
+                marks.append(len(outbox))
         ems = self.outbox[:]
         del self.outbox[:]
         encoded = self.encoder.encode(ems)
+        places = _places(ems, marks, self.rows) if marks is not None and ems else []
         outcomes = [tuple(self.check.apply(Decision(*r[:4]))) for r in recorded]
         if any(o[1] for o in outcomes):
             self.check.after_shedding()
@@ -130,7 +139,7 @@ class Worker:
         if result is not None and result.decisions:
             self.waiting = True
         self.conn.send_bytes(codec.encode_result(len(events), encoded, dataclasses.astuple(eng.stats), eng.epoch,
-                                                 errors, result, outcomes))
+                                                 errors, result, outcomes, places))
 
     def _apply(self, decisions: list[Decision]) -> None:
         outcomes = [tuple(self.check.apply(d)) for d in decisions]
@@ -144,8 +153,11 @@ class Worker:
     def cmd_declare(self, schema) -> None:
         self.engine.declare(schema)
 
-    def cmd_add(self, owner: str, automata) -> list[str]:
-        return self.engine.add(automata, owner)
+    def cmd_add(self, owner: str, automata, rows: bool = False) -> list[str]:
+        got = self.engine.add(automata, owner)
+        if rows:
+            self.rows.add(owner)
+        return got
 
     def cmd_shape(self, number: int, form: str) -> None:
         """A cached CEL shape (air/cel/shapes.py), as the main process compiled it."""
@@ -165,6 +177,7 @@ class Worker:
     def cmd_remove(self, owner: str) -> None:
         self.engine.remove(owner)
         self.check.forget(owner)
+        self.rows.discard(owner)
 
     def cmd_set_cap(self, sid: str, cap: tuple) -> None:
         self.check.set_cap(sid, Cap(*cap))
@@ -250,6 +263,21 @@ class Worker:
             return
         self.snapshot_child = None
         self.conn.send_bytes(codec.SNAPSHOT + pickle.dumps(status))
+
+
+def _places(ems: list, marks: list[int], rows: set[str]) -> list:
+    """For each row-scaled subscription with witnesses in the batch: the place in the
+    worker's batch of the event that made each of its output witnesses, in the
+    encoder's order (``[sid, [place, ...]]``); the main process merges the workers' by
+    them (server/workers/dispatch.py)."""
+    out: dict[str, list[int]] = {}
+    i = 0
+    for j, em in enumerate(ems):
+        while marks[i] <= j:
+            i += 1
+        if em[2] == "OUT" and em[3] in rows:
+            out.setdefault(em[3], []).append(i)
+    return [[sid, places] for sid, places in out.items()]
 
 
 def _portable(exc: BaseException) -> BaseException:

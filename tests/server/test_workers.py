@@ -199,10 +199,11 @@ def test_two_workers_give_one_engines_witnesses_with_the_linked_subscriptions_to
     """Column scaling (stage 2): the subscriptions are dealt to two workers; one
     that reads another's output runs with it; each event goes only to the workers
     that read its stream; every subscription's witnesses and numbers are those
-    of the engine thread."""
+    of the engine thread. (Row scaling, which would split the keyed ones over
+    both workers, is off here: tests/server/test_worker_rows.py tests it.)"""
     events = _ticks(2 * CHECK_EVENTS + 91)
-    assert _run(tmp_path, 2, events) == _run(tmp_path, 0, events)
-    s = make_settings(tmp_path / "where", engine_workers=2)
+    assert _run(tmp_path, 2, events, row_scaling="off") == _run(tmp_path, 0, events)
+    s = make_settings(tmp_path / "where", engine_workers=2, row_scaling="off")
     with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
         ids = {name: c.subscribe(cel=q, **caps)["id"] for name, q, caps in QUERIES}
         where = {name: c.subscription(i)["runs_on"] for name, i in ids.items()}
@@ -224,11 +225,14 @@ def test_a_restart_keeps_the_partial_matches_across_worker_counts_or_says_it_did
     """A snapshot of two workers (the file and a part) restores into two workers
     exactly; one of one engine is given whole to each of two workers, which keep
     their own subscriptions' instances; a two-worker snapshot cannot be carried
-    to one worker: the subscriptions that held instances are marked inexact."""
+    to one worker: the subscriptions that held instances are marked inexact.
+    (Column placement: row scaling off; tests/server/test_worker_rows.py has the
+    row-scaled case.)"""
     events = _ticks(CHECK_EVENTS + 333)
     expected = _run(tmp_path / "ref", 0, events)
     data = tmp_path / "data"
-    with RunningServer(make_settings(tmp_path, data_dir=data, time="event", engine_workers=before)) as srv:
+    with RunningServer(make_settings(tmp_path, data_dir=data, time="event", engine_workers=before,
+                                     row_scaling="off")) as srv:
         d = srv.daemon
         with CayugaClient(srv.base_url) as c:
             ids = {name: c.subscribe(cel=q, **caps)["id"] for name, q, caps in QUERIES}
@@ -237,7 +241,8 @@ def test_a_restart_keeps_the_partial_matches_across_worker_counts_or_says_it_did
     # a graceful stop wrote the shutdown snapshot (with a part when there were two workers)
     parts = sorted(p.name for p in (data / "snapshots").iterdir())
     assert any(p.endswith(".w1") for p in parts) == (before == 2)
-    with RunningServer(make_settings(tmp_path, data_dir=data, time="event", engine_workers=after)) as srv:
+    with RunningServer(make_settings(tmp_path, data_dir=data, time="event", engine_workers=after,
+                                     row_scaling="off")) as srv:
         d = srv.daemon
         with CayugaClient(srv.base_url) as c:
             c.post_events(events[CHECK_EVENTS:])

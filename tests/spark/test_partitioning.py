@@ -7,7 +7,7 @@ import pytest
 
 from air.cel import compile_cel
 from air.model import parse_stream_decl
-from clients.spark.partitioning import Owned, check_key, constant_route, infer_key, plan_stages
+from air.partitioning import Owned, check_key, constant_route, infer_key, plan_stages
 from tests.conftest import CEL_DIR, STOCK, air
 
 TRADE = parse_stream_decl("Trade(Sym string, Qty int)")

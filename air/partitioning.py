@@ -1,6 +1,8 @@
 """Partition keys and execution stages for distributed Cayuga (docs/design/semantics.md#distribution, row scaling).
 
-Pure planning over the automaton model: no Spark, no I/O.
+Pure planning over the automaton model: no Spark, no I/O. The Spark jobs
+(clients/spark/) and the server's engine workers (server/workers/placement.py:
+row scaling, with :func:`key_group` and :func:`restrict_to_group` below) plan with it.
 
 A *partition key* maps every input stream of a set of automata to one of its
 attributes such that hash-partitioning the events by it cannot change the
@@ -30,13 +32,15 @@ single partition.
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from air.expr import Compare, Literal, Ref
+from air.expr import Call, Compare, Literal, Ref
 from air.formats import LineError, convert_value
 from air.model import (
     Automaton,
+    Clause,
     ComplexAtom,
     Computed,
     DynamicAtom,
@@ -451,3 +455,53 @@ def constant_route(automata: Sequence[Automaton], schemas: Mapping[str, StreamSc
     if value is _UNSET:
         return None
     return ConstantRoute(tuple(sorted(attrs.items())), value)
+
+
+# --------------------------------------------------------------------------- key groups (row scaling)
+
+#: The function a worker's copy of a row-scaled automaton calls on its start edges
+#: (:func:`restrict_to_group`); an engine that runs such copies registers it (:func:`key_group`).
+KEY_GROUP_FUNCTION = "CAYUGA_KEY_GROUP"
+
+
+def key_group(value: object, groups: int) -> int:
+    """The key group (0 .. ``groups``-1) of a partition key's ``value``: a stable
+    hash (CRC-32 of its text), the same in every process and every run, unlike
+    Python's salted ``hash()`` of a string."""
+    data = value.encode() if isinstance(value, str) else repr(value).encode()
+    return zlib.crc32(data) % groups
+
+
+def is_stateful(automata: Sequence[Automaton]) -> bool:
+    """Whether any automaton keeps instances between events (a state that is neither a
+    start nor an end one: a NEXT, a FOLD); a filter's cost per event is the same wherever it runs."""
+    return any(not s.is_start and s.input_stream is not None for a in automata for s in a.states)
+
+
+def restrict_to_group(automata: Sequence[Automaton], key: Mapping[str, str], groups: int,
+                      group: int) -> tuple[Automaton, ...]:
+    """``automata`` as one engine of a row-scaled run holds them: every edge out
+    of a start state reading a keyed stream also requires
+    ``CAYUGA_KEY_GROUP(EV.k, groups) = group``. Such an engine starts instances
+    only for the key values of its group; with ``key`` a partition key
+    (:func:`check_key`) every later state's filter requires the instance's own
+    key value, so events of other groups it is handed leave its instances
+    alone: it makes exactly the witnesses of its group's key values."""
+    out = []
+    for auto in automata:
+        states = []
+        for st in auto.states:
+            attr = key.get(st.input_stream or "") if st.is_start else None
+            if attr is not None:
+                atom = ComplexAtom(Compare("=", Call(KEY_GROUP_FUNCTION, (Ref(attr, "EV"), Literal(groups))),
+                                           Literal(group)))
+                st = replace(st, forwards=tuple(_with_atom(e, atom) for e in st.forwards),
+                             rebind=_with_atom(st.rebind, atom) if st.rebind is not None else None)
+            states.append(st)
+        out.append(replace(auto, states=tuple(states)))
+    return tuple(out)
+
+
+def _with_atom(edge: Edge, atom: ComplexAtom) -> Edge:
+    clauses = tuple(Clause(c.atoms + (atom,)) for c in edge.predicate.clauses)  # FALSE stays FALSE
+    return replace(edge, predicate=Predicate(clauses))

@@ -1,0 +1,119 @@
+"""Row scaling's planning, without a server (server/workers/placement.py,
+air/partitioning.py): which subscriptions are split, the stable key groups,
+and that N copies restricted to their key groups make one engine's witnesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from air.cel import compile_cel
+from air.engine import Engine, EngineError, FunctionRegistry
+from air.partitioning import KEY_GROUP_FUNCTION, key_group, restrict_to_group
+from clients.testing import RISING
+from clients.testing.market import STOCK, random_walk
+from server.workers.placement import ALL, Placement
+
+FILTER = "SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Up"
+IBM = ("SELECT First, Price AS Last FROM (SELECT Price AS First, Price AS Last FROM FILTER{Name = 'IBM'}(Stock)) "
+       "NEXT{$2.Name = 'IBM' AND $2.Price > $1.Last} Stock PUBLISH IbmUp")  # a constant route
+NO_KEY = "SELECT * FROM Stock NEXT{$2.Price > 2 * $1.Price} Stock PUBLISH Doubled"
+TWICE = "SELECT * FROM Rising NEXT{$1.Name = $2.Name} Rising PUBLISH Twice"
+ANY_RISE = "SELECT * FROM Rising NEXT{$2.After > $1.After} Rising PUBLISH AnyRise"
+
+
+def _place(p: Placement, sid: str, cel: str, schemas) -> int:
+    autos = compile_cel(cel, schemas).automata
+    reads = {s.input_stream for a in autos for s in a.states if s.input_stream}
+    pubs = {o.name for a in autos for _s, o in a.outputs}
+    return p.place(sid, reads, pubs, sum(len(a.states) for a in autos), automata=autos)
+
+
+def _schemas(extra=()):
+    rising = compile_cel(RISING, [STOCK])
+    out = {"Stock": STOCK}
+    for a in rising.automata:
+        for st, o in a.outputs:
+            from air.model import StreamSchema
+            out[o.name] = StreamSchema(o.name, st.schema)
+    return out
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("auto", {"rising": ALL, "filter": "whole", "ibm": "whole", "no_key": "whole"}),
+    ("on", {"rising": ALL, "filter": ALL, "ibm": "whole", "no_key": "whole"}),  # ibm: a constant, no key
+    ("off", {"rising": "whole", "filter": "whole", "ibm": "whole", "no_key": "whole"}),
+])
+def test_which_subscriptions_are_split(mode, expected):
+    schemas = _schemas()
+    p = Placement(2, schema=schemas.get, rows=mode)
+    got = {}
+    for sid, cel in (("rising", RISING), ("filter", FILTER), ("ibm", IBM), ("no_key", NO_KEY)):
+        w = _place(p, sid, cel, [STOCK])
+        got[sid] = ALL if w == ALL else "whole"
+    assert got == expected
+    assert (p.describe_key("rising") == "Stock.Name") == (mode != "off")
+    assert Placement(1, schema=schemas.get, rows="on").row_mode == "off"  # one worker: nothing to split
+
+
+def test_a_reader_of_a_row_scaled_output_joins_it_with_the_key_or_is_refused():
+    schemas = _schemas()
+    p = Placement(2, schema=schemas.get)
+    assert _place(p, "rising", RISING, [STOCK]) == ALL
+    assert _place(p, "twice", TWICE, schemas) == ALL
+    assert p.route("Stock") == ((), (0,), ())  # by Name (index 0), to the worker of its group
+    assert p.route("Rising") == ((), (), ())  # made inside each worker: never sent
+    with pytest.raises(EngineError, match="no partition key with them"):
+        _place(p, "any", ANY_RISE, schemas)
+    p.remove("twice")
+    p.remove("rising")
+    assert p.rows == {} and p.cost == [0, 0]
+
+
+def test_a_subscription_with_a_constant_route_is_sent_only_its_values_events():
+    schemas = _schemas()
+    p = Placement(2, schema=schemas.get)
+    w = _place(p, "ibm", IBM, [STOCK])
+    other = _place(p, "filter", FILTER, [STOCK])
+    assert w != other and p.consts == {"ibm": ({"Stock": "Name"}, "IBM")}
+    assert p.route("Stock") == ((other,), (), ((0, {"IBM": (w,)}),))
+    assert p.readers("Stock") == (0, 1)
+    off = Placement(2, schema=schemas.get, rows="off")
+    _place(off, "ibm", IBM, [STOCK])
+    assert off.consts == {} and off.route("Stock") == ((0,), (), ())
+
+
+def test_key_groups_are_the_same_in_every_process():
+    code = "from air.partitioning import key_group; print([key_group(v, 4) for v in ('IBM', 'MSFT', 7, 2.5)])"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert outs == {str([key_group(v, 4) for v in ("IBM", "MSFT", 7, 2.5)]) + "\n"}
+
+
+@pytest.mark.parametrize("groups", [2, 3])
+def test_copies_restricted_to_their_groups_make_one_engines_witnesses(groups):
+    """Every copy is fed every event (as a worker that runs other subscriptions
+    on the stream is): each makes only its group's witnesses, and together they
+    make one engine's, each once."""
+    events = random_walk(20, 1500, seed=3)
+    autos = compile_cel(RISING, [STOCK]).automata
+
+    def witnesses(automata, functions=None) -> Counter:
+        eng = Engine(functions=functions)
+        eng.declare(STOCK)
+        eng.add(automata, "q")
+        return Counter((em.stream, tuple(em.event.values), em.event.t0, em.event.t1) for em in eng.run(events)
+                       if em.kind == "OUT")
+
+    whole = witnesses(autos)
+    assert sum(whole.values()) > 50
+    fns = FunctionRegistry.default()
+    fns.register(KEY_GROUP_FUNCTION, key_group, "int", arity=2)
+    parts = [witnesses(restrict_to_group(autos, {"Stock": "Name"}, groups, g), fns) for g in range(groups)]
+    assert sum(parts, Counter()) == whole
+    for g, part in enumerate(parts):
+        assert part and all(key_group(values[0], groups) == g for (_s, values, _t0, _t1) in part)
