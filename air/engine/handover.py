@@ -18,9 +18,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
 from air.engine.errors import EngineError
-from air.engine.instance import DEAD, VALUES
 from air.engine.network import new_instance
-from air.engine.state import _saved_nodes
+from air.engine.state import _saved_nodes, mark_dead
 
 if TYPE_CHECKING:
     from air.engine.enginelike import EngineLike
@@ -99,12 +98,7 @@ def import_owner(eng: "EngineLike", state: dict, owner: str) -> dict[str, int]:
     # then what the epoch in progress had: its affected marks and its pending instances
     for node, _insts, dead, pending in nodes:
         for inst in dead:
-            inst[DEAD] = True
-            node.ndead += 1
-            if node.iq is not None or node.ai_ev >= 0:
-                if node.dead_keys is None:
-                    node.dead_keys = []
-                node.dead_keys.append(inst if node.iq is not None else inst[VALUES][node.ai_node])
+            mark_dead(node, inst)
         if pending:
             node.pending.extend(pending)
         if (dead or pending) and not node.dirty:

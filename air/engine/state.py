@@ -41,6 +41,16 @@ VERSION = 2
 INSTANCE_FIELDS = ["values", "t0", "t1", "born", "affected"]
 
 
+def mark_dead(node: Node, inst: list) -> None:
+    """Mark ``inst`` of ``node`` affected in the epoch in progress, as the engine's own
+    loop does (its indexes told which key to drop when the epoch closes)."""
+    inst[DEAD] = True
+    node.ndead += 1
+    if node.iq is not None or node.ai_ev >= 0:
+        if node.dead_keys is None:
+            node.dead_keys = []
+        node.dead_keys.append(inst if node.iq is not None else inst[VALUES][node.ai_node])
+
 def export_state(eng: "EngineLike") -> dict:
     """The processing state of ``eng`` in the layout above. Call it on the
     engine thread between events, or on a forked copy of it."""
@@ -137,12 +147,7 @@ def import_state(eng: "EngineLike", state: dict) -> dict[str, int]:
     eng._closed = False
     eng.close_epoch()
     for node, inst in dead:
-        inst[DEAD] = True
-        node.ndead += 1
-        if node.iq is not None or node.ai_ev >= 0:
-            if node.dead_keys is None:
-                node.dead_keys = []
-            node.dead_keys.append(inst if node.iq is not None else inst[VALUES][node.ai_node])
+        mark_dead(node, inst)
         if not node.dirty:
             node.dirty = True
             eng._dirty.append(node)

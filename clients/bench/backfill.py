@@ -38,8 +38,7 @@ from array import array
 from pathlib import Path
 
 from clients.bench.runner import metric
-from clients.bench.server_e2e import (QUERIES, RECEIVER_BATCH, RECEIVER_IDLE_SECONDS, _receive, _send_at_rate,
-                                      _spread, server_process)
+from clients.bench.server_e2e import QUERIES, _spread, probe_round, server_process
 from clients.testing import cayuga_command, cayuga_env, write_ticks
 
 #: Issue 36's targets: the backfill at >= 0.8x the speed of `cayuga run` over the same file ...
@@ -77,24 +76,8 @@ def _latency(client, rate: float, seconds: float, sub_id: str) -> dict:
     (server_e2e.latency's machinery, on this server)."""
     n = int(rate * seconds)
     ctx = multiprocessing.get_context("spawn")
-    ours, theirs = ctx.Pipe()
-    before = metric(client, "cayuga_clients")
-    receiver = ctx.Process(target=_receive, args=(client.ws_url(sub_id, batch=RECEIVER_BATCH), n, 1.0, theirs),
-                           name="cayuga-latency-receiver")
-    receiver.start()
-    try:
-        if not ours.poll(60) or ours.recv() != "connected":
-            raise RuntimeError("the latency receiver did not connect")
-        _wait("the receiver's WebSocket to register", lambda: metric(client, "cayuga_clients") > before, 30)
-        lag = _send_at_rate(client, rate, n)
-        if not ours.poll(RECEIVER_IDLE_SECONDS + 60):
-            raise RuntimeError("the latency receiver sent no result")
-        index, _to_server, total = ours.recv()
-    finally:
-        receiver.join(10)
-        if receiver.is_alive():
-            receiver.terminate()
-            receiver.join(10)
+    index, _to_server, total, lag = probe_round(client, sub_id, rate, n, 1.0, ctx,
+                                                clients_before=metric(client, "cayuga_clients"))
     received = len(set(array("q", index)))
     return {"events": n, "received": received, **_spread(array("d", total).tolist()),
             "sender_late": _spread(lag)}

@@ -303,6 +303,35 @@ def _spread(values: list[float]) -> dict:
         "max_ms": round(ordered[-1], 3) if ordered else None}
 
 
+
+def probe_round(client, sub_id: str, rate: float, n: int, unit_ms: float, ctx,
+                clients_before: int = 0) -> tuple[bytes, bytes, bytes, list[float]]:
+    """``n`` probes sent over TCP at ``rate`` and read back on ``sub_id``'s WebSocket by a
+    receiver process of its own (started once the WebSocket is registered, so no witness
+    goes unseen): the receiver's ``(index, to_server, total)`` arrays and the sender's lag."""
+    ours, theirs = ctx.Pipe()
+    receiver = ctx.Process(target=_receive, args=(client.ws_url(sub_id, batch=RECEIVER_BATCH), n, unit_ms, theirs),
+                           name="cayuga-latency-receiver")
+    receiver.start()
+    try:
+        if not ours.poll(60) or ours.recv() != "connected":
+            raise RuntimeError("the latency receiver did not connect")
+        deadline = time.monotonic() + 30
+        while metric(client, "cayuga_clients") <= clients_before:  # registered: no witness goes unseen
+            if time.monotonic() > deadline or not receiver.is_alive():
+                raise RuntimeError("the latency receiver's WebSocket was not registered")
+            time.sleep(0.02)
+        lag = _send_at_rate(client, rate, n)
+        if not ours.poll(RECEIVER_IDLE_SECONDS + 60):
+            raise RuntimeError("the latency receiver sent no result")
+        index, to_server, total = ours.recv()
+    finally:
+        receiver.join(10)
+        if receiver.is_alive():
+            receiver.terminate()
+            receiver.join(10)
+    return index, to_server, total, lag
+
 def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
     """One subscription matching every event; p50/p90/p99 of TCP in -> WebSocket out.
 
@@ -321,27 +350,7 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
         with server_process(Path(tmp), delay=delay, time_unit_ms=unit_ms) as client:
             sub = client.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH All")
-            ours, theirs = ctx.Pipe()
-            receiver = ctx.Process(target=_receive, args=(client.ws_url(sub["id"], batch=RECEIVER_BATCH), n,
-                                                          unit_ms, theirs), name="cayuga-latency-receiver")
-            receiver.start()
-            try:
-                if not ours.poll(60) or ours.recv() != "connected":
-                    raise RuntimeError("the latency receiver did not connect")
-                deadline = time.monotonic() + 30
-                while metric(client, "cayuga_clients") < 1:  # registered: no witness goes unseen
-                    if time.monotonic() > deadline or not receiver.is_alive():
-                        raise RuntimeError("the latency receiver's WebSocket was not registered")
-                    time.sleep(0.02)
-                lag = _send_at_rate(client, rate, n)
-                if not ours.poll(RECEIVER_IDLE_SECONDS + 60):
-                    raise RuntimeError("the latency receiver sent no result")
-                index, to_server, total = ours.recv()
-            finally:
-                receiver.join(10)
-                if receiver.is_alive():
-                    receiver.terminate()
-                    receiver.join(10)
+            index, to_server, total, lag = probe_round(client, sub["id"], rate, n, unit_ms, ctx)
     received = len(set(array("q", index)))
     total, to_server = array("d", total).tolist(), array("d", to_server).tolist()
     whole = _spread(total)
