@@ -274,6 +274,10 @@ class CatchUp:
         mine = [sid for sid, x in list(t.placement.worker_of.items()) if x in (w, ALL)]
         later = [sid for sid in mine if sid in stored and installed_after(stored[sid], cut)]
         early = [sid for sid in mine if sid not in set(later)]
+        for sid in later:  # joined from a backfill after the snapshot: its history's state is in no snapshot
+            if stored[sid].backfill is not None:
+                t.budget.lost_state(sid, f"engine worker {w} died after its backfill's hand-over and before a "
+                                         "snapshot held the state it brought; it runs on without it", t.processed)
         engine.rebuild(w, early)
         if snap is not None:
             self._load(snap, snap_file, early)

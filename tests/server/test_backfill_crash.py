@@ -12,7 +12,9 @@ from pathlib import Path
 
 from clients.client import CayugaClient
 from clients.testing import ServerProcess, wait_until
-from tests.server.conftest import stock
+from server.durability.checkpoints import Checkpoints
+from server.serve import RunningServer
+from tests.server.conftest import make_settings, stock
 from tests.server.test_backfill import RISING, all_witnesses, cayuga_run, ticks
 
 
@@ -106,3 +108,31 @@ def test_kill_during_the_hand_over_runs_the_backfill_again_to_a_new_cut(tmp_path
         got = all_witnesses(client, sid, len(expected))  # seqs 1, 2, ... each once (checked)
         assert [{k: v for k, v in w.items() if k != "replay"} for w in got] == expected
         client.close()
+
+
+
+def test_a_worker_killed_after_the_hand_over_before_a_snapshot_marks_the_backfilled_subscription(tmp_path,
+                                                                                              monkeypatch):
+    """The state a backfill brought is in no snapshot until one is written after the
+    hand-over: a live engine worker that dies meanwhile is caught up from the journal
+    without it. The subscription runs on, marked inexact wherever a user looks, never
+    silently short."""
+    monkeypatch.setattr(Checkpoints, "take", lambda self, now: None)  # no snapshot: it stays handing_over
+    events = ticks(3000, seed=13)
+    srv = RunningServer(make_settings(tmp_path, engine_workers=1, snapshot_seconds=0,
+                                      snapshot_events=10_000_000)).start()
+    try:
+        with CayugaClient(srv.base_url) as client:
+            post(client, events)
+            wait_until(lambda: client.health()["events_taken"] >= len(events), 60, what="history taken")
+            sid = client.http.post("/subscriptions", json={"cel": RISING, "from": "retained"}).json()["id"]
+            wait_until(lambda: backfill(client, sid)["state"] == "handing_over", 60, what="the hand-over")
+            assert client.subscription(sid)["exact"] is True
+            os.kill(client.health()["workers"][0]["pid"], signal.SIGKILL)
+            h = wait_until(lambda: (h := client.health())["workers"][0]["restarts"] == 1
+                           and h["workers"][0]["state"] == "running" and h, 120, what="the worker started again")
+            assert sid in h["inexact"], h
+            sub = client.subscription(sid)
+            assert sub["exact"] is False and "backfill's hand-over" in sub["inexact"]["reason"], sub
+    finally:
+        srv.stop()
