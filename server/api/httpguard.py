@@ -38,7 +38,12 @@ locked ``/health`` and the REST API out (issue 33). :class:`GuardedHttpToolsProt
   is answered 414, request headers beyond :data:`MAX_HEADER_BYTES` 431, and
   the connection closed (uvicorn kept an endless URL in memory; a WebSocket
   handshake over websockets' own 8 KiB line limit got no answer at all: its
-  414 or 431 is now sent).
+  414 or 431 is now sent). A request refused while it is still arriving
+  (these, and the WebSocket caps) is closed gracefully: the answer, then the
+  write side shut, the rest of the request read and thrown away for at most
+  :data:`LINGER_SECONDS`, then the close; closing at once with unread bytes
+  sent a reset, which can destroy the answer at the client before it reads it
+  (RFC 9112, section 9.6).
 - Every connection closed or refused so is counted:
   ``cayuga_http_connections_refused_total{reason}`` with reason
   ``header_timeout``, ``body_timeout``, ``evicted``, ``max_connections``,
@@ -71,6 +76,9 @@ MAX_REQUEST_LINE = 8192
 MAX_URL_BYTES = MAX_REQUEST_LINE - len(b"GET  HTTP/1.1\r\n")
 #: Most bytes a request's headers may take (431 beyond).
 MAX_HEADER_BYTES = 64 << 10
+#: Seconds a connection answered in the middle of its request is read (and the bytes
+#: thrown away) after the answer, before it is closed (a graceful close).
+LINGER_SECONDS = 2.0
 
 
 def _response(status: str, detail: str, retry_after: int | None = None) -> bytes:
@@ -152,10 +160,14 @@ class HttpGuard:
 
     # -- answers
 
-    def refuse(self, transport: asyncio.BaseTransport, reason: str, answer: bool | bytes = True) -> None:
+    def refuse(self, transport: asyncio.BaseTransport, reason: str, answer: bool | bytes = True,
+               linger: bool = False) -> None:
         """Answer (unless ``answer`` is false: a response has begun; best effort,
         never waiting for the peer to read) and close. ``answer`` may be the
-        response itself; the WebSocket caps count their refusals when they make it."""
+        response itself; the WebSocket caps count their refusals when they make it.
+        ``linger``: the peer may still be sending its request (its protocol throws
+        what comes away): the write side is shut after the answer and the close
+        waits :data:`LINGER_SECONDS` (or the peer's own close)."""
         if reason not in ("websockets", "websockets_per_address"):
             self.counters.add(HTTP_CONN_REFUSED[reason])
         if answer:
@@ -168,6 +180,9 @@ class HttpGuard:
                 pass
         if transport.get_write_buffer_size():  # type: ignore[attr-defined]
             transport.abort()  # type: ignore[attr-defined]  # the peer does not read: free the descriptor now
+        elif linger and transport.can_write_eof():  # type: ignore[attr-defined]
+            transport.write_eof()  # type: ignore[attr-defined]
+            asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
         else:
             transport.close()
 
@@ -247,7 +262,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._answered = True
         self._leave()
         self._body_done()
-        self.guard.refuse(self.transport, reason, answer=response)
+        self.guard.refuse(self.transport, reason, answer=response, linger=True)
 
     # -- the request's line and headers
 
