@@ -274,6 +274,9 @@ class ErrorOut(BaseModel):
     missing_scope: str | None = Field(None, description="403: the scope the token lacks (ingest, watch, manage, "
                                                         "metrics, admin); null when it has the scope but does not "
                                                         "reach the subscription or stream")
+    retained: dict[str, Any] | None = Field(None, description="400 for a 'from' (registration, preview): the range "
+                                                        "of event times the server retains, as 'from' and 'to' "
+                                                        "(null when it retains none)")
 
 
 class ProbeOut(BaseModel):
