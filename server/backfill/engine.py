@@ -11,8 +11,6 @@ import os
 import queue as stdqueue
 from collections import deque
 
-import msgspec
-
 from server.config import Settings
 from server.workers import codec
 from server.workers.link import WorkerGone, WorkerLink
@@ -26,8 +24,6 @@ BATCH_TIMEOUT = 120.0
 IN_FLIGHT = 2
 #: How much less CPU priority the backfill's engine process has than the server.
 NICE = 10
-_REPLAY = b',"replay":true}\n'
-_decode = msgspec.msgpack.Decoder().decode
 
 
 class BackfillEngine:
@@ -52,6 +48,8 @@ class BackfillEngine:
         except OSError as exc:  # it runs at the server's priority
             log.debug("could not lower the backfill engine's priority: %s", exc)
         self.link.command("unchecked")
+        if self.replay:
+            self.link.command("replay")
         for schema in schemas:
             self.link.command("declare", schema)
         self.link.call("add", sid, tuple(automata))
@@ -81,15 +79,10 @@ class BackfillEngine:
                              "for a batch") from None
         if body is None:
             raise WorkerGone(self.link.gone or f"the backfill engine {self.link.name} has ended")
-        out = _decode(body)
+        out = codec.decode_result(body)
         self.epoch = out[4]
         self.errors += len(out[5])
-        groups = []
-        for sid, streams, joined in out[1]:
-            if self.replay:  # one C pass: a witness is one JSON object a line, no raw newline inside
-                joined = (joined + b"\n").replace(b"}\n", _REPLAY)[:-1]
-            groups.append((sid, streams, joined.split(b"\n")))
-        return groups
+        return out[9].groups()  # (the engine marked them replay: cmd_replay)
 
     def feed(self, events: list) -> list:
         """:meth:`send` and :meth:`take` (nothing else in flight)."""

@@ -284,6 +284,11 @@ class NotifierHub:
         with self._lock:
             self._routes = {}
 
+    @property
+    def idle(self) -> bool:
+        """No client watches anything (a batch's witnesses are then only logged)."""
+        return not self._by_owner and not self._by_stream
+
     def route(self, owner: str, stream: str, deliver_to_owner: Callable[[str, str], bool]) -> tuple[ClientChannel, ...]:
         """The channels a witness of ``owner`` on ``stream`` goes to: those
         watching the stream, and those watching the subscription when

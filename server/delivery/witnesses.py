@@ -10,15 +10,24 @@ and the clients' lines are the same bytes), appends them to the witness log
 (server/durability/witlog.py) in one write and only then offers them to the
 clients' channels (hub.py) as one shared chunk per subscription, holding the
 batch while the log cannot be written.
+
+An engine worker (server/workers/) encodes its witnesses itself and sends them
+as the witness log's batch record's columns, packed (:class:`Columns`):
+:meth:`Witnesses.deliver_columns` numbers them per subscription, not per
+witness, writes the record with the seqs put in, and unpacks only what a
+client watches: thousands of subscriptions with a few witnesses each in every
+batch cost this process a few C-level passes, not a loop per witness.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from itertools import groupby, repeat
-from operator import itemgetter
+from itertools import chain, groupby, repeat
+from operator import add, itemgetter
 from typing import Callable, Mapping, NamedTuple
+
+import msgspec
 
 from air.engine import Emission
 from air.formats import encode_emissions
@@ -26,6 +35,7 @@ from air.model import StreamSchema
 from server.delivery.hub import Chunk, ClientChannel, NotifierHub
 from server.durability.diskfull import DiskFull
 from server.durability.witlog import WitnessLog
+from server.durability.witrecords import pack_batch as _pack
 from server.observability.counters import CLIENT_DROPS, Count
 
 log = logging.getLogger("cayuga.daemon")
@@ -54,6 +64,53 @@ class EncodedBatch(NamedTuple):
     witnesses a client watches (not numbered nor logged)."""
     groups: list
     internal: list
+
+
+class Columns(NamedTuple):
+    """A batch's witnesses as an engine worker sends them (server/workers/codec.py):
+    the witness log's batch record's columns, ready to be numbered and written.
+    Per subscription, in the order they first emitted, three parallel lists (no
+    object per subscription): ``owners``, ``counts`` (its witnesses) and
+    ``streams`` (the stream they are on, or a list of each one's where not all
+    are on one); ``sids`` each witness's sid as a packed MessagePack array,
+    ``rest`` the arrays of their streams and of their payloads, one after the other."""
+    owners: list
+    counts: list
+    streams: list
+    sids: bytes
+    rest: bytes
+
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def groups(self) -> list[tuple[str, list[str], list[bytes]]]:
+        """Unpacked, per subscription: ``(sid, streams, payloads)`` (a backfill's, a restart's)."""
+        if not self.owners:
+            return []
+        streams, payloads = _rest(b"\x92" + self.rest)
+        out, at = [], 0
+        for sid, n in zip(self.owners, self.counts):
+            out.append((sid, streams[at:at + n], payloads[at:at + n]))
+            at += n
+        return out
+
+
+_rest = msgspec.msgpack.Decoder(tuple[list[str], list[bytes]]).decode
+
+
+def pack_columns(groups: list) -> Columns:
+    """Per subscription ``(sid, streams, payloads)`` as :class:`Columns`."""
+    owners, counts, kinds, sids, streams, payloads = [], [], [], [], [], []
+    for sid, sts, pls in groups:
+        n = len(pls)
+        first = sts[0]
+        owners.append(sid)
+        counts.append(n)
+        kinds.append(first if sts.count(first) == n else sts)
+        sids += repeat(sid, n)
+        streams += sts
+        payloads += pls
+    return Columns(owners, counts, kinds, _pack(sids), _pack(streams) + _pack(payloads))
 
 
 class WitnessEncoder:
@@ -239,19 +296,79 @@ class Witnesses:
         if not encoded.groups and not encoded.internal:
             return True
         logged, groups, internal = self._number(encoded)
+
+        def append() -> dict[str, int]:
+            dropped = self.witlog.append_columns(*logged) if logged.sids else []
+            cut: dict[str, int] = {}
+            for i in dropped:  # re-produced witnesses: a prefix of each subscription's
+                cut[logged.sids[i]] = max(cut.get(logged.sids[i], 0), logged.seqs[i])
+            return cut
+
+        return self._log_and_offer(append, lambda cut: groups + internal, len(logged.sids))
+
+    def deliver_columns(self, cols: Columns) -> bool:
+        """:meth:`deliver_encoded` for the witnesses an engine worker sent as the
+        witness log's columns (server/workers/codec.py): numbered per subscription
+        (not per witness), written as the record the worker packed with their seqs
+        put in, and unpacked only for the subscriptions a client watches. A batch
+        made again after a restart (the log holds some of its seqs) goes the
+        general way, which drops what the log holds."""
+        sids, ns, streams = cols.owners, cols.counts, cols.streams
+        if not sids:
+            return True
+        # C-level passes over the subscriptions (thousands a batch, a few witnesses each)
+        seqs, counts = self.seq, self.owner_witnesses
+        befores = list(map(seqs.get, sids, repeat(0)))
+        starts = list(map(add, befores, repeat(1)))
+        ends = list(map(add, befores, ns))
+        if self.witlog.holds_any(sids, starts):
+            return self.deliver_encoded(EncodedBatch(cols.groups(), []))
+        firsts, lasts = dict(zip(sids, starts)), dict(zip(sids, ends))
+        seqs.update(lasts)
+        counts.update(zip(sids, map(add, map(counts.get, sids, repeat(0)), ns)))
+        numbers = list(chain.from_iterable(map(range, starts, map(add, ends, repeat(1)))))
+        body = b"\x94" + cols.sids + _pack(numbers) + cols.rest
+        if set(map(type, streams)) == {str}:
+            pairs = set(zip(sids, streams))
+        else:
+            pairs = {(sid, s) for sid, st in zip(sids, streams) for s in ((st,) if type(st) is str else st)}
+        total = len(numbers)
+
+        def append() -> dict[str, int]:
+            self.witlog.append_packed(body, total, firsts, lasts, pairs)
+            return {}
+
+        return self._log_and_offer(append, lambda _cut: self._watched_groups(cols, firsts, lasts), total)
+
+    def _watched_groups(self, cols: Columns, firsts: dict[str, int], lasts: dict[str, int]) -> list:
+        """The numbered groups of ``cols`` some client gets (unpacked only when there are some)."""
+        if self.hub.idle:
+            return []
+        route, is_output = self.hub.route, self._is_output
+        wanted = set()
+        for sid, st in zip(cols.owners, cols.streams):
+            if any(route(sid, s, is_output) for s in ((st,) if type(st) is str else set(st))):
+                wanted.add(sid)
+        if not wanted:
+            return []
+        return [(sid, range(firsts[sid], lasts[sid] + 1), streams, payloads)
+                for sid, streams, payloads in cols.groups() if sid in wanted]
+
+    def _log_and_offer(self, append: Callable[[], dict[str, int]], groups: Callable[[dict[str, int]], list],
+                       n: int) -> bool:
+        """Write a batch into the witness log (``append``: the subscriptions whose witnesses
+        up to a seq the log held already), then offer ``groups(cut)`` to the clients
+        (see :meth:`deliver_encoded`), holding it while the log cannot be written."""
         wait = WITLOG_RETRY_FIRST
         while True:
             with self.hub.delivery_lock:
                 try:
-                    dropped = self.witlog.append_columns(*logged) if logged.sids else []
+                    cut = append()
                 except DiskFull as exc:
                     failure = exc
                 else:
                     self.held = None
-                    cut: dict[str, int] = {}
-                    for i in dropped:  # re-produced witnesses: a prefix of each subscription's
-                        cut[logged.sids[i]] = max(cut.get(logged.sids[i], 0), logged.seqs[i])
-                    boxes = self._chunks(groups + internal, cut)
+                    boxes = self._chunks(groups(cut), cut)
                     for ch, chunks in boxes.items():
                         ch.offer_many(chunks, sum(map(len, chunks)))
                     return True
@@ -260,11 +377,11 @@ class Witnesses:
             self.held = failure
             self.counters.add(Count.WITNESS_LOG_ERRORS)
             if self._stopping.wait(wait):
-                self.unlogged = len(logged.sids)
+                self.unlogged = n
                 log.error("stopping while the witness log cannot be written (%s): the last batch's %d witnesses "
                           "were neither logged nor delivered, and %d queued events were not processed; the "
                           "journal holds their events, so the next start produces them again (no shutdown "
-                          "snapshot is written)", failure, len(logged.sids), self._queued())
+                          "snapshot is written)", failure, n, self._queued())
                 return False
             wait = min(wait * 2, WITLOG_RETRY_MAX)
 

@@ -72,6 +72,8 @@ import logging
 import os
 import threading
 import time
+from itertools import repeat
+from operator import le
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -240,10 +242,7 @@ class WitnessLog:
             data = json.loads(seg.index_path.read_bytes())
             if data["size"] != seg.path.stat().st_size:
                 return False
-            seg.size, seg.records = data["size"], data["records"]
-            seg.subs = {s: _Sub(*v) for s, v in data["subs"].items()}
-            seg.streams = {s: set(v) for s, v in data["streams"].items()}
-            seg.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
+            seg.take_index(data)
             for s, v in seg.subs.items():
                 if v.last_seq > self._last.get(s, 0):
                     self._last[s] = v.last_seq
@@ -365,14 +364,10 @@ class WitnessLog:
             with self._lock:
                 self._fd = None
                 self._unsynced.append(seg.path)
-        data = {"size": seg.size, "records": seg.records,
-                "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
-                "streams": {s: sorted(v) for s, v in seg.streams.items()},
-                "gaps": {s: [list(g) for g in v] for s, v in seg.gaps.items()}}
         tmp = seg.index_path.with_suffix(".tmp")
         seg.sealed = True
         try:
-            fsio.write_file(tmp, json.dumps(data, separators=(",", ":")).encode())
+            fsio.write_file(tmp, seg.index_bytes())
             fsio.replace(tmp, seg.index_path)
         except OSError as exc:  # an index only saves a scan when the log is opened
             fsio.remove(tmp)
@@ -389,10 +384,8 @@ class WitnessLog:
             return records
         sids, seqs, streams, payloads = (list(c) for c in zip(*records))
         dropped = self.append_columns(sids, seqs, streams, payloads)
-        if not dropped:
-            return records
         gone = set(dropped)
-        return [r for i, r in enumerate(records) if i not in gone]
+        return [r for i, r in enumerate(records) if i not in gone] if gone else records
 
     def append_columns(self, sids: list[str], seqs: list[int], streams: list[str],
                        payloads: list[bytes]) -> list[int]:
@@ -418,6 +411,22 @@ class WitnessLog:
             lasts = dict(zip(sids, seqs))
             firsts = dict(zip(reversed(sids), reversed(seqs)))
         rec = _encode(_BATCH, len(sids), b"", b"", _pack((sids, seqs, streams, payloads)))
+        self._write(rec, len(sids), firsts, lasts, set(zip(sids, streams)))
+        return dropped
+
+    def holds_any(self, sids: list[str], firsts: list[int]) -> bool:
+        """Whether the log holds a seq at least ``firsts[i]`` of any ``sids[i]`` (a batch made again)."""
+        return any(map(le, firsts, map(self._last.get, sids, repeat(0))))
+
+    def append_packed(self, body: bytes, n: int, firsts: dict[str, int], lasts: dict[str, int],
+                      pairs: set[tuple[str, str]]) -> None:
+        """Append a batch record whose ``body`` an engine worker packed (:meth:`append_columns`'s
+        columns of ``n`` witnesses, none held already: :meth:`holds_any`), with what the index
+        needs: per subscription its first and last seq, and its ``(sid, stream)`` pairs."""
+        self._write(_encode(_BATCH, n, b"", b"", body), n, firsts, lasts, pairs)
+
+    def _write(self, rec: bytes, n_kept: int, firsts: dict[str, int], lasts: dict[str, int],
+               pairs: set[tuple[str, str]]) -> None:  # (DiskFull when it cannot be written)
         seg = self._segments[-1]
         try:
             if self._cut_to is not None:
@@ -444,25 +453,23 @@ class WitnessLog:
             self.failure = None
             if self.disk is not None:
                 self.disk.recovered("witness_log")
-        pairs = set(zip(sids, streams))
-        n_kept = len(sids)
         now = self.clock()
-        with self._lock:
-            subs, streams, last = seg.subs, seg.streams, self._last
-            for sid, seq in firsts.items():
-                sub = subs.get(sid)
-                if sub is None:
-                    subs[sid] = _Sub(seq, off, lasts[sid])
-                else:
-                    sub.last_seq = lasts[sid]
-                if lasts[sid] > last.get(sid, 0):
-                    last[sid] = lasts[sid]
-            for sid, stream in pairs:
+        with self._lock:  # (set operations first: a batch has thousands of subscriptions, most seen before)
+            subs, streams = seg.subs, seg.streams
+            fresh = firsts.keys() - subs.keys()
+            for sid in fresh:
+                subs[sid] = _Sub(firsts[sid], off, lasts[sid])
+            if len(fresh) < len(lasts):
+                for sid, seq in lasts.items():
+                    subs[sid].last_seq = seq
+            self._last.update(lasts)  # (every seq written is above the log's last for its subscription)
+            for sid, stream in pairs - seg.pairs:
                 pubs = streams.get(stream)
                 if pubs is None:
                     streams[stream] = {sid}
                 else:
                     pubs.add(sid)
+            seg.pairs |= pairs
             seg.records += n_kept
             seg.size = off + len(rec)
             seg.newest = now
@@ -472,7 +479,6 @@ class WitnessLog:
                 self.retain(now)
             except OSError as exc:  # the batch is in: the next append starts the segment (or fails itself)
                 log.debug("witness log retention: %s", exc)
-        return dropped
 
     def note_gaps(self, marks: dict[str, int]) -> dict[str, tuple[int, int]]:
         """Write a gap mark: each subscription of ``marks`` was numbered on to
@@ -635,49 +641,43 @@ class WitnessLog:
                     out.setdefault(s, []).extend(runs)
         for s, runs in self._holes.items():
             out.setdefault(s, []).extend(runs)
-        for s in list(out):
-            first = self.first_seq(s)
-            kept = sorted({g for g in out[s] if g[1] >= first})
-            if kept:
-                out[s] = kept
-            else:
-                del out[s]
-        return out
+        kept = {s: sorted({g for g in runs if g[1] >= first}) for s, runs in out.items()
+                for first in (self.first_seq(s),)}
+        return {s: runs for s, runs in kept.items() if runs}
 
     def stream_last(self, stream: str) -> dict[str, int]:
-        """The last seq of each subscription that has published ``stream``
-        in the retained log."""
-        with self._lock:
-            owners = {s for seg in self._segments for s in seg.streams.get(stream, ())}
-            return {s: self._last.get(s, 0) for s in owners}
+        """The last seq of each subscription that has published ``stream`` in the retained log."""
+        return {s: self._last.get(s, 0) for s in self.publishers(stream)}
 
     def caught_up(self, after: dict[str, int], sid: str | None = None, stream: str | None = None) -> bool:
-        """Whether ``after`` (last seq per subscription a reader has) holds
-        everything the log has of subscription ``sid`` or of ``stream``."""
+        """Whether ``after`` (a reader's last seq per subscription) holds all the log has of ``sid`` or ``stream``."""
         if sid is not None:
             return self._last.get(sid, 0) <= after.get(sid, 0)
         return all(v <= after.get(s, 0) for s, v in self.stream_last(stream).items())
 
     def cursor(self, sid: str | None = None, stream: str | None = None,
                after: dict[str, int] | None = None) -> "Cursor":
-        """A reader of one subscription's records (``sid``) or of every
-        record on ``stream``, those with seq above ``after[sid]`` (0 when
-        absent); raises :class:`Gone` when one of them is no longer retained."""
+        """A reader of ``sid``'s records or of every one on ``stream``, above ``after[sid]`` (0 when
+        absent); :class:`Gone` when one of them is no longer retained."""
         return Cursor(self, sid, stream, dict(after or {}))
 
     def read(self, sid: str, from_seq: int = 1) -> Iterator[tuple[int, bytes]]:
         """(seq, payload) of ``sid`` from ``from_seq`` to what is appended now."""
         cur = self.cursor(sid=sid, after={sid: from_seq - 1})
-        while batch := cur.read():
-            for _, seq, payload in batch:
-                if type(payload) is not Gap:
-                    yield seq, payload
+        try:
+            while batch := cur.read():
+                yield from ((seq, p) for _, seq, p in batch if type(p) is not Gap)
+        finally:
+            cur.close()
 
     def read_stream(self, stream: str, after: dict[str, int] | None = None) -> Iterator[tuple[str, int, bytes]]:
         """(sid, seq, payload) of every record on ``stream`` above ``after``."""
         cur = self.cursor(stream=stream, after=after)
-        while batch := cur.read():
-            yield from (r for r in batch if type(r[2]) is not Gap)
+        try:
+            while batch := cur.read():
+                yield from (r for r in batch if type(r[2]) is not Gap)
+        finally:
+            cur.close()
 
     def segments_copy(self) -> list[tuple[_Segment, int]]:
         """Each retained segment and the bytes of it a reader may read now (for :class:`Cursor`)."""

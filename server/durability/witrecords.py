@@ -18,6 +18,7 @@ streams, payloads]``.
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,10 +83,27 @@ class Segment:
     start: int = framing.HEADER.size
     #: the gap marks it holds (above): per subscription, (first, last) of each gap
     gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: the (sid, stream) pairs ``streams`` has taken in (a writer's shortcut: not stored in the index)
+    pairs: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def index_path(self) -> Path:
         return self.path.with_suffix(".idx")
+
+    def index_bytes(self) -> bytes:
+        """Its index (a sealed segment's ``.idx``: opening the log then reads no record)."""
+        return json.dumps({"size": self.size, "records": self.records,
+                           "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in self.subs.items()},
+                           "streams": {s: sorted(v) for s, v in self.streams.items()},
+                           "gaps": {s: [list(g) for g in v] for s, v in self.gaps.items()}},
+                          separators=(",", ":")).encode()
+
+    def take_index(self, data: dict) -> None:
+        """What :meth:`index_bytes` wrote, read back (KeyError, TypeError: not an index)."""
+        self.size, self.records = data["size"], data["records"]
+        self.subs = {s: Sub(*v) for s, v in data["subs"].items()}
+        self.streams = {s: set(v) for s, v in data["streams"].items()}
+        self.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
 
 
 def body_of(body: bytes | memoryview):

@@ -15,14 +15,26 @@ main -> worker
 
 worker -> main
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
-         errors, check, recorded, places]``: the witnesses encoded as the witness log
-         and the WebSocket frames hold them (``[sid, [streams], payloads joined
-         by newlines]`` per subscription), the engine's running totals, the
-         epoch, the errors of events the engine failed on, what the state
-         budget's check found (or nil), the outcomes of ``recorded``, and
-         ``places``: per row-scaled subscription with witnesses,
+         errors, check, recorded, places, owners, counts, streams, sids, rest]``: the witnesses encoded
+         as the witness log and the WebSocket frames hold them, the engine's
+         running totals, the epoch, the errors of events the engine failed on,
+         what the state budget's check found (or nil), the outcomes of
+         ``recorded``, and ``places``: per row-scaled subscription with witnesses,
          ``[sid, [place...]]``, the place in this worker's batch of the event
          that made each witness (the main process merges the workers' by them).
+         The witnesses come in two forms. A row-scaled subscription's (to be
+         merged before they are numbered) and the watched internal streams'
+         are ``groups`` and ``internal``: ``[sid, [streams], payloads joined by
+         newlines]`` per subscription. Every other subscription's are columns
+         the witness log's batch record is made of, so that the main process
+         neither splits nor re-packs them (server/delivery/witnesses.py's
+         ``Columns``): per subscription, in the order they first emitted, its
+         sid, its number of witnesses and their stream (a list of each one's
+         where not all are on one), as three arrays; ``sids`` the MessagePack
+         array of each witness's sid; ``rest`` the arrays of their streams and
+         of their payloads, one after the other. The main process
+         numbers them and writes ``0x94 + sids + seqs + rest``: the record
+         ``pack_batch((sids, seqs, streams, payloads))`` makes, byte for byte.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.
 """
@@ -34,6 +46,7 @@ from typing import Any
 import msgspec
 
 from air.engine import Event
+from server.delivery.witnesses import Columns, pack_columns
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
 RESULT, ANSWER, SNAPSHOT = b"R", b"A", b"S"
@@ -54,15 +67,20 @@ def decode_batch(body: bytes) -> tuple[int, list, list[Event]]:
 
 
 def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,
-                  places: list = ()) -> bytes:
-    groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.groups]
+                  places: list = (), rows: set[str] | frozenset = frozenset()) -> bytes:
+    """An ``R`` message: the witnesses of ``rows`` (row-scaled subscriptions) as groups, the others as columns."""
+    merged = [g for g in encoded.groups if g[0] in rows] if rows else []
+    cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups)
+    groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in merged]
     internal = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.internal]
-    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places))
+    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places, *cols))
 
 
 def decode_result(body: bytes) -> list:
+    """A result's fields (see the module's docstring), its last three as one :class:`Columns`."""
     out = _result.decode(body)
     for part in (out[1], out[2]):
         for g in part:
             g[2] = g[2].split(b"\n")
+    out[9:] = [Columns(*out[9:])]
     return out

@@ -352,7 +352,7 @@ class WorkerEngineThread(EngineThread):
         budget = self.budget
         merging = rows.Merge() if head.places is not None else None
         for w in head.workers:
-            events, groups, internal, stats, epoch, errors, check, outcomes, places = head.got[w]
+            events, groups, internal, stats, epoch, errors, check, outcomes, places, cols = head.got[w]
             self.events_of[w] += events
             self._stats[w], self._epochs[w] = stats, epoch
             for e in errors:
@@ -361,7 +361,8 @@ class WorkerEngineThread(EngineThread):
                 log.error("engine failed on an event: %s", e)
             if places and merging is not None:  # a row-scaled subscription's: numbered once all are here
                 groups = merging.take(w, groups, places, head.places.get(w, []))
-            if not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
+            delivered = self.witnesses.deliver_columns(cols)  # (all but the row-scaled: merged below)
+            if not delivered or not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
                 return False
             for r, outcome in zip(head.recorded.get(w, ()), outcomes):  # a replay's, applied before the check
                 budget.applied(Decision(r.sid, r.keep, r.reason or "", bool(r.shared)), Outcome(*outcome),

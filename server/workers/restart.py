@@ -380,14 +380,14 @@ class CatchUp:
             raise CatchUpFailed(f"no answer from the restarted worker within {STEP_TIMEOUT:.0f} s") from None
         if tag != codec.RESULT:
             raise WorkerGone(self.link.gone or "the restarted worker has ended")
-        _events, groups, internal, _stats, _epoch, _errors, check, outcomes, _places = codec.decode_result(body)
+        _events, groups, internal, _stats, _epoch, _errors, check, outcomes, _places, cols = codec.decode_result(body)
         for r, outcome in zip(recorded, outcomes):
             d = self.unanswered.pop((r.sid, fed), None)
             if d is not None:
                 self.t.budget.applied(d, Outcome(*outcome), fed=fed)
         if check is not None and CheckResult(*check).decisions:
             self.link.send(codec.APPLY + pickle.dumps([], pickle.HIGHEST_PROTOCOL))
-        return sum(len(g[2]) for g in groups) + sum(len(g[2]) for g in internal)
+        return sum(len(g[2]) for g in groups) + sum(len(g[2]) for g in internal) + cols.count()
 
 
 def _reads(engine, sids: set[str]) -> set[str] | None:

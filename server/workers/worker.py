@@ -69,6 +69,7 @@ class Worker:
         self.waiting = False  # decisions sent: nothing but their answer is taken
         self.snapshot_child: int | None = None
         self.unchecked = False  # a backfill's engine: no state budget checks (cmd_unchecked)
+        self.replay = False  # a backfill's engine: its witnesses are marked "replay": true (cmd_replay)
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
         from server.subscriptions.prepared import Preparer
 
@@ -138,8 +139,11 @@ class Worker:
         result = None if self.unchecked else self.check.check(fed, counts, eng.owners)
         if result is not None and result.decisions:
             self.waiting = True
+        if self.replay and encoded.groups:
+            encoded = encoded._replace(groups=[(sid, streams, _replayed(payloads))
+                                               for sid, streams, payloads in encoded.groups])
         self.conn.send_bytes(codec.encode_result(len(events), encoded, dataclasses.astuple(eng.stats), eng.epoch,
-                                                 errors, result, outcomes, places))
+                                                 errors, result, outcomes, places, self.rows))
 
     def _apply(self, decisions: list[Decision]) -> None:
         outcomes = [tuple(self.check.apply(d)) for d in decisions]
@@ -225,6 +229,10 @@ class Worker:
         once handed over; a survey every 4,096 events over a growing state cost it half its time)."""
         self.unchecked = True
 
+    def cmd_replay(self) -> None:
+        """Mark every witness ``"replay": true`` (a backfill's engine: its witnesses are history's)."""
+        self.replay = True
+
     def cmd_add_unmerged(self, owner: str, automata) -> list[str]:
         """A backfilled subscription joins: nodes of its own (air/engine/handover.py)."""
         from air.engine.handover import unmerged
@@ -263,6 +271,15 @@ class Worker:
             return
         self.snapshot_child = None
         self.conn.send_bytes(codec.SNAPSHOT + pickle.dumps(status))
+
+
+_REPLAY = b',"replay":true}\n'
+
+
+def _replayed(payloads: list[bytes]) -> list[bytes]:
+    """Witnesses (one JSON object each, no raw newline inside) marked ``"replay": true``, in one C pass."""
+    joined = b"\n".join(payloads) + b"\n"
+    return joined.replace(b"}\n", _REPLAY)[:-1].split(b"\n")
 
 
 def _places(ems: list, marks: list[int], rows: set[str]) -> list:

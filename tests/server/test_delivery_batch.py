@@ -1,9 +1,11 @@
 """A batch's witnesses from the engine's emissions to the clients
 (server/delivery/witnesses.py): made and encoded a batch at a time, by the
-encoder ``cayuga run`` uses, with the numbers, order and bytes as before."""
+encoder ``cayuga run`` uses, with the numbers, order and bytes as before; an
+engine worker's, sent as the witness log's packed columns, logged as the same bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sys
@@ -13,6 +15,10 @@ from collections import Counter
 from clients.client import CayugaClient
 from clients.offline import run_offline
 from clients.testing.market import STOCK
+from server.delivery.hub import ClientChannel, NotifierHub
+from server.delivery.witnesses import EncodedBatch, Witnesses, pack_columns
+from server.durability.witlog import WitnessLog
+from server.observability.counters import Counters
 from server.serve import RunningServer
 from tests.server.conftest import make_settings
 
@@ -104,3 +110,59 @@ def test_the_engine_thread_makes_no_python_call_per_witness(tmp_path):
         srv.stop()
         sys.setprofile(None)
     assert sum(calls.values()) < n // 10, calls.most_common(5)
+
+
+def _batch(i: int) -> list:
+    """One batch's encoded witnesses: three subscriptions, one of them on two streams."""
+    return [("s1", ["A"] * 3, [b'{"n":%d}' % (i * 10 + k) for k in range(3)]),
+            ("s2", ["B", "C", "B"], [b'{"m":%d}' % (i * 10 + k) for k in range(3)]),
+            ("s3", ["D"], [b'{"x":%d}' % i])]
+
+
+def _witnesses(tmp_path, name: str) -> tuple[Witnesses, WitnessLog, ClientChannel]:
+    hub = NotifierHub()
+    outputs = {"s1": {"A"}, "s2": {"B", "C"}, "s3": {"D"}}
+    subs = {sid: type("Sub", (), {"outputs": o})() for sid, o in outputs.items()}
+    wit = Witnesses(lambda _s: None, hub, Counters(), subs, threading.Event(), lambda: 0)
+    log = WitnessLog(tmp_path / name)
+    wit.open(log)
+    channel = ClientChannel(asyncio.new_event_loop(), 1000)
+    hub.register("subscription", "s2", channel)  # s2 is watched, s1 and s3 are not
+    return wit, log, channel
+
+
+def test_an_engine_workers_packed_columns_are_numbered_logged_and_offered_as_the_general_way_does(tmp_path):
+    """An engine worker sends its witnesses as the witness log's columns, packed
+    (server/workers/codec.py): the main process numbers them per subscription and
+    writes the record without unpacking it. The log then holds the very bytes the
+    general way (:meth:`Witnesses.deliver_encoded`) writes; the watched subscription's
+    client gets the same chunks; a batch made again after a restart (the log holds
+    its seqs) is logged and offered only for what is new."""
+    general, general_log, general_ch = _witnesses(tmp_path, "general")
+    packed, packed_log, packed_ch = _witnesses(tmp_path, "packed")
+    for i in range(4):
+        assert general.deliver_encoded(EncodedBatch(_batch(i), []))
+        assert packed.deliver_columns(pack_columns(_batch(i)))
+    general_log.close()
+    packed_log.close()
+    segments = sorted((tmp_path / "general").glob("wit-*.log"))
+    assert segments and [p.read_bytes() for p in segments] == \
+        [p.read_bytes() for p in sorted((tmp_path / "packed").glob("wit-*.log"))]
+    assert packed.seq == general.seq == {"s1": 12, "s2": 12, "s3": 4}
+    assert packed.owner_witnesses == general.owner_witnesses
+    got = [(c.sid, list(c.seqs), c.payloads) for c in packed_ch.take_all()[0]]
+    assert got == [(c.sid, list(c.seqs), c.payloads) for c in general_ch.take_all()[0]]
+    assert got[0] == ("s2", [1, 2, 3], [b'{"m":0}', b'{"m":1}', b'{"m":2}']) and {g[0] for g in got} == {"s2"}
+
+    again = WitnessLog(tmp_path / "packed")  # a restart: numbering goes back to a snapshot's (s2 at 9)
+    packed.open(again)
+    packed.seq = {"s1": 9, "s2": 9, "s3": 3}
+    assert packed.deliver_columns(pack_columns(_batch(3)))  # made again: the log holds every one
+    assert again.appended == 0 and packed_ch.take_all()[0] == []
+    assert packed.deliver_columns(pack_columns(_batch(4)))  # new: logged and offered
+    assert again.appended == 7 and [list(c.seqs) for c in packed_ch.take_all()[0]] == [[13, 14, 15]]
+    assert list(again.read("s2", 12)) == [(12, b'{"m":32}'), (13, b'{"m":40}'), (14, b'{"m":41}'),
+                                          (15, b'{"m":42}')]
+    again.close()
+    general_ch.loop.close()
+    packed_ch.loop.close()
