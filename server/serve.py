@@ -31,6 +31,7 @@ import time
 import uvicorn
 
 from air.engine import BUILD as ENGINE_BUILD
+from air.engine.memory import GC_YOUNG_THRESHOLD, raise_young_threshold  # noqa: F401 (named here by docs, tests)
 from server.api.httpguard import GuardedHttpToolsProtocol, GuardedWebSocketProtocol, HttpGuard
 from server.api.tlsguard import TlsFirst, TlsGate
 from server.app import create_app
@@ -55,13 +56,6 @@ WS_DEFLATE = False
 #: changed, each measured").
 GIL_SWITCH_INTERVAL = 0.02
 
-#: The cyclic garbage collector's young-generation threshold in a ``cayuga
-#: serve`` process (Python's default is 700): above the objects one batch keeps
-#: alive for a moment (its emissions, instances, records), as ``cayuga run``
-#: does while it feeds. At 700 a young collection ran every few hundred events:
-#: 3.2 s of wall time inside collections in a 1M-tick run that took 17.7 s of
-#: the server's CPU (BENCHMARKS.md, "Round 8 (2026-11-27): the server's own overhead").
-GC_YOUNG_THRESHOLD = 50_000
 
 #: Once drained, seconds uvicorn waits for HTTP connections to close before it
 #: cancels what still runs and exits: a WebSocket client that never reads its
@@ -324,9 +318,7 @@ def serve(settings: Settings, port_file: str | None = None) -> None:
     accepted (``cayuga serve --port-file``)."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    young, *older = gc.get_threshold()
-    if young:  # 0: collection is off (PYTHONGC-like settings of the host): leave it so
-        gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), *older)
+    raise_young_threshold()  # (air/engine/memory.py: GC_YOUNG_THRESHOLD, as cayuga run feeds)
     ensure_descriptors(settings)
     daemon = Daemon(settings)  # takes the data directory's lock, or refuses to start (DataDirInUse)
     try:

@@ -6,6 +6,23 @@ import gc
 from contextlib import contextmanager
 from typing import Iterator
 
+#: The cyclic garbage collector's young-generation threshold in a process that
+#: feeds an engine (``cayuga serve`` and its engine workers; Python's default is
+#: 700): above the objects one batch keeps alive for a moment (its emissions,
+#: instances, records), as ``cayuga run`` does while it feeds. At 700 a young
+#: collection ran every few hundred events: 3.2 s of wall time inside collections
+#: in a 1M-tick run that took 17.7 s of the server's CPU (BENCHMARKS.md, "Round 8
+#: (2026-11-27): the server's own overhead").
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def raise_young_threshold(young: int = GC_YOUNG_THRESHOLD) -> None:
+    """Collect the young generation every ``young`` allocations at most (never more often
+    than now; a threshold of 0, collection off by the host's choice, is left so)."""
+    current, *older = gc.get_threshold()
+    if current:
+        gc.set_threshold(max(current, young), *older)
+
 
 @contextmanager
 def paused_gc(freeze: bool = False) -> Iterator[None]:

@@ -38,6 +38,9 @@ class HealthCollector:
         stopped = GaugeMetricFamily("cayuga_engine_worker_stopped", "1 once an engine worker died too often to be "
                                     "started again (its subscriptions get no events: restart the server)",
                                     labels=["worker"])
+        collections = CounterMetricFamily("cayuga_engine_worker_gc_collections", "Collections of the cyclic garbage "
+                                          "collector in an engine worker process, per generation, at the last "
+                                          "instance count (its current process)", labels=["worker", "generation"])
         for w in d.workers():
             label = [str(w["worker"])]
             up.add_metric(label, 1 if w["alive"] else 0)
@@ -48,8 +51,10 @@ class HealthCollector:
             if w["cpu_seconds"] is not None:
                 cpu.add_metric(label, w["cpu_seconds"])
             restarts.add_metric(label, w["restarts"])
+            for generation, n in enumerate(w["gc_collections"] or ()):
+                collections.add_metric([*label, str(generation)], n)
             stopped.add_metric(label, 1 if w["state"] == "stopped" else 0)
-        yield from (up, flight, batches, events, instances, cpu, restarts, stopped)
+        yield from (up, flight, batches, events, instances, cpu, restarts, stopped, collections)
         yield CounterMetricFamily("cayuga_engine_errors", "Events the engine raised an error on (the thread "
                                   "survived; /health reports the last one and says degraded)",
                                   value=d.counters.get(Count.ENGINE_ERRORS))

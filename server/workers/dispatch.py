@@ -85,6 +85,7 @@ class WorkerEngineThread(EngineThread):
         self._epochs: dict[int, object] = {}
         self.hub = None  # wired by the daemon: which internal streams clients watch
         self.events_of = [0] * len(links)  # events each worker has taken and sent back
+        self.gc_of: dict[int, list[int]] = {}  # worker -> its collector's collections per generation, at the last count
         from server.workers.restart import Restarter
 
         self.restarter = Restarter(self)  # a worker that dies is started again (server/workers/restart.py)
@@ -106,14 +107,16 @@ class WorkerEngineThread(EngineThread):
 
         def done(fut, w: int) -> None:
             with lock:  # one that died meanwhile (restart.py) counts nothing this pass: the pass still ends
-                answers[w] = fut.result() if fut.exception() is None else ({}, 0.0)
+                answers[w] = fut.result() if fut.exception() is None else ({}, 0.0, None)
+                if answers[w][2] is not None:
+                    self.gc_of[w] = answers[w][2]
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
-            for counts, _cost in answers.values():  # a row-scaled subscription's: summed over its workers
+            for counts, _cost, _gc in answers.values():  # a row-scaled subscription's: summed over its workers
                 for sid, n in counts.items():
                     merged[sid] = merged.get(sid, 0) + n
-            got((merged, max(cost for _c, cost in answers.values())))
+            got((merged, max(a[1] for a in answers.values())))
 
         for w, link in enumerate(self.links):
             link.command("counts").add_done_callback(lambda fut, w=w: done(fut, w))
@@ -196,7 +199,8 @@ class WorkerEngineThread(EngineThread):
                         "alive": link.alive, "gone": link.gone, "subscriptions": self.placement.count_on(w),
                         "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
                         "events": self.events_of[w], "instances": instances[w],
-                        "cpu_seconds": link.cpu_seconds(), **self.restarter.about(w)})
+                        "cpu_seconds": link.cpu_seconds(), "gc_collections": self.gc_of.get(w),
+                        **self.restarter.about(w)})
         return out
 
     def _instances_per_worker(self) -> list[int]:

@@ -26,6 +26,7 @@ reads, then exits; the worker reports the child's end (``S``).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import pickle
@@ -37,6 +38,7 @@ from collections import deque
 from pathlib import Path
 
 from air.engine import Engine, EngineError, LateEvent
+from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
 from server.budgetcheck import BudgetCheck, Cap, Decision
 from server.delivery.witnesses import WitnessEncoder
@@ -68,6 +70,9 @@ class Worker:
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
         self.waiting = False  # decisions sent: nothing but their answer is taken
         self.snapshot_child: int | None = None
+        #: subscriptions or state were loaded since the last batch (frozen before it: a full collection
+        #: walked 10,000 subscriptions' automata again and again, 40% of this process's time)
+        self.loaded = False
         self.unchecked = False  # a backfill's engine: no state budget checks (cmd_unchecked)
         self.replay = False  # a backfill's engine: its witnesses are marked "replay": true (cmd_replay)
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
@@ -102,6 +107,7 @@ class Worker:
                 self._apply(pickle.loads(body))
             elif tag == codec.COMMAND:
                 number, name, args = pickle.loads(body)
+                self.loaded |= name.startswith(("add", "import"))
                 if name == "stop":
                     self._reap(wait=True)
                     conn.send_bytes(codec.ANSWER + pickle.dumps((number, True, None)))
@@ -114,6 +120,9 @@ class Worker:
             self._reap()
 
     def _batch(self, body: bytes) -> None:
+        if self.loaded:  # what was added or imported lives long: out of the collector's reach (air/engine/memory.py)
+            gc.freeze()
+            self.loaded = False
         fed, recorded, events = codec.decode_batch(body)
         eng, errors = self.engine, []
         counts = self.stream_events
@@ -198,11 +207,12 @@ class Worker:
     def cmd_instances(self, owner: str, pending: bool) -> dict:
         return self.engine.instances(owner, pending)
 
-    def cmd_counts(self) -> tuple[dict[str, int], float]:
-        """Every subscription's instance count, and what counting them cost (seconds)."""
+    def cmd_counts(self) -> tuple[dict[str, int], float, list[int]]:
+        """Every subscription's instance count, what counting them cost (seconds), and the
+        garbage collector's collections of each generation so far (/health, /metrics)."""
         eng, start = self.engine, time.perf_counter()
         counts = {o: eng.instance_count(o) for o in eng.owners}
-        return counts, time.perf_counter() - start
+        return counts, time.perf_counter() - start, [g["collections"] for g in gc.get_stats()]
 
     def cmd_stats(self) -> tuple:
         return dataclasses.astuple(self.engine.stats)
@@ -321,6 +331,7 @@ def main(fd: int) -> None:
     sys.path[:] = path  # imports as the main process does (user functions: server/config.py)
     logging.basicConfig(level=str(settings.get("log_level", "info")).upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raise_young_threshold()  # as the main process: a young collection every few hundred events otherwise
     try:
         Worker(conn, settings).run()
     except (BrokenPipeError, ConnectionResetError, EOFError):
