@@ -239,6 +239,18 @@ def workers(workers, queries, events, n_symbols, length, seed, query, row_scalin
     _emit(run([int(w) for w in workers.split(",")], queries, events, n_symbols, length, seed, query, row_scaling))
 
 
+@bench.command("worker-path")
+@click.option("--queries", type=int, default=10_000, show_default=True, help="Per-symbol increasing queries.")
+@click.option("--events", type=int, default=100_000, show_default=True, help="Ticks fed.")
+@click.option("--batch", type=int, default=1024, show_default=True, help="Events a batch (batch_size).")
+def worker_path(queries, events, batch):
+    """The increasing workload of `workers` on one engine worker run in this process,
+    its batches' CPU, then the main process's CPU for their results (decoded,
+    numbered, logged), each half apart."""
+    from clients.bench.workerpath import run
+    _emit(run(queries, events, batch=batch))
+
+
 @bench.command()
 @click.option("--rates", default="10000,50000,100000", show_default=True, help="Comma-separated events/s.")
 @click.option("--seconds", type=float, default=5.0, show_default=True, help="Per rate.")

@@ -271,3 +271,20 @@ def test_backfill_times_a_subscription_over_retained_ticks_against_cayuga_run():
         assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
     assert out["target"] == "backfill_over_offline >= 0.8 and p99_during_over_without <= 2"
     assert isinstance(out["meets_target"], bool) and isinstance(out["backfill_ran_throughout"], bool)
+
+
+def test_worker_path_times_both_halves_and_logs_every_witness_the_worker_made():
+    """``cayuga bench worker-path``: the worker's batches, then the main process's side of their results;
+    the witness log gets every witness the increasing queries make (each symbol's 10th rising quote on)."""
+    result = CliRunner().invoke(main, ["bench", "worker-path", "--queries", "40", "--events", "30000"])
+    assert result.exit_code == 0, result.output
+    (line,) = result.output.strip().splitlines()
+    summary = json.loads(line)
+    assert summary["worker_cpu_s"] >= 0 and summary["main_cpu_s"] >= 0 and summary["result_bytes"] > 0
+    from clients.testing.market import increasing_stream, symbols
+
+    names = set(symbols(1000)[:40])
+    seen: dict[str, int] = {}
+    for e in increasing_stream(1000, 30000, 1):
+        seen[e.values[0]] = seen.get(e.values[0], 0) + 1
+    assert summary["witnesses"] == sum(max(n - 9, 0) for s, n in seen.items() if s in names) > 0
