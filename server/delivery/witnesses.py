@@ -2,9 +2,9 @@
 
 :class:`Witnesses` keeps a batch's emissions as the engine makes them (its
 ``on_emit`` is a list's ``append``: no Python call per witness). When the
-batch ends, :meth:`Witnesses.deliver` splits them per subscription, numbers
-them (``seq``, per subscription), makes and encodes each subscription's
-witness records in one call, the compiled batch encoder ``cayuga run`` uses
+batch ends, :meth:`Witnesses.deliver` encodes the batch's witness records in
+one call, the compiled batch encoder ``cayuga run`` uses, splits them per
+subscription and numbers them (``seq``, per subscription)
 (:func:`air.formats.encode_emissions`; JSON lines: the witness log's payloads
 and the clients' lines are the same bytes), appends them to the witness log
 (server/durability/witlog.py) in one write and only then offers them to the
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from itertools import chain, groupby, repeat
 from operator import add, itemgetter
 from typing import Callable, Mapping, NamedTuple
@@ -115,7 +116,7 @@ def pack_columns(groups: list) -> Columns:
 
 class WitnessEncoder:
     """Turns a batch's emissions into an :class:`EncodedBatch`: one call of the
-    batch encoder ``cayuga run`` uses per subscription. It needs only the
+    batch encoder ``cayuga run`` uses per batch. It needs only the
     streams' schemas, so it runs where the engine runs: on the engine thread,
     or in an engine worker process (server/workers/). ``watched(owner,
     stream)``: whether a client watches that internal stream."""
@@ -125,27 +126,37 @@ class WitnessEncoder:
         self.watched = watched
 
     def encode(self, ems: list) -> EncodedBatch:
-        """Per subscription, its emissions in the order the engine made them
-        (C-level passes: ``set``/``sorted``/``groupby`` over item getters; a
-        Python loop runs only over RESUB emissions, and only in a batch that has some)."""
+        """Per subscription (in the order they first emitted), its emissions in the
+        order the engine made them. One call of the batch encoder for the whole
+        batch's output witnesses, sorted by subscription (a stable sort: the
+        engine's order kept within each), then cut per subscription: a batch has
+        thousands of subscriptions with a few witnesses each, and a call per
+        subscription cost more than the encoding. C-level passes
+        (``sorted``/``Counter`` over item getters); a Python loop runs only over
+        RESUB emissions, and only in a batch that has some."""
         if not ems:
             return EncodedBatch([], [])
         owners = dict.fromkeys(map(_OWNER, ems))
-        if len(owners) == 1:
-            groups = {next(iter(owners)): ems}
-        else:
-            by = {o: list(g) for o, g in groupby(sorted(ems, key=_OWNER), _OWNER)}  # stable: engine order kept
-            groups = {o: by[o] for o in owners}
+        resub = bool(set(map(_KIND, ems)) - {"OUT"})
+        ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
+        outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         out = []
-        for owner, emissions in groups.items():
-            payloads, streams = self._encode(emissions, False)
-            if payloads:
-                out.append((owner, streams, payloads))
+        if outs:
+            payloads, streams = self._encode(outs, False)
+            spans, at = {}, 0
+            for owner, n in Counter(map(_OWNER, outs)).items():  # (in the sorted order: first seen first)
+                spans[owner] = (at, at + n)
+                at += n
+            for owner in owners:
+                span = spans.get(owner)
+                if span is not None:
+                    out.append((owner, streams[span[0]:span[1]], payloads[span[0]:span[1]]))
         internal = []
-        if set(map(_KIND, ems)) - {"OUT"}:  # RESUB emissions: kept only where a client watches their stream
+        if resub:  # RESUB emissions: kept only where a client watches their stream
             watched = self.watched
-            for owner, group in groups.items():
-                mine = [em for em in group if em[2] != "OUT" and watched(owner, em[0])]
+            by = {o: list(g) for o, g in groupby(ordered, _OWNER)}
+            for owner in owners:
+                mine = [em for em in by[owner] if em[2] != "OUT" and watched(owner, em[0])]
                 if mine:
                     payloads, streams = self._encode(mine, True)
                     internal.append((owner, streams, payloads))
