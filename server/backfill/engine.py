@@ -12,6 +12,7 @@ import queue as stdqueue
 from collections import deque
 
 from server.config import Settings
+from server.delivery.witnesses import Columns, pack_columns
 from server.workers import codec
 from server.workers.link import WorkerGone, WorkerLink
 
@@ -24,6 +25,7 @@ BATCH_TIMEOUT = 120.0
 IN_FLIGHT = 2
 #: How much less CPU priority the backfill's engine process has than the server.
 NICE = 10
+NO_WITNESSES = pack_columns([])
 
 
 class BackfillEngine:
@@ -68,9 +70,9 @@ class BackfillEngine:
         self._sent.append(len(events))
         return True
 
-    def take(self) -> list:
-        """The oldest batch in flight's witnesses: ``[(sid, streams, payloads)]``, encoded as
-        the witness log holds them (marked ``"replay": true`` for a backfill)."""
+    def take(self) -> Columns:
+        """The oldest batch in flight's witnesses, packed as the witness log holds them
+        (server/delivery/witnesses.py's ``Columns``; marked ``"replay": true`` for a backfill)."""
         self._sent.popleft()
         try:
             tag, body = self.link.results.get(timeout=BATCH_TIMEOUT)
@@ -82,14 +84,14 @@ class BackfillEngine:
         out = codec.decode_result(body)
         self.epoch = out[4]
         self.errors += len(out[5])
-        return out[9].groups()  # (the engine marked them replay: cmd_replay)
+        return out[9]  # (the engine marked them replay: cmd_replay)
 
-    def feed(self, events: list) -> list:
+    def feed(self, events: list) -> Columns:
         """:meth:`send` and :meth:`take` (nothing else in flight)."""
         if self._sent:
             raise RuntimeError("batches are in flight: take them back first")
         if not events:
-            return []
+            return NO_WITNESSES
         self.send(events)
         return self.take()
 

@@ -30,7 +30,7 @@ from typing import Callable
 
 from server.backfill.engine import BackfillEngine
 from server.config import Settings
-from server.delivery.witnesses import EncodedBatch
+from server.delivery.witnesses import Columns, pack_columns
 from server.durability.history import HistoryReader, resolve_from
 from server.durability.store import StoredSubscription
 from server.subscriptions.registry import (Pending, Registered, Registrar, Subscription, SubscriptionError,
@@ -42,8 +42,6 @@ log = logging.getLogger("cayuga.backfill")
 BATCH = 8192
 #: Seconds a backfill waits for the engine thread (a delivery, the hand-over).
 ENGINE_TIMEOUT = 120.0
-#: Historical witnesses the engine thread numbers and delivers at a time (live batches go between).
-DELIVERY = 2048
 #: Backfills that run at once (each an engine process); later ones wait their turn, shown running at 0 events.
 MAX_RUNNING = 2
 #: Previews that run at once (each an engine process); later requests wait their turn.
@@ -280,23 +278,24 @@ class Backfills:
                 if self._threads.get(bf.sid, (None,))[0] is threading.current_thread():
                     del self._threads[bf.sid]
 
-    def _handed(self, bf: Backfill, groups: list, delivering):
+    def _handed(self, bf: Backfill, cols: Columns, delivering):
         """Hand a batch's witnesses to the engine thread once the last delivery is done (one in
-        flight), in pieces of DELIVERY witnesses (each one command: the live batches go between)."""
-        for sid, streams, payloads in groups:
-            for k in range(0, len(payloads), DELIVERY):
-                if delivering is not None:
-                    delivering.result(ENGINE_TIMEOUT)
-                piece = [(sid, streams[k:k + DELIVERY], payloads[k:k + DELIVERY])]
-                delivering = self.submit(lambda _e, g=piece: self._deliver(bf, g))
-        return delivering
+        flight), as one command (the live batches go between): packed as the witness log holds
+        them, they are numbered per subscription and written without a loop per witness."""
+        if delivering is not None:
+            delivering.result(ENGINE_TIMEOUT)
+        if not cols.owners:
+            return None
+        return self.submit(lambda _e: self._deliver(bf, cols))
 
-    def _deliver(self, bf: Backfill, groups: list) -> None:
+    def _deliver(self, bf: Backfill, cols: Columns) -> None:
         """On the engine thread: number, log and offer a batch of historical witnesses."""
-        groups = [g for g in groups if g[0] == bf.sid]
-        if groups and bf.sid in self.registrar.subscriptions:  # (not one deleted meanwhile)
-            self.witnesses.deliver_encoded(EncodedBatch(groups, []))
-            bf.witnesses += sum(len(g[2]) for g in groups)
+        if bf.sid not in self.registrar.subscriptions or not cols.owners:  # (one deleted meanwhile)
+            return
+        if set(cols.owners) != {bf.sid}:  # (its engine runs it alone: never so, but never logged under another)
+            cols = pack_columns([g for g in cols.groups() if g[0] == bf.sid])
+        self.witnesses.deliver_columns(cols)
+        bf.witnesses += cols.count()
 
     def _hand_over(self, live, bf: Backfill, sub: Subscription, eng: BackfillEngine, reader: HistoryReader) -> bool:
         """On the engine thread, between two batches: join the live engine exactly here."""

@@ -36,7 +36,7 @@ def _run(backfills, p, start, limit: int) -> dict:
         eng.start(list(backfills.inputs().values()), p.id, p.automata)
         for chunk in reader.everything(CHUNK):
             end = chunk[-1].t1
-            for _sid, _streams, payloads in eng.feed(chunk):
+            for _sid, _streams, payloads in eng.feed(chunk).groups():
                 count += len(payloads)
                 for payload in payloads[:max(limit - len(witnesses), 0)]:
                     witnesses.append(json.loads(payload))
