@@ -21,8 +21,9 @@ log = logging.getLogger("cayuga.backfill")
 #: Seconds a batch of history may take in the backfill's engine before it is given up.
 BATCH_TIMEOUT = 120.0
 #: Batches sent before the first one's witnesses are taken back: the engine process feeds
-#: one while this process reads, encodes and delivers the other.
-IN_FLIGHT = 2
+#: one while this process reads, encodes and delivers another (at 2 the engine process
+#: waited for the next batch a tenth of the time: 6.4 -> 5.8 s for 1M ticks at 3).
+IN_FLIGHT = 3
 #: How much less CPU priority the backfill's engine process has than the server.
 NICE = 10
 NO_WITNESSES = pack_columns([])

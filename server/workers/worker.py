@@ -34,7 +34,8 @@ import signal
 import sys
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
+from operator import attrgetter
 from pathlib import Path
 
 from air.engine import Engine, EngineError, LateEvent
@@ -45,6 +46,7 @@ from server.delivery.witnesses import WitnessEncoder
 from server.workers import codec
 
 log = logging.getLogger("cayuga.worker")
+_STREAM = attrgetter("stream")
 
 
 class Worker:
@@ -127,11 +129,12 @@ class Worker:
         eng, errors = self.engine, []
         counts = self.stream_events
         marks: list[int] | None = [] if self.rows else None  # emissions made once each event was fed
-        outbox = self.outbox
+        outbox, feed = self.outbox, eng.feed
+        for stream, n in Counter(map(_STREAM, events)).items():
+            counts[stream] = counts.get(stream, 0) + n
         for ev in events:
-            counts[ev.stream] = counts.get(ev.stream, 0) + 1
             try:
-                eng.feed(ev)
+                feed(ev)
             except LateEvent:
                 pass  # counted by the engine
             except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the worker
