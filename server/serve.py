@@ -31,7 +31,7 @@ import time
 import uvicorn
 
 from air.engine import BUILD as ENGINE_BUILD
-from air.engine.memory import GC_YOUNG_THRESHOLD, raise_young_threshold  # noqa: F401 (named here by docs, tests)
+from air.engine.memory import raise_young_threshold
 from server.api.httpguard import GuardedHttpToolsProtocol, GuardedWebSocketProtocol, HttpGuard
 from server.api.tlsguard import TlsFirst, TlsGate
 from server.app import create_app
@@ -55,7 +55,6 @@ WS_DEFLATE = False
 #: was no worse (BENCHMARKS.md, "Round 5 (2026-11-26): the server path", "What
 #: changed, each measured").
 GIL_SWITCH_INTERVAL = 0.02
-
 
 #: Once drained, seconds uvicorn waits for HTTP connections to close before it
 #: cancels what still runs and exits: a WebSocket client that never reads its

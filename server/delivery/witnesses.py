@@ -85,7 +85,8 @@ class Columns(NamedTuple):
         return sum(self.counts)
 
     def groups(self) -> list[tuple[str, list[str], list[bytes]]]:
-        """Unpacked, per subscription: ``(sid, streams, payloads)`` (a backfill's, a restart's)."""
+        """Unpacked, per subscription: ``(sid, streams, payloads)`` (for a client that watches some, a
+        batch made again after a restart, a preview)."""
         if not self.owners:
             return []
         streams, payloads = _rest(b"\x92" + self.rest)

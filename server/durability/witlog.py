@@ -75,7 +75,7 @@ import time
 from itertools import repeat
 from operator import le
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import msgspec
 
@@ -399,7 +399,7 @@ class WitnessLog:
             return dropped
         lasts = dict(zip(sids, seqs))
         firsts = dict(zip(reversed(sids), reversed(seqs))) if len(lasts) > 1 else {sids[0]: seqs[0]}
-        if any(f <= last.get(sid, 0) for sid, f in firsts.items()):  # re-produced: keep only what is new
+        if self.holds_any(firsts, firsts.values()):  # re-produced: keep only what is new
             dropped = [j for j, (a, n) in enumerate(zip(sids, seqs)) if n <= last.get(a, 0)]
             gone = set(dropped)
             idx = [j for j in range(len(sids)) if j not in gone]
@@ -414,7 +414,7 @@ class WitnessLog:
         self._write(rec, len(sids), firsts, lasts, set(zip(sids, streams)))
         return dropped
 
-    def holds_any(self, sids: list[str], firsts: list[int]) -> bool:
+    def holds_any(self, sids: Iterable[str], firsts: Iterable[int]) -> bool:
         """Whether the log holds a seq at least ``firsts[i]`` of any ``sids[i]`` (a batch made again)."""
         return any(map(le, firsts, map(self._last.get, sids, repeat(0))))
 

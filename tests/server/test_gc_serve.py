@@ -1,5 +1,5 @@
 """``cayuga serve`` runs with the cyclic collector's young generation raised
-(server/serve.py GC_YOUNG_THRESHOLD), as ``cayuga run`` feeds: at Python's
+(air/engine/memory.py GC_YOUNG_THRESHOLD), as ``cayuga run`` feeds: at Python's
 default a young collection ran every few hundred events."""
 
 from __future__ import annotations
