@@ -76,11 +76,16 @@ def _latency(client, rate: float, seconds: float, sub_id: str) -> dict:
     (server_e2e.latency's machinery, on this server)."""
     n = int(rate * seconds)
     ctx = multiprocessing.get_context("spawn")
-    index, _to_server, total, lag = probe_round(client, sub_id, rate, n, 1.0, ctx,
-                                                clients_before=metric(client, "cayuga_clients"))
-    received = len(set(array("q", index)))
-    return {"events": n, "received": received, **_spread(array("d", total).tolist()),
-            "sender_late": _spread(lag)}
+    index, to_server, total, lag = probe_round(client, sub_id, rate, n, 1.0, ctx,
+                                               clients_before=metric(client, "cayuga_clients"))
+    index, to_server, total = array("q", index).tolist(), array("d", to_server).tolist(), array("d", total).tolist()
+    slow = sorted(range(len(total)), key=total.__getitem__)[-max(len(total) // 100, 1):]  # the worst 1%
+    return {"events": n, "received": len(set(index)), **_spread(total), "sender_late": _spread(lag),
+            "to_server": _spread(to_server), "in_server_and_out": _spread([a - b for a, b in zip(total, to_server)]),
+            # when the worst 1% were sent (seconds into the round): one stall, or spread over the round
+            "worst_percent_sent_s": [round(index[i] / rate, 2) for i in (min(slow, key=index.__getitem__),
+                                                                         max(slow, key=index.__getitem__))]
+            if total else None}
 
 
 def backfill(events: int = 1_000_000, symbols: int = 1000, seed: int = 1, rate: float = 10_000,

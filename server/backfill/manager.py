@@ -4,12 +4,13 @@ own, then joined to the live engine at the exact queue position
 
 A registration with ``from`` stores the subscription with its backfill's record
 and lists it (watchable, deletable) without installing it. A thread of its own
-(``cayuga-backfill-<sid>``) feeds the retained journal from ``from`` on, in the
-live engine's order (server/durability/history.py), to a backfill engine
-process (engine.py), and hands each batch's witnesses, marked ``"replay":
-true``, to the engine thread to be numbered (from 1), logged and offered like
-live ones. It follows the journal past the registration while the live queue
-releases events; once it has fed all the queue has certainly released, it asks
+(``cayuga-backfill-<sid>``) has a backfill engine process (engine.py) read the
+retained journal from ``from`` on, in the live engine's order
+(server/durability/history.py, in that process) and feed it, and hands each
+batch's witnesses, marked ``"replay": true``, to the engine thread to be
+numbered (from 1), logged and offered like live ones. It follows the journal
+past the registration while the live queue releases events; once it has fed
+all the queue has certainly released, it asks
 the engine thread, between two batches, for the hand-over: the rest of what
 the live engine has taken is fed, the state is exported, the subscription is
 added to the live engine (or its worker) with nodes of its own and the state
@@ -31,7 +32,7 @@ from typing import Callable
 from server.backfill.engine import BackfillEngine
 from server.config import Settings
 from server.delivery.witnesses import Columns, pack_columns
-from server.durability.history import HistoryReader, resolve_from
+from server.durability.history import resolve_from
 from server.durability.store import StoredSubscription
 from server.subscriptions.registry import (Pending, Registered, Registrar, Subscription, SubscriptionError,
                                            add_unmerged)
@@ -226,7 +227,7 @@ class Backfills:
         return cancel.is_set() or self.stopping.is_set()
 
     def _run(self, bf: Backfill, sub: Subscription, cancel: threading.Event) -> None:
-        eng = reader = None
+        eng = None
         slot = False
         try:
             while not self.recovery.ready.is_set() or not (slot := self._slots.acquire(timeout=0.05)):
@@ -238,26 +239,27 @@ class Backfills:
             with self._lock:
                 self._engines[bf.sid] = eng
             eng.start(list(self.inputs().values()), bf.sid, sub.automata)
-            reader = HistoryReader(self.journal, bf.start, self.queue)
+            eng.open_history(self.journal, bf.start)  # read in its process (engine.py), pinned here
             # numbered from 1 again: what the witness log holds already (a restart) is neither logged nor offered
             self.submit(lambda _e: self.witnesses.seq.__setitem__(bf.sid, 0)).result(ENGINE_TIMEOUT)
             delivering = None
             while not self._stopped(cancel):
-                events = reader.released(BATCH)
-                if events:
-                    if not eng.send(events):  # two in flight: take the older back, deliver it, send this one
-                        delivering = self._handed(bf, eng.take(), delivering)
-                        eng.send(events)
-                    bf.events_done, bf.events_total = reader.given, reader.scanned
+                while eng.room:  # IN_FLIGHT requests out: the engine process reads and feeds while this one delivers
+                    eng.ask(self.queue, BATCH)
+                fed, cols = eng.answer()
+                delivering = self._handed(bf, cols, delivering)
+                bf.events_done, bf.events_total = eng.given, eng.scanned
+                if fed:
                     continue
-                while eng.busy:
-                    delivering = self._handed(bf, eng.take(), delivering)
+                # it has fed all the queue had released: what is asked still, then the hand-over
+                while eng.asked:
+                    delivering = self._handed(bf, eng.answer()[1], delivering)
                 if delivering is not None:
                     delivering.result(ENGINE_TIMEOUT)
                     delivering = None
-                bf.events_done, bf.events_total = reader.given, reader.scanned
+                bf.events_done, bf.events_total = eng.given, eng.scanned
                 if self.recovery.settled():
-                    joined = self.submit(lambda e: self._hand_over(e, bf, sub, eng, reader)).result(ENGINE_TIMEOUT)
+                    joined = self.submit(lambda e: self._hand_over(e, bf, sub, eng)).result(ENGINE_TIMEOUT)
                     if joined:
                         return
                 cancel.wait(0.02)
@@ -266,8 +268,6 @@ class Backfills:
                 log.exception("backfill of %s failed", bf.sid)
                 self._fail(bf, f"{type(exc).__name__}: {exc}")
         finally:
-            if reader is not None:
-                reader.close()
             if eng is not None:
                 with self._lock:
                     self._engines.pop(bf.sid, None)
@@ -297,17 +297,16 @@ class Backfills:
         self.witnesses.deliver_columns(cols)
         bf.witnesses += cols.count()
 
-    def _hand_over(self, live, bf: Backfill, sub: Subscription, eng: BackfillEngine, reader: HistoryReader) -> bool:
+    def _hand_over(self, live, bf: Backfill, sub: Subscription, eng: BackfillEngine) -> bool:
         """On the engine thread, between two batches: join the live engine exactly here."""
         if bf.sid not in self.registrar.subscriptions:
             return True  # deleted meanwhile
         if self.quiesce is not None and not self.quiesce():
             return False
         began = time.perf_counter()
-        rest = reader.cut()
-        for k in range(0, len(rest), BATCH):
-            self._deliver(bf, eng.feed(rest[k:k + BATCH]))
-        bf.events_done, bf.events_total = reader.given, reader.scanned
+        rest, cols = eng.cut(self.queue, bf.start)
+        self._deliver(bf, cols)
+        bf.events_done, bf.events_total = eng.given, eng.scanned
         fed = time.perf_counter()
         links = getattr(live, "links", None)
         state = eng.export_state(pickled=links is not None)  # an engine worker reads it: passed on unread
@@ -332,7 +331,7 @@ class Backfills:
         log.info("backfill of %s handed over at event %d (event time %s): %d events, %d witnesses; the engine "
                  "thread stood still %.1f ms (%d events fed at the cut: %.1f ms, the state exported: %.1f ms)",
                  bf.sid, self.progress.fed, bf.to, bf.events_done, bf.witnesses,
-                 (time.perf_counter() - began) * 1000, len(rest), (fed - began) * 1000, (exported - fed) * 1000)
+                 (time.perf_counter() - began) * 1000, rest, (fed - began) * 1000, (exported - fed) * 1000)
         return True
 
     def _published(self, changes: int) -> None:

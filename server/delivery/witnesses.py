@@ -97,6 +97,8 @@ class Columns(NamedTuple):
         return out
 
 
+#: How a historical witness ends (WitnessEncoder.replay).
+_REPLAY = b',"replay":true}\n'
 _rest = msgspec.msgpack.Decoder(tuple[list[str], list[bytes]]).decode
 
 
@@ -125,6 +127,8 @@ class WitnessEncoder:
     def __init__(self, schema: Callable[[str], StreamSchema | None], watched: Callable[[str, str], bool]) -> None:
         self._schema = schema
         self.watched = watched
+        #: A backfill's engine: output witnesses marked ``"replay": true`` (one C pass over the batch's JSON).
+        self.replay = False
 
     def encode(self, ems: list) -> EncodedBatch:
         """Per subscription (in the order they first emitted), its emissions in the
@@ -167,6 +171,8 @@ class WitnessEncoder:
         """The witnesses of ``emissions`` (kind OUT, or all) as one JSON line
         each, by the batch encoder ``cayuga run`` uses (one call), and their streams."""
         data, n = encode_emissions(emissions, self._schema, include_resub)
+        if self.replay and not include_resub:  # (one JSON object a line, no raw newline inside)
+            data = data.replace(b"}\n", _REPLAY)
         payloads = data.split(b"\n")
         payloads.pop()  # after the last newline
         if include_resub or n == len(emissions):

@@ -21,17 +21,16 @@ into an event time, or refuses it (:class:`FromError`) with the retained range.
 
 from __future__ import annotations
 
-import heapq
-import itertools
+from bisect import bisect_left, bisect_right
 from operator import attrgetter
 from typing import Iterator
 
 from server.config import parse_duration
 from server.durability.journal import Journal
+from server.durability.retention import follow_segments
 
 _t1 = attrgetter("t1")
-_END = object()
-#: Events sorted at once while reading history (see HistoryReader._read_to).
+#: Events sorted at once while reading history (see HistoryReader._merge).
 SORT_PIECE = 65536
 
 
@@ -82,27 +81,30 @@ def resolve_from(value, journal: Journal | None, newest, time_unit_ms: float):
 class HistoryReader:
     """The retained events from event time ``start`` on, in the live engine's
     order (see the module's docstring); reads the journal as it grows. Pins
-    what it has still to read against retention; :meth:`close` unpins."""
+    what it has still to read against retention; :meth:`close` unpins.
 
-    def __init__(self, journal: Journal, start, queue=None) -> None:
+    ``journal``: the :class:`Journal`, or, in another process (a backfill's
+    engine: server/backfill/engine.py), a :class:`SegmentsView` of it, read from
+    its ``first`` position, where the journal's process pins, samples the queue
+    and calls :meth:`below` and :meth:`take_cut` for :meth:`released` and :meth:`cut`."""
+
+    def __init__(self, journal: "Journal | SegmentsView", start, queue=None, first: int | None = None) -> None:
         self.journal = journal
         self.queue = queue
         self.start = start
-        first = journal.retained()["first"]
+        if first is None:
+            first = journal.retained()["first"]
         self.pos = first - 1  # journal records read up to here
         self._cursor: list = []  # where in the journal's files (Journal.follow)
-        self._pin = journal.pin(first)
-        self._order: Iterator = iter(())  # the events read and not given out, in order (see _read_to)
-        self._next = _END  # the first of them, taken out of _order
-        self._in_order = 0  # how many _order holds (with _next)
-        self._later: list = []  # events read since, all at least _later_floor, merged in when it is reached
-        self._later_floor = None
-        self._floor = None  # every record after pos has t1 at least this (the queue's last_released before)
+        self._pin = journal.pin(first) if isinstance(journal, Journal) else None
+        self._order: list = []  # from _at on: the events read and not given out, sorted stably by t1 (see _merge)
+        self._at = 0
         self.scanned = 0  # events read from the journal (t1 >= start)
         self.given = 0  # events given out
 
     def close(self) -> None:
-        self.journal.unpin(self._pin)
+        if self._pin is not None:
+            self.journal.unpin(self._pin)
 
     @property
     def left(self) -> int:
@@ -110,65 +112,51 @@ class HistoryReader:
         return self.scanned - self.given
 
     def _read_to(self, upto: int) -> None:
-        """Read the records up to ``upto``. Sorting a million events at once would hold the
-        interpreter's lock for a quarter second (the live engine thread waiting): new events
-        are sorted in pieces of SORT_PIECE and merged lazily (heapq.merge is stable across
-        its inputs, given in arrival order); while much is left, a few new ones (all at
-        least the queue's last_released before they were accepted) wait aside until the
-        order reaches that time (:meth:`_give`), instead of one more merge each."""
+        """Read the records up to ``upto`` and put their events in order (:meth:`_merge`)."""
         if upto <= self.pos:
             return
         start, new = self.start, []
         for rec in self.journal.follow(self.pos, upto, self._cursor):
             new += [e for e in rec.events if e.t1 >= start]
-        floor, self.pos = self._floor, upto
-        self.journal.move_pin(self._pin, upto + 1)
-        if not new:
-            return
+        self.pos = upto
+        if self._pin is not None:
+            self.journal.move_pin(self._pin, upto + 1)
         self.scanned += len(new)
-        if self._later:
-            self._later += new
-            if len(self._later) >= SORT_PIECE:
-                self._merge_later()
-        elif self._in_order > SORT_PIECE and floor is not None and len(new) < SORT_PIECE:
-            self._later, self._later_floor = new, floor
-        else:
-            self._merge(new)
+        for i in range(0, len(new), SORT_PIECE):
+            self._merge(new[i:i + SORT_PIECE])
 
-    def _merge(self, new: list) -> None:
-        head = [] if self._next is _END else [self._next]
-        if self._in_order + len(new) <= SORT_PIECE:
-            merged = head + list(self._order) + new
-            merged.sort(key=_t1)
-            self._order = iter(merged)
+    def _merge(self, piece: list) -> None:
+        """Put ``piece`` (events read after every event in the order) in order. The journal
+        is in arrival order and the queue kept every event within its delay of those
+        released before (older ones refused): a piece sorted by t1 (stably: arrival breaks
+        ties) mostly starts after the order's last event and is appended; else only the
+        order's tail later than the piece's first event is merged with it (a stable sort of
+        two sorted runs, the earlier arrivals first: linear). Pieces of SORT_PIECE: no sort
+        of a million events holds the interpreter's lock for long (the live engine thread waits)."""
+        if not piece:
+            return
+        piece.sort(key=_t1)
+        order = self._order
+        cut = bisect_right(order, piece[0].t1, self._at, key=_t1)
+        if cut == len(order):
+            order += piece
         else:
-            pieces = [sorted(new[i:i + SORT_PIECE], key=_t1) for i in range(0, len(new), SORT_PIECE)]
-            self._order = heapq.merge(itertools.chain(head, self._order), *pieces, key=_t1)
-        self._in_order += len(new)
-        self._next = next(self._order, _END)
-
-    def _merge_later(self) -> None:
-        later, self._later, self._later_floor = self._later, [], None
-        if later:
-            self._merge(later)
+            tail = order[cut:]
+            tail += piece
+            tail.sort(key=_t1)
+            order[cut:] = tail
 
     def _give(self, k: int, below=None) -> list:
         """Up to ``k`` events in order (those with t1 below ``below``, when given)."""
-        out: list = []
-        while True:
-            limit = below
-            if self._later:
-                limit = self._later_floor if limit is None else min(limit, self._later_floor)
-            nxt, order, had = self._next, self._order, len(out)
-            while len(out) < k and nxt is not _END and (limit is None or nxt.t1 < limit):
-                out.append(nxt)
-                nxt = next(order, _END)
-            self._next = nxt
-            self._in_order -= len(out) - had
-            if self._later and len(out) < k and (nxt is _END or nxt.t1 >= self._later_floor):
-                self._merge_later()  # the order has reached the events set aside
-                continue
-            break
+        order, at = self._order, self._at
+        end = min(at + k, len(order))
+        if below is not None and end > at and order[end - 1].t1 >= below:
+            end = bisect_left(order, below, at, end, key=_t1)
+        out = order[at:end]
+        self._at = end
+        if end >= SORT_PIECE and end * 2 >= len(order):  # given out: dropped (not every batch: a copy each time)
+            del order[:end]
+            self._at = 0
         self.given += len(out)
         return out
 
@@ -181,8 +169,13 @@ class HistoryReader:
     def released(self, limit: int) -> list:
         """Up to ``limit`` events the live queue has certainly released, in order (maybe none)."""
         last = self.queue.last_released  # before the journal's position: later events are at least this
-        self._read_to(self.journal.appended)
-        self._floor = last
+        return self.below(self.journal.appended, last, limit)
+
+    def below(self, upto: int, last, limit: int) -> list:
+        """Up to ``limit`` events, in order, of those with t1 below ``last`` once the records
+        up to ``upto`` are read: ``last`` the queue's last release, sampled before ``upto``
+        was (every record after it has t1 at least that)."""
+        self._read_to(upto)
         if last is None or not self.left:
             return []
         return self._give(limit, below=last)
@@ -191,13 +184,34 @@ class HistoryReader:
         """On the engine thread, between two batches: the rest of the events the
         live engine has taken (every event read but the queued ones). Raises
         LookupError when the queue holds events the retained journal lacks."""
-        with self.queue.lock:
-            upto = self.journal.appended
-            queued = sum(1 for ev in self.queue.export_state()["events"] if ev[3] >= self.start)
+        return self.take_cut(*cut_point(self.journal, self.queue, self.start))
+
+    def take_cut(self, upto: int, queued: int) -> list:
+        """:meth:`cut` at the point :func:`cut_point` took."""
         self._read_to(upto)
-        self._merge_later()
         n = self.left - queued
         if n < 0:
             raise LookupError(f"the queue holds {queued} events from {self.start} on but the retained journal "
                               f"only {self.left} not yet taken: retention deleted history still queued")
         return self._give(n)
+
+
+def cut_point(journal: Journal, queue, start) -> tuple[int, int]:
+    """On the engine thread, between two batches (the live engine has taken every event
+    the queue gave out): the journal's last position and how many events from ``start``
+    on the queue still holds, at one moment (under the queue's lock)."""
+    with queue.lock:
+        upto = journal.appended
+        queued = sum(1 for ev in queue.export_state()["events"] if ev[3] >= start)
+    return upto, queued
+
+
+class SegmentsView:
+    """A journal as another process sees it (server/backfill/engine.py): the segments of
+    the last :meth:`Journal.snapshot` it was sent, followed by reading the files."""
+
+    def __init__(self) -> None:
+        self.segments: list[tuple] = []
+
+    def follow(self, after: int, upto: int, cursor: list) -> Iterator:
+        return follow_segments(self.segments, after, upto, cursor)

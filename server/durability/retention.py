@@ -137,35 +137,49 @@ class RetainedHistory:
             self._pins.pop(pin, None)
 
 
+    def snapshot(self) -> tuple[list[tuple], int]:
+        """The segments (``(first, path, records, size, start)`` each) and the last position
+        appended, as one moment saw them: what :func:`follow_segments` reads, here or in
+        another process (a backfill's engine: server/backfill/engine.py)."""
+        with self._lock:
+            return [(s.first, str(s.path), s.records, s.size, s.start) for s in self._segments], self.appended
+
     def follow(self, after: int, upto: int, cursor: list) -> Iterator:
         """:meth:`replay` of the records above ``after`` up to ``upto``, for a reader that
-        comes back for more: ``cursor`` (``[]`` at first) is where the last call stopped
-        (segment, byte offset, position) and is updated, so that each call reads only
-        what is new instead of its segment from the start."""
-        with self._lock:
-            segs = [(s.first, s.path, s.records, s.size, s.start) for s in self._segments]
-        for first, path, records, size, start in segs:
-            if not records or first + records - 1 <= after:
+        comes back for more (:func:`follow_segments`)."""
+        return follow_segments(self.snapshot()[0], after, upto, cursor)
+
+
+def follow_segments(segs: list[tuple], after: int, upto: int, cursor: list) -> Iterator[JournalRecord]:
+    """The records above ``after`` up to ``upto`` of the segments ``segs`` (as
+    :meth:`RetainedHistory.snapshot` gives them: only their whole records are read),
+    for a reader that comes back for more: ``cursor`` (``[]`` at first) is where the
+    last call stopped (segment, byte offset, position) and is updated, so that each
+    call reads only what is new instead of its segment from the start. Reads files
+    only: any process can follow a journal another appends to (a segment deleted
+    meanwhile raises FileNotFoundError: pin what is still to be read)."""
+    for first, path, records, size, start in segs:
+        if not records or first + records - 1 <= after:
+            continue
+        if first > upto:
+            return
+        if cursor and cursor[0] == first and cursor[2] == after:  # go on where the last call stopped
+            off, nxt, header = cursor[1], after + 1, False
+        else:
+            off, nxt, header = start, first, True
+        with open(path, "rb") as fh:
+            fh.seek(off)
+            data = fh.read(size - off)
+        i, n_data = 0, len(data)
+        while i < n_data and nxt <= upto:
+            n = FRAME.unpack_from(data, i)[0]
+            payload = data[i + FRAME.size:i + FRAME.size + n]
+            i += FRAME.size + n
+            if header:  # the segment's header takes no position
+                header = False
                 continue
-            if first > upto:
-                return
-            if cursor and cursor[0] == first and cursor[2] == after:  # go on where the last call stopped
-                off, nxt, header = cursor[1], after + 1, False
-            else:
-                off, nxt, header = start, first, True
-            with open(path, "rb") as fh:
-                fh.seek(off)
-                data = fh.read(size - off)
-            i, n_data = 0, len(data)
-            while i < n_data and nxt <= upto:
-                n = FRAME.unpack_from(data, i)[0]
-                payload = data[i + FRAME.size:i + FRAME.size + n]
-                i += FRAME.size + n
-                if header:  # the segment's header takes no position
-                    header = False
-                    continue
-                pos, nxt = nxt, nxt + 1
-                cursor[:] = [first, off + i, pos]
-                if pos > after:
-                    sender, done, evs = _record(payload)
-                    yield JournalRecord(pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done)
+            pos, nxt = nxt, nxt + 1
+            cursor[:] = [first, off + i, pos]
+            if pos > after:
+                sender, done, evs = _record(payload)
+                yield JournalRecord(pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done)

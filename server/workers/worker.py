@@ -76,7 +76,8 @@ class Worker:
         #: walked 10,000 subscriptions' automata again and again, 40% of this process's time)
         self.loaded = False
         self.unchecked = False  # a backfill's engine: no state budget checks (cmd_unchecked)
-        self.replay = False  # a backfill's engine: its witnesses are marked "replay": true (cmd_replay)
+        self.history = None  # a backfill's engine: the history it reads (cmd_history_open)
+        self.history_fed = 0
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
         from server.subscriptions.prepared import Preparer
 
@@ -122,10 +123,13 @@ class Worker:
             self._reap()
 
     def _batch(self, body: bytes) -> None:
+        self.conn.send_bytes(self._feed(*codec.decode_batch(body)))
+
+    def _feed(self, fed: int, recorded: list, events: list) -> bytes:
+        """Feed a batch; its result (an ``R`` message)."""
         if self.loaded:  # what was added or imported lives long: out of the collector's reach (air/engine/memory.py)
             gc.freeze()
             self.loaded = False
-        fed, recorded, events = codec.decode_batch(body)
         eng, errors = self.engine, []
         counts = self.stream_events
         marks: list[int] | None = [] if self.rows else None  # emissions made once each event was fed
@@ -151,11 +155,8 @@ class Worker:
         result = None if self.unchecked else self.check.check(fed, counts, eng.owners)
         if result is not None and result.decisions:
             self.waiting = True
-        if self.replay and encoded.groups:
-            encoded = encoded._replace(groups=[(sid, streams, _replayed(payloads))
-                                               for sid, streams, payloads in encoded.groups])
-        self.conn.send_bytes(codec.encode_result(len(events), encoded, dataclasses.astuple(eng.stats), eng.epoch,
-                                                 errors, result, outcomes, places, self.rows))
+        return codec.encode_result(len(events), encoded, dataclasses.astuple(eng.stats), eng.epoch, errors, result,
+                                   outcomes, places, self.rows)
 
     def _apply(self, decisions: list[Decision]) -> None:
         outcomes = [tuple(self.check.apply(d)) for d in decisions]
@@ -242,9 +243,40 @@ class Worker:
         once handed over; a survey every 4,096 events over a growing state cost it half its time)."""
         self.unchecked = True
 
+    # ------------------------------------------------------------------ a backfill's history
+
+    def cmd_history_open(self, start, first: int) -> None:
+        """Read the retained journal from position ``first`` (its events from event time
+        ``start`` on) in this process, as the main process's HistoryReader would
+        (server/durability/history.py): the main process pins, samples its queue and
+        sends the journal's segments with each request (server/backfill/engine.py)."""
+        from server.durability.history import HistoryReader, SegmentsView
+
+        self.history = HistoryReader(SegmentsView(), start, first=first)
+        self.history_fed = 0
+
+    def _history_result(self, events: list) -> tuple:
+        """Feed history's ``events``; ``(events, read so far, last position read, the R message or None)``."""
+        reader = self.history
+        body = None
+        if events:
+            self.history_fed += len(events)
+            body = self._feed(self.history_fed, [], events)
+        return len(events), reader.scanned, reader.pos, body
+
+    def cmd_history(self, segments: list, upto: int, last, limit: int) -> tuple:
+        """Feed the next ``limit`` events of history with t1 below ``last`` (HistoryReader.below)."""
+        self.history.journal.segments = segments
+        return self._history_result(self.history.below(upto, last, limit))
+
+    def cmd_history_cut(self, segments: list, upto: int, queued: int) -> tuple:
+        """Feed the rest of what the live engine has taken (HistoryReader.take_cut)."""
+        self.history.journal.segments = segments
+        return self._history_result(self.history.take_cut(upto, queued))
+
     def cmd_replay(self) -> None:
         """Mark every witness ``"replay": true`` (a backfill's engine: its witnesses are history's)."""
-        self.replay = True
+        self.encoder.replay = True
 
     def cmd_add_unmerged(self, owner: str, automata) -> list[str]:
         """A backfilled subscription joins: nodes of its own (air/engine/handover.py)."""
@@ -284,15 +316,6 @@ class Worker:
             return
         self.snapshot_child = None
         self.conn.send_bytes(codec.SNAPSHOT + pickle.dumps(status))
-
-
-_REPLAY = b',"replay":true}\n'
-
-
-def _replayed(payloads: list[bytes]) -> list[bytes]:
-    """Witnesses (one JSON object each, no raw newline inside) marked ``"replay": true``, in one C pass."""
-    joined = b"\n".join(payloads) + b"\n"
-    return joined.replace(b"}\n", _REPLAY)[:-1].split(b"\n")
 
 
 def _places(ems: list, marks: list[int], rows: set[str]) -> list:
