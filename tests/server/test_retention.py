@@ -3,6 +3,7 @@ needs, and the history reader's order (server/durability/retention.py, history.p
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -195,4 +196,62 @@ def test_follow_reads_only_what_is_new_and_gives_replay_s_records(tmp_path):
     assert got == list(j.replay(0))
     assert list(j.follow(j.appended, j.appended, cursor)) == []
     assert [r.position for r in j.follow(10, 20, [])] == list(range(11, 21))
+    j.close()
+
+
+def test_a_backfill_engine_reads_history_in_its_own_process_in_the_queue_s_order_and_pins_it(tmp_path):
+    """The backfill's engine process follows the journal's files itself (server/backfill/engine.py):
+    what it feeds, request by request and at the cut, is what the queue released, in its order;
+    what it has still to read is pinned against retention, and nothing once it stops."""
+    from clients.testing.market import STOCK
+    from server.backfill.engine import BackfillEngine
+    from server.subscriptions.registry import compile_subscription
+
+    rnd = random.Random(11)
+    j = Journal(tmp_path / "j", "write", segment_bytes=2048, retain_time=1, retain_bytes=1)
+    q = DelayQueue(1_000_000, delay=4, event_time=True)
+    q.journal = j
+    taken, i = [], 0
+    for block in range(120):  # out of order within the delay, ties, some refused as late
+        evs = []
+        for _ in range(rnd.randint(1, 5)):
+            i += 1
+            t = block * 3 + rnd.randint(-6, 2)
+            evs.append(Event("Stock", (f"S{i % 7}", float(i), i), t, t))
+        q.put_batch(evs)
+        taken += q.get_batch(rnd.randint(0, 12), timeout=0)
+    segments = len(j.segments)
+    assert segments > 3
+    autos, _ = compile_subscription("cel", "SELECT * FROM Stock", {"Stock": STOCK}, "h1", {}, 1.0)
+    eng = BackfillEngine(Settings(), "cayuga-test-backfill", replay=True)
+    fed = []
+
+    def volumes(cols) -> list[int]:
+        return [json.loads(p)["Volume"] for _sid, _streams, payloads in cols.groups() for p in payloads]
+
+    try:
+        eng.start([STOCK], "h1", autos)
+        eng.open_history(j, start=20)
+        j.truncate_before(j.appended + 1)  # recovery needs none of it: only the pin keeps it from retention
+        assert j.retain() == 0 and len(j.segments) == segments  # pinned from the first record
+        while True:
+            eng.ask(q, 16)
+            n, cols = eng.answer()
+            fed += volumes(cols)
+            assert n == len(volumes(cols))
+            if not n:
+                break
+        released = [e.values[2] for e in taken if e.t1 >= 20]
+        assert fed == released[:len(fed)] and len(fed) > 100  # all it had released for sure, in its order
+        q.put_batch([Event("Stock", ("S1", 0.0, 10_000), 400, 400)])  # after the last read: followed at the cut
+        taken += q.get_batch(5, timeout=0)
+        n, cols = eng.cut(q, 20)
+        fed += volumes(cols)
+        assert fed == [e.values[2] for e in taken if e.t1 >= 20]  # exactly what the live engine took
+        assert len(q) > 0  # the queued ones are the live engine's
+        assert eng.given == len(fed) and eng.scanned == len(fed) + sum(1 for e in q.export_state()["events"]
+                                                                       if e[3] >= 20)
+    finally:
+        eng.stop()
+    assert j.retain() > 0  # unpinned
     j.close()
