@@ -346,14 +346,13 @@ class Witnesses:
         counts.update(zip(sids, map(add, map(counts.get, sids, repeat(0)), ns)))
         numbers = list(chain.from_iterable(map(range, starts, map(add, ends, repeat(1)))))
         body = b"\x94" + cols.sids + _pack(numbers) + cols.rest
-        if set(map(type, streams)) == {str}:
-            pairs = set(zip(sids, streams))
-        else:
-            pairs = {(sid, s) for sid, st in zip(sids, streams) for s in ((st,) if type(st) is str else st)}
+        if set(map(type, streams)) != {str}:  # some publish on several streams: a pair each
+            pairs = [(sid, s) for sid, st in zip(sids, streams) for s in ((st,) if type(st) is str else st)]
+            sids, streams = [p[0] for p in pairs], [p[1] for p in pairs]
         total = len(numbers)
 
         def append() -> dict[str, int]:
-            self.witlog.append_packed(body, total, firsts, lasts, pairs)
+            self.witlog.append_packed(body, total, firsts, lasts, sids, streams)
             return {}
 
         return self._log_and_offer(append, lambda _cut: self._watched_groups(cols, firsts, lasts), total)

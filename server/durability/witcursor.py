@@ -33,6 +33,10 @@ class Cursor:
         self._seg = None
         self._file = None
         self._pos = 0
+        #: the number of the last segment read to its end: the log is read in order, and a stream's
+        #: reader cannot tell from the index that it has read a segment (a subscription's last seq
+        #: there may be on another stream: it went back to it again and again, and never on)
+        self._past: int | None = None
         self._check_retained(after.keys() if stream is not None else [sid])
 
     def _check_retained(self, sids) -> None:
@@ -97,6 +101,8 @@ class Cursor:
             segs = wlog.segments_copy()
             if self._seg is None:
                 for seg, _ in segs:
+                    if self._past is not None and seg.number <= self._past:
+                        continue
                     start = self._wanted(seg)
                     if start is not None and self._enter(seg, start):
                         break
@@ -114,7 +120,7 @@ class Cursor:
                 if seg is segs[-1][0]:
                     return out  # at the end of the active segment: nothing more yet
                 self.close()
-                self._seg = None
+                self._seg, self._past = None, seg.number
                 self._check_retained(list(after) if stream is not None else [sid])
                 continue
             f = self._file
@@ -147,7 +153,9 @@ class Cursor:
                     known = after.get(rsid, 0)
                     if seq <= known:
                         continue
-                    if seq > known + 1 and rsid in after:  # deleted by retention meanwhile, or never in the log
+                    if seq > known + 1 and rsid in after and (sid is not None or self._only_here(rsid)):
+                        # deleted by retention meanwhile, or never in the log (on a stream, the seqs between
+                        # may be its witnesses on another stream: only one that publishes nothing else has a gap)
                         first = wlog.first_seq(rsid)
                         if known + 1 < first:
                             raise Gone(rsid, known + 1, first)
@@ -157,6 +165,10 @@ class Cursor:
                     size += len(data)
             self._pos = pos + p
         return out
+
+    def _only_here(self, sid: str) -> bool:
+        """Whether ``sid`` has published on no other stream than this cursor's in the retained log."""
+        return self.log.streams_of(sid) <= {self.stream}
 
     def _enter(self, seg, start: int) -> bool:
         try:

@@ -72,8 +72,8 @@ import logging
 import os
 import threading
 import time
-from itertools import repeat
-from operator import le
+from itertools import compress, repeat
+from operator import le, ne
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -411,7 +411,7 @@ class WitnessLog:
             lasts = dict(zip(sids, seqs))
             firsts = dict(zip(reversed(sids), reversed(seqs)))
         rec = _encode(_BATCH, len(sids), b"", b"", _pack((sids, seqs, streams, payloads)))
-        self._write(rec, len(sids), firsts, lasts, set(zip(sids, streams)))
+        self._write(rec, len(sids), firsts, lasts, sids, streams)
         return dropped
 
     def holds_any(self, sids: Iterable[str], firsts: Iterable[int]) -> bool:
@@ -419,14 +419,15 @@ class WitnessLog:
         return any(map(le, firsts, map(self._last.get, sids, repeat(0))))
 
     def append_packed(self, body: bytes, n: int, firsts: dict[str, int], lasts: dict[str, int],
-                      pairs: set[tuple[str, str]]) -> None:
+                      sids: Sequence[str], streams: Sequence[str]) -> None:
         """Append a batch record whose ``body`` an engine worker packed (:meth:`append_columns`'s
         columns of ``n`` witnesses, none held already: :meth:`holds_any`), with what the index
-        needs: per subscription its first and last seq, and its ``(sid, stream)`` pairs."""
-        self._write(_encode(_BATCH, n, b"", b"", body), n, firsts, lasts, pairs)
+        needs: per subscription its first and last seq, and which subscriptions published on
+        which streams (``sids[i]`` on ``streams[i]``; each pair once or more)."""
+        self._write(_encode(_BATCH, n, b"", b"", body), n, firsts, lasts, sids, streams)
 
     def _write(self, rec: bytes, n_kept: int, firsts: dict[str, int], lasts: dict[str, int],
-               pairs: set[tuple[str, str]]) -> None:  # (DiskFull when it cannot be written)
+               sids: Sequence[str], streams: Sequence[str]) -> None:  # (DiskFull when it cannot be written)
         seg = self._segments[-1]
         try:
             if self._cut_to is not None:
@@ -454,6 +455,7 @@ class WitnessLog:
             if self.disk is not None:
                 self.disk.recovered("witness_log")
         now = self.clock()
+        pubs_of = streams
         with self._lock:  # (set operations first: a batch has thousands of subscriptions, most seen before)
             subs, streams = seg.subs, seg.streams
             fresh = firsts.keys() - subs.keys()
@@ -463,13 +465,17 @@ class WitnessLog:
                 for sid, seq in lasts.items():
                     subs[sid].last_seq = seq
             self._last.update(lasts)  # (every seq written is above the log's last for its subscription)
-            for sid, stream in pairs - seg.pairs:
+            # which subscriptions publish on which stream: only the pairs whose stream is not the one
+            # last seen of their subscription in this segment are looked at (a C-level pass finds them:
+            # hashing every (sid, stream) pair of a batch of thousands cost more than the write)
+            hint = seg.stream_of
+            for sid, stream in compress(zip(sids, pubs_of), map(ne, map(hint.get, sids), pubs_of)):
                 pubs = streams.get(stream)
                 if pubs is None:
                     streams[stream] = {sid}
                 else:
                     pubs.add(sid)
-            seg.pairs |= pairs
+            hint.update(zip(sids, pubs_of))
             seg.records += n_kept
             seg.size = off + len(rec)
             seg.newest = now
@@ -629,6 +635,11 @@ class WitnessLog:
         """The subscriptions that have published ``stream`` in the retained log."""
         with self._lock:
             return {s for seg in self._segments for s in seg.streams.get(stream, ())}
+
+    def streams_of(self, sid: str) -> set[str]:
+        """The streams ``sid`` has published on in the retained log."""
+        with self._lock:
+            return {st for seg in self._segments for st, sids in seg.streams.items() if sid in sids}
 
     def gaps(self) -> dict[str, list[tuple[int, int]]]:
         """Per subscription, (first, last) of each run of witnesses the retained

@@ -83,8 +83,9 @@ class Segment:
     start: int = framing.HEADER.size
     #: the gap marks it holds (above): per subscription, (first, last) of each gap
     gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    #: the (sid, stream) pairs ``streams`` has taken in (a writer's shortcut: not stored in the index)
-    pairs: set[tuple[str, str]] = field(default_factory=set)
+    #: per subscription, the stream it last published on here: one ``streams`` holds it under
+    #: (a writer's shortcut: not stored in the index)
+    stream_of: dict[str, str] = field(default_factory=dict)
 
     @property
     def index_path(self) -> Path:
