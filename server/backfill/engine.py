@@ -13,13 +13,13 @@ Reading and sorting a million events held this interpreter's lock for most of a
 second at a backfill's start (the live path's p99 in the hundreds of
 milliseconds), and every event went through this process twice (decoded from
 the journal, encoded for the pipe) and once more there. A preview feeds the
-engine batches this process read (:meth:`BackfillEngine.feed`)."""
+engine the same way, to the journal's position when it began (:meth:`BackfillEngine.ask_all`)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
-import queue as stdqueue
 from collections import deque
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -33,9 +33,10 @@ log = logging.getLogger("cayuga.backfill")
 
 #: Seconds a batch of history may take in the backfill's engine before it is given up.
 BATCH_TIMEOUT = 120.0
-#: Batches sent before the first one's witnesses are taken back: the engine process feeds
-#: one while this process reads, encodes and delivers another (at 2 the engine process
-#: waited for the next batch a tenth of the time: 6.4 -> 5.8 s for 1M ticks at 3).
+#: History requests out before the first one's answer is taken back: the engine process reads
+#: and feeds the next while this process delivers one (at 2 the engine process waited for the
+#: next batch a tenth of the time, when this process still read the journal: 6.4 -> 5.8 s for
+#: 1M ticks at 3).
 IN_FLIGHT = 3
 #: How much less CPU priority the backfill's engine process has than the server.
 NICE = 10
@@ -43,7 +44,7 @@ NO_WITNESSES = pack_columns([])
 
 
 class BackfillEngine:
-    """One subscription alone on an engine of its own, fed history in batches."""
+    """One subscription alone on an engine of its own, which reads history and feeds it in batches."""
 
     def __init__(self, settings: Settings, name: str, replay: bool = False) -> None:
         st = settings.model_dump()
@@ -52,14 +53,13 @@ class BackfillEngine:
         st.update(max_state_bytes=1 << 62, max_instances_per_subscription=0, engine_workers=1)
         self.link = WorkerLink(st, name=name)
         self.replay = replay  # witnesses marked "replay": true
-        self.fed = 0
         self.epoch = None
         self.errors = 0  # events the engine failed on (the live engine counts and skips them too)
-        self._sent: deque[int] = deque()
         self._added = None  # the answer to the subscription's add, until it is checked (see start)
         self.journal = None  # the journal it reads history from (open_history)
         self._pin = None
         self._asked: deque = deque()  # history requests not answered yet (ask)
+        self._held = None  # a preview's journal snapshot: what it reads (ask_all)
         self.scanned = 0  # history events read from the journal (t1 >= from)
         self.given = 0  # of those, fed
 
@@ -82,46 +82,6 @@ class BackfillEngine:
         if self._added is not None:
             added, self._added = self._added, None
             added.result(BATCH_TIMEOUT)
-
-    @property
-    def busy(self) -> bool:
-        """A batch is in flight (its witnesses not taken back yet)."""
-        return bool(self._sent)
-
-    def send(self, events: list) -> bool:
-        """Send a batch (False: ``IN_FLIGHT`` are out already: take one back first)."""
-        if len(self._sent) >= IN_FLIGHT:
-            return False
-        self.fed += len(events)
-        self.link.send(codec.encode_batch(self.fed, [], events))
-        self._sent.append(len(events))
-        return True
-
-    def take(self) -> Columns:
-        """The oldest batch in flight's witnesses, packed as the witness log holds them
-        (server/delivery/witnesses.py's ``Columns``; marked ``"replay": true`` for a backfill)."""
-        self._sent.popleft()
-        self._ready()
-        try:
-            tag, body = self.link.results.get(timeout=BATCH_TIMEOUT)
-        except stdqueue.Empty:
-            raise WorkerGone(f"the backfill engine {self.link.name} took more than {BATCH_TIMEOUT:.0f} s "
-                             "for a batch") from None
-        if body is None:
-            raise WorkerGone(self.link.gone or f"the backfill engine {self.link.name} has ended")
-        out = codec.decode_result(body)
-        self.epoch = out[4]
-        self.errors += len(out[5])
-        return out[9]  # (the engine marked them replay: cmd_replay)
-
-    def feed(self, events: list) -> Columns:
-        """:meth:`send` and :meth:`take` (nothing else in flight)."""
-        if self._sent:
-            raise RuntimeError("batches are in flight: take them back first")
-        if not events:
-            return NO_WITNESSES
-        self.send(events)
-        return self.take()
 
     # ------------------------------------------------------------------ history read in the engine's process
 
@@ -146,6 +106,14 @@ class BackfillEngine:
         last = queue.last_released  # before the journal's position: every later record has t1 at least this
         segments, upto = self.journal.snapshot()
         self._asked.append(self.link.command("history", segments, upto, last, limit))
+
+    def ask_all(self, limit: int) -> None:
+        """A preview's request: the next ``limit`` retained events, queued ones too, of what the
+        journal held at the first request (HistoryReader.everything, in the engine process)."""
+        if self._held is None:
+            self._held = self.journal.snapshot()
+        segments, upto = self._held
+        self._asked.append(self.link.command("history", segments, upto, math.inf, limit))
 
     def answer(self) -> tuple[int, Columns]:
         """The oldest request's answer: how many events it fed, and their witnesses packed as
@@ -173,7 +141,6 @@ class BackfillEngine:
         if body is None:
             return n, NO_WITNESSES
         out = codec.decode_result(body[1:])
-        self.fed += n
         self.epoch = out[4]
         self.errors += len(out[5])
         return n, out[9]

@@ -1,7 +1,8 @@
 """POST /subscriptions/preview: what a query would have matched over history,
 installing nothing (docs/design/backfill.md). The same history reader as a
-backfill (server/durability/history.py), on a fresh engine process of its
-own (engine.py): the first ``limit`` witnesses and the count of them all."""
+backfill (server/durability/history.py), in a fresh engine process of its
+own that reads the journal itself (engine.py), to the journal's position when
+the preview began: the first ``limit`` witnesses and the count of them all."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import json
 import time
 
 from server.backfill.engine import BackfillEngine
-from server.durability.history import HistoryReader
 
 #: Largest ``limit`` a preview may ask for.
 MAX_LIMIT = 10_000
@@ -27,21 +27,23 @@ def preview(backfills, kind: str, text: str, start_value, limit: int) -> dict:
 
 
 def _run(backfills, p, start, limit: int) -> dict:
-    reader = HistoryReader(backfills.journal, start)
     eng = BackfillEngine(backfills.settings, "cayuga-preview")
     witnesses: list[dict] = []
     count = 0
-    end = None
     try:
         eng.start(list(backfills.inputs().values()), p.id, p.automata)
-        for chunk in reader.everything(CHUNK):
-            end = chunk[-1].t1
-            for _sid, _streams, payloads in eng.feed(chunk).groups():
+        eng.open_history(backfills.journal, start)  # read in its process, as a backfill's
+        more = True
+        while more or eng.asked:
+            while more and eng.room:
+                eng.ask_all(CHUNK)
+            fed, cols = eng.answer()
+            more = more and fed > 0
+            for _sid, _streams, payloads in cols.groups():
                 count += len(payloads)
                 for payload in payloads[:max(limit - len(witnesses), 0)]:
                     witnesses.append(json.loads(payload))
     finally:
-        reader.close()
         eng.stop()
-    return {"witnesses": witnesses, "count": count, "from": start, "to": end if end is not None else start,
-            "events": reader.given, "truncated": count > len(witnesses)}
+    return {"witnesses": witnesses, "count": count, "from": start,
+            "to": eng.epoch if eng.given else start, "events": eng.given, "truncated": count > len(witnesses)}
