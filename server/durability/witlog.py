@@ -72,8 +72,8 @@ import logging
 import os
 import threading
 import time
-from itertools import compress, repeat
-from operator import le, ne
+from itertools import repeat
+from operator import le
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -455,30 +455,9 @@ class WitnessLog:
             if self.disk is not None:
                 self.disk.recovered("witness_log")
         now = self.clock()
-        pubs_of = streams
-        with self._lock:  # (set operations first: a batch has thousands of subscriptions, most seen before)
-            subs, streams = seg.subs, seg.streams
-            fresh = firsts.keys() - subs.keys()
-            for sid in fresh:
-                subs[sid] = _Sub(firsts[sid], off, lasts[sid])
-            if len(fresh) < len(lasts):
-                for sid, seq in lasts.items():
-                    subs[sid].last_seq = seq
+        with self._lock:
+            seg.take_batch(off, len(rec), n_kept, firsts, lasts, sids, streams, now)
             self._last.update(lasts)  # (every seq written is above the log's last for its subscription)
-            # which subscriptions publish on which stream: only the pairs whose stream is not the one
-            # last seen of their subscription in this segment are looked at (a C-level pass finds them:
-            # hashing every (sid, stream) pair of a batch of thousands cost more than the write)
-            hint = seg.stream_of
-            for sid, stream in compress(zip(sids, pubs_of), map(ne, map(hint.get, sids), pubs_of)):
-                pubs = streams.get(stream)
-                if pubs is None:
-                    streams[stream] = {sid}
-                else:
-                    pubs.add(sid)
-            hint.update(zip(sids, pubs_of))
-            seg.records += n_kept
-            seg.size = off + len(rec)
-            seg.newest = now
         self.appended += n_kept
         if seg.size >= self.segment_bytes or now >= self._retain_at:
             try:

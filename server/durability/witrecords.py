@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import ne
 from pathlib import Path
 from typing import NamedTuple
 
@@ -86,6 +88,32 @@ class Segment:
     #: per subscription, the stream it last published on here: one ``streams`` holds it under
     #: (a writer's shortcut: not stored in the index)
     stream_of: dict[str, str] = field(default_factory=dict)
+
+    def take_batch(self, off: int, size: int, n: int, firsts: dict[str, int], lasts: dict[str, int],
+                   sids, streams, now: float) -> None:
+        """Index a batch record of ``n`` witnesses written at ``off`` (``size`` bytes): per
+        subscription its first and last seq, and which published on which stream (``sids[i]``
+        on ``streams[i]``). Set operations and C-level passes: a batch has thousands of
+        subscriptions, most seen before; only the pairs whose stream is not the one last seen
+        of their subscription here are looked at (hashing every pair of a batch cost more than
+        the write)."""
+        subs, index, hint = self.subs, self.streams, self.stream_of
+        fresh = firsts.keys() - subs.keys()
+        for sid in fresh:
+            subs[sid] = Sub(firsts[sid], off, lasts[sid])
+        if len(fresh) < len(lasts):
+            for sid, seq in lasts.items():
+                subs[sid].last_seq = seq
+        for sid, stream in compress(zip(sids, streams), map(ne, map(hint.get, sids), streams)):
+            pubs = index.get(stream)
+            if pubs is None:
+                index[stream] = {sid}
+            else:
+                pubs.add(sid)
+        hint.update(zip(sids, streams))
+        self.records += n
+        self.size = off + size
+        self.newest = now
 
     @property
     def index_path(self) -> Path:
