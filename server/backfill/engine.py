@@ -102,14 +102,14 @@ class BackfillEngine:
 
     def ask(self, queue, limit: int) -> None:
         """Ask for the next ``limit`` events of history the live ``queue`` has certainly
-        released (HistoryReader.released, in the engine process)."""
+        released (HistoryReader.below, in the engine process)."""
         last = queue.last_released  # before the journal's position: every later record has t1 at least this
         segments, upto = self.journal.snapshot()
         self._asked.append(self.link.command("history", segments, upto, last, limit))
 
     def ask_all(self, limit: int) -> None:
         """A preview's request: the next ``limit`` retained events, queued ones too, of what the
-        journal held at the first request (HistoryReader.everything, in the engine process)."""
+        journal held at the first request, in order (HistoryReader.below with no bound, in the engine process)."""
         if self._held is None:
             self._held = self.journal.snapshot()
         segments, upto = self._held
@@ -122,7 +122,7 @@ class BackfillEngine:
 
     def cut(self, queue, start) -> tuple[int, Columns]:
         """On the engine thread, between two batches, nothing asked: feed the rest of the
-        history the live engine has taken (HistoryReader.cut, in the engine process)."""
+        history the live engine has taken (HistoryReader.take_cut, in the engine process)."""
         if self._asked:
             raise RuntimeError("history requests are out: take their answers first")
         upto, queued = cut_point(self.journal, queue, start)

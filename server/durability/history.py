@@ -11,9 +11,10 @@ rest: :class:`HistoryReader` sorts what it reads stably by ``t1`` (Python's
 sort is stable: arrival order breaks ties), and gives out only events the
 queue has released for sure: those with ``t1`` below the queue's
 ``last_released``, read before the journal's position (any event accepted
-later has ``t1`` at least that). :meth:`HistoryReader.cut`, on the engine
-thread between two batches, gives out the rest of what the engine has taken:
-all but the queued events, which are the sorted tail.
+later has ``t1`` at least that: :meth:`HistoryReader.below`).
+:meth:`HistoryReader.take_cut`, at the point :func:`cut_point` takes on the
+engine thread between two batches, gives out the rest of what the engine has
+taken: all but the queued events, which are the sorted tail.
 
 **From.** :func:`resolve_from` turns a registration's or a preview's ``from``
 into an event time, or refuses it (:class:`FromError`) with the retained range.
@@ -80,31 +81,21 @@ def resolve_from(value, journal: Journal | None, newest, time_unit_ms: float):
 
 class HistoryReader:
     """The retained events from event time ``start`` on, in the live engine's
-    order (see the module's docstring); reads the journal as it grows. Pins
-    what it has still to read against retention; :meth:`close` unpins.
+    order (see the module's docstring), read from journal position ``first`` as
+    the journal grows. ``journal`` is anything that follows the journal's files
+    (:class:`Journal`; in a backfill's engine process, a :class:`SegmentsView` of
+    it); whoever owns the journal pins what is still to be read against retention
+    and samples the queue for :meth:`below` (server/backfill/engine.py)."""
 
-    ``journal``: the :class:`Journal`, or, in another process (a backfill's
-    engine: server/backfill/engine.py), a :class:`SegmentsView` of it, read from
-    its ``first`` position, where the journal's process pins, samples the queue
-    and calls :meth:`below` and :meth:`take_cut` for :meth:`released` and :meth:`cut`."""
-
-    def __init__(self, journal: "Journal | SegmentsView", start, queue=None, first: int | None = None) -> None:
+    def __init__(self, journal: "Journal | SegmentsView", start, first: int) -> None:
         self.journal = journal
-        self.queue = queue
         self.start = start
-        if first is None:
-            first = journal.retained()["first"]
         self.pos = first - 1  # journal records read up to here
         self._cursor: list = []  # where in the journal's files (Journal.follow)
-        self._pin = journal.pin(first) if isinstance(journal, Journal) else None
         self._order: list = []  # from _at on: the events read and not given out, sorted stably by t1 (see _merge)
         self._at = 0
         self.scanned = 0  # events read from the journal (t1 >= start)
         self.given = 0  # events given out
-
-    def close(self) -> None:
-        if self._pin is not None:
-            self.journal.unpin(self._pin)
 
     @property
     def left(self) -> int:
@@ -119,8 +110,6 @@ class HistoryReader:
         for rec in self.journal.follow(self.pos, upto, self._cursor):
             new += [e for e in rec.events if e.t1 >= start]
         self.pos = upto
-        if self._pin is not None:
-            self.journal.move_pin(self._pin, upto + 1)
         self.scanned += len(new)
         for i in range(0, len(new), SORT_PIECE):
             self._merge(new[i:i + SORT_PIECE])
@@ -160,17 +149,6 @@ class HistoryReader:
         self.given += len(out)
         return out
 
-    def everything(self, chunk: int = 4096):
-        """Preview: every retained event from ``start`` (queued ones too), in order, in chunks."""
-        self._read_to(self.journal.appended)
-        while self.left:
-            yield self._give(chunk)
-
-    def released(self, limit: int) -> list:
-        """Up to ``limit`` events the live queue has certainly released, in order (maybe none)."""
-        last = self.queue.last_released  # before the journal's position: later events are at least this
-        return self.below(self.journal.appended, last, limit)
-
     def below(self, upto: int, last, limit: int) -> list:
         """Up to ``limit`` events, in order, of those with t1 below ``last`` once the records
         up to ``upto`` are read: ``last`` the queue's last release, sampled before ``upto``
@@ -180,14 +158,10 @@ class HistoryReader:
             return []
         return self._give(limit, below=last)
 
-    def cut(self) -> list:
-        """On the engine thread, between two batches: the rest of the events the
-        live engine has taken (every event read but the queued ones). Raises
-        LookupError when the queue holds events the retained journal lacks."""
-        return self.take_cut(*cut_point(self.journal, self.queue, self.start))
-
     def take_cut(self, upto: int, queued: int) -> list:
-        """:meth:`cut` at the point :func:`cut_point` took."""
+        """At the hand-over, with what :func:`cut_point` took: the rest of the events the
+        live engine has taken (every event read up to ``upto`` but the ``queued`` ones, the
+        sorted tail). Raises LookupError when the queue holds events the retained journal lacks."""
         self._read_to(upto)
         n = self.left - queued
         if n < 0:

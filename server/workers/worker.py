@@ -77,7 +77,6 @@ class Worker:
         self.loaded = False
         self.unchecked = False  # a backfill's engine: no state budget checks (cmd_unchecked)
         self.history = None  # a backfill's engine: the history it reads (cmd_history_open)
-        self.history_fed = 0
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
         from server.subscriptions.prepared import Preparer
 
@@ -247,21 +246,17 @@ class Worker:
 
     def cmd_history_open(self, start, first: int) -> None:
         """Read the retained journal from position ``first`` (its events from event time
-        ``start`` on) in this process, as the main process's HistoryReader would
-        (server/durability/history.py): the main process pins, samples its queue and
-        sends the journal's segments with each request (server/backfill/engine.py)."""
+        ``start`` on) in this process (server/durability/history.py's HistoryReader): the
+        main process pins, samples its queue and sends the journal's segments with each
+        request (server/backfill/engine.py)."""
         from server.durability.history import HistoryReader, SegmentsView
 
-        self.history = HistoryReader(SegmentsView(), start, first=first)
-        self.history_fed = 0
+        self.history = HistoryReader(SegmentsView(), start, first)
 
     def _history_result(self, events: list) -> tuple:
         """Feed history's ``events``; ``(events, read so far, last position read, the R message or None)``."""
         reader = self.history
-        body = None
-        if events:
-            self.history_fed += len(events)
-            body = self._feed(self.history_fed, [], events)
+        body = self._feed(reader.given, [], events) if events else None
         return len(events), reader.scanned, reader.pos, body
 
     def cmd_history(self, segments: list, upto: int, last, limit: int) -> tuple:

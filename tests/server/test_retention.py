@@ -4,13 +4,14 @@ needs, and the history reader's order (server/durability/retention.py, history.p
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
 
 from air.engine import Event
 from server.config import Settings
-from server.durability.history import FromError, HistoryReader, resolve_from
+from server.durability.history import FromError, HistoryReader, cut_point, resolve_from
 from server.durability.journal import Journal
 from server.ingest.queue import DelayQueue
 
@@ -78,7 +79,7 @@ def test_retained_times_survive_a_reopen(tmp_path):
 
 @pytest.fixture(params=[65536, 7], ids=["one-sort", "merged-pieces"])
 def piece(request, monkeypatch):
-    """History sorted at once, or (a small SORT_PIECE) in pieces merged lazily with events set aside."""
+    """History sorted in one piece, or (a small SORT_PIECE) in pieces each merged with the order's tail."""
     from server.durability import history
 
     monkeypatch.setattr(history, "SORT_PIECE", request.param)
@@ -109,9 +110,8 @@ def test_history_comes_back_in_the_order_the_queue_released_it(tmp_path, piece):
             break
         taken += got
     assert q.late > 0  # some were refused, and never journaled
-    reader = HistoryReader(j, start=-100)
-    history = [e for chunk in reader.everything() for e in chunk]
-    reader.close()
+    reader = HistoryReader(j, -100, j.retained()["first"])
+    history = reader.below(j.appended, math.inf, len(taken) + 100)  # everything, queued or not
     assert [(e.t1, e.values) for e in history] == [(e.t1, e.values) for e in taken]
     j.close()
 
@@ -122,16 +122,16 @@ def test_the_reader_follows_the_live_queue_and_its_cut_is_exactly_what_was_taken
     q.journal = j
     rnd = random.Random(3)
     taken, fed = [], []
-    reader = HistoryReader(j, start=50, queue=q)
+    reader = HistoryReader(j, 50, j.retained()["first"])
     for block in range(200):
         q.put_batch([ev(block * 2 + rnd.randint(-3, 2), block * 10 + k) for k in range(3)])
         taken += q.get_batch(rnd.randint(0, 8), timeout=0)
-        fed += reader.released(rnd.randint(1, 20))
+        last = q.last_released  # sampled before the journal's position, as the backfill's engine does
+        fed += reader.below(j.appended, last, rnd.randint(1, 20))
         assert [e.values for e in fed] == [e.values for e in taken if e.t1 >= 50][:len(fed)]
-    fed += reader.cut()
+    fed += reader.take_cut(*cut_point(j, q, 50))
     assert [e.values for e in fed] == [e.values for e in taken if e.t1 >= 50]
     assert len(q) > 0  # what is still queued goes to the live engine, not the reader
-    reader.close()
     j.close()
 
 
