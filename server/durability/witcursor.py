@@ -37,6 +37,7 @@ class Cursor:
         #: reader cannot tell from the index that it has read a segment (a subscription's last seq
         #: there may be on another stream: it went back to it again and again, and never on)
         self._past: int | None = None
+        self._elsewhere: set[str] = set()  # subscriptions seen publishing on other streams than this one's
         self._check_retained(after.keys() if stream is not None else [sid])
 
     def _check_retained(self, sids) -> None:
@@ -167,8 +168,14 @@ class Cursor:
         return out
 
     def _only_here(self, sid: str) -> bool:
-        """Whether ``sid`` has published on no other stream than this cursor's in the retained log."""
-        return self.log.streams_of(sid) <= {self.stream}
+        """Whether ``sid`` has published on no other stream than this cursor's in the retained log
+        (remembered once it has: such a subscription jumps at nearly every witness of a stream)."""
+        if sid in self._elsewhere:
+            return False
+        if self.log.streams_of(sid) <= {self.stream}:
+            return True
+        self._elsewhere.add(sid)
+        return False
 
     def _enter(self, seg, start: int) -> bool:
         try:
