@@ -24,17 +24,19 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from itertools import chain, groupby, repeat
-from operator import add, itemgetter
-from typing import Callable, Mapping, NamedTuple
+from itertools import groupby, repeat
+from operator import itemgetter
+from typing import Callable, Mapping, MutableMapping, NamedTuple
 
 import msgspec
+import numpy as np
 
 from air.engine import Emission
 from air.formats import encode_emissions
 from air.model import StreamSchema
 from server.delivery.hub import Chunk, ClientChannel, NotifierHub
 from server.durability.diskfull import DiskFull
+from server.durability.seqmap import Numbers, SeqMap
 from server.durability.witlog import WitnessLog
 from server.durability.witrecords import pack_batch as _pack
 from server.observability.counters import CLIENT_DROPS, Count
@@ -199,8 +201,9 @@ class Witnesses:
         self._subscriptions = subscriptions
         self._stopping = stopping
         self._queued = queued
+        self.numbers = Numbers()  # the subscriptions' (the witness log's, once open: seqmap.py)
         #: The last seq given per subscription (engine thread only; from the witness log at start-up).
-        self.seq: dict[str, int] = {}
+        self.seq: MutableMapping[str, int] = {}
         self.witlog: WitnessLog | None = None  # opened by the daemon's start()
         self.held: DiskFull | None = None  # the engine thread holds a batch the witness log refused
         self.unlogged = 0  # witnesses a stop abandoned because the witness log could not take them
@@ -211,11 +214,21 @@ class Witnesses:
         # internal (RESUB) witnesses are encoded only where a client watches their stream
         self.encoder = WitnessEncoder(schema, lambda owner, stream: bool(hub.route(owner, stream, self._is_output)))
         # for the console's rates; written by the engine thread only, read as copies (see activity())
-        self.owner_witnesses: dict[str, int] = {}  # subscription -> witnesses on its outputs
+        self.owner_witnesses = SeqMap(self.numbers)  # subscription -> witnesses on its outputs
+
+    @property
+    def seq(self) -> SeqMap:
+        return self._seq
+
+    @seq.setter
+    def seq(self, value: Mapping[str, int]) -> None:
+        self._seq = value if isinstance(value, SeqMap) and value.numbers is self.numbers else SeqMap(self.numbers, value)
 
     def open(self, witlog: WitnessLog) -> None:
         """Number on from where ``witlog`` stands."""
         self.witlog = witlog
+        self.numbers = witlog.numbers
+        self.owner_witnesses = SeqMap(self.numbers, self.owner_witnesses.copy())
         self.seq = witlog.last_seqs()
 
     def forget(self, sid: str) -> None:
@@ -223,8 +236,8 @@ class Witnesses:
         self.owner_witnesses.pop(sid, None)
 
     def activity(self) -> dict[str, int]:
-        """A copy of the witnesses per subscription (a dict copy is atomic under the GIL)."""
-        return dict(self.owner_witnesses)
+        """A copy of the witnesses per subscription."""
+        return self.owner_witnesses.copy()
 
     def _is_output(self, owner: str, stream: str) -> bool:
         sub = self._subscriptions.get(owner)
@@ -237,15 +250,15 @@ class Witnesses:
         watched internal streams' witnesses (``seqs`` None: not numbered)."""
         logged = LogColumns([], [], [], [])
         groups = []
-        seqs, counts = self.seq, self.owner_witnesses
-        for owner, streams, payloads in encoded.groups:
+        given = [g for g in encoded.groups if g[2]]
+        nums = self.numbers.array([g[0] for g in given])  # (each subscription once a batch)
+        ns = np.array([len(g[2]) for g in given], np.int64)
+        befores = self.seq.take(nums)
+        self.seq.put(nums, befores + ns)
+        self.owner_witnesses.add(nums, ns)
+        for (owner, streams, payloads), before in zip(given, befores.tolist()):
             n = len(payloads)
-            if not n:
-                continue
-            first = seqs.get(owner, 0) + 1
-            seqs[owner] = first + n - 1
-            counts[owner] = counts.get(owner, 0) + n
-            numbers = range(first, first + n)
+            numbers = range(before + 1, before + n + 1)
             logged.sids.extend(repeat(owner, n))
             logged.seqs.extend(numbers)
             logged.streams.extend(streams)
@@ -331,31 +344,35 @@ class Witnesses:
         put in, and unpacked only for the subscriptions a client watches. A batch
         made again after a restart (the log holds some of its seqs) goes the
         general way, which drops what the log holds."""
-        sids, ns, streams = cols.owners, cols.counts, cols.streams
+        sids, streams = cols.owners, cols.streams
         if not sids:
             return True
-        # C-level passes over the subscriptions (thousands a batch, a few witnesses each)
-        seqs, counts = self.seq, self.owner_witnesses
-        befores = list(map(seqs.get, sids, repeat(0)))
-        starts = list(map(add, befores, repeat(1)))
-        ends = list(map(add, befores, ns))
-        if self.witlog.holds_any(sids, starts):
+        # array operations over the batch's subscriptions (thousands a batch, a few witnesses each)
+        nums = self.numbers.array(sids)
+        ns = np.array(cols.counts, np.int64)
+        befores = self.seq.take(nums)
+        starts = befores + 1
+        if self.witlog.holds_any(nums, starts):
             return self.deliver_encoded(EncodedBatch(cols.groups(), []))
-        firsts, lasts = dict(zip(sids, starts)), dict(zip(sids, ends))
-        seqs.update(lasts)
-        counts.update(zip(sids, map(add, map(counts.get, sids, repeat(0)), ns)))
-        numbers = list(chain.from_iterable(map(range, starts, map(add, ends, repeat(1)))))
-        body = b"\x94" + cols.sids + _pack(numbers) + cols.rest
+        ends = befores + ns
+        self.seq.put(nums, ends)
+        self.owner_witnesses.add(nums, ns)
+        total = int(ns.sum())
+        numbers = np.arange(1, total + 1) + np.repeat(befores - (np.cumsum(ns) - ns), ns)
+        body = b"\x94" + cols.sids + _pack(numbers.tolist()) + cols.rest
+        pair_nums = nums
         if set(map(type, streams)) != {str}:  # some publish on several streams: a pair each
-            pairs = [(sid, s) for sid, st in zip(sids, streams) for s in ((st,) if type(st) is str else st)]
-            sids, streams = [p[0] for p in pairs], [p[1] for p in pairs]
-        total = len(numbers)
+            pairs = [(n, s) for n, st in zip(nums.tolist(), streams) for s in ((st,) if type(st) is str else st)]
+            pair_nums, streams = np.array([p[0] for p in pairs], np.intp), [p[1] for p in pairs]
 
         def append() -> dict[str, int]:
-            self.witlog.append_packed(body, total, firsts, lasts, sids, streams)
+            self.witlog.append_packed(body, total, nums, starts, ends, pair_nums, streams)
             return {}
 
-        return self._log_and_offer(append, lambda _cut: self._watched_groups(cols, firsts, lasts), total)
+        def groups(_cut) -> list:
+            return self._watched_groups(cols, dict(zip(sids, starts.tolist())), dict(zip(sids, ends.tolist())))
+
+        return self._log_and_offer(append, groups, total)
 
     def _watched_groups(self, cols: Columns, firsts: dict[str, int], lasts: dict[str, int]) -> list:
         """The numbered groups of ``cols`` some client gets (unpacked only when there are some)."""

@@ -75,13 +75,15 @@ import time
 from itertools import repeat
 from operator import le
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import msgspec
+import numpy as np
 
 from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import FRAME, Scan
+from server.durability.seqmap import Numbers, SeqMap
 from server.durability.witcursor import Cursor
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
                                           MAX_RECORD, NAMES, Gap, Gone, Record, Segment as _Segment, Sub as _Sub,
@@ -120,7 +122,8 @@ class WitnessLog:
         self._cut_to: int | None = None  # a cut back that failed: the offset the active segment must go back to
         self._lock = threading.Lock()  # guards the index (segments, their sizes and maps, _last)
         self._segments: list[_Segment] = []
-        self._last: dict[str, int] = {}  # per subscription: the last seq appended
+        self.numbers, self.stream_numbers = Numbers(), Numbers()  # subscriptions' and streams' (seqmap.py)
+        self._last = SeqMap(self.numbers)  # per subscription: the last seq appended
         self._enc: dict[str, bytes] = {}  # sid and stream names, UTF-8
         self._fd: int | None = None
         self._retain_at = 0.0
@@ -215,7 +218,7 @@ class WitnessLog:
                   "later segment(s), %d bytes, set aside as *.dropped; the journal's replay writes their witnesses "
                   "again", doomed[0].path.name, len(doomed) - 1, lost)
         with self._lock:
-            self._segments, self._last, self._holes = [], {}, {}
+            self._segments, self._last, self._holes = [], SeqMap(self.numbers), {}
         self._lost_before, self._unsynced = [], []
         self._open()
         self.truncated += lost
@@ -347,7 +350,7 @@ class WitnessLog:
     def _new_segment(self) -> None:
         number = self._segments[-1].number + 1 if self._segments else 1
         seg = _Segment(number, self.dir / _name(number), newest=self.clock())
-        checkpoint = _BODY.pack(_CHECKPOINT, 0, 0, 0) + json.dumps(self._last, separators=(",", ":")).encode()
+        checkpoint = _BODY.pack(_CHECKPOINT, 0, 0, 0) + json.dumps(self._last.copy(), separators=(",", ":")).encode()
         fd = framing.open_new(seg.path)
         # one that cannot be written is removed: the next append starts it again
         seg.size = framing.start_segment(fd, seg.path, framing.WITNESS_LOG, checkpoint)
@@ -399,7 +402,7 @@ class WitnessLog:
             return dropped
         lasts = dict(zip(sids, seqs))
         firsts = dict(zip(reversed(sids), reversed(seqs))) if len(lasts) > 1 else {sids[0]: seqs[0]}
-        if self.holds_any(firsts, firsts.values()):  # re-produced: keep only what is new
+        if any(map(le, firsts.values(), map(last.get, firsts, repeat(0)))):  # re-produced: keep only what is new
             dropped = [j for j, (a, n) in enumerate(zip(sids, seqs)) if n <= last.get(a, 0)]
             gone = set(dropped)
             idx = [j for j in range(len(sids)) if j not in gone]
@@ -411,23 +414,28 @@ class WitnessLog:
             lasts = dict(zip(sids, seqs))
             firsts = dict(zip(reversed(sids), reversed(seqs)))
         rec = _encode(_BATCH, len(sids), b"", b"", _pack((sids, seqs, streams, payloads)))
-        self._write(rec, len(sids), firsts, lasts, sids, streams)
+        owners = list(lasts)
+        self._write(rec, len(sids), self.numbers.array(owners), np.array(list(map(firsts.__getitem__, owners))),
+                    np.array(list(lasts.values())), self.numbers.array(sids), self.stream_numbers.array(streams))
         return dropped
 
-    def holds_any(self, sids: Iterable[str], firsts: Iterable[int]) -> bool:
-        """Whether the log holds a seq at least ``firsts[i]`` of any ``sids[i]`` (a batch made again)."""
-        return any(map(le, firsts, map(self._last.get, sids, repeat(0))))
+    def holds_any(self, nums: np.ndarray, firsts: np.ndarray) -> bool:
+        """Whether the log holds a seq at least ``firsts[i]`` of any subscription ``nums[i]``
+        (:attr:`numbers`: a batch made again)."""
+        return bool((self._last.take(nums) >= firsts).any())
 
-    def append_packed(self, body: bytes, n: int, firsts: dict[str, int], lasts: dict[str, int],
-                      sids: Sequence[str], streams: Sequence[str]) -> None:
+    def append_packed(self, body: bytes, n: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
+                      pair_nums: np.ndarray, streams: Sequence[str]) -> None:
         """Append a batch record whose ``body`` an engine worker packed (:meth:`append_columns`'s
         columns of ``n`` witnesses, none held already: :meth:`holds_any`), with what the index
-        needs: per subscription its first and last seq, and which subscriptions published on
-        which streams (``sids[i]`` on ``streams[i]``; each pair once or more)."""
-        self._write(_encode(_BATCH, n, b"", b"", body), n, firsts, lasts, sids, streams)
+        needs: per subscription (numbered ``nums`` by :attr:`numbers`, each once) its first and
+        last seq, and which subscriptions published on which streams (``pair_nums[i]`` on
+        ``streams[i]``; each pair once or more)."""
+        self._write(_encode(_BATCH, n, b"", b"", body), n, nums, firsts, lasts, pair_nums,
+                    self.stream_numbers.array(streams))
 
-    def _write(self, rec: bytes, n_kept: int, firsts: dict[str, int], lasts: dict[str, int],
-               sids: Sequence[str], streams: Sequence[str]) -> None:  # (DiskFull when it cannot be written)
+    def _write(self, rec: bytes, n_kept: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
+               pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:  # (DiskFull when it cannot be written)
         seg = self._segments[-1]
         try:
             if self._cut_to is not None:
@@ -456,8 +464,9 @@ class WitnessLog:
                 self.disk.recovered("witness_log")
         now = self.clock()
         with self._lock:
-            seg.take_batch(off, len(rec), n_kept, firsts, lasts, sids, streams, now)
-            self._last.update(lasts)  # (every seq written is above the log's last for its subscription)
+            seg.take_batch(off, len(rec), n_kept, (self.numbers, self.stream_numbers), nums, firsts, lasts,
+                           pair_nums, pair_streams, now)
+            self._last.put(nums, lasts)  # (every seq written is above the log's last for its subscription)
         self.appended += n_kept
         if seg.size >= self.segment_bytes or now >= self._retain_at:
             try:
@@ -592,7 +601,7 @@ class WitnessLog:
     def last_seqs(self) -> dict[str, int]:
         """A copy of the last seq of every subscription the log has seen."""
         with self._lock:
-            return dict(self._last)
+            return self._last.copy()
 
     def first_seq(self, sid: str) -> int:
         """The first seq of ``sid`` still retained; ``last_seq(sid) + 1`` when

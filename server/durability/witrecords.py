@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import ne
 from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
+import numpy as np
 
 from server.durability import framing
 from server.durability.framing import BadRecord
@@ -77,43 +77,87 @@ class Segment:
     size: int = 0  # bytes readers may read (whole records only)
     records: int = 0  # witness records
     newest: float = 0.0  # clock time of its newest record
-    subs: dict[str, Sub] = field(default_factory=dict)
-    streams: dict[str, set[str]] = field(default_factory=dict)
+    _subs: dict[str, Sub] = field(default_factory=dict)
+    _streams: dict[str, set[str]] = field(default_factory=dict)
     sealed: bool = False
     # offset of its first record, 0 in a segment of the older framing (version 1): known once it was
     # scanned or its checkpoint read (a sealed segment's index gives offsets of its own)
     start: int = framing.HEADER.size
     #: the gap marks it holds (above): per subscription, (first, last) of each gap
     gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    #: per subscription, the stream it last published on here: one ``streams`` holds it under
-    #: (a writer's shortcut: not stored in the index)
-    stream_of: dict[str, str] = field(default_factory=dict)
+    #: batch records written and not yet in ``subs``/``streams`` (see :meth:`take_batch`)
+    pending: list = field(default_factory=list)
+    _pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (sub, stream) pairs in ``streams``
+    _folding: threading.Lock = field(default_factory=threading.Lock)
 
-    def take_batch(self, off: int, size: int, n: int, firsts: dict[str, int], lasts: dict[str, int],
-                   sids, streams, now: float) -> None:
-        """Index a batch record of ``n`` witnesses written at ``off`` (``size`` bytes): per
-        subscription its first and last seq, and which published on which stream (``sids[i]``
-        on ``streams[i]``). Set operations and C-level passes: a batch has thousands of
-        subscriptions, most seen before; only the pairs whose stream is not the one last seen
-        of their subscription here are looked at (hashing every pair of a batch cost more than
-        the write)."""
-        subs, index, hint = self.subs, self.streams, self.stream_of
-        fresh = firsts.keys() - subs.keys()
-        for sid in fresh:
-            subs[sid] = Sub(firsts[sid], off, lasts[sid])
-        if len(fresh) < len(lasts):
-            for sid, seq in lasts.items():
-                subs[sid].last_seq = seq
-        for sid, stream in compress(zip(sids, streams), map(ne, map(hint.get, sids), streams)):
-            pubs = index.get(stream)
-            if pubs is None:
-                index[stream] = {sid}
-            else:
-                pubs.add(sid)
-        hint.update(zip(sids, streams))
+    @property
+    def subs(self) -> dict[str, Sub]:
+        """Per subscription its first seq, the offset of its first record, its last seq."""
+        self._fold()
+        return self._subs
+
+    @subs.setter
+    def subs(self, value: dict[str, Sub]) -> None:
+        self._subs = value
+
+    @property
+    def streams(self) -> dict[str, set[str]]:
+        """Per stream the subscriptions that published on it here."""
+        self._fold()
+        return self._streams
+
+    @streams.setter
+    def streams(self, value: dict[str, set[str]]) -> None:
+        self._streams = value
+
+    def take_batch(self, off: int, size: int, n: int, numbers, nums: np.ndarray, starts: np.ndarray,
+                   ends: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray, now: float) -> None:
+        """Note a batch record of ``n`` witnesses written at ``off`` (``size`` bytes): the
+        subscriptions numbered ``nums`` (:class:`~server.durability.seqmap.Numbers`, each
+        once) with their first and last seqs in it, and ``pair_nums[i]`` published on the
+        stream numbered ``pair_streams[i]`` (``numbers`` gives both ids). Kept as it is and
+        taken into ``subs`` and ``streams`` once they are read (a reader, or the index written
+        when the segment is sealed): a batch has thousands of subscriptions, and a dict's
+        pass over them cost more than the write."""
+        with self._folding:
+            self.pending.append((off, nums, starts, ends, pair_nums, pair_streams, numbers))
         self.records += n
         self.size = off + size
         self.newest = now
+
+    def _fold(self) -> None:
+        """Take the pending records into ``subs`` and ``streams`` (array passes; a
+        Python step per subscription of the fold, and per (subscription, stream) pair
+        not seen here before). Whoever reads waits for a fold another thread is doing."""
+        with self._folding:
+            pending, self.pending = self.pending, []
+            if not pending:
+                return
+            numbers = pending[-1][6]
+            names, stream_names = numbers[0].names, numbers[1].names
+            nums = np.concatenate([p[1] for p in pending])
+            starts = np.concatenate([p[2] for p in pending])
+            ends = np.concatenate([p[3] for p in pending])
+            offs = np.repeat(np.array([p[0] for p in pending], np.int64), [len(p[1]) for p in pending])
+            u, first = np.unique(nums, return_index=True)
+            last = len(nums) - 1 - np.unique(nums[::-1], return_index=True)[1]
+            subs = self._subs
+            for num, fs, fo, ls in zip(u.tolist(), starts[first].tolist(), offs[first].tolist(),
+                                       ends[last].tolist()):
+                sid = names[num]
+                sub = subs.get(sid)
+                if sub is None:
+                    subs[sid] = Sub(fs, fo, ls)
+                else:
+                    sub.last_seq = ls
+            pairs = np.unique((np.concatenate([p[4] for p in pending]).astype(np.int64) << 24)
+                              | np.concatenate([p[5] for p in pending]))
+            new = np.setdiff1d(pairs, self._pairs, assume_unique=True)
+            if len(new):
+                self._pairs = np.union1d(self._pairs, new)
+                index = self._streams
+                for code in new.tolist():
+                    index.setdefault(stream_names[code & 0xFFFFFF], set()).add(names[code >> 24])
 
     @property
     def index_path(self) -> Path:
