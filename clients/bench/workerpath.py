@@ -22,7 +22,7 @@ import time
 from air.engine.memory import raise_young_threshold
 from clients.testing.market import STOCK, increasing_query, increasing_stream, symbols
 from server.delivery.hub import NotifierHub
-from server.delivery.witnesses import EncodedBatch, Witnesses
+from server.delivery.witnesses import EncodedBatch, NumberMap, Witnesses
 from server.durability.witlog import WitnessLog
 from server.observability.counters import Counters
 from server.workers import codec
@@ -80,11 +80,12 @@ def _main_side(queries: int, names: list[str], results: list[bytes]) -> tuple[fl
         log = WitnessLog(tmp)
         wit = Witnesses(lambda _s: None, NotifierHub(), Counters(), subs, threading.Event(), lambda: 0)
         wit.open(log)
+        known = NumberMap()  # (the worker's numbers, as the engine thread keeps them: server/workers/dispatch.py)
         try:
             start = time.process_time()
             for body in results:
                 out = codec.decode_result(body)
-                wit.deliver_columns(out[9])
+                wit.deliver_columns(out[9], known)
                 wit.deliver_encoded(EncodedBatch(out[1], out[2]))
             return time.process_time() - start, log.appended
         finally:

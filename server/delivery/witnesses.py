@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from array import array
 from collections import Counter
 from itertools import groupby, repeat
 from operator import itemgetter
@@ -82,6 +83,14 @@ class Columns(NamedTuple):
     streams: list
     sids: bytes
     rest: bytes
+    #: the owners' numbers and those of their streams (-1: several) in the packer's
+    #: :class:`LocalNumbers`, as int32 arrays, and the numbers it gave in this batch
+    #: (``[number, name, ...]``): the main process takes them as its own without a dict
+    #: pass over the batch's ids (:class:`NumberMap`). Empty when packed without.
+    nums: bytes = b""
+    stream_nums: bytes = b""
+    fresh: list | tuple = ()
+    fresh_streams: list | tuple = ()
 
     def count(self) -> int:
         return sum(self.counts)
@@ -104,8 +113,8 @@ _REPLAY = b',"replay":true}\n'
 _rest = msgspec.msgpack.Decoder(tuple[list[str], list[bytes]]).decode
 
 
-def pack_columns(groups: list) -> Columns:
-    """Per subscription ``(sid, streams, payloads)`` as :class:`Columns`."""
+def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
+    """Per subscription ``(sid, streams, payloads)`` as :class:`Columns` (numbered by ``local`` when given)."""
     owners, counts, kinds, sids, streams, payloads = [], [], [], [], [], []
     for sid, sts, pls in groups:
         n = len(pls)
@@ -116,7 +125,102 @@ def pack_columns(groups: list) -> Columns:
         sids += repeat(sid, n)
         streams += sts
         payloads += pls
-    return Columns(owners, counts, kinds, _pack(sids), _pack(streams) + _pack(payloads))
+    cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams) + _pack(payloads))
+    return cols if local is None else local.number(cols)
+
+
+class LocalNumbers:
+    """A number for each subscription and stream an engine worker has sent
+    results of, each told to the main process once, with the batch it first
+    appears in (:attr:`Columns.fresh`). A restarted worker numbers afresh and
+    tells every number again before it uses it."""
+
+    def __init__(self) -> None:
+        self.subs: dict[str, int] = {}
+        self.streams: dict[str, int] = {}
+
+    def number(self, cols: Columns) -> Columns:
+        fresh: list = []
+        fresh_streams: list = []
+        subs, streams = self.subs, self.streams
+        nums, stream_nums = array("i"), array("i")
+        for sid, kind in zip(cols.owners, cols.streams):
+            k = subs.get(sid)
+            if k is None:
+                k = subs[sid] = len(subs)
+                fresh += (k, sid)
+            nums.append(k)
+            if type(kind) is str:
+                t = streams.get(kind)
+                if t is None:
+                    t = streams[kind] = len(streams)
+                    fresh_streams += (t, kind)
+                stream_nums.append(t)
+            else:
+                stream_nums.append(-1)
+        return cols._replace(nums=nums.tobytes(), stream_nums=stream_nums.tobytes(), fresh=fresh,
+                             fresh_streams=fresh_streams)
+
+
+class NumberMap:
+    """The main process's side of one engine worker's :class:`LocalNumbers`: its
+    numbers -> the witness log's (server/durability/seqmap.py), learnt from
+    :attr:`Columns.fresh` of each of its results (:meth:`learn`, by whoever takes
+    one). A number told again replaces the old. Checked against the names at a few
+    places of every batch: one that does not hold is learnt again from the names."""
+
+    #: the places of a batch whose names are checked against the numbers
+    CHECKS = 8
+
+    def __init__(self) -> None:
+        self.subs = np.full(0, -1, np.intp)
+        self.streams = np.full(0, -1, np.intp)
+
+    @staticmethod
+    def _told(known: np.ndarray, pairs, numbers: Numbers) -> np.ndarray:
+        if pairs:
+            top = max(pairs[0::2]) + 1
+            if top > len(known):
+                known = np.concatenate([known, np.full(max(top, 2 * len(known)) - len(known), -1, np.intp)])
+            for k, name in zip(pairs[0::2], pairs[1::2]):
+                known[k] = numbers.number(name)
+        return known
+
+    def learn(self, cols: Columns, wlog: WitnessLog) -> None:
+        """Take the numbers ``cols`` tells."""
+        self.subs = self._told(self.subs, cols.fresh, wlog.numbers)
+        self.streams = self._told(self.streams, cols.fresh_streams, wlog.stream_numbers)
+
+    def take(self, cols: Columns, wlog: WitnessLog) -> tuple | None:
+        """The owners' numbers and their streams' (-1: several), learning what ``cols``
+        tells; None when it has none (the caller numbers by the names)."""
+        self.learn(cols, wlog)
+        if not cols.nums:
+            return None
+        local, local_streams = np.frombuffer(cols.nums, np.int32), np.frombuffer(cols.stream_nums, np.int32)
+        single = local_streams >= 0
+        if int(local.max()) < len(self.subs) and int(local_streams.max()) < len(self.streams):
+            nums = self.subs[local]
+            kinds = np.where(single, self.streams[np.maximum(local_streams, 0)], -1)
+            if self._hold(cols, nums, kinds, wlog):
+                return nums, kinds
+        # a number never told, or told for another (its telling did not come here): learnt again from the names
+        pairs = [x for k, sid in zip(local.tolist(), cols.owners) for x in (k, sid)]
+        kinds_told = [x for t, kind in zip(local_streams.tolist(), cols.streams) if t >= 0 for x in (t, kind)]
+        self.subs = self._told(self.subs, pairs, wlog.numbers)
+        self.streams = self._told(self.streams, kinds_told, wlog.stream_numbers)
+        return self.subs[local], np.where(single, self.streams[np.maximum(local_streams, 0)], -1)
+
+    def _hold(self, cols: Columns, nums: np.ndarray, kinds: np.ndarray, wlog: WitnessLog) -> bool:
+        if int(nums.min()) < 0 or int(kinds.max(initial=-1)) < -1:
+            return False
+        names, stream_names = wlog.numbers.names, wlog.stream_numbers.names
+        step = max(len(nums) // self.CHECKS, 1)
+        for i in range(0, len(nums), step):
+            kind = cols.streams[i]
+            if names[nums[i]] != cols.owners[i] or (type(kind) is str and stream_names[kinds[i]] != kind):
+                return False
+        return True
 
 
 class WitnessEncoder:
@@ -222,7 +326,8 @@ class Witnesses:
 
     @seq.setter
     def seq(self, value: Mapping[str, int]) -> None:
-        self._seq = value if isinstance(value, SeqMap) and value.numbers is self.numbers else SeqMap(self.numbers, value)
+        same = isinstance(value, SeqMap) and value.numbers is self.numbers
+        self._seq = value if same else SeqMap(self.numbers, value)
 
     def open(self, witlog: WitnessLog) -> None:
         """Number on from where ``witlog`` stands."""
@@ -337,22 +442,25 @@ class Witnesses:
 
         return self._log_and_offer(append, lambda cut: groups + internal, len(logged.sids))
 
-    def deliver_columns(self, cols: Columns) -> bool:
+    def deliver_columns(self, cols: Columns, known: NumberMap | None = None) -> bool:
         """:meth:`deliver_encoded` for the witnesses an engine worker sent as the
         witness log's columns (server/workers/codec.py): numbered per subscription
         (not per witness), written as the record the worker packed with their seqs
         put in, and unpacked only for the subscriptions a client watches. A batch
         made again after a restart (the log holds some of its seqs) goes the
-        general way, which drops what the log holds."""
+        general way, which drops what the log holds. ``known``: the numbers of the
+        worker that packed ``cols`` (:class:`NumberMap`), to number by."""
         sids, streams = cols.owners, cols.streams
         if not sids:
             return True
         # array operations over the batch's subscriptions (thousands a batch, a few witnesses each)
-        nums = self.numbers.array(sids)
+        wlog = self.witlog
+        told = known.take(cols, wlog) if known is not None else None
+        nums, kinds = told if told is not None else (self.numbers.array(sids), None)
         ns = np.array(cols.counts, np.int64)
         befores = self.seq.take(nums)
         starts = befores + 1
-        if self.witlog.holds_any(nums, starts):
+        if wlog.holds_any(nums, starts):
             return self.deliver_encoded(EncodedBatch(cols.groups(), []))
         ends = befores + ns
         self.seq.put(nums, ends)
@@ -360,24 +468,26 @@ class Witnesses:
         total = int(ns.sum())
         numbers = np.arange(1, total + 1) + np.repeat(befores - (np.cumsum(ns) - ns), ns)
         body = b"\x94" + cols.sids + _pack(numbers.tolist()) + cols.rest
-        pair_nums = nums
-        if set(map(type, streams)) != {str}:  # some publish on several streams: a pair each
+        if kinds is not None and int(kinds.min()) >= 0:
+            pair_nums, pair_streams = nums, kinds
+        else:  # by the names; some may publish on several streams: a pair each
             pairs = [(n, s) for n, st in zip(nums.tolist(), streams) for s in ((st,) if type(st) is str else st)]
-            pair_nums, streams = np.array([p[0] for p in pairs], np.intp), [p[1] for p in pairs]
+            pair_nums = np.array([p[0] for p in pairs], np.intp)
+            pair_streams = wlog.stream_numbers.array([p[1] for p in pairs])
 
         def append() -> dict[str, int]:
-            self.witlog.append_packed(body, total, nums, starts, ends, pair_nums, streams)
+            wlog.append_packed(body, total, nums, starts, ends, pair_nums, pair_streams)
             return {}
 
         def groups(_cut) -> list:
+            if self.hub.idle:
+                return []
             return self._watched_groups(cols, dict(zip(sids, starts.tolist())), dict(zip(sids, ends.tolist())))
 
         return self._log_and_offer(append, groups, total)
 
     def _watched_groups(self, cols: Columns, firsts: dict[str, int], lasts: dict[str, int]) -> list:
         """The numbered groups of ``cols`` some client gets (unpacked only when there are some)."""
-        if self.hub.idle:
-            return []
         route, is_output = self.hub.route, self._is_output
         wanted = set()
         for sid, st in zip(cols.owners, cols.streams):

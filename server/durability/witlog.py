@@ -425,14 +425,13 @@ class WitnessLog:
         return bool((self._last.take(nums) >= firsts).any())
 
     def append_packed(self, body: bytes, n: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
-                      pair_nums: np.ndarray, streams: Sequence[str]) -> None:
+                      pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:
         """Append a batch record whose ``body`` an engine worker packed (:meth:`append_columns`'s
         columns of ``n`` witnesses, none held already: :meth:`holds_any`), with what the index
         needs: per subscription (numbered ``nums`` by :attr:`numbers`, each once) its first and
-        last seq, and which subscriptions published on which streams (``pair_nums[i]`` on
-        ``streams[i]``; each pair once or more)."""
-        self._write(_encode(_BATCH, n, b"", b"", body), n, nums, firsts, lasts, pair_nums,
-                    self.stream_numbers.array(streams))
+        last seq, and which subscriptions published on which streams (``pair_nums[i]`` on the
+        stream :attr:`stream_numbers` numbers ``pair_streams[i]``; each pair once or more)."""
+        self._write(_encode(_BATCH, n, b"", b"", body), n, nums, firsts, lasts, pair_nums, pair_streams)
 
     def _write(self, rec: bytes, n_kept: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
                pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:  # (DiskFull when it cannot be written)

@@ -15,7 +15,8 @@ main -> worker
 
 worker -> main
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
-         errors, check, recorded, places, owners, counts, streams, sids, rest]``: the witnesses encoded
+         errors, check, recorded, places, owners, counts, streams, sids, rest,
+         nums, stream_nums, fresh, fresh_streams]``: the witnesses encoded
          as the witness log and the WebSocket frames hold them, the engine's
          running totals, the epoch, the errors of events the engine failed on,
          what the state budget's check found (or nil), the outcomes of
@@ -32,7 +33,10 @@ worker -> main
          sid, its number of witnesses and their stream (a list of each one's
          where not all are on one), as three arrays; ``sids`` the MessagePack
          array of each witness's sid; ``rest`` the arrays of their streams and
-         of their payloads, one after the other. The main process
+         of their payloads, one after the other; ``nums``, ``stream_nums``,
+         ``fresh``, ``fresh_streams``: the owners and their streams as the
+         worker numbers them (server/delivery/witnesses.py's ``LocalNumbers``),
+         each number's name told once. The main process
          numbers them and writes ``0x94 + sids + seqs + rest``: the record
          ``pack_batch((sids, seqs, streams, payloads))`` makes, byte for byte.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
@@ -46,7 +50,7 @@ from typing import Any
 import msgspec
 
 from air.engine import Event
-from server.delivery.witnesses import Columns, pack_columns
+from server.delivery.witnesses import Columns, LocalNumbers, pack_columns
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
 RESULT, ANSWER, SNAPSHOT = b"R", b"A", b"S"
@@ -67,17 +71,19 @@ def decode_batch(body: bytes) -> tuple[int, list, list[Event]]:
 
 
 def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,
-                  places: list = (), rows: set[str] | frozenset = frozenset()) -> bytes:
-    """An ``R`` message: the witnesses of ``rows`` (row-scaled subscriptions) as groups, the others as columns."""
+                  places: list = (), rows: set[str] | frozenset = frozenset(),
+                  local: LocalNumbers | None = None) -> bytes:
+    """An ``R`` message: the witnesses of ``rows`` (row-scaled subscriptions) as groups, the others as
+    columns (numbered by ``local``: the worker's :class:`LocalNumbers`)."""
     merged = [g for g in encoded.groups if g[0] in rows] if rows else []
-    cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups)
+    cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups, local)
     groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in merged]
     internal = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.internal]
     return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places, *cols))
 
 
 def decode_result(body: bytes) -> list:
-    """A result's fields (see the module's docstring), its last three as one :class:`Columns`."""
+    """A result's fields (see the module's docstring), the columns as one :class:`Columns`."""
     out = _result.decode(body)
     for part in (out[1], out[2]):
         for g in part:

@@ -39,7 +39,7 @@ from typing import Callable
 
 from air.engine import EngineError
 from server.budgetcheck import Cap, CheckResult, Decision, Outcome
-from server.delivery.witnesses import EncodedBatch
+from server.delivery.witnesses import EncodedBatch, NumberMap
 from server.observability.counters import Count
 from server.processing import EngineThread
 from server.workers import codec, rows
@@ -85,6 +85,7 @@ class WorkerEngineThread(EngineThread):
         self._epochs: dict[int, object] = {}
         self.hub = None  # wired by the daemon: which internal streams clients watch
         self.events_of = [0] * len(links)  # events each worker has taken and sent back
+        self.numbered = [NumberMap() for _ in links]  # each worker's numbers of subscriptions and streams
         self.gc_of: dict[int, list[int]] = {}  # worker -> its collector's collections per generation, at the last count
         from server.workers.restart import Restarter
 
@@ -365,7 +366,7 @@ class WorkerEngineThread(EngineThread):
                 log.error("engine failed on an event: %s", e)
             if places and merging is not None:  # a row-scaled subscription's: numbered once all are here
                 groups = merging.take(w, groups, places, head.places.get(w, []))
-            delivered = self.witnesses.deliver_columns(cols)  # (all but the row-scaled: merged below)
+            delivered = self.witnesses.deliver_columns(cols, self.numbered[w])  # (all but the row-scaled: merged below)
             if not delivered or not self.witnesses.deliver_encoded(EncodedBatch(groups, internal)):
                 return False
             for r, outcome in zip(head.recorded.get(w, ()), outcomes):  # a replay's, applied before the check

@@ -52,6 +52,7 @@ from concurrent.futures import Future
 
 from air.engine import EngineError, Event
 from server.budgetcheck import CheckResult, Decision, Outcome
+from server.delivery.witnesses import NumberMap
 from server.durability.recovery import Eviction, installed_after, plan_due, requeue
 from server.ingest.queue import DelayQueue
 from server.workers import codec
@@ -197,6 +198,7 @@ class Restarter:
         try:
             self.spawner.start(link)
             t.links[w] = link  # the one list the catalogue (mirror.py) and the daemon share
+            t.numbered[w] = NumberMap()  # it numbers its subscriptions and streams afresh (learnt from its results)
             self.restarts[w] += 1
             catch_up = CatchUp(self, w, link, target, unanswered)
             replayed = catch_up.run()
@@ -381,6 +383,7 @@ class CatchUp:
         if tag != codec.RESULT:
             raise WorkerGone(self.link.gone or "the restarted worker has ended")
         _events, groups, internal, _stats, _epoch, _errors, check, outcomes, _places, cols = codec.decode_result(body)
+        self.t.numbered[self.w].learn(cols, self.t.witnesses.witlog)  # the numbers it tells, dropped witnesses or not
         for r, outcome in zip(recorded, outcomes):
             d = self.unanswered.pop((r.sid, fed), None)
             if d is not None:

@@ -42,7 +42,7 @@ from air.engine import Engine, EngineError, LateEvent
 from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
 from server.budgetcheck import BudgetCheck, Cap, Decision
-from server.delivery.witnesses import WitnessEncoder
+from server.delivery.witnesses import LocalNumbers, WitnessEncoder
 from server.workers import codec
 
 log = logging.getLogger("cayuga.worker")
@@ -65,6 +65,7 @@ class Worker:
         self.engine.on_emit = self.outbox.append
         self.watched: set[str] = set()  # internal streams a client watches (their witnesses are encoded)
         self.encoder = WitnessEncoder(self.engine.schema, lambda owner, stream: stream in self.watched)
+        self.numbered = LocalNumbers()  # the subscriptions and streams of its results, as the main process learns them
         # each of N workers holds its share of the server's state budget
         self.check = BudgetCheck(self.engine, self.settings.max_state_bytes // max(self.settings.engine_workers, 1),
                                  self.settings.max_instances_per_subscription)
@@ -155,7 +156,7 @@ class Worker:
         if result is not None and result.decisions:
             self.waiting = True
         return codec.encode_result(len(events), encoded, dataclasses.astuple(eng.stats), eng.epoch, errors, result,
-                                   outcomes, places, self.rows)
+                                   outcomes, places, self.rows, self.numbered)
 
     def _apply(self, decisions: list[Decision]) -> None:
         outcomes = [tuple(self.check.apply(d)) for d in decisions]

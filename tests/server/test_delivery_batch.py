@@ -16,7 +16,7 @@ from clients.client import CayugaClient
 from clients.offline import run_offline
 from clients.testing.market import STOCK
 from server.delivery.hub import ClientChannel, NotifierHub
-from server.delivery.witnesses import EncodedBatch, Witnesses, pack_columns
+from server.delivery.witnesses import EncodedBatch, LocalNumbers, NumberMap, Witnesses, pack_columns
 from server.durability.witlog import WitnessLog
 from server.observability.counters import Counters
 from server.serve import RunningServer
@@ -164,5 +164,41 @@ def test_an_engine_workers_packed_columns_are_numbered_logged_and_offered_as_the
     assert list(again.read("s2", 12)) == [(12, b'{"m":32}'), (13, b'{"m":40}'), (14, b'{"m":41}'),
                                           (15, b'{"m":42}')]
     again.close()
+    general_ch.loop.close()
+    packed_ch.loop.close()
+
+
+def test_a_workers_numbers_for_subscriptions_and_streams_are_learnt_once_and_follow_a_restarted_worker(tmp_path):
+    """A worker numbers the subscriptions and streams of its results itself and tells
+    each number once (:class:`LocalNumbers`); the engine thread numbers by them
+    (:class:`NumberMap`) without a pass over the ids. A restarted worker numbers afresh, in
+    another order: its numbers replace the old ones. A batch whose numbers were told for
+    others (its own telling went elsewhere) is checked against the names and learnt again
+    from them. Every way writes the bytes, the seqs and the stream index the general way does."""
+    general, general_log, general_ch = _witnesses(tmp_path, "general")
+    packed, packed_log, packed_ch = _witnesses(tmp_path, "packed")
+    known, first = NumberMap(), LocalNumbers()
+    batches = [_batch(i) for i in range(6)]
+    restarted = LocalNumbers()
+    restarted.number(pack_columns(list(reversed(batches[0]))))  # its numbers: s3 0, s2 1, s1 2 (told elsewhere)
+    for i, batch in enumerate(batches):
+        assert general.deliver_encoded(EncodedBatch(batch, []))
+        local = first if i < 3 else restarted if i > 3 else LocalNumbers()
+        cols = pack_columns(batch if i < 4 else list(reversed(batch)), local)
+        assert bool(cols.fresh) == (i in (0, 3))
+        assert packed.deliver_columns(cols, known)
+        if i == 4:  # told elsewhere: its numbers were those of the others; learnt again from the names
+            assert known.subs[:3].tolist() == packed_log.numbers.array(["s3", "s2", "s1"]).tolist()
+    general_log.close()
+    packed_log.close()
+    assert [p.read_bytes() for p in sorted((tmp_path / "general").glob("wit-*.log"))][:1] != []
+    assert packed.seq == general.seq == {"s1": 18, "s2": 18, "s3": 6}
+    assert packed.owner_witnesses == general.owner_witnesses
+    for stream, sids in {"A": {"s1"}, "B": {"s2"}, "C": {"s2"}, "D": {"s3"}}.items():
+        assert packed_log.publishers(stream) == general_log.publishers(stream) == sids
+    for sid in ("s1", "s2", "s3"):
+        assert list(packed_log.read(sid)) == list(general_log.read(sid))
+    got = [(c.sid, list(c.seqs), c.payloads) for c in packed_ch.take_all()[0]]
+    assert got == [(c.sid, list(c.seqs), c.payloads) for c in general_ch.take_all()[0]]
     general_ch.loop.close()
     packed_ch.loop.close()
