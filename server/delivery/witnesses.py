@@ -198,10 +198,8 @@ class NumberMap:
         if not cols.nums:
             return None
         local, local_streams = np.frombuffer(cols.nums, np.int32), np.frombuffer(cols.stream_nums, np.int32)
-        single = local_streams >= 0
         if int(local.max()) < len(self.subs) and int(local_streams.max()) < len(self.streams):
-            nums = self.subs[local]
-            kinds = np.where(single, self.streams[np.maximum(local_streams, 0)], -1)
+            nums, kinds = self.subs[local], self._kinds(local_streams)
             if self._hold(cols, nums, kinds, wlog):
                 return nums, kinds
         # a number never told, or told for another (its telling did not come here): learnt again from the names
@@ -209,10 +207,17 @@ class NumberMap:
         kinds_told = [x for t, kind in zip(local_streams.tolist(), cols.streams) if t >= 0 for x in (t, kind)]
         self.subs = self._told(self.subs, pairs, wlog.numbers)
         self.streams = self._told(self.streams, kinds_told, wlog.stream_numbers)
-        return self.subs[local], np.where(single, self.streams[np.maximum(local_streams, 0)], -1)
+        return self.subs[local], self._kinds(local_streams)
+
+    def _kinds(self, local_streams: np.ndarray) -> np.ndarray:
+        """The streams' numbers, -1 where an owner published on several."""
+        kinds = np.full(len(local_streams), -1, np.intp)
+        single = local_streams >= 0
+        kinds[single] = self.streams[local_streams[single]]
+        return kinds
 
     def _hold(self, cols: Columns, nums: np.ndarray, kinds: np.ndarray, wlog: WitnessLog) -> bool:
-        if int(nums.min()) < 0 or int(kinds.max(initial=-1)) < -1:
+        if int(nums.min()) < 0:  # (a stream never told is -1 here: it fails the names below)
             return False
         names, stream_names = wlog.numbers.names, wlog.stream_numbers.names
         step = max(len(nums) // self.CHECKS, 1)

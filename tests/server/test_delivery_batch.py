@@ -178,7 +178,7 @@ def test_a_workers_numbers_for_subscriptions_and_streams_are_learnt_once_and_fol
     general, general_log, general_ch = _witnesses(tmp_path, "general")
     packed, packed_log, packed_ch = _witnesses(tmp_path, "packed")
     known, first = NumberMap(), LocalNumbers()
-    batches = [_batch(i) for i in range(6)]
+    batches = [_batch(i) for i in range(6)] + [[_batch(6)[1]]]  # the last: only one on several streams
     restarted = LocalNumbers()
     restarted.number(pack_columns(list(reversed(batches[0]))))  # its numbers: s3 0, s2 1, s1 2 (told elsewhere)
     for i, batch in enumerate(batches):
@@ -189,10 +189,12 @@ def test_a_workers_numbers_for_subscriptions_and_streams_are_learnt_once_and_fol
         assert packed.deliver_columns(cols, known)
         if i == 4:  # told elsewhere: its numbers were those of the others; learnt again from the names
             assert known.subs[:3].tolist() == packed_log.numbers.array(["s3", "s2", "s1"]).tolist()
+    only_several = pack_columns([_batch(7)[1]], LocalNumbers())  # no stream of one's own told yet
+    nums, kinds = NumberMap().take(only_several, packed_log)
+    assert nums.tolist() == packed_log.numbers.array(["s2"]).tolist() and kinds.tolist() == [-1]
     general_log.close()
     packed_log.close()
-    assert [p.read_bytes() for p in sorted((tmp_path / "general").glob("wit-*.log"))][:1] != []
-    assert packed.seq == general.seq == {"s1": 18, "s2": 18, "s3": 6}
+    assert packed.seq == general.seq == {"s1": 18, "s2": 21, "s3": 6}
     assert packed.owner_witnesses == general.owner_witnesses
     for stream, sids in {"A": {"s1"}, "B": {"s2"}, "C": {"s2"}, "D": {"s3"}}.items():
         assert packed_log.publishers(stream) == general_log.publishers(stream) == sids
