@@ -70,7 +70,7 @@ class Sub:
     last_seq: int
 
 
-@dataclass
+@dataclass(eq=False)  # (one is itself: its lock and arrays compare as nothing else)
 class Segment:
     number: int
     path: Path
