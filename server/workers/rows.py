@@ -24,7 +24,7 @@ by worker, not merged.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from air.engine import EngineError
 from server.delivery.witnesses import EncodedBatch
@@ -36,9 +36,12 @@ def split(batch: list, placement: Placement) -> tuple[dict[int, list], dict[int,
     n, route = placement.workers, placement.route
     parts: dict[int, list] = {}
     places: dict[int, list[int]] = {}
+    routers: dict[str, Callable] = {}  # per stream, an event's values -> its workers
     for i, ev in enumerate(batch):
-        whole, keyed, consts = route(ev.stream)
-        for w in (route_event(ev.values, whole, keyed, consts, n) if keyed or consts else whole):
+        to = routers.get(ev.stream)
+        if to is None:
+            to = routers[ev.stream] = _router(*route(ev.stream), n)
+        for w in to(ev.values):
             got = parts.get(w)
             if got is None:
                 got = parts[w] = []
@@ -46,6 +49,18 @@ def split(batch: list, placement: Placement) -> tuple[dict[int, list], dict[int,
             got.append(ev)
             places[w].append(i)
     return parts, places
+
+
+def _router(whole: tuple[int, ...], keyed: tuple[int, ...], consts: tuple, n: int) -> Callable:
+    """:func:`route_event` for one stream's route, with the common ones taken short: every event to
+    the same workers, or (the per-value queries placed whole) by one attribute's value alone."""
+    if not keyed and not consts:
+        return lambda _values: whole
+    if not keyed and not whole and len(consts) == 1:
+        (at, by_value), = consts
+        get = by_value.get
+        return lambda values: get(values[at], ())
+    return lambda values: route_event(values, whole, keyed, consts, n)
 
 
 class Merge:
