@@ -153,11 +153,13 @@ class EngineThread:
                 self._apply_commands()
                 return
 
-    def _count_batch(self, batch: list) -> None:
-        """Add a batch's events per stream to the console's totals (engine thread)."""
+    def _count_batch(self, batch: list) -> Counter:
+        """Add a batch's events per stream to the console's totals (engine thread); returns them."""
         totals = self._stream_events
-        for name, n in Counter(map(_STREAM_OF, batch)).items():
+        counted = Counter(map(_STREAM_OF, batch))
+        for name, n in counted.items():
             totals[name] = totals.get(name, 0) + n
+        return counted
 
     def feed(self, batch: list) -> None:
         """Feed a batch to the engine; an event it fails on is counted and logged, the rest go on."""

@@ -3,12 +3,15 @@
 Every message is one ``send_bytes``: a tag byte, then its body.
 
 main -> worker
-  ``B``  a batch: MessagePack ``[fed, recorded, rows]``: ``fed`` the events taken
+  ``B``  a batch: MessagePack ``[fed, recorded, rows, per_stream]``: ``fed`` the events taken
          once this batch is (the state budget's check points are multiples of
          it), ``recorded`` the sheddings a recovery applies again at this point
          (``[sid, keep, reason, shared, seq]``), ``rows`` the events
-         ``[stream, t0, t1, [values...]]``: decoded once, in the main process,
-         and not pickled (MessagePack of plain values: ~0.15 µs an event each way).
+         ``[stream, [values...], t0, t1]`` (:class:`air.engine.Event`'s arguments: one
+         C-level call makes each), decoded once, in the main process, and not
+         pickled (MessagePack of plain values: ~0.15 µs an event each way);
+         ``per_stream`` their number per stream where the main process counted
+         them (nil: the worker counts them).
   ``C``  a command: pickle ``(number, name, args)``; answered by an ``A``.
   ``P``  the decisions of the last check to apply (or none): pickle ``list[Decision]``,
          answered by an ``A`` numbered 0 with the outcomes.
@@ -45,7 +48,8 @@ worker -> main
 
 from __future__ import annotations
 
-from typing import Any
+from itertools import starmap
+from typing import Any, Optional
 
 import msgspec
 
@@ -56,18 +60,19 @@ BATCH, COMMAND, APPLY = b"B", b"C", b"P"
 RESULT, ANSWER, SNAPSHOT = b"R", b"A", b"S"
 
 _encode = msgspec.msgpack.Encoder().encode
-_batch = msgspec.msgpack.Decoder(tuple[int, list, list[tuple[str, Any, Any, tuple]]])
+_batch = msgspec.msgpack.Decoder(tuple[int, list, list[tuple[str, tuple, Any, Any]], Optional[dict[str, int]]])
 _result = msgspec.msgpack.Decoder()
 
 
-def encode_batch(fed: int, recorded: list, events: list) -> bytes:
-    """A ``B`` message of ``events`` (:class:`air.engine.Event`)."""
-    return BATCH + _encode((fed, recorded, [(e.stream, e.t0, e.t1, e.values) for e in events]))
+def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
+    """A ``B`` message of ``events`` (:class:`air.engine.Event`), with their number per stream
+    when the sender has counted them (the worker counts them itself otherwise)."""
+    return BATCH + _encode((fed, recorded, [(e.stream, e.values, e.t0, e.t1) for e in events], per_stream))
 
 
-def decode_batch(body: bytes) -> tuple[int, list, list[Event]]:
-    fed, recorded, rows = _batch.decode(body)
-    return fed, recorded, [Event(stream, values, t0, t1) for stream, t0, t1, values in rows]
+def decode_batch(body: bytes) -> tuple[int, list, list[Event], dict[str, int] | None]:
+    fed, recorded, rows, per_stream = _batch.decode(body)
+    return fed, recorded, list(starmap(Event, rows)), per_stream
 
 
 def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,

@@ -265,7 +265,7 @@ class WorkerEngineThread(EngineThread):
         self._sync_watched()  # a client that came while this thread waited for events hears this batch's too
         self._sending = len(batch)  # not through yet, and not in flight yet either (:attr:`processed`)
         self.fed += len(batch)
-        self._count_batch(batch)
+        counted = self._count_batch(batch)
         n = len(self.links)
         recorded = self.recovery.take_recorded(self.fed)
         places = None
@@ -293,7 +293,7 @@ class WorkerEngineThread(EngineThread):
         for w in workers:
             mine = by_worker.get(w, [])
             sent[w] = codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
-                                         parts[w])
+                                         parts[w], counted if n == 1 else None)  # (one worker: its counts)
             try:
                 self.links[w].send(sent[w])
             except WorkerGone:  # it has just died: sent again once it is restarted

@@ -125,8 +125,9 @@ class Worker:
     def _batch(self, body: bytes) -> None:
         self.conn.send_bytes(self._feed(*codec.decode_batch(body)))
 
-    def _feed(self, fed: int, recorded: list, events: list) -> bytes:
-        """Feed a batch; its result (an ``R`` message)."""
+    def _feed(self, fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
+        """Feed a batch (``per_stream``: its events per stream, when the main process counted them);
+        its result (an ``R`` message)."""
         if self.loaded:  # what was added or imported lives long: out of the collector's reach (air/engine/memory.py)
             gc.freeze()
             self.loaded = False
@@ -134,7 +135,7 @@ class Worker:
         counts = self.stream_events
         marks: list[int] | None = [] if self.rows else None  # emissions made once each event was fed
         outbox, feed = self.outbox, eng.feed
-        for stream, n in Counter(map(_STREAM, events)).items():
+        for stream, n in (Counter(map(_STREAM, events)) if per_stream is None else per_stream).items():
             counts[stream] = counts.get(stream, 0) + n
         for ev in events:
             try:
