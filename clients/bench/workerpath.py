@@ -18,6 +18,7 @@ import gc
 import tempfile
 import threading
 import time
+from collections import Counter
 
 from air.engine.memory import raise_young_threshold
 from clients.testing.market import STOCK, increasing_query, increasing_stream, symbols
@@ -51,7 +52,10 @@ def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, see
             worker.cmd_add(f"s{i}", (increasing_query(names[i % n_symbols]),))
         worker.loaded = True  # (as the commands that add mark it: frozen before the first batch)
         ticks = increasing_stream(n_symbols, events, seed)
-        sent = [codec.encode_batch(k + batch, [], ticks[k:k + batch])[1:] for k in range(0, events, batch)]
+        # (with their events per stream, as the engine thread sends one worker's batches)
+        parts = [ticks[k:k + batch] for k in range(0, events, batch)]
+        sent = [codec.encode_batch(k + batch, [], part, Counter(e.stream for e in part))[1:]
+                for k, part in zip(range(0, events, batch), parts)]
         start = time.process_time()
         for body in sent:
             worker._batch(body)
