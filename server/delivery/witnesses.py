@@ -198,8 +198,11 @@ class NumberMap:
         if not cols.nums:
             return None
         local, local_streams = np.frombuffer(cols.nums, np.int32), np.frombuffer(cols.stream_nums, np.int32)
-        if int(local.max()) < len(self.subs) and int(local_streams.max()) < len(self.streams):
+        try:
             nums, kinds = self.subs[local], self._kinds(local_streams)
+        except IndexError:  # a number above any told
+            pass
+        else:
             if self._hold(cols, nums, kinds, wlog):
                 return nums, kinds
         # a number never told, or told for another (its telling did not come here): learnt again from the names
@@ -211,6 +214,8 @@ class NumberMap:
 
     def _kinds(self, local_streams: np.ndarray) -> np.ndarray:
         """The streams' numbers, -1 where an owner published on several."""
+        if len(self.streams) and local_streams.min() >= 0:
+            return self.streams[local_streams]
         kinds = np.full(len(local_streams), -1, np.intp)
         single = local_streams >= 0
         kinds[single] = self.streams[local_streams[single]]
@@ -458,6 +463,8 @@ class Witnesses:
         sids, streams = cols.owners, cols.streams
         if not sids:
             return True
+        if len(sids) == 1 and type(streams[0]) is str:  # (a server of few subscriptions: most batches)
+            return self._deliver_one(cols, known)
         # array operations over the batch's subscriptions (thousands a batch, a few witnesses each)
         wlog = self.witlog
         told = known.take(cols, wlog) if known is not None else None
@@ -490,6 +497,31 @@ class Witnesses:
             return self._watched_groups(cols, dict(zip(sids, starts.tolist())), dict(zip(sids, ends.tolist())))
 
         return self._log_and_offer(append, groups, total)
+
+    def _deliver_one(self, cols: Columns, known: NumberMap | None) -> bool:
+        """:meth:`deliver_columns` of one subscription's witnesses on one stream, by scalar
+        steps (an array operation's fixed cost is most of such a batch's)."""
+        wlog, sid, n = self.witlog, cols.owners[0], cols.counts[0]
+        if known is not None:
+            known.learn(cols, wlog)
+        before = self.seq.get(sid, 0)
+        if wlog.last_seq(sid) > before:
+            return self.deliver_encoded(EncodedBatch(cols.groups(), []))
+        first, last = before + 1, before + n
+        self.seq[sid] = last
+        self.owner_witnesses[sid] = self.owner_witnesses.get(sid, 0) + n
+        body = b"\x94" + cols.sids + _pack(list(range(first, last + 1))) + cols.rest
+        num = np.array([self.numbers.number(sid)])
+        stream = np.array([wlog.stream_numbers.number(cols.streams[0])])
+
+        def append() -> dict[str, int]:
+            wlog.append_packed(body, n, num, np.array([first]), np.array([last]), num, stream)
+            return {}
+
+        def groups(_cut) -> list:
+            return [] if self.hub.idle else self._watched_groups(cols, {sid: first}, {sid: last})
+
+        return self._log_and_offer(append, groups, n)
 
     def _watched_groups(self, cols: Columns, firsts: dict[str, int], lasts: dict[str, int]) -> list:
         """The numbered groups of ``cols`` some client gets (unpacked only when there are some)."""

@@ -140,16 +140,20 @@ class SeqMap(MutableMapping):
 
     # ------------------------------------------------------------------ a batch's, by numbers
     def take(self, nums: np.ndarray) -> np.ndarray:
-        """The values of ``nums`` (0 for one it does not hold)."""
-        if len(nums):
-            self._fit(int(nums.max()) + 1)
+        """The values of ``nums`` (:attr:`numbers`'; 0 for one it does not hold)."""
+        self._fit(len(self.numbers.names))
         return self.values[nums]
 
     def put(self, nums: np.ndarray, values: np.ndarray) -> None:
-        """Set the values of ``nums`` (each number once)."""
-        if not len(nums):
+        """Set the values of ``nums`` (:attr:`numbers`', each once)."""
+        self._fit(len(self.numbers.names))
+        if len(nums) == 1:  # (an array operation's fixed cost is most of it)
+            n = int(nums[0])
+            self.values[n] = values[0]
+            if not self.present[n]:
+                self.present[n] = True
+                self._n += 1
             return
-        self._fit(int(nums.max()) + 1)
         self.values[nums] = values
         fresh = ~self.present[nums]
         if fresh.any():

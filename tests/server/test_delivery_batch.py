@@ -204,3 +204,31 @@ def test_a_workers_numbers_for_subscriptions_and_streams_are_learnt_once_and_fol
     assert got == [(c.sid, list(c.seqs), c.payloads) for c in general_ch.take_all()[0]]
     general_ch.loop.close()
     packed_ch.loop.close()
+
+
+def test_a_batch_of_one_subscription_on_one_stream_is_logged_and_offered_as_the_general_way_does(tmp_path):
+    """A server of few subscriptions delivers mostly batches of one subscription's witnesses:
+    those take scalar steps (``Witnesses._deliver_one``) and still write the general way's
+    bytes, numbers, index and chunks; one made again after a restart is logged only for what is new."""
+    general, general_log, general_ch = _witnesses(tmp_path, "general")
+    packed, packed_log, packed_ch = _witnesses(tmp_path, "packed")
+    known, local = NumberMap(), LocalNumbers()
+    for i in range(3):
+        for one in ([_batch(i)[1]], [_batch(i)[0]], [("s2", ["C"], [b'{"c":%d}' % i])]):  # s2 on several, then one
+            assert general.deliver_encoded(EncodedBatch(one, []))
+            assert packed.deliver_columns(pack_columns(one, local), known)
+    assert [p.read_bytes() for p in sorted((tmp_path / "general").glob("wit-*.log"))] == \
+        [p.read_bytes() for p in sorted((tmp_path / "packed").glob("wit-*.log"))]
+    assert packed.seq == general.seq == {"s1": 9, "s2": 12} and packed.owner_witnesses == general.owner_witnesses
+    assert packed_log.publishers("C") == general_log.publishers("C") == {"s2"}
+    got = [(c.sid, list(c.seqs), c.payloads) for c in packed_ch.take_all()[0]]
+    assert got == [(c.sid, list(c.seqs), c.payloads) for c in general_ch.take_all()[0]] and got[-1][1] == [12]
+    packed.seq = {"s1": 8, "s2": 12}  # a restart: s1's last witness is made again, then a new one
+    assert packed.deliver_columns(pack_columns([("s1", ["A"], [b'{"n":22}'])], local), known)
+    assert packed_log.last_seq("s1") == 9 and packed.seq["s1"] == 9
+    assert packed.deliver_columns(pack_columns([("s1", ["A"], [b'{"n":30}'])], local), known)
+    assert list(packed_log.read("s1", 9)) == [(9, b'{"n":22}'), (10, b'{"n":30}')]
+    general_log.close()
+    packed_log.close()
+    general_ch.loop.close()
+    packed_ch.loop.close()
