@@ -87,7 +87,7 @@ class Segment:
     gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     #: batch records written and not yet in ``subs``/``streams`` (see :meth:`take_batch`)
     pending: list = field(default_factory=list)
-    _pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (sub, stream) pairs in ``streams``
+    _stream_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # see _fold
     _folding: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -126,38 +126,43 @@ class Segment:
         self.newest = now
 
     def _fold(self) -> None:
-        """Take the pending records into ``subs`` and ``streams`` (array passes; a
-        Python step per subscription of the fold, and per (subscription, stream) pair
-        not seen here before). Whoever reads waits for a fold another thread is doing."""
+        """Take the pending records into ``subs`` and ``streams``: array steps per record (by
+        the subscriptions' numbers, no sort), then a Python step per subscription the fold
+        touched, and per (subscription, stream) pair whose stream is not the last one seen of
+        its subscription here. Whoever reads waits for a fold another thread is doing."""
         with self._folding:
             pending, self.pending = self.pending, []
             if not pending:
                 return
             numbers = pending[-1][6]
             names, stream_names = numbers[0].names, numbers[1].names
-            nums = np.concatenate([p[1] for p in pending])
-            starts = np.concatenate([p[2] for p in pending])
-            ends = np.concatenate([p[3] for p in pending])
-            offs = np.repeat(np.array([p[0] for p in pending], np.int64), [len(p[1]) for p in pending])
-            u, first = np.unique(nums, return_index=True)
-            last = len(nums) - 1 - np.unique(nums[::-1], return_index=True)[1]
+            size = len(names)  # (every number of a pending record is below it)
+            first, first_off, last = np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64)
+            seen = self._stream_of  # per subscription number: 1 + the stream last seen of it here (0: none)
+            if len(seen) < size:
+                seen = self._stream_of = np.concatenate([seen, np.zeros(size - len(seen), np.int64)])
+            index = self._streams
+            for off, nums, starts, ends, pair_nums, pair_streams, _numbers in pending:  # (each number once a record)
+                new = first[nums] == 0
+                first[nums[new]] = starts[new]
+                first_off[nums[new]] = off
+                last[nums] = ends
+                tagged = pair_streams + 1
+                other = seen[pair_nums] != tagged
+                if other.any():
+                    for num, stream in zip(pair_nums[other].tolist(), pair_streams[other].tolist()):
+                        index.setdefault(stream_names[stream], set()).add(names[num])
+                    seen[pair_nums] = tagged  # (a pair each stream of one on several: any of them will do)
+            touched = np.flatnonzero(last)
             subs = self._subs
-            for num, fs, fo, ls in zip(u.tolist(), starts[first].tolist(), offs[first].tolist(),
-                                       ends[last].tolist()):
+            for num, fs, fo, ls in zip(touched.tolist(), first[touched].tolist(), first_off[touched].tolist(),
+                                       last[touched].tolist()):
                 sid = names[num]
                 sub = subs.get(sid)
                 if sub is None:
                     subs[sid] = Sub(fs, fo, ls)
                 else:
                     sub.last_seq = ls
-            pairs = np.unique((np.concatenate([p[4] for p in pending]).astype(np.int64) << 24)
-                              | np.concatenate([p[5] for p in pending]))
-            new = np.setdiff1d(pairs, self._pairs, assume_unique=True)
-            if len(new):
-                self._pairs = np.union1d(self._pairs, new)
-                index = self._streams
-                for code in new.tolist():
-                    index.setdefault(stream_names[code & 0xFFFFFF], set()).add(names[code >> 24])
 
     @property
     def index_path(self) -> Path:
