@@ -316,3 +316,42 @@ def test_a_stream_reader_leaves_a_sealed_segment_whose_last_record_is_on_another
         assert not t.is_alive(), f"the reader of {st} never reached the end of the log"
         assert read[st] == ([k for k in range(1, 30) if k % 3 == r], 0)  # every witness of its stream, no gap
     wl.close()
+
+
+def test_a_segments_index_folded_from_its_records_is_the_one_a_record_at_a_time_gives():
+    """The active segment keeps each batch record's numbers and folds them into its index when
+    read (server/durability/witrecords.py): random records (subscriptions in any order, some on
+    several streams, folds between some of them) give each subscription's first seq, first
+    record and last seq, and each stream's publishers, as indexing one record at a time does."""
+    from pathlib import Path
+
+    from server.durability.seqmap import Numbers
+    from server.durability.witrecords import Segment
+
+    rng = np.random.default_rng(7)
+    for _trial in range(100):
+        subs, streams = Numbers(), Numbers()
+        n, kinds = int(rng.integers(1, 40)), int(rng.integers(1, 5))
+        names = [f"s{i}" for i in range(n)]
+        seg, last = Segment(1, Path("unused.log")), {}
+        want_subs: dict[str, list[int]] = {}
+        want_streams: dict[str, set[str]] = {}
+        for r in range(int(rng.integers(1, 12))):
+            owners = [names[i] for i in rng.choice(n, int(rng.integers(1, n + 1)), replace=False)]
+            counts = rng.integers(1, 4, len(owners))
+            starts = np.array([last.get(s, 0) + 1 for s in owners])
+            ends = starts + counts - 1
+            pair_sids, pair_streams = [], []
+            for s, c, first, end in zip(owners, counts.tolist(), starts.tolist(), ends.tolist()):
+                last[s] = end
+                want_subs.setdefault(s, [first, r * 100, end])[2] = end
+                for _ in range(c):
+                    pair_sids.append(s)
+                    pair_streams.append(f"T{int(rng.integers(0, kinds))}")
+                    want_streams.setdefault(pair_streams[-1], set()).add(s)
+            seg.take_batch(r * 100, 100, int(counts.sum()), (subs, streams), subs.array(owners), starts, ends,
+                           subs.array(pair_sids), streams.array(pair_streams), 0.0)
+            if rng.random() < 0.3:
+                assert seg.subs.keys() <= want_subs.keys()  # a reader: folded so far
+        assert {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()} == want_subs
+        assert seg.streams == want_streams
