@@ -368,7 +368,7 @@ class WitnessLog:
                 self._fd = None
                 self._unsynced.append(seg.path)
         tmp = seg.index_path.with_suffix(".tmp")
-        seg.sealed = True
+        seg.seal()
         try:
             fsio.write_file(tmp, seg.index_bytes())
             fsio.replace(tmp, seg.index_path)

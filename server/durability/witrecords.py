@@ -125,6 +125,12 @@ class Segment:
         self.size = off + size
         self.newest = now
 
+    def seal(self) -> None:
+        """No record comes any more: its index is folded, and what folding kept goes."""
+        self._fold()
+        self.sealed = True
+        self._stream_of = np.zeros(0, np.int64)
+
     def _fold(self) -> None:
         """Take the pending records into ``subs`` and ``streams``: array steps per record (by
         the subscriptions' numbers, no sort), then a Python step per subscription the fold
