@@ -72,8 +72,6 @@ import logging
 import os
 import threading
 import time
-from itertools import repeat
-from operator import le
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -402,7 +400,8 @@ class WitnessLog:
             return dropped
         lasts = dict(zip(sids, seqs))
         firsts = dict(zip(reversed(sids), reversed(seqs))) if len(lasts) > 1 else {sids[0]: seqs[0]}
-        if any(map(le, firsts.values(), map(last.get, firsts, repeat(0)))):  # re-produced: keep only what is new
+        nums = self.numbers.array(list(lasts))
+        if self.holds_any(nums, np.array(list(map(firsts.__getitem__, lasts)))):  # re-produced: keep only what is new
             dropped = [j for j, (a, n) in enumerate(zip(sids, seqs)) if n <= last.get(a, 0)]
             gone = set(dropped)
             idx = [j for j in range(len(sids)) if j not in gone]
@@ -413,9 +412,9 @@ class WitnessLog:
                 return dropped
             lasts = dict(zip(sids, seqs))
             firsts = dict(zip(reversed(sids), reversed(seqs)))
+            nums = self.numbers.array(list(lasts))
         rec = _encode(_BATCH, len(sids), b"", b"", _pack((sids, seqs, streams, payloads)))
-        owners = list(lasts)
-        self._write(rec, len(sids), self.numbers.array(owners), np.array(list(map(firsts.__getitem__, owners))),
+        self._write(rec, len(sids), nums, np.array(list(map(firsts.__getitem__, lasts))),
                     np.array(list(lasts.values())), self.numbers.array(sids), self.stream_numbers.array(streams))
         return dropped
 
