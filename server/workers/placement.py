@@ -299,9 +299,8 @@ class Placement:
 
 def route_event(values: Sequence, whole: tuple[int, ...], keyed: tuple[int, ...], consts: tuple,
                 workers: int) -> tuple[int, ...] | list[int]:
-    """The workers an event with ``values`` goes to, in order, by its stream's :meth:`Placement.route`."""
-    if not keyed and not consts:
-        return whole
+    """The workers an event with ``values`` goes to, in order, by its stream's :meth:`Placement.route`
+    (rows.py takes the routes of neither keys nor values short)."""
     out = set(whole)
     for i in keyed:
         out.add(key_group(values[i], workers))
