@@ -37,7 +37,7 @@ from air.formats import encode_emissions
 from air.model import StreamSchema
 from server.delivery.hub import Chunk, ClientChannel, NotifierHub
 from server.durability.diskfull import DiskFull
-from server.durability.seqmap import Numbers, SeqMap
+from server.durability.seqmap import Numbers, SeqMap, grown
 from server.durability.witlog import WitnessLog
 from server.durability.witrecords import pack_batch as _pack
 from server.observability.counters import CLIENT_DROPS, Count
@@ -179,9 +179,7 @@ class NumberMap:
     @staticmethod
     def _told(known: np.ndarray, pairs, numbers: Numbers) -> np.ndarray:
         if pairs:
-            top = max(pairs[0::2]) + 1
-            if top > len(known):
-                known = np.concatenate([known, np.full(max(top, 2 * len(known)) - len(known), -1, np.intp)])
+            known = grown(known, max(pairs[0::2]) + 1, -1)
             for k, name in zip(pairs[0::2], pairs[1::2]):
                 known[k] = numbers.number(name)
         return known
@@ -477,26 +475,33 @@ class Witnesses:
         ends = befores + ns
         self.seq.put(nums, ends)
         self.owner_witnesses.add(nums, ns)
-        total = int(ns.sum())
-        numbers = np.arange(1, total + 1) + np.repeat(befores - (np.cumsum(ns) - ns), ns)
-        body = b"\x94" + cols.sids + _pack(numbers.tolist()) + cols.rest
+        numbers = np.arange(1, int(ns.sum()) + 1) + np.repeat(befores - (np.cumsum(ns) - ns), ns)
         if kinds is not None and int(kinds.min()) >= 0:
             pair_nums, pair_streams = nums, kinds
         else:  # by the names; some may publish on several streams: a pair each
             pairs = [(n, s) for n, st in zip(nums.tolist(), streams) for s in ((st,) if type(st) is str else st)]
             pair_nums = np.array([p[0] for p in pairs], np.intp)
             pair_streams = wlog.stream_numbers.array([p[1] for p in pairs])
+        return self._log_columns(cols, numbers.tolist(), nums, starts, ends, pair_nums, pair_streams)
+
+    def _log_columns(self, cols: Columns, seqs: list[int], nums: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     pair_nums: np.ndarray, pair_streams: np.ndarray) -> bool:
+        """Write ``cols`` numbered ``seqs`` as the record the worker packed, with the index's
+        numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups."""
+        wlog = self.witlog
+        body = b"\x94" + cols.sids + _pack(seqs) + cols.rest
 
         def append() -> dict[str, int]:
-            wlog.append_packed(body, total, nums, starts, ends, pair_nums, pair_streams)
+            wlog.append_packed(body, len(seqs), nums, starts, ends, pair_nums, pair_streams)
             return {}
 
         def groups(_cut) -> list:
             if self.hub.idle:
                 return []
+            sids = cols.owners
             return self._watched_groups(cols, dict(zip(sids, starts.tolist())), dict(zip(sids, ends.tolist())))
 
-        return self._log_and_offer(append, groups, total)
+        return self._log_and_offer(append, groups, len(seqs))
 
     def _deliver_one(self, cols: Columns, known: NumberMap | None) -> bool:
         """:meth:`deliver_columns` of one subscription's witnesses on one stream, by scalar
@@ -510,18 +515,9 @@ class Witnesses:
         first, last = before + 1, before + n
         self.seq[sid] = last
         self.owner_witnesses[sid] = self.owner_witnesses.get(sid, 0) + n
-        body = b"\x94" + cols.sids + _pack(list(range(first, last + 1))) + cols.rest
         num = np.array([self.numbers.number(sid)])
-        stream = np.array([wlog.stream_numbers.number(cols.streams[0])])
-
-        def append() -> dict[str, int]:
-            wlog.append_packed(body, n, num, np.array([first]), np.array([last]), num, stream)
-            return {}
-
-        def groups(_cut) -> list:
-            return [] if self.hub.idle else self._watched_groups(cols, {sid: first}, {sid: last})
-
-        return self._log_and_offer(append, groups, n)
+        return self._log_columns(cols, list(range(first, last + 1)), num, np.array([first]), np.array([last]), num,
+                                 np.array([wlog.stream_numbers.number(cols.streams[0])]))
 
     def _watched_groups(self, cols: Columns, firsts: dict[str, int], lasts: dict[str, int]) -> list:
         """The numbered groups of ``cols`` some client gets (unpacked only when there are some)."""

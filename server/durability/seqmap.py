@@ -18,6 +18,15 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequenc
 import numpy as np
 
 
+def grown(a: np.ndarray, size: int, fill=0) -> np.ndarray:
+    """``a``, or a copy of it at least ``size`` long (twice as long at least), the new places ``fill``."""
+    if size <= len(a):
+        return a
+    out = np.full(max(size, 2 * len(a)), fill, a.dtype)
+    out[:len(a)] = a
+    return out
+
+
 class Numbers:
     """Subscription id -> number. Numbers are given under a lock (the engine
     thread gives most; recovery and the API's threads some); looking one up
@@ -67,13 +76,8 @@ class SeqMap(MutableMapping):
 
     def _fit(self, size: int) -> None:
         if size > len(self.present):
-            cap = max(size, 2 * len(self.present))
-            values = np.zeros(cap, np.int64)
-            values[:len(self.values)] = self.values
-            present = np.zeros(cap, np.bool_)
-            present[:len(self.present)] = self.present
-            self.values = values
-            self.present = present
+            self.values = grown(self.values, size)
+            self.present = grown(self.present, size, False)
 
     # ------------------------------------------------------------------ a dict's
     def __getitem__(self, sid: str) -> int:

@@ -30,6 +30,7 @@ import numpy as np
 
 from server.durability import framing
 from server.durability.framing import BadRecord
+from server.durability.seqmap import grown
 
 NAMES = framing.SegmentNames("wit-", 12, ".log")
 BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
@@ -144,9 +145,8 @@ class Segment:
             names, stream_names = numbers[0].names, numbers[1].names
             size = len(names)  # (every number of a pending record is below it)
             first, first_off, last = np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64)
-            seen = self._stream_of  # per subscription number: 1 + the stream last seen of it here (0: none)
-            if len(seen) < size:
-                seen = self._stream_of = np.concatenate([seen, np.zeros(size - len(seen), np.int64)])
+            # per subscription number: 1 + the stream last seen of it here (0: none)
+            seen = self._stream_of = grown(self._stream_of, size)
             index = self._streams
             for off, nums, starts, ends, pair_nums, pair_streams, _numbers in pending:  # (each number once a record)
                 new = first[nums] == 0
