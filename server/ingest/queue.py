@@ -86,6 +86,7 @@ class DelayQueue:
         self._closed = False
         self._draining = False
         self._woken = False
+        self._nudged = False
         self.last_released = None
         self.released_at = time.monotonic()  # when events last left (for /health's stall report)
         self.event_time = event_time
@@ -259,8 +260,8 @@ class DelayQueue:
 
     def get_batch(self, max_items: int, timeout: float) -> list[Event]:
         """Up to ``max_items`` events whose release time has come, in t1 order.
-        Waits at most ``timeout`` seconds for the first one; [] on timeout or
-        when :meth:`wake` was called."""
+        Waits at most ``timeout`` seconds for the first one; [] on timeout, when
+        :meth:`wake` was called, or when :meth:`nudge` was and none may leave yet."""
         deadline = time.monotonic() + timeout
         with self._not_empty:
             while True:
@@ -271,12 +272,16 @@ class DelayQueue:
                 if head is not None:
                     horizon = self.horizon()
                     if head < horizon or self._draining:
+                        self._nudged = False
                         return self._pop_ready(max_items, horizon)
                     # until the head's release time, no later: a wake-up a little early waits again
                     # for the rest (an added half millisecond made every event with a delay T later)
                     wait = None if self.event_time else (head - horizon) * self.unit_s
                 else:  # empty (closed or not): wait for events, wake() or the timeout
                     wait = None
+                if self._nudged:
+                    self._nudged = False
+                    return []
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
@@ -343,6 +348,14 @@ class DelayQueue:
                 self._tail_t1 = None
             self._not_full.notify_all()
         return out
+
+    def nudge(self) -> None:
+        """Make the waiting (or the next) :meth:`get_batch` return now, with the events
+        that may leave if there are any (unlike :meth:`wake`), [] otherwise: an engine
+        worker's result has come back (server/workers/dispatch.py waits here for either)."""
+        with self._lock:
+            self._nudged = True
+            self._not_empty.notify_all()
 
     def wake(self) -> None:
         """Make the waiting (or the next) :meth:`get_batch` return at once,

@@ -51,6 +51,10 @@ log = logging.getLogger("cayuga.daemon")
 #: thread delivers the last one's witnesses, few enough to bound what a crash replays.
 MAX_IN_FLIGHT = 3
 
+#: Seconds the loop waits for events while batches are out before it looks at the
+#: workers again (a result back, or a worker's end, ends the wait sooner).
+RESULT_WAIT = 0.05
+
 
 @dataclass
 class Flight:
@@ -75,6 +79,8 @@ class WorkerEngineThread(EngineThread):
     def __init__(self, engine, queue, settings, counters, latency, stopping, links: list[WorkerLink]) -> None:
         super().__init__(engine, queue, settings, counters, latency, stopping)
         self.links = links
+        for link in links:  # a result back wakes this thread where it waits for events (see _loop)
+            link.on_result = queue.nudge
         self.placement = engine.placement
         self.in_flight: deque[Flight] = deque()
         self._sending = 0  # the events of a batch being dealt to the workers
@@ -246,15 +252,16 @@ class WorkerEngineThread(EngineThread):
             if not in_flight and checkpoints.due(now):
                 checkpoints.take(now)
             batch = None
-            if len(in_flight) < MAX_IN_FLIGHT:
-                limit = min(size, budget.until_check(self.fed))
-                if recovery.due:
-                    limit = min(limit, recovery.due[0][0] - self.fed)
-                wait = 0.0 if in_flight else budget.idle(now)
-                batch = queue.get_batch(limit, timeout=wait) if limit > 0 else None
+            limit = min(size, budget.until_check(self.fed)) if len(in_flight) < MAX_IN_FLIGHT else 0
+            if limit > 0 and recovery.due:
+                limit = min(limit, recovery.due[0][0] - self.fed)
+            if limit > 0:
+                # events that come while batches are out go at once (not after those are back):
+                # a result back ends the wait too (the links nudge the queue)
+                batch = queue.get_batch(limit, timeout=RESULT_WAIT if in_flight else budget.idle(now))
                 if batch:
                     self._send(batch)
-            if in_flight and not batch:
+            elif in_flight:
                 if not self._take_results(block=True):
                     return
             if self.stopping.is_set() and not batch and not len(queue) and not in_flight:

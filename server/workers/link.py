@@ -5,9 +5,10 @@ Messages go out in one order â€” whoever sends, under :attr:`WorkerLink.lock` â€
 and the worker handles them in that order. What comes back is read by a
 thread of its own (``cayuga-worker-reader``), so that the worker never waits
 on a full pipe while the main process is busy writing: a command's answer
-resolves its future there; a batch's result, and the answer to ``P``, go on
+resolves its future there; a batch's result goes on
 :attr:`WorkerLink.results` (and the answer to ``P`` on :attr:`WorkerLink.applied`),
-for the engine thread (server/workers/dispatch.py) to take in order; a
+for the engine thread (server/workers/dispatch.py) to take in order, and
+``on_result`` tells it one is there; a
 snapshot's end goes to ``on_snapshot``.
 """
 
@@ -51,6 +52,9 @@ class WorkerLink:
         self.results: stdqueue.Queue = stdqueue.Queue()
         self.applied: stdqueue.Queue = stdqueue.Queue()  # the answers to P (what applying decisions removed)
         self.on_snapshot: Callable[[int], None] | None = None
+        #: called once a result (or the word that the worker has gone) is on :attr:`results`: the
+        #: engine thread waits for either that or new events (server/workers/dispatch.py)
+        self.on_result: Callable[[], None] | None = None
         self._numbers = itertools.count(1)
         self._pending: dict[int, Future] = {}
         self._reader: threading.Thread | None = None
@@ -133,6 +137,8 @@ class WorkerLink:
             tag, body = msg[:1], msg[1:]
             if tag == codec.RESULT:
                 self.results.put((tag, body))
+                if self.on_result is not None:
+                    self.on_result()
             elif tag == codec.ANSWER:
                 number, ok, value = pickle.loads(body)
                 if number == 0:  # the answer to the decisions of a check (P)
@@ -158,6 +164,8 @@ class WorkerLink:
                 fut.set_exception(WorkerGone(self.gone))
         self._pending.clear()
         self.results.put((b"", None))  # wakes the engine thread
+        if self.on_result is not None:
+            self.on_result()
 
     # ------------------------------------------------------------------ stopping
 

@@ -190,6 +190,7 @@ class Restarter:
         unanswered = t._deciding.pop(w, ([], 0))  # recorded: the catch-up applies them at their point
         link = WorkerLink(old.settings, name=old.name)
         link.on_snapshot = old.on_snapshot
+        link.on_result = old.on_result
         old.stop(timeout=5)  # (it has ended: this reaps it and closes its end)
         if t.checkpoints is not None:
             t.checkpoints.snapshotter.remote_lost(f"{old.name} died")

@@ -114,6 +114,29 @@ def test_ties_keep_arrival_order_and_batches_are_bounded():
     assert q.get_batch(4, timeout=0.01) == events[4:]
 
 
+def test_a_nudge_ends_the_wait_with_what_may_leave_and_a_wake_with_nothing():
+    """nudge (an engine worker's result is back: server/workers/dispatch.py waits here for
+    either that or events) ends a get_batch's wait, or the next one's; unlike wake it
+    still hands out the events that may leave."""
+    q = DelayQueue(capacity=10, delay=0, clock=Clock(1000.0))
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(q.get_batch(10, timeout=60)))
+    t.start()
+    wait_until(lambda: len(q._not_empty._waiters) == 1, what="the engine thread waiting")
+    q.nudge()
+    t.join(10)
+    assert not t.is_alive() and got == [[]]  # nothing had come: [] at once, not after 60 s
+    q.nudge()  # before the call: the next one returns at once ...
+    assert q.get_batch(10, timeout=60) == []
+    q.put(ev(7))
+    q.nudge()  # ... with the events that may leave, when there are some
+    assert [e.t1 for e in q.get_batch(10, timeout=60)] == [7]
+    q.wake()
+    q.put(ev(9))
+    assert q.get_batch(10, timeout=60) == []  # a wake hands out nothing (commands go first)
+    assert [e.t1 for e in q.get_batch(10, timeout=60)] == [9]
+
+
 def test_a_full_queue_blocks_producers_until_there_is_room():
     q = DelayQueue(capacity=2, delay=0, clock=Clock(1000.0))
     q.put(ev(1))

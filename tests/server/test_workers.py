@@ -8,6 +8,7 @@ exactly; the worker's death is said on /health; and nothing is left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -144,6 +145,30 @@ def test_the_workers_death_is_said_and_nothing_is_left_running(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(p, 0)
     assert_no_cayuga_threads()
+
+
+def test_events_go_to_the_worker_while_its_batches_are_out(tmp_path):
+    """Events that come while a batch is out at the worker are sent at once (up to
+    MAX_IN_FLIGHT batches), not once it is back: with the worker stopped (SIGSTOP) the
+    first batch stays out and the second goes anyway; once the worker goes on, both
+    witnesses come, in order."""
+    s = make_settings(tmp_path, time="event", engine_workers=1)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel="SELECT * FROM FILTER{Price > 0}(Stock) PUBLISH Up")["id"]
+        pid = srv.daemon.links[0].process.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            c.post_events([stock("A", 1.0, 1, 1)])
+            wait_until(lambda: c.health()["workers"][0]["in_flight_batches"] == 1, what="the first batch out")
+            c.post_events([stock("B", 2.0, 1, 2)])
+            wait_until(lambda: c.health()["workers"][0]["in_flight_batches"] == 2,
+                       what="the second batch sent while the first is out")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: c.subscription(sid)["last_seq"] == 2, what="both witnesses")
+        got = logged_witnesses(srv.base_url, sid, 2)
+        assert [(n, json.loads(w)["Name"]) for n, w in got] == [(1, "A"), (2, "B")]
+        assert c.health()["workers"][0]["in_flight_batches"] == 0
 
 
 def test_cayuga_serve_with_a_worker_stops_cleanly_and_leaves_no_process(tmp_path):
