@@ -10,7 +10,8 @@ must give exactly those (as multisets, with their t0 and t1):
    (each in a child process, tests/engine/oracle_probe.py) under every engine
    switch combination (indexes, state merging), and by the AIR oracle
    (tests/oracle/machine.py): a compiler bug and an engine bug show apart;
-2. a batch of the cases through a real server (``POST /subscriptions`` with
+2. a batch of the cases through a real server, with one engine worker and with two
+   (``POST /subscriptions`` with
    ``{"sase": ...}``, events over REST, witnesses from the witness log) and
    through ``cayuga run --query q.sase``.
 
@@ -28,6 +29,8 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
+
 from air.airxml import dump_air
 from air.model import Attribute, StreamSchema
 from air.sase import compile_sase
@@ -37,7 +40,7 @@ from clients.testing.witnesses import logged_witnesses
 from tests.oracle import Event, Oracle, read_air, sase_gen
 from tests.oracle.sase import Sase
 from tests.oracle.test_differential import LONG, ROOT, SEED, builds, probe
-from tests.server.conftest import server, start_server  # noqa: F401  (fixtures)
+from tests.server.conftest import start_server  # noqa: F401  (a fixture)
 
 CASES = 1500 if LONG else 150
 THROUGH = 80 if LONG else 16  # cases through the server and cayuga run
@@ -128,7 +131,9 @@ def _witness(line: dict) -> tuple:
     return tuple(v for k, v in line.items() if k not in ("stream", "t0", "t1")), line["t0"], line["t1"]
 
 
-def test_random_sase_through_the_server_gives_the_oracles_matches(server):
+@pytest.mark.parametrize("workers", [1, 2])  # (the default; and two: dealt whole or row-scaled, issue 32)
+def test_random_sase_through_the_server_gives_the_oracles_matches(start_server, workers):
+    server = start_server(engine_workers=workers)
     batch, lines = _batch()
     with CayugaClient(server.base_url) as client:
         for _, streams, _, _ in batch:
