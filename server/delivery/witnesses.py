@@ -263,9 +263,12 @@ class WitnessEncoder:
         if outs:
             payloads, streams = self._encode(outs, False)
             spans, at = {}, 0
-            for owner, n in Counter(map(_OWNER, outs)).items():  # (in the sorted order: first seen first)
-                spans[owner] = (at, at + n)
-                at += n
+            if len(owners) == 1:  # (the common case of a heavy query: no pass to count them)
+                spans[next(iter(owners))] = (0, len(outs))
+            else:
+                for owner, n in Counter(map(_OWNER, outs)).items():  # (in the sorted order: first seen first)
+                    spans[owner] = (at, at + n)
+                    at += n
             for owner in owners:
                 span = spans.get(owner)
                 if span is not None:
