@@ -1,10 +1,11 @@
-"""The differential tests through a server with two engine workers (issue 32, item 4).
+"""The differential tests through a server with engine workers (issue 32, item 4).
 
 Random CEL (tests/oracle/cel_gen.py) and the conformance corpus
 (tests/conformance/cel) are registered on a real server with ``engine_workers:
-2`` and the shipped ``row_scaling: auto``: a query with a partition key that
-keeps instances is split over both workers by its key's value (each event goes
-to its value's worker, the two workers' witnesses merged before they are
+2`` (random CEL also at 4) and the shipped ``row_scaling: auto``: a query with
+a partition key that keeps instances is split over all the workers by its
+key's value (each event goes
+to its value's worker, the workers' witnesses merged before they are
 numbered), every other one is dealt whole to one worker. The events are posted
 in ``t1`` order; each subscription's witnesses, read back from its witness log,
 must be numbered 1 to n without a gap and be exactly what the oracle's CEL
@@ -23,6 +24,8 @@ import json
 import random
 import re
 from collections import Counter
+
+import pytest
 
 from air.cel import CelError, compile_cel
 from clients.client import CayugaClient
@@ -57,11 +60,11 @@ def _witness(line: dict) -> tuple:
     return typed(v for k, v in line.items() if k not in ("stream", "t0", "t1")), line["t0"], line["t1"]
 
 
-def _through_two_workers(tmp_path, decl: dict, queries: list[tuple[str, dict]], events: list) -> dict:
+def _through_workers(tmp_path, decl: dict, queries: list[tuple[str, dict]], events: list, workers: int = 2) -> dict:
     """``queries``: (CEL, the oracle's witnesses by published stream, None for the query's output),
-    registered on a server with two workers and fed ``events``. Asserts every subscription's
+    registered on a server with ``workers`` engine workers and fed ``events``. Asserts every subscription's
     witnesses; returns how the subscriptions were placed (``runs_on`` -> how many)."""
-    s = make_settings(tmp_path, time="event", engine_workers=2)
+    s = make_settings(tmp_path, time="event", engine_workers=workers)
     placed: Counter = Counter()
     with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
         for name, attrs in decl.items():
@@ -106,7 +109,8 @@ def keyed_query(rng: random.Random, i: int) -> str:
     return f"{base} NEXT{{$1.{key} = $2.{key} AND ({pred})}} {base} PUBLISH Keyed_{i}"
 
 
-def test_random_cel_through_two_workers_gives_the_oracles_witnesses(tmp_path):
+@pytest.mark.parametrize("workers", [2, 4])
+def test_random_cel_through_workers_gives_the_oracles_witnesses(tmp_path, workers):
     print(replay())
     rng = random.Random(SEED ^ 0x32)
     decl, product = cel_gen.STREAMS, schemas(cel_gen.STREAMS)
@@ -129,10 +133,10 @@ def test_random_cel_through_two_workers_gives_the_oracles_witnesses(tmp_path):
             skipped["too large"] += 1
             continue
         queries.append((text, want))
-    placed = _through_two_workers(tmp_path, decl, queries, events)
+    placed = _through_workers(tmp_path, decl, queries, events, workers)
     witnesses = sum(sum(c.values()) for _, want in queries for c in want.values())
     print(f"{len(queries)} queries ({dict(placed)}), {dict(skipped)} skipped, {witnesses} witnesses")
-    assert placed["row-scaled"] and placed["worker 0"] and placed["worker 1"], placed  # every placement is met
+    assert placed["row-scaled"] and all(placed[f"worker {w}"] for w in range(workers)), placed  # every placement
     assert witnesses > len(queries) and skipped["too large"] < len(queries) // 4  # not vacuous
 
 
@@ -149,7 +153,7 @@ def test_the_corpus_through_two_workers_gives_the_oracles_witnesses(tmp_path):
         events = [Event(e.stream, tuple(e.values), e.t0, e.t1) for e in corpus_events(seed)]
         for i, group in enumerate(groups):
             queries = [(text, _oracle(text, CORPUS_DECL, events)) for text in group]
-            placed += _through_two_workers(tmp_path / f"seed{seed}-{i}", CORPUS_DECL, queries, events)
+            placed += _through_workers(tmp_path / f"seed{seed}-{i}", CORPUS_DECL, queries, events)
             witnesses += sum(sum(c.values()) for _, want in queries for c in want.values())
     print(f"{len(texts)} corpus queries over {CORPUS_SEEDS} streams ({dict(placed)}), {witnesses} witnesses")
     assert len(texts) >= 45 and len(feeds) == 1 and placed["row-scaled"] and witnesses > 1000
