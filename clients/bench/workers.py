@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from clients.bench.runner import metric
 from clients.bench.server_e2e import server_process
 from clients.testing import cayuga_command, cayuga_env
 from clients.testing.market import RISING, increasing_cel, increasing_stream, symbols, write_ticks
@@ -72,6 +73,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 for k in range(0, len(texts), 5000):
                     client.subscribe_many(texts[k:k + 5000])
                 registered = time.perf_counter() - start
+                cpu = _cpu(client)
                 start = time.perf_counter()
                 send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
                                       capture_output=True, text=True, timeout=3600)
@@ -80,15 +82,27 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 while client.health()["events_taken"] < events:
                     time.sleep(0.02)
                 seconds = time.perf_counter() - start
+                after = _cpu(client)
+                main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
                 h = client.health()
                 subs = [client.subscription(x["id"]) for x in client.subscriptions()] if query == "rising" else []
                 out["runs"].append({"engine_workers": w, "register_s": round(registered, 2),
                                     "seconds": round(seconds, 2), "events_per_second": round(events / seconds),
                                     "status": h["status"],
                                     "per_worker_subscriptions": [x["subscriptions"] for x in h["workers"]],
+                                    # cores each process used while the events went through: the main
+                                    # process near 1.0 is the ceiling that more workers cannot lift
+                                    "main_cores": round(main_cpu / seconds, 2),
+                                    "worker_cores": [round(c / seconds, 2) for c in workers_cpu],
                                     **({"runs_on": subs[0]["runs_on"], "witnesses": sum(x["last_seq"] for x in subs)}
                                        if subs else {})})
     base = out["runs"][0]["events_per_second"]
     for r in out["runs"]:
         r["over_first"] = round(r["events_per_second"] / base, 2)
     return out
+
+
+def _cpu(client) -> tuple[float, list[float]]:
+    """CPU seconds so far of the server's process and of each engine worker."""
+    workers = client.health()["workers"]
+    return metric(client, "process_cpu_seconds_total"), [w["cpu_seconds"] or 0.0 for w in workers]

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 32's many-core figures in one run, for the `device` machine (16 cores; ../shared/DEVICE.md):
+#
+#   bash clients/bench/device.sh "$OUT"       # there, after `source .devkit/setup`
+#   SMALL=1 PYTHON=.venv/bin/python bash clients/bench/device.sh /tmp/out   # a dry run here, small loads
+#
+# Each benchmark's JSON goes to OUT/<name>.json and its stderr to OUT/<name>.err; OUT/log.txt
+# says when each ran and its exit code, OUT/machine.txt what ran them. At full size it takes
+# about four minutes on 16 cores (each command is cut at LIMIT seconds, 240 by default):
+#   workers16    the 10,000 per-symbol queries at 1, 2, 4, 8, 16 workers (target: >= 10x at 16)
+#   rising8      the README's Rising, row-scaled, at 1, 2, 4, 8 workers (target: >= 5x at 8)
+#   latency_1    TCP in -> WebSocket out at the default (1 worker)   (target: p99 <= 5 ms at 50K/s)
+#   latency_auto the same with engine_workers: auto (the cores but one)
+#   server       bench server --queries rising at the default, against cayuga run
+set -u
+OUT=${1:?usage: bash clients/bench/device.sh OUT_DIR}
+PY=${PYTHON:-python3}
+LIMIT=${LIMIT:-240}
+mkdir -p "$OUT"
+if [ "${SMALL:-0}" = 1 ]; then
+  QUERIES=200 EVENTS=5000 TICKS=20000 PER_RATE=1
+else
+  QUERIES=10000 EVENTS=200000 TICKS=1000000 PER_RATE=5
+fi
+{ echo "cores: $(nproc)"; "$PY" --version; uname -a; uptime; } > "$OUT/machine.txt" 2>&1
+
+run() {  # run NAME [ENV=VALUE ...] -- BENCH ARGS...
+  local name=$1 rc
+  shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  echo "== $name start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/log.txt"
+  env ${envs[@]+"${envs[@]}"} timeout "$LIMIT" "$PY" -m clients.cli bench "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  rc=$?
+  echo "== $name rc=$rc end $(date -u +%T)" >> "$OUT/log.txt"
+}
+
+run workers16 -- workers --workers 1,2,4,8,16 --queries "$QUERIES" --events "$EVENTS"
+run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
+run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+run server -- server --queries rising --events "$TICKS"
+echo "done $(date -u +%T)" >> "$OUT/log.txt"
