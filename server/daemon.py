@@ -271,7 +271,7 @@ class Daemon:
                 # their witnesses must come back with the numbers they had
                 self.store.set_witness_base(self.witnesses.seq)
         self.receiver = self.health.receiver = TcpReceiver(
-            st.host, st.tcp_port, self.queue, self.engine.schema, self.now, self.counters,
+            st.host, st.tcp_port, self.queue, self.engine.schema, self.health.now, self.counters,
             max_connections=st.max_connections, max_line_bytes=st.max_line_bytes,
             time_unit_ms=st.time_unit_ms, streams=lambda: list(self.declared),
             max_per_address=st.max_connections_per_address, idle_timeout=st.idle_timeout,

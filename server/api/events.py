@@ -57,7 +57,7 @@ async def post_events(request: Request, d: DaemonDep, who: Ingest) -> EventsOut:
         d.counters.add(Count.HTTP_NOT_JSON)
         raise HTTPException(415, detail=f"the body must be JSON (content-type: application/json), not {ctype!r}")
     body = await request.body()
-    decoder = JsonDecoder(d.engine.schema, clock=d.now if d.settings.time == "clock" else None,
+    decoder = JsonDecoder(d.engine.schema, clock=d.health.now if d.settings.time == "clock" else None,
                           time_unit_ms=d.settings.time_unit_ms, streams=d.declared)
     try:
         events, errors = decoder.decode_document(body)
