@@ -3,15 +3,17 @@
 Every message is one ``send_bytes``: a tag byte, then its body.
 
 main -> worker
-  ``B``  a batch: MessagePack ``[fed, recorded, rows, per_stream]``: ``fed`` the events taken
-         once this batch is (the state budget's check points are multiples of
-         it), ``recorded`` the sheddings a recovery applies again at this point
-         (``[sid, keep, reason, shared, seq]``), ``rows`` the events
-         ``[stream, [values...], t0, t1]`` (:class:`air.engine.Event`'s arguments: one
-         C-level call makes each), decoded once, in the main process, and not
-         pickled (MessagePack of plain values: ~0.15 µs an event each way);
-         ``per_stream`` their number per stream where the main process counted
-         them (nil: the worker counts them).
+  ``B``  a batch: MessagePack ``[fed, recorded, streams, values, t0s, t1s, per_stream]``:
+         ``fed`` the events taken once this batch is (the state budget's check
+         points are multiples of it), ``recorded`` the sheddings a recovery
+         applies again at this point (``[sid, keep, reason, shared, seq]``), then
+         the events as columns of :class:`air.engine.Event`'s arguments (one
+         C-level call makes them all): their streams (one name where they are
+         all of one stream), their values (``[[values...], ...]``), their
+         ``t0`` (nil where each is its ``t1``: point events) and their ``t1``;
+         decoded once, in the main process, and not pickled (MessagePack of
+         plain values); ``per_stream`` their number per stream where the main
+         process counted them (nil: the worker counts them).
   ``C``  a command: pickle ``(number, name, args)``; answered by an ``A``.
   ``P``  the decisions of the last check to apply (or none): pickle ``list[Decision]``,
          answered by an ``A`` numbered 0 with the outcomes.
@@ -48,8 +50,9 @@ worker -> main
 
 from __future__ import annotations
 
-from itertools import starmap
-from typing import Any, Optional
+from itertools import repeat
+from operator import attrgetter, is_
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -60,19 +63,32 @@ BATCH, COMMAND, APPLY = b"B", b"C", b"P"
 RESULT, ANSWER, SNAPSHOT = b"R", b"A", b"S"
 
 _encode = msgspec.msgpack.Encoder().encode
-_batch = msgspec.msgpack.Decoder(tuple[int, list, list[tuple[str, tuple, Any, Any]], Optional[dict[str, int]]])
+_batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],
+                                       Optional[dict[str, int]]])
+_STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", "t1"))
 _result = msgspec.msgpack.Decoder()
 
 
 def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
     """A ``B`` message of ``events`` (:class:`air.engine.Event`), with their number per stream
     when the sender has counted them (the worker counts them itself otherwise)."""
-    return BATCH + _encode((fed, recorded, [(e.stream, e.values, e.t0, e.t1) for e in events], per_stream))
+    t0s, t1s = list(map(_T0, events)), list(map(_T1, events))
+    if all(map(is_, t0s, t1s)):  # point events (the same object: an int t0 beside a float t1 is kept apart)
+        t0s = None
+    if per_stream is not None and len(per_stream) == 1:
+        streams = next(iter(per_stream))
+    else:
+        streams = list(map(_STREAM, events))
+        if streams and streams.count(streams[0]) == len(streams):
+            streams = streams[0]
+    return BATCH + _encode((fed, recorded, streams, list(map(_VALUES, events)), t0s, t1s, per_stream))
 
 
 def decode_batch(body: bytes) -> tuple[int, list, list[Event], dict[str, int] | None]:
-    fed, recorded, rows, per_stream = _batch.decode(body)
-    return fed, recorded, list(starmap(Event, rows)), per_stream
+    fed, recorded, streams, values, t0s, t1s, per_stream = _batch.decode(body)
+    if isinstance(streams, str):
+        streams = repeat(streams, len(values))
+    return fed, recorded, list(map(Event, streams, values, t1s if t0s is None else t0s, t1s)), per_stream
 
 
 def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,

@@ -232,3 +232,29 @@ def test_a_batch_of_one_subscription_on_one_stream_is_logged_and_offered_as_the_
     packed_log.close()
     general_ch.loop.close()
     packed_ch.loop.close()
+
+
+def test_a_batch_crosses_to_a_worker_as_columns_and_comes_back_the_same_events():
+    """A ``B`` message (server/workers/codec.py): the events as columns, one stream name where
+    all are of one, no t0 column where every t0 is its t1 (points); each event decoded equal to
+    the one sent, its times of the same types (an int t0 beside an equal float t1 stays an int)."""
+    import msgspec
+
+    from air.engine import Event
+    from server.workers import codec
+
+    mixed = [Event("Stock", ("A", 1.0, 2), 5, 5), Event("Trade", ("B", 2, 3.5), 4.0, 6.0),
+             Event("Stock", ("C", None, True), 7, 7.0)]
+    now = 1795885196748.25
+    points = [Event("Stock", (f"S{i}", 1.5 * i, i), t, t) for i, t in enumerate((now, now + 1, 3))]
+    for events, per_stream in ((mixed, None), (points, {"Stock": 3}), (points, None), ([], None)):
+        body = codec.encode_batch(9, [["s1", 3, "r", False, 2]], events, per_stream)
+        assert body[:1] == codec.BATCH
+        fed, recorded, back, counted = codec.decode_batch(body[1:])
+        assert (fed, recorded, counted) == (9, [["s1", 3, "r", False, 2]], per_stream)
+        assert back == events
+        assert [(type(e.t0), type(e.t1)) for e in back] == [(type(e.t0), type(e.t1)) for e in events]
+    raw = msgspec.msgpack.decode(codec.encode_batch(0, [], points, {"Stock": 3})[1:])
+    assert raw[2] == "Stock" and raw[4] is None and raw[5] == [now, now + 1, 3]  # one name, no t0 column
+    raw = msgspec.msgpack.decode(codec.encode_batch(0, [], mixed)[1:])
+    assert raw[2] == ["Stock", "Trade", "Stock"] and raw[4] == [5, 4.0, 7]
