@@ -38,7 +38,7 @@ from tests.cel.test_equivalence import events as corpus_events
 from tests.oracle import Event, cel_gen
 from tests.oracle.cel import OracleCelError
 from tests.oracle.celeval import Cel, OracleCelTooLarge
-from tests.oracle.test_cel_differential import CORPUS_DECL, corpus, schemas, typed
+from tests.oracle.test_cel_differential import CORPUS_DECL, corpus, expected, schemas, typed
 from tests.oracle.test_differential import LONG, SEED
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
 
@@ -94,11 +94,6 @@ def _through_workers(tmp_path, decl: dict, queries: list[tuple[str, dict]], even
     return placed
 
 
-def _oracle(text: str, decl: dict, events) -> dict:
-    return {k: Counter({(typed(v), t0, t1): n for (v, t0, t1), n in w.items()})
-            for k, w in Cel(text, decl).run(events).items()}
-
-
 def keyed_query(rng: random.Random, i: int) -> str:
     """A random NEXT with a partition key (equal ``Name``, or ``Sym``, at its step), which row
     scaling splits over the workers; the rest of its condition from the generator."""
@@ -125,7 +120,7 @@ def test_random_cel_through_workers_gives_the_oracles_witnesses(tmp_path, worker
         text = re.sub(r"PUBLISH (Inner\d+|Out)\b", lambda m: f"PUBLISH {m[1]}_{len(queries)}", text)
         try:
             compile_cel(text, product)
-            want = _oracle(text, decl, events)
+            want = expected(Cel(text, decl), events)
         except (CelError, OracleCelError):  # (that both refuse the same: tests/oracle/test_cel_differential.py)
             skipped["refused"] += 1
             continue
@@ -152,7 +147,7 @@ def test_the_corpus_through_two_workers_gives_the_oracles_witnesses(tmp_path):
     for seed in range(CORPUS_SEEDS):
         events = [Event(e.stream, tuple(e.values), e.t0, e.t1) for e in corpus_events(seed)]
         for i, group in enumerate(groups):
-            queries = [(text, _oracle(text, CORPUS_DECL, events)) for text in group]
+            queries = [(text, expected(Cel(text, CORPUS_DECL), events)) for text in group]
             placed += _through_workers(tmp_path / f"seed{seed}-{i}", CORPUS_DECL, queries, events)
             witnesses += sum(sum(c.values()) for _, want in queries for c in want.values())
     print(f"{len(texts)} corpus queries over {CORPUS_SEEDS} streams ({dict(placed)}), {witnesses} witnesses")
