@@ -136,9 +136,7 @@ class WorkerLink:
                 break
             tag, body = msg[:1], msg[1:]
             if tag == codec.RESULT:
-                self.results.put((tag, body))
-                if self.on_result is not None:
-                    self.on_result()
+                self._result((tag, body))
             elif tag == codec.ANSWER:
                 number, ok, value = pickle.loads(body)
                 if number == 0:  # the answer to the decisions of a check (P)
@@ -163,7 +161,10 @@ class WorkerLink:
             if not fut.done():
                 fut.set_exception(WorkerGone(self.gone))
         self._pending.clear()
-        self.results.put((b"", None))  # wakes the engine thread
+        self._result((b"", None))  # wakes the engine thread
+
+    def _result(self, item: tuple) -> None:
+        self.results.put(item)
         if self.on_result is not None:
             self.on_result()
 
