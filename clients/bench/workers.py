@@ -73,7 +73,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 for k in range(0, len(texts), 5000):
                     client.subscribe_many(texts[k:k + 5000])
                 registered = time.perf_counter() - start
-                cpu = _cpu(client)
+                cpu = _cpu(client, client.health())
                 start = time.perf_counter()
                 send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
                                       capture_output=True, text=True, timeout=3600)
@@ -82,9 +82,9 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 while client.health()["events_taken"] < events:
                     time.sleep(0.02)
                 seconds = time.perf_counter() - start
-                after = _cpu(client)
-                main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
                 h = client.health()
+                after = _cpu(client, h)
+                main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
                 subs = [client.subscription(x["id"]) for x in client.subscriptions()] if query == "rising" else []
                 out["runs"].append({"engine_workers": w, "register_s": round(registered, 2),
                                     "seconds": round(seconds, 2), "events_per_second": round(events / seconds),
@@ -102,7 +102,6 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
     return out
 
 
-def _cpu(client) -> tuple[float, list[float]]:
-    """CPU seconds so far of the server's process and of each engine worker."""
-    workers = client.health()["workers"]
-    return metric(client, "process_cpu_seconds_total"), [w["cpu_seconds"] or 0.0 for w in workers]
+def _cpu(client, health: dict) -> tuple[float, list[float]]:
+    """CPU seconds so far of the server's process and, from ``health`` (its /health), of each engine worker."""
+    return metric(client, "process_cpu_seconds_total"), [w["cpu_seconds"] or 0.0 for w in health["workers"]]
