@@ -92,6 +92,8 @@ class WorkerEngineThread(EngineThread):
         self.hub = None  # wired by the daemon: which internal streams clients watch
         self.events_of = [0] * len(links)  # events each worker has taken and sent back
         self.numbered = [NumberMap() for _ in links]  # each worker's numbers of subscriptions and streams
+        #: instances each worker held at the last count (a row-scaled subscription's share on each)
+        self.instances_of = [0] * len(links)
         self.gc_of: dict[int, list[int]] = {}  # worker -> its collector's collections per generation, at the last count
         from server.workers.restart import Restarter
 
@@ -117,6 +119,7 @@ class WorkerEngineThread(EngineThread):
                 answers[w] = fut.result() if fut.exception() is None else ({}, 0.0, None)
                 if answers[w][2] is not None:
                     self.gc_of[w] = answers[w][2]
+                self.instances_of[w] = sum(answers[w][0].values())
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
@@ -198,7 +201,7 @@ class WorkerEngineThread(EngineThread):
 
     def workers(self) -> list[dict]:
         flight = list(self.in_flight)
-        instances = self._instances_per_worker()
+        instances = list(self.instances_of)
         out = []
         for w, link in enumerate(self.links):
             mine = [f for f in flight if w in f.workers and w not in f.got]
@@ -208,14 +211,6 @@ class WorkerEngineThread(EngineThread):
                         "events": self.events_of[w], "instances": instances[w],
                         "cpu_seconds": link.cpu_seconds(), "gc_collections": self.gc_of.get(w),
                         **self.restarter.about(w)})
-        return out
-
-    def _instances_per_worker(self) -> list[int]:
-        """Instances of each worker's subscriptions at the last count (server/budget.py), in one pass."""
-        counts = self.budget.instances if self.budget is not None else {}
-        out = [0] * len(self.links)
-        for sid, w in list(self.placement.worker_of.items()):
-            out[w] += counts.get(sid, 0)
         return out
 
     def runs_on(self, sid: str) -> str:

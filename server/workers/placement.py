@@ -38,6 +38,7 @@ witnesses) when the event has that value (``row_scaling: off`` turns this off to
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Callable, Iterable, Sequence
 
 from air.engine import EngineError
@@ -78,6 +79,8 @@ class Placement:
         self.version = 0  # bumped by every change (the routes are made again)
         self._routes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._routes_version = -1
+        self._counts: list[int] = []
+        self._counts_version = -1
         self.last_plan: tuple | None = None
 
     def place(self, sid: str, reads: Iterable[str], publishes: Iterable[str], cost: int = 1,
@@ -280,8 +283,15 @@ class Placement:
         return bool(self.rows or self.consts)
 
     def count_on(self, worker: int) -> int:
-        """How many subscriptions run on ``worker`` (a row-scaled one runs on each)."""
-        return sum(1 for w in self.worker_of.values() if w == worker or w == ALL)
+        """How many subscriptions run on ``worker`` (a row-scaled one runs on each): counted once per
+        change of the placement, not per call (/health asks for every worker, and with thousands of
+        subscriptions a pass per worker per call cost more than the rest of /health)."""
+        if self._counts_version != self.version:
+            placed = Counter(self.worker_of.values())
+            everywhere = placed.pop(ALL, 0)
+            self._counts = [placed.get(w, 0) + everywhere for w in range(self.workers)]
+            self._counts_version = self.version
+        return self._counts[worker]
 
     def of(self, sid: str) -> int:
         """The worker of a subscription placed whole here (0 when it is not: it has no automata there,

@@ -74,6 +74,23 @@ def test_a_reader_of_a_row_scaled_output_joins_it_with_the_key_or_is_refused():
     assert p.rows == {} and p.cost == [0, 0]
 
 
+def test_the_subscriptions_on_each_worker_follow_every_change():
+    """``count_on`` (each worker's line of /health) counts a row-scaled subscription on every
+    worker and one placed whole on its own, after each placement and removal."""
+    schemas = _schemas()
+    p = Placement(3, schema=schemas.get)
+    assert [p.count_on(w) for w in range(3)] == [0, 0, 0]
+    assert _place(p, "rising", RISING, [STOCK]) == ALL
+    whole = {sid: _place(p, sid, cel, [STOCK]) for sid, cel in (("filter", FILTER), ("no_key", NO_KEY))}
+    expected = [1 + sum(w == k for w in whole.values()) for k in range(3)]
+    assert [p.count_on(w) for w in range(3)] == expected and sum(expected) == 5
+    p.remove("filter")
+    expected[whole["filter"]] -= 1
+    assert [p.count_on(w) for w in range(3)] == expected
+    p.remove("rising")
+    assert [p.count_on(w) for w in range(3)] == [int(w == whole["no_key"]) for w in range(3)]
+
+
 def test_a_subscription_with_a_constant_route_is_sent_only_its_values_events():
     schemas = _schemas()
     p = Placement(2, schema=schemas.get)

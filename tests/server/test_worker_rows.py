@@ -73,6 +73,9 @@ def _serve(tmp_path, workers: int, queries: dict[str, str], events: list[dict]) 
                                   for insts in link.call("instances", i, False).values() for inst in insts})
                           for link in d.links] for name, i in ids.items() if "row-scaled" in subs[name]["runs_on"]}
         counts = {name: [link.call("instance_count", ids[name]) for link in d.links] for name in symbols}
+        # /health's instances per worker (at the next count): each worker's own, a row-scaled share on each
+        own = [sum(link.call("counts")[0].values()) for link in d.links]
+        wait_until(lambda: [w["instances"] for w in c.health()["workers"]] == own, what="/health's instances per worker")
         assert d.engine_error is None and all(sub["exact"] for sub in subs.values())
     return {"witnesses": got, "runs_on": {n: sub["runs_on"] for n, sub in subs.items()}, "symbols": symbols,
             "instances": counts}
