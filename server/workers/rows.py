@@ -120,6 +120,10 @@ def check_snapshot(name: str, snap: Mapping, placement: Placement) -> None:
     groups is not built), and one placed whole holds all of them in one engine."""
     saved, now = snap.get("rows", {}), recorded(placement)
     workers = snap.get("workers", 1)
+    then = snap.get("placement")  # the subscriptions placed when it was taken (None: not recorded)
+    if then is not None:  # one deleted since, or registered since, has no partial matches in both: it cannot differ
+        saved = {sid: key for sid, key in saved.items() if sid in placement.worker_of}
+        now = {sid: key for sid, key in now.items() if sid in then}
     if not saved and not now:
         return
     if workers != placement.workers:

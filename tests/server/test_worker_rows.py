@@ -175,6 +175,55 @@ def test_kill_9_with_a_row_scaled_subscription_loses_nothing_and_repeats_nothing
         srv.stop()
 
 
+def test_a_row_scaled_subscription_deleted_or_registered_after_the_snapshot_leaves_the_others_matches(tmp_path):
+    """The recovery property test's finding at 2 workers: a row-scaled subscription
+    deleted after the snapshot (and another registered after it) made the snapshot look
+    "taken with other row-scaled subscriptions", and every subscription restarted
+    without its partial matches (inexact, /health degraded). Only those placed both then
+    and now are compared: after kill -9 the one that was there throughout keeps its
+    partial matches and gives ``cayuga run``'s witnesses."""
+    events = _events(1800)
+    cut, more = 600, 1200
+    gone, late = RISING.replace("1.05", "1.06").replace("Rising", "Gone"), RISING.replace("1.05", "1.04").replace(
+        "Rising", "Late")
+    expected = _offline(tmp_path, {"rising": RISING}, events)["Rising"]
+    settings = {"CAYUGA_ENGINE_WORKERS": "2", "CAYUGA_TIME": "event", "CAYUGA_SNAPSHOT_SECONDS": "0",
+                "CAYUGA_SNAPSHOT_EVENTS": str(cut)}
+    srv = ServerProcess(tmp_path / "data", tmp_path / "server.log", settings)
+    try:
+        srv.start()
+        srv.wait_up()
+        c = srv.http_client
+        sid = c.post("/subscriptions", json={"cel": RISING}).json()["id"]
+        doomed = c.post("/subscriptions", json={"cel": gone}).json()["id"]
+        assert "row-scaled" in c.get(f"/subscriptions/{doomed}").json()["runs_on"]
+        snaps = tmp_path / "data" / "snapshots"
+        for i in range(0, cut, 300):
+            assert c.post("/events", json=events[i:i + 300]).status_code < 300
+        wait_until(lambda: snaps.exists() and any(p.name.endswith(".w1") for p in snaps.iterdir()),
+                   what="a snapshot with worker 1's part")
+        assert c.delete(f"/subscriptions/{doomed}").status_code == 204
+        added = c.post("/subscriptions", json={"cel": late}).json()["id"]
+        assert "row-scaled" in c.get(f"/subscriptions/{added}").json()["runs_on"]
+        for i in range(cut, more, 300):
+            assert c.post("/events", json=events[i:i + 300]).status_code < 300
+        wait_until(lambda: c.get("/stats", params={"limit": 0}).json()["received"] == more, what="the events")
+        srv.kill()
+        srv.start()
+        health = srv.wait_up()
+        assert health["status"] == "ok" and health["recovered"].get("snapshot"), (health, srv.log_tail())
+        c = srv.http_client
+        for i in range(more, len(events), 300):
+            assert c.post("/events", json=events[i:i + 300]).status_code < 300
+        n = sum(expected.values())
+        wait_until(lambda: c.get(f"/subscriptions/{sid}").json()["last_seq"] >= n, what="every witness")
+        assert _multiset(logged_witnesses(srv.base_url, sid, n)) == expected
+        assert c.get(f"/subscriptions/{sid}").json()["exact"] and c.get(f"/subscriptions/{added}").json()["exact"]
+        assert "does not fit" not in srv.log_tail(10 ** 7)
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize("before, after", [(2, 2), (1, 2), (2, 4)])
 def test_a_restart_keeps_a_row_scaled_subscriptions_matches_or_says_it_did_not(tmp_path, before, after):
     """A snapshot of two workers holds each key group's instances in that worker's
