@@ -14,7 +14,7 @@ events taken, never on a clock.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from air.engine import Engine
 from air.engine import footprint
@@ -77,10 +77,14 @@ class BudgetCheck:
     """See the module's docstring. ``owners()`` gives the subscriptions in
     registration order (ties go to the earlier one)."""
 
-    def __init__(self, engine: Engine, max_bytes: int, default_cap: int) -> None:
+    def __init__(self, engine: Engine, max_bytes: int, default_cap: int,
+                 shares: Callable[[str], int] | None = None) -> None:
         self.engine = engine
         self.max_bytes = max_bytes
         self.default_cap = default_cap  # max_instances_per_subscription (0: none)
+        #: how many engines hold a subscription's instances (a row-scaled one's key groups: each of N
+        #: engine workers holds 1/N of its cap, so that the cap holds for the subscription); None: one
+        self.shares = shares
         self.caps: dict[str, Cap] = {}
         self.footprint = footprint.Footprint(0, 0, 0)
         self.runaways: dict[str, dict] = {}
@@ -172,16 +176,21 @@ class BudgetCheck:
             limit = cap.max_instances if cap.max_instances is not None else (default or None)
             if limit is None and cap.max_state_bytes is None:
                 continue
+            parts = self.shares(sid) if self.shares is not None else 1
+            mine, my_bytes = limit, cap.max_state_bytes
+            if parts > 1:  # this engine's share of the cap
+                mine = -(-limit // parts) if limit is not None else None
+                my_bytes = -(-my_bytes // parts) if my_bytes is not None else None
             n, b = footprint.owner_footprint(eng, sid, exclusive=True)
             keep, why = n, ""
-            if limit is not None and n > limit:
-                keep = int(limit * SHED_TO)
-                why = (f"its max_instances ({limit})" if cap.max_instances is not None
-                       else f"max_instances_per_subscription ({limit})")
-            if cap.max_state_bytes is not None and b > cap.max_state_bytes and n:
-                by_bytes = int(cap.max_state_bytes * SHED_TO / (b / n))
+            if mine is not None and n > mine:
+                keep = int(mine * SHED_TO)
+                why = (f"its max_instances ({limit}{_share(mine, parts)})" if cap.max_instances is not None
+                       else f"max_instances_per_subscription ({limit}{_share(mine, parts)})")
+            if my_bytes is not None and b > my_bytes and n:
+                by_bytes = int(my_bytes * SHED_TO / (b / n))
                 if by_bytes < keep:
-                    keep, why = by_bytes, f"its max_state_bytes ({cap.max_state_bytes})"
+                    keep, why = by_bytes, f"its max_state_bytes ({cap.max_state_bytes}{_share(my_bytes, parts)})"
             if keep < n:
                 seen = eng.instance_count(sid)
                 out.append(Decision(sid, seen - (n - keep), f"it held {n} instances ({b} bytes), above {why}", False))
@@ -248,3 +257,8 @@ class BudgetCheck:
         self.footprint = footprint.measure(self.engine)
         for key, (node, seen) in self._heavy_nodes.items():
             self._heavy_prev[key] = (node.count + len(node.pending), seen)
+
+
+def _share(share, parts: int) -> str:
+    """How a cap is split, in its reason's words ('' when one engine holds it all)."""
+    return f"; {share} in each of the {parts} engine workers its key groups run on" if parts > 1 else ""

@@ -15,7 +15,8 @@ key come from one engine, in its order, as one engine's would.)
 Limits, as built: one key group per worker (a snapshot's row-scaled instances
 restore into the same worker count only: another count marks them inexact,
 server/workers/dispatch.py's ``import_snapshot``); a subscription's own cap
-(``max_instances``) holds in each worker for its key group; a recovery applies a
+(``max_instances``, ``max_state_bytes``) is split: each of N workers holds 1/N of it
+(rounded up) for its key group (server/budgetcheck.py's ``shares``); a recovery applies a
 recorded shedding of a row-scaled subscription on every worker (which worker
 shed is not recorded: the subscription was marked inexact by it already); the
 witnesses of its internal streams a client watches (not numbered) come worker

@@ -70,8 +70,10 @@ class Worker:
         self.encoder = WitnessEncoder(self.engine.schema, lambda owner, stream: stream in self.watched)
         self.numbered = LocalNumbers()  # the subscriptions and streams of its results, as the main process learns them
         # each of N workers holds its share of the server's state budget
-        self.check = BudgetCheck(self.engine, self.settings.max_state_bytes // max(self.settings.engine_workers, 1),
-                                 self.settings.max_instances_per_subscription)
+        workers = max(self.settings.engine_workers, 1)
+        self.check = BudgetCheck(self.engine, self.settings.max_state_bytes // workers,
+                                 self.settings.max_instances_per_subscription,
+                                 lambda sid: workers if sid in self.rows else 1)  # a row-scaled one: 1/N of its cap
         self.stream_events: dict[str, int] = {}
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
         self.waiting = False  # decisions sent: nothing but their answer is taken

@@ -54,3 +54,22 @@ def server(start_server):
 def client(server):
     with CayugaClient(server.base_url) as c:
         yield c
+
+
+def kept_by_cap(keys: list[str], cap: int, workers: int) -> set[str]:
+    """Which of a keyed subscription's instances a cap of ``cap`` keeps at a check, one
+    instance per key in ``keys`` (oldest first): one engine keeps the newest
+    ``int(cap * SHED_TO)``; over ``workers`` engine workers (it is row-scaled) each keeps
+    the newest ``int(ceil(cap / workers) * SHED_TO)`` of its own key group
+    (server/budgetcheck.py), so that the cap holds for the subscription."""
+    from air.partitioning import key_group
+    from server.budget import SHED_TO
+
+    if workers <= 1:
+        return set(keys[len(keys) - int(cap * SHED_TO):])
+    each = int(-(-cap // workers) * SHED_TO)
+    kept: set[str] = set()
+    for w in range(workers):
+        mine = [k for k in keys if key_group(k, workers) == w]
+        kept.update(mine[len(mine) - each:] if each else ())
+    return kept

@@ -24,7 +24,7 @@ from clients.offline import run_offline
 from clients.testing import RISING, ServerProcess, logged_witnesses, wait_until
 from clients.testing.market import STOCK, random_walk
 from server.serve import RunningServer
-from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
+from tests.server.conftest import assert_no_cayuga_threads, kept_by_cap, make_settings, stock
 
 #: placed whole (column scaling): a filter (no state), and a NEXT with no key (any symbol's rise)
 EVERY = "SELECT Name, Price FROM FILTER{Volume >= 0}(Stock) PUBLISH Every"
@@ -252,6 +252,29 @@ def test_a_restart_keeps_a_row_scaled_subscriptions_matches_or_says_it_did_not(t
         assert not sub["exact"]
         assert "could not be loaded" in health["reason"] and "key groups" in health["reason"]
         assert sum(_multiset(logged).values()) < sum(expected.values())  # the first half's quotes were lost
+    assert_no_cayuga_threads()
+
+
+def test_a_cap_holds_for_a_row_scaled_subscription_as_a_whole(tmp_path):
+    """``max_instances`` 50 on a subscription row-scaled over two workers: each worker
+    holds 25 of it (at the check, 90% of that: the newest of its key group), so the
+    subscription keeps at most 50 in all, as with one engine; the reason says how it
+    was split."""
+    pairs = "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
+    s = make_settings(tmp_path, time="event", engine_workers=2)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel=pairs, max_instances=50)["id"]
+        assert "row-scaled" in c.subscription(sid)["runs_on"]
+        names = [f"S{i}" for i in range(1, 257)]
+        c.post_events([stock(name, 1.0, 1, i) for i, name in enumerate(names, 1)])  # the check after the 256th
+        kept = kept_by_cap(names, 50, 2)
+        assert len(kept) == 2 * int(25 * 0.9)
+        wait_until(lambda: (c.subscription(sid).get("inexact") or {}).get("instances_lost") == 256 - len(kept),
+                   what="both workers' cuts")
+        for w, link in enumerate(srv.daemon.links):  # each holds the newest of its own key group (its last pending)
+            held = {inst.values[0] for insts in link.call("instances", sid, True).values() for inst in insts}
+            assert held == {k for k in kept if key_group(k, 2) == w}
+        assert "its max_instances (50; 25 in each of the 2 engine workers" in c.subscription(sid)["inexact"]["reason"]
     assert_no_cayuga_threads()
 
 
