@@ -13,6 +13,7 @@ import selectors
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -162,7 +163,9 @@ def _run_tls_walkthrough(tmp_path, script, env, expected, http_port) -> None:
         buf = b""
         deadline = time.monotonic() + 180  # bounds a hang only
         while not complete():
-            assert time.monotonic() < deadline, (lines, (tmp_path / "tls-walkthrough.stderr").read_text())
+            assert time.monotonic() < deadline, json.dumps(
+                {"stdout": lines, "stderr": (tmp_path / "tls-walkthrough.stderr").read_text(),
+                 **_what_the_server_says(tmp_path, http_port)}, indent=1, default=str)
             if sel.select(timeout=1):
                 chunk = os.read(shell.stdout.fileno(), 65536)
                 assert chunk or shell.poll() is not None, lines
@@ -189,6 +192,25 @@ def _run_tls_walkthrough(tmp_path, script, env, expected, http_port) -> None:
         shell.wait(timeout=30)
         shell.stdout.close()
         err.close()
+
+
+def _what_the_server_says(tmp_path: Path, http_port: int) -> dict:
+    """For a failure's message (the block's server runs in the background): its /health and the end
+    of its log ($D/server.log, D a mktemp -d under the test's TMPDIR)."""
+    out: dict = {}
+    for d in tmp_path.glob("tmp.*"):
+        log = d / "server.log"
+        if log.exists():
+            out["server.log"] = log.read_text(errors="replace")[-4000:]
+        if (d / "ca.pem").exists():
+            try:
+                ca = ssl.create_default_context(cafile=str(d / "ca.pem"))
+                for what in ("health", "subscriptions/s1"):  # (its last_seq: were the witnesses made?)
+                    out[what] = httpx.get(f"https://127.0.0.1:{http_port}/{what}", verify=ca, timeout=10,
+                                          headers={"authorization": "Bearer ops-s3cret"}).json()
+            except (httpx.HTTPError, ValueError) as exc:
+                out["health"] = repr(exc)
+    return out
 
 
 def _end_group(pgid: int) -> None:
