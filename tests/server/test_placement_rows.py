@@ -134,3 +134,41 @@ def test_copies_restricted_to_their_groups_make_one_engines_witnesses(groups):
     assert sum(parts, Counter()) == whole
     for g, part in enumerate(parts):
         assert part and all(key_group(values[0], groups) == g for (_s, values, _t0, _t1) in part)
+
+
+def test_a_batch_is_dealt_to_the_workers_of_each_events_route_in_its_order():
+    """rows.split (its short cuts per route) against a plain loop over the events by
+    placement.route_event: mixed streams and one stream alone, over routes that go whole, by a
+    key, by a constant, or by several of them."""
+    import random
+
+    from air.model import StreamSchema
+    from server.workers import rows
+    from server.workers.placement import route_event
+
+    rng = random.Random(7)
+    schemas = {"Stock": STOCK, "Quote": StreamSchema("Quote", STOCK.attributes)}
+    p = Placement(3, schema=schemas.get)
+    _place(p, "rising", RISING, [STOCK])  # keyed by Name: each Stock event to its key group's worker
+    _place(p, "ibm", IBM, [STOCK])  # a constant: IBM's events to one more worker
+    _place(p, "q_ibm", IBM.replace("Stock", "Quote").replace("IbmUp", "QIbm"), [schemas["Quote"]])
+    _place(p, "q_msft", IBM.replace("Stock", "Quote").replace("IBM", "MSFT").replace("IbmUp", "QMsft"),
+           [schemas["Quote"]])
+    from air.engine import Event
+
+    def events(streams):
+        return [Event(rng.choice(streams), (rng.choice(["IBM", "MSFT", "ORCL", "SAP", "X"]), 1.0, 1), t, t)
+                for t in range(rng.randint(1, 300))]
+
+    for streams in (["Stock"], ["Quote"], ["Stock", "Quote"], ["Other"]):
+        for _ in range(20):
+            batch = events(streams)
+            want_parts: dict[int, list] = {}
+            want_places: dict[int, list[int]] = {}
+            for i, ev in enumerate(batch):
+                for w in route_event(ev.values, *p.route(ev.stream), 3):
+                    want_parts.setdefault(w, []).append(ev)
+                    want_places.setdefault(w, []).append(i)
+            parts, places = rows.split(batch, p)
+            assert (parts, places) == (want_parts, want_places)
+    assert rows.split([], p) == ({}, {})
