@@ -286,11 +286,11 @@ class Placement:
         """How many subscriptions run on ``worker`` (a row-scaled one runs on each): counted once per
         change of the placement, not per call (/health asks for every worker, and with thousands of
         subscriptions a pass per worker per call cost more than the rest of /health)."""
-        if self._counts_version != self.version:
-            placed = Counter(self.worker_of.values())
+        version = self.version  # (read first: a change meanwhile leaves the counts marked older, so made again)
+        if self._counts_version != version:
+            placed = Counter(list(self.worker_of.values()))  # (a copy: the engine thread places and removes)
             everywhere = placed.pop(ALL, 0)
-            self._counts = [placed.get(w, 0) + everywhere for w in range(self.workers)]
-            self._counts_version = self.version
+            self._counts, self._counts_version = [placed.get(w, 0) + everywhere for w in range(self.workers)], version
         return self._counts[worker]
 
     def of(self, sid: str) -> int:
