@@ -130,6 +130,27 @@ def test_a_worker_feeds_a_row_scaled_subscription_only_its_own_symbols(tmp_path)
     assert_no_cayuga_threads()
 
 
+def _snapshotting(tmp_path, every: int) -> ServerProcess:
+    """``cayuga serve`` with two workers, event time and a snapshot every ``every`` events (none by
+    the clock), up, in a process of its own (to be killed -9)."""
+    settings = {"CAYUGA_ENGINE_WORKERS": "2", "CAYUGA_TIME": "event", "CAYUGA_SNAPSHOT_SECONDS": "0",
+                "CAYUGA_SNAPSHOT_EVENTS": str(every)}
+    srv = ServerProcess(tmp_path / "data", tmp_path / "server.log", settings)
+    srv.start()
+    try:
+        srv.wait_up()
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
+
+
+def _wait_for_a_snapshot(tmp_path) -> None:
+    snaps = tmp_path / "data" / "snapshots"
+    wait_until(lambda: snaps.exists() and any(p.name.endswith(".w1") for p in snaps.iterdir()),
+               what="a snapshot with worker 1's part")
+
+
 def test_kill_9_with_a_row_scaled_subscription_loses_nothing_and_repeats_nothing(tmp_path):
     """``cayuga serve`` with two workers and Rising row-scaled, killed -9 after a
     snapshot and more events; the restart loads each worker's part, replays the
@@ -139,22 +160,16 @@ def test_kill_9_with_a_row_scaled_subscription_loses_nothing_and_repeats_nothing
     cut, more = 1200, 2100
     expected = _offline(tmp_path, {"rising": RISING}, events)["Rising"]
     reference = _serve(tmp_path / "ref", 2, {"rising": RISING}, events)["witnesses"]["rising"]
-    settings = {"CAYUGA_ENGINE_WORKERS": "2", "CAYUGA_TIME": "event", "CAYUGA_SNAPSHOT_SECONDS": "0",
-                "CAYUGA_SNAPSHOT_EVENTS": str(cut)}
-    srv = ServerProcess(tmp_path / "data", tmp_path / "server.log", settings)
+    srv = _snapshotting(tmp_path, cut)
     try:
-        srv.start()
-        srv.wait_up()
         c = srv.http_client
         sid = c.post("/subscriptions", json={"cel": RISING}).json()["id"]
         assert c.get(f"/subscriptions/{sid}").json()["runs_on"].startswith("workers 0, 1: row-scaled")
-        snaps = tmp_path / "data" / "snapshots"
         for lo, hi in ((0, cut), (cut, more)):
             for i in range(lo, hi, 300):
                 assert c.post("/events", json=events[i:min(i + 300, hi)]).status_code < 300
             if lo == 0:  # the snapshot (every CAYUGA_SNAPSHOT_EVENTS) before the events after it
-                wait_until(lambda: snaps.exists() and any(p.name.endswith(".w1") for p in snaps.iterdir()),
-                           what="a snapshot with worker 1's part")
+                _wait_for_a_snapshot(tmp_path)
         wait_until(lambda: c.get("/stats", params={"limit": 0}).json()["received"] == more, what="the events")
         srv.kill()
         srv.start()
@@ -187,21 +202,15 @@ def test_a_row_scaled_subscription_deleted_or_registered_after_the_snapshot_leav
     gone, late = RISING.replace("1.05", "1.06").replace("Rising", "Gone"), RISING.replace("1.05", "1.04").replace(
         "Rising", "Late")
     expected = _offline(tmp_path, {"rising": RISING}, events)["Rising"]
-    settings = {"CAYUGA_ENGINE_WORKERS": "2", "CAYUGA_TIME": "event", "CAYUGA_SNAPSHOT_SECONDS": "0",
-                "CAYUGA_SNAPSHOT_EVENTS": str(cut)}
-    srv = ServerProcess(tmp_path / "data", tmp_path / "server.log", settings)
+    srv = _snapshotting(tmp_path, cut)
     try:
-        srv.start()
-        srv.wait_up()
         c = srv.http_client
         sid = c.post("/subscriptions", json={"cel": RISING}).json()["id"]
         doomed = c.post("/subscriptions", json={"cel": gone}).json()["id"]
         assert "row-scaled" in c.get(f"/subscriptions/{doomed}").json()["runs_on"]
-        snaps = tmp_path / "data" / "snapshots"
         for i in range(0, cut, 300):
             assert c.post("/events", json=events[i:i + 300]).status_code < 300
-        wait_until(lambda: snaps.exists() and any(p.name.endswith(".w1") for p in snaps.iterdir()),
-                   what="a snapshot with worker 1's part")
+        _wait_for_a_snapshot(tmp_path)
         assert c.delete(f"/subscriptions/{doomed}").status_code == 204
         added = c.post("/subscriptions", json={"cel": late}).json()["id"]
         assert "row-scaled" in c.get(f"/subscriptions/{added}").json()["runs_on"]
