@@ -12,10 +12,16 @@
 #   latency_1    TCP in -> WebSocket out at the default (1 worker)   (target: p99 <= 5 ms at 50K/s)
 #   latency_auto the same with engine_workers: auto (the cores but one)
 #   server       bench server --queries rising at the default, against cayuga run
+#   main16       where the main process spends its lock at 16 workers: py-spy (--gil, raw) of
+#                `cayuga serve` while `cayuga send` runs, in OUT/main16.raw (needs py-spy: carry
+#                it with `bash ../shared/tools/devkit.sh py-spy`; skipped without it)
+# BUDGET (seconds, default unlimited) stops starting benchmarks once spent, and cuts each to what is
+# left, so a device run that must end by a deadline still brings back what finished.
 set -u
 OUT=${1:?usage: bash clients/bench/device.sh OUT_DIR}
 PY=${PYTHON:-python3}
 LIMIT=${LIMIT:-240}
+BUDGET=${BUDGET:-1000000}
 mkdir -p "$OUT"
 if [ "${SMALL:-0}" = 1 ]; then
   QUERIES=200 EVENTS=5000 TICKS=20000 PER_RATE=1
@@ -24,21 +30,49 @@ else
 fi
 { echo "cores: $(nproc)"; "$PY" --version; uname -a; uptime; } > "$OUT/machine.txt" 2>&1
 
+left() {  # seconds this run may still take, at most LIMIT
+  local l=$((BUDGET - SECONDS))
+  [ "$l" -gt "$LIMIT" ] && l=$LIMIT
+  echo "$l"
+}
+
 run() {  # run NAME [ENV=VALUE ...] -- BENCH ARGS...
-  local name=$1 rc
+  local name=$1 rc cut
+  cut=$(left)
+  if [ "$cut" -lt 30 ]; then echo "== $name skipped: budget spent" >> "$OUT/log.txt"; return; fi
   shift
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   echo "== $name start $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/log.txt"
-  env ${envs[@]+"${envs[@]}"} timeout "$LIMIT" "$PY" -m clients.cli bench "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  env ${envs[@]+"${envs[@]}"} timeout "$cut" "$PY" -m clients.cli bench "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   rc=$?
   echo "== $name rc=$rc end $(date -u +%T)" >> "$OUT/log.txt"
 }
 
-run workers16 -- workers --workers 1,2,4,8,16 --queries "$QUERIES" --events "$EVENTS"
+profile() {  # main16: the main process's lock holders while 16 workers take the 10,000 queries' events
+  local spy cut bench serve i
+  spy=$(command -v py-spy || find /tmp/site -name py-spy -type f 2>/dev/null | head -1)
+  cut=$(left)
+  if [ -z "$spy" ] || [ "$cut" -lt 60 ]; then echo "== main16 skipped (py-spy '$spy', ${cut}s left)" >> "$OUT/log.txt"; return; fi
+  echo "== main16 start $(date -u +%T)" >> "$OUT/log.txt"
+  timeout "$cut" "$PY" -m clients.cli bench workers --workers 16 --queries "$QUERIES" --events "$EVENTS" \
+    > "$OUT/main16.json" 2> "$OUT/main16.err" &
+  bench=$!
+  for i in $(seq 1 $((cut * 20))); do pgrep -f "clients.cli send" > /dev/null && break; sleep 0.05; done
+  serve=$(pgrep -f "clients.cli serve" | head -1)
+  if [ -n "$serve" ]; then
+    timeout 30 "$spy" record --pid "$serve" --rate 200 --gil --threads --format raw --nonblocking \
+      --duration "${SPY_SECONDS:-6}" --output "$OUT/main16.raw" > "$OUT/main16.spy" 2>&1
+  fi
+  wait "$bench"
+  echo "== main16 rc=$? end $(date -u +%T)" >> "$OUT/log.txt"
+}
+
+run workers16 -- workers --workers 0,1,2,4,8,16 --queries "$QUERIES" --events "$EVENTS"
 run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
 run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
-run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+profile
 run server -- server --queries rising --events "$TICKS"
+run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 echo "done $(date -u +%T)" >> "$OUT/log.txt"
