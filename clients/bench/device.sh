@@ -4,25 +4,34 @@
 #   bash clients/bench/device.sh "$OUT"       # there, after `source .devkit/setup`
 #   SMALL=1 PYTHON=.venv/bin/python bash clients/bench/device.sh /tmp/out   # a dry run here, small loads
 #
-# Each benchmark's JSON goes to OUT/<name>.json and its stderr to OUT/<name>.err; OUT/log.txt
-# says when each ran and its exit code, OUT/machine.txt what ran them. At full size it takes
-# about four minutes on 16 cores (each command is cut at LIMIT seconds, 240 by default):
+# Each benchmark's JSON goes to <name>.json and its stderr to <name>.err, log.txt says when each
+# ran and its exit code, machine.txt what ran them: all in WORK (/tmp/cayuga-device by default),
+# packed after each step into OUT/device.tgz, with a copy of log.txt beside it. (The device tool
+# brings back only a few files from OUT: 17 loose ones were left there, and lost, on 2026-11-28.)
+# At full size it takes about five minutes on 16 cores (each command is cut at LIMIT seconds, 240
+# by default):
 #   workers16    the 10,000 per-symbol queries at 1, 2, 4, 8, 16 workers (target: >= 10x at 16)
 #   rising8      the README's Rising, row-scaled, at 1, 2, 4, 8 workers (target: >= 5x at 8)
 #   latency_1    TCP in -> WebSocket out at the default (1 worker)   (target: p99 <= 5 ms at 50K/s)
 #   latency_auto the same with engine_workers: auto (the cores but one)
+#   latency_write the default with durability: write (no journal fdatasync): whether the syncs make the tail
 #   server       bench server --queries rising at the default, against cayuga run
 #   main16       where the main process spends its lock at 16 workers: py-spy (--gil, raw) of
-#                `cayuga serve` while `cayuga send` runs, in OUT/main16.raw (needs py-spy: carry
+#                `cayuga serve` while `cayuga send` runs, in main16.raw (needs py-spy: carry
 #                it with `bash ../shared/tools/devkit.sh py-spy`; skipped without it)
 # BUDGET (seconds, default unlimited) stops starting benchmarks once spent, and cuts each to what is
 # left, so a device run that must end by a deadline still brings back what finished.
 set -u
-OUT=${1:?usage: bash clients/bench/device.sh OUT_DIR}
+DEST=${1:?usage: bash clients/bench/device.sh OUT_DIR}
+OUT=${WORK:-/tmp/cayuga-device}
 PY=${PYTHON:-python3}
 LIMIT=${LIMIT:-240}
 BUDGET=${BUDGET:-1000000}
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$DEST"
+pack() {  # what is done so far, in two files of DEST
+  tar czf "$DEST/device.tgz.part" -C "$OUT" . && mv "$DEST/device.tgz.part" "$DEST/device.tgz"
+  cp "$OUT/log.txt" "$DEST/log.txt" 2>/dev/null
+}
 if [ "${SMALL:-0}" = 1 ]; then
   QUERIES=200 EVENTS=5000 TICKS=20000 PER_RATE=1
 else
@@ -48,6 +57,7 @@ run() {  # run NAME [ENV=VALUE ...] -- BENCH ARGS...
   env ${envs[@]+"${envs[@]}"} timeout "$cut" "$PY" -m clients.cli bench "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   rc=$?
   echo "== $name rc=$rc end $(date -u +%T)" >> "$OUT/log.txt"
+  pack
 }
 
 profile() {  # main16: the main process's lock holders while 16 workers take the 10,000 queries' events
@@ -67,12 +77,15 @@ profile() {  # main16: the main process's lock holders while 16 workers take the
   fi
   wait "$bench"
   echo "== main16 rc=$? end $(date -u +%T)" >> "$OUT/log.txt"
+  pack
 }
 
 run workers16 -- workers --workers 0,1,2,4,8,16 --queries "$QUERIES" --events "$EVENTS"
 run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
 run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+run latency_write CAYUGA_DURABILITY=write -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 profile
 run server -- server --queries rising --events "$TICKS"
 run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 echo "done $(date -u +%T)" >> "$OUT/log.txt"
+pack

@@ -350,8 +350,11 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-") as tmp:
         with server_process(Path(tmp), delay=delay, time_unit_ms=unit_ms) as client:
             sub = client.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH All")
+            before = _pauses(client)
             index, to_server, total, lag = probe_round(client, sub["id"], rate, n, unit_ms, ctx)
-    received = len(set(array("q", index)))
+            after = _pauses(client)
+    index = array("q", index).tolist()
+    received = len(set(index))
     total, to_server = array("d", total).tolist(), array("d", to_server).tolist()
     whole = _spread(total)
     return {
@@ -368,9 +371,47 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
         "in_server_and_out": _spread([a - b for a, b in zip(total, to_server)]),
         # how late the sender wrote its blocks against the schedule (its own delay, not the server's)
         "sender_late": _spread(lag),
+        # where the tail sits in the run (its start, or all along), and what the server did meanwhile
+        "worst_windows": _worst_windows(index, total, rate),
+        "server_pauses": {k: after[k] - before[k] for k in after},
         **_latency_target(rate, whole["p99_ms"] if total else None, received == n),
         "python": platform.python_version(),
     }
+
+
+#: The tail's place in time: the run cut in windows of this many seconds of the send schedule ...
+TAIL_WINDOW_S = 0.1
+#: ... of which the worst are reported.
+TAIL_WINDOWS = 5
+
+
+def _worst_windows(index: list[int], total: list[float], rate: float) -> list[dict]:
+    """The :data:`TAIL_WINDOWS` windows of the run (by when their probes were due) with the
+    highest latency: when each began (seconds after the first probe), its worst latency and
+    how many of its probes took over 10 ms. One stall at the start (a worker still starting)
+    and a pause every few seconds (a collection, a sync) read differently."""
+    windows: dict[int, list[float]] = {}
+    width = rate * TAIL_WINDOW_S
+    for i, ms in zip(index, total):
+        windows.setdefault(int(i // width), []).append(ms)
+    worst = sorted(windows.items(), key=lambda kv: -max(kv[1]))[:TAIL_WINDOWS]
+    return [{"at_s": round(w * TAIL_WINDOW_S, 1), "worst_ms": round(max(v), 3),
+             "over_10ms": sum(1 for x in v if x > 10.0)} for w, v in worst]
+
+
+def _pauses(client) -> dict[str, float]:
+    """What in the server can stop it for a while, so far (from ``/metrics``): full
+    collections of the cyclic garbage collector, journal syncs, and those of over 50 ms."""
+    buckets, out = {}, {"gc_full_collections": 0.0, "journal_syncs": 0.0, "journal_syncs_over_50ms": 0.0}
+    for line in client.http.get("/metrics").text.splitlines():
+        if line.startswith('python_gc_collections_total{generation="2"}'):
+            out["gc_full_collections"] = float(line.split()[-1])
+        elif line.startswith("cayuga_journal_sync_seconds_bucket"):
+            buckets[line.split('le="')[1].split('"')[0]] = float(line.split()[-1])
+    if buckets:
+        out["journal_syncs"] = buckets["+Inf"]
+        out["journal_syncs_over_50ms"] = buckets["+Inf"] - buckets.get("0.05", 0.0)
+    return out
 
 
 def _send_at_rate(client: CayugaClient, rate: float, n: int) -> list[float]:

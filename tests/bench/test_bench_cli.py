@@ -208,6 +208,23 @@ def test_latency_reports_percentiles_of_every_event(monkeypatch):
         assert run[part]["p50_ms"] <= run[part]["p99_ms"] <= run[part]["max_ms"], part
     assert run["to_server"]["max_ms"] <= run["max_ms"] and run["in_server_and_out"]["max_ms"] <= run["max_ms"]
     assert run["load_average_1m"] == 1.23  # the machine's load as the run started, printed beside its figures
+    # where the tail sits: the worst windows of the run, the worst first, each inside the run and its figures
+    windows = run["worst_windows"]
+    assert 1 <= len(windows) <= 5 and windows[0]["worst_ms"] == run["max_ms"]
+    assert all(0 <= w["at_s"] < 0.5 for w in windows) and windows == sorted(windows, key=lambda w: -w["worst_ms"])
+    # and what the server did meanwhile: at the default durability (fsync), the journal was synced
+    assert run["server_pauses"]["journal_syncs"] >= 1 and run["server_pauses"]["gc_full_collections"] >= 0
+
+
+def test_worst_windows_find_a_stall_and_when_it_was():
+    from clients.bench.server_e2e import _worst_windows
+
+    rate = 1000.0  # 100 probes a window
+    total = [0.5] * 1000
+    total[450:470] = [40.0 - k for k in range(20)]  # a stall 0.45 s in
+    (first, *rest) = _worst_windows(list(range(1000)), total, rate)
+    assert first == {"at_s": 0.4, "worst_ms": 40.0, "over_10ms": 20} and len(rest) == 4
+    assert all(w["worst_ms"] == 0.5 and w["over_10ms"] == 0 for w in rest)
 
 
 def test_latency_receiver_is_a_process_of_its_own(monkeypatch):
