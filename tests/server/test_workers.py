@@ -171,6 +171,31 @@ def test_events_go_to_the_worker_while_its_batches_are_out(tmp_path):
         assert c.health()["workers"][0]["in_flight_batches"] == 0
 
 
+def test_with_n_workers_a_batch_holds_n_times_batch_size(tmp_path, monkeypatch):
+    """A batch is dealt out over the workers, so the engine thread takes up to N x
+    ``batch_size`` events at once (about ``batch_size`` for each): with 2 workers and a
+    batch size of 4, a block of 100 events goes out 8 at a time, and every witness still
+    comes once, in order."""
+    from server.workers.dispatch import WorkerEngineThread
+
+    sizes: list[int] = []
+    send = WorkerEngineThread._send
+
+    def spying(self, batch):
+        sizes.append(len(batch))
+        send(self, batch)
+
+    monkeypatch.setattr(WorkerEngineThread, "_send", spying)
+    s = make_settings(tmp_path, engine_workers=2, batch_size=4, row_scaling="off")
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel="SELECT * FROM FILTER{Price > 0}(Stock) PUBLISH Up")["id"]
+        c.post_events([stock(f"S{i}", 1.0 + i, 1, i + 1) for i in range(100)])
+        wait_until(lambda: c.subscription(sid)["last_seq"] == 100, what="every witness")
+        got = logged_witnesses(srv.base_url, sid, 100)
+    assert [(n, json.loads(w)["Name"]) for n, w in got] == [(i + 1, f"S{i}") for i in range(100)]
+    assert sum(sizes) == 100 and max(sizes) == 8 and sizes.count(8) >= 10
+
+
 def test_cayuga_serve_with_a_worker_stops_cleanly_and_leaves_no_process(tmp_path):
     from clients.testing import ServerProcess
 
