@@ -81,6 +81,8 @@ class Placement:
         self._routes_version = -1
         self._counts: list[int] = []
         self._counts_version = -1
+        self._routers: dict[str, object] = {}  # rows.py's per-stream routers, kept while the placement holds
+        self._routers_version = -1
         self.last_plan: tuple | None = None
 
     def place(self, sid: str, reads: Iterable[str], publishes: Iterable[str], cost: int = 1,
@@ -231,6 +233,13 @@ class Placement:
             del self._reads[sid], self._publishes[sid], self._order[sid]
             self.version += 1
         return worker
+
+    def routers(self) -> dict:
+        """A dict for rows.py to keep each stream's router in (a function of an event's
+        values), emptied whenever the placement changes: made once per change, not per batch."""
+        if self._routers_version != self.version:
+            self._routers, self._routers_version = {}, self.version
+        return self._routers
 
     def route(self, stream: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple]:
         """Where the events of ``stream`` go: (the workers that take all of them, in

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from air.engine import EngineError
+from air.partitioning import key_group
 from server.delivery.witnesses import EncodedBatch
 from server.workers.placement import ALL, Placement, route_event
 
@@ -37,7 +38,7 @@ def split(batch: list, placement: Placement) -> tuple[dict[int, list], dict[int,
     n, route = placement.workers, placement.route
     parts: dict[int, list] = {}
     places: dict[int, list[int]] = {}
-    routers: dict[str, Callable] = {}  # per stream, an event's values -> its workers
+    routers: dict[str, Callable] = placement.routers()  # per stream, an event's values -> its workers
     for i, ev in enumerate(batch):
         to = routers.get(ev.stream)
         if to is None:
@@ -61,7 +62,33 @@ def _router(whole: tuple[int, ...], keyed: tuple[int, ...], consts: tuple, n: in
         (at, by_value), = consts
         get = by_value.get
         return lambda values: get(values[at], ())
+    if len(keyed) == 1 and not whole and not consts:  # the row-scaled ones' (Rising's): by one key's group
+        return _by_key(keyed[0], n)
     return lambda values: route_event(values, whole, keyed, consts, n)
+
+
+#: Key values whose group :func:`_by_key` remembers, per stream's router, before it forgets them all.
+KEY_MEMO = 1 << 16
+
+
+def _by_key(at: int, n: int) -> Callable:
+    """:func:`route_event` of a route by one key alone: the key's group, remembered for a
+    string key (names, ids: the usual keys) so that a value seen before costs one lookup.
+    Other values take the hash each time: ``1`` and ``1.0`` are one dict key but two groups."""
+    memo: dict[str, tuple[int]] = {}
+
+    def to(values) -> tuple[int, ...]:
+        v = values[at]
+        if type(v) is str:
+            got = memo.get(v)
+            if got is None:
+                if len(memo) >= KEY_MEMO:
+                    memo.clear()
+                got = memo[v] = (key_group(v, n),)
+            return got
+        return (key_group(v, n),)
+
+    return to
 
 
 class Merge:

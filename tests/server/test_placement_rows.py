@@ -172,3 +172,38 @@ def test_a_batch_is_dealt_to_the_workers_of_each_events_route_in_its_order():
             parts, places = rows.split(batch, p)
             assert (parts, places) == (want_parts, want_places)
     assert rows.split([], p) == ({}, {})
+
+
+def test_a_route_by_one_key_alone_remembers_string_keys_and_follows_placement_changes(monkeypatch):
+    """The short cut of a route by one key (the README's Rising row-scaled alone): a string
+    key's group is remembered (up to KEY_MEMO values, then forgotten and learnt again), any
+    other value is hashed each time (``1``, ``1.0`` and ``True`` are one dict key but three
+    groups); and a subscription placed later makes the routes again. Against route_event."""
+    import random
+
+    from air.engine import Event
+    from server.workers import rows
+    from server.workers.placement import route_event
+
+    monkeypatch.setattr(rows, "KEY_MEMO", 4)
+    rng = random.Random(11)
+    p = Placement(3, schema={"Stock": STOCK}.get)
+    _place(p, "rising", RISING, [STOCK])
+    keys = ["IBM", "MSFT", "ORCL", "SAP", "X", "Y", 1, 1.0, True, 7]
+    assert len({key_group(k, 3) for k in (1, 1.0, True)}) > 1  # (else the case below proves nothing)
+
+    def check():
+        for _ in range(30):
+            batch = [Event("Stock", (rng.choice(keys), 1.0, 1), t, t) for t in range(rng.randint(1, 200))]
+            want_parts: dict[int, list] = {}
+            want_places: dict[int, list[int]] = {}
+            for i, ev in enumerate(batch):
+                for w in route_event(ev.values, *p.route(ev.stream), 3):
+                    want_parts.setdefault(w, []).append(ev)
+                    want_places.setdefault(w, []).append(i)
+            assert rows.split(batch, p) == (want_parts, want_places)
+
+    check()
+    assert p.routers()["Stock"].__code__ is rows._by_key(0, 3).__code__  # the short cut was the one taken
+    _place(p, "ibm", IBM, [STOCK])  # now IBM's events also go to the worker IBM is placed on
+    check()
