@@ -136,6 +136,19 @@ def test_copies_restricted_to_their_groups_make_one_engines_witnesses(groups):
         assert part and all(key_group(values[0], groups) == g for (_s, values, _t0, _t1) in part)
 
 
+def _dealt_one_by_one(batch: list, p: Placement) -> tuple[dict[int, list], dict[int, list[int]]]:
+    """What rows.split should give: each event by placement.route_event, one after the other."""
+    from server.workers.placement import route_event
+
+    parts: dict[int, list] = {}
+    places: dict[int, list[int]] = {}
+    for i, ev in enumerate(batch):
+        for w in route_event(ev.values, *p.route(ev.stream), p.workers):
+            parts.setdefault(w, []).append(ev)
+            places.setdefault(w, []).append(i)
+    return parts, places
+
+
 def test_a_batch_is_dealt_to_the_workers_of_each_events_route_in_its_order():
     """rows.split (its short cuts per route) against a plain loop over the events by
     placement.route_event: mixed streams and one stream alone, over routes that go whole, by a
@@ -144,7 +157,6 @@ def test_a_batch_is_dealt_to_the_workers_of_each_events_route_in_its_order():
 
     from air.model import StreamSchema
     from server.workers import rows
-    from server.workers.placement import route_event
 
     rng = random.Random(7)
     schemas = {"Stock": STOCK, "Quote": StreamSchema("Quote", STOCK.attributes)}
@@ -163,14 +175,7 @@ def test_a_batch_is_dealt_to_the_workers_of_each_events_route_in_its_order():
     for streams in (["Stock"], ["Quote"], ["Stock", "Quote"], ["Other"]):
         for _ in range(20):
             batch = events(streams)
-            want_parts: dict[int, list] = {}
-            want_places: dict[int, list[int]] = {}
-            for i, ev in enumerate(batch):
-                for w in route_event(ev.values, *p.route(ev.stream), 3):
-                    want_parts.setdefault(w, []).append(ev)
-                    want_places.setdefault(w, []).append(i)
-            parts, places = rows.split(batch, p)
-            assert (parts, places) == (want_parts, want_places)
+            assert rows.split(batch, p) == _dealt_one_by_one(batch, p)
     assert rows.split([], p) == ({}, {})
 
 
@@ -183,7 +188,6 @@ def test_a_route_by_one_key_alone_remembers_string_keys_and_follows_placement_ch
 
     from air.engine import Event
     from server.workers import rows
-    from server.workers.placement import route_event
 
     monkeypatch.setattr(rows, "KEY_MEMO", 4)
     rng = random.Random(11)
@@ -195,13 +199,7 @@ def test_a_route_by_one_key_alone_remembers_string_keys_and_follows_placement_ch
     def check():
         for _ in range(30):
             batch = [Event("Stock", (rng.choice(keys), 1.0, 1), t, t) for t in range(rng.randint(1, 200))]
-            want_parts: dict[int, list] = {}
-            want_places: dict[int, list[int]] = {}
-            for i, ev in enumerate(batch):
-                for w in route_event(ev.values, *p.route(ev.stream), 3):
-                    want_parts.setdefault(w, []).append(ev)
-                    want_places.setdefault(w, []).append(i)
-            assert rows.split(batch, p) == (want_parts, want_places)
+            assert rows.split(batch, p) == _dealt_one_by_one(batch, p)
 
     check()
     assert p.routers()["Stock"].__code__ is rows._by_key(0, 3).__code__  # the short cut was the one taken
