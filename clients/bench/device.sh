@@ -16,6 +16,9 @@
 #   latency_auto the same with engine_workers: auto (the cores but one)
 #   latency_write the default with durability: write (no journal fdatasync): whether the syncs make the tail
 #   server       bench server --queries rising at the default, against cayuga run
+#   latency_spy  latency at 10K/s again, with py-spy recording every thread of the server and its
+#                worker (--idle --subprocesses, speedscope: each thread's samples in time order) from
+#                the server's start: what each was doing during a stall (`worst_windows` says when)
 #   main16       where the main process spends its lock at 16 workers: py-spy (--gil, raw) of
 #                `cayuga serve` while `cayuga send` runs, in main16.raw (needs py-spy: carry
 #                it with `bash ../shared/tools/devkit.sh py-spy`; skipped without it)
@@ -80,10 +83,30 @@ profile() {  # main16: the main process's lock holders while 16 workers take the
   pack
 }
 
+spy_latency() {  # latency_spy: see above
+  local spy cut bench serve i
+  spy=$(command -v py-spy || find /tmp/site -name py-spy -type f 2>/dev/null | head -1)
+  cut=$(left)
+  if [ -z "$spy" ] || [ "$cut" -lt 60 ]; then echo "== latency_spy skipped (py-spy '$spy', ${cut}s left)" >> "$OUT/log.txt"; return; fi
+  echo "== latency_spy start $(date -u +%T)" >> "$OUT/log.txt"
+  timeout "$cut" "$PY" -m clients.cli bench latency --rates 10000 --seconds "$PER_RATE" \
+    > "$OUT/latency_spy.json" 2> "$OUT/latency_spy.err" &
+  bench=$!
+  for i in $(seq 1 $((cut * 50))); do serve=$(pgrep -f "clients.cli serve" | head -1); [ -n "$serve" ] && break; sleep 0.02; done
+  if [ -n "$serve" ]; then
+    timeout "$((PER_RATE + 40))" "$spy" record --pid "$serve" --rate 100 --idle --threads --subprocesses \
+      --nonblocking --format speedscope --output "$OUT/latency_spy.speedscope.json" > "$OUT/latency_spy.spy" 2>&1
+  fi
+  wait "$bench"
+  echo "== latency_spy rc=$? end $(date -u +%T)" >> "$OUT/log.txt"
+  pack
+}
+
 run workers16 -- workers --workers 0,1,2,4,8,16 --queries "$QUERIES" --events "$EVENTS"
 run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
 run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 run latency_write CAYUGA_DURABILITY=write -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+spy_latency
 profile
 run server -- server --queries rising --events "$TICKS"
 run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
