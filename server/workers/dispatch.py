@@ -61,8 +61,8 @@ def batch_limit(batch_size: int, workers: int) -> int:
     worker. A batch is dealt out, so each of N workers gets about 1/N of it; what a batch
     costs apart from its events (a message each way per worker, its encoding and decoding,
     the wake-ups, the delivery's passes) would otherwise be paid N times as often. With
-    8 workers on two cores, 8 x 512 events a batch instead of 1024 cost the main process
-    25% less an event and the workers 10% less (BENCHMARKS.md, "Engine workers, round 6").
+    8 workers on two cores, 8 x 1,024 events a batch instead of 1,024 cost the main process
+    25% less an event and the workers 15% less (BENCHMARKS.md, "Engine workers, round 6").
     Under a light load nothing changes: a batch is what the queue has released."""
     return batch_size * max(1, workers)
 
