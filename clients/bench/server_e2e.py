@@ -402,12 +402,15 @@ def _worst_windows(index: list[int], total: list[float], rate: float) -> list[di
 def _pauses(client) -> dict[str, float]:
     """What in the server can stop it for a while, so far (from ``/metrics``): full
     collections of the cyclic garbage collector, journal syncs, and those of over 50 ms."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     buckets, out = {}, {"gc_full_collections": 0.0, "journal_syncs": 0.0, "journal_syncs_over_50ms": 0.0}
-    for line in client.http.get("/metrics").text.splitlines():
-        if line.startswith('python_gc_collections_total{generation="2"}'):
-            out["gc_full_collections"] = float(line.split()[-1])
-        elif line.startswith("cayuga_journal_sync_seconds_bucket"):
-            buckets[line.split('le="')[1].split('"')[0]] = float(line.split()[-1])
+    for family in text_string_to_metric_families(client.http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "python_gc_collections_total" and sample.labels.get("generation") == "2":
+                out["gc_full_collections"] = sample.value
+            elif sample.name == "cayuga_journal_sync_seconds_bucket":
+                buckets[sample.labels["le"]] = sample.value
     if buckets:
         out["journal_syncs"] = buckets["+Inf"]
         out["journal_syncs_over_50ms"] = buckets["+Inf"] - buckets.get("0.05", 0.0)
