@@ -85,7 +85,8 @@ from server.durability.seqmap import Numbers, SeqMap
 from server.durability.witcursor import Cursor
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
                                           MAX_RECORD, NAMES, Gap, Gone, Record, Segment as _Segment, Sub as _Sub,
-                                          body_of as _body, encode as _encode, pack_batch as _pack,
+                                          body_of as _body, dump_json as _json, encode as _encode,
+                                          pack_batch as _pack,
                                           parse as _parse, unpack_batch as _unpack)
 
 __all__ = ["Cursor", "Gap", "Gone", "MAX_RECORD", "NAMES", "Record", "WitnessLog"]
@@ -348,7 +349,7 @@ class WitnessLog:
     def _new_segment(self) -> None:
         number = self._segments[-1].number + 1 if self._segments else 1
         seg = _Segment(number, self.dir / _name(number), newest=self.clock())
-        checkpoint = _BODY.pack(_CHECKPOINT, 0, 0, 0) + json.dumps(self._last.copy(), separators=(",", ":")).encode()
+        checkpoint = _BODY.pack(_CHECKPOINT, 0, 0, 0) + _json(self._last.copy())
         fd = framing.open_new(seg.path)
         # one that cannot be written is removed: the next append starts it again
         seg.size = framing.start_segment(fd, seg.path, framing.WITNESS_LOG, checkpoint)
@@ -483,7 +484,7 @@ class WitnessLog:
         marks = {s: v for s, v in marks.items() if v > self._last.get(s, 0)}
         if not marks:
             return {}
-        rec = _encode(_CHECKPOINT, GAP_MARK, b"", b"", json.dumps(marks, separators=(",", ":")).encode())
+        rec = _encode(_CHECKPOINT, GAP_MARK, b"", b"", _json(marks))
         seg = self._segments[-1]
         try:
             if self._cut_to is not None:

@@ -355,3 +355,23 @@ def test_a_segments_index_folded_from_its_records_is_the_one_a_record_at_a_time_
                 assert seg.subs.keys() <= want_subs.keys()  # a reader: folded so far
         assert {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()} == want_subs
         assert seg.streams == want_streams
+
+
+def test_an_index_and_a_checkpoint_of_non_ascii_names_are_read_back(tmp_path, monkeypatch):
+    """The index of a sealed segment and each segment's checkpoint are written as UTF-8 JSON
+    (msgspec: json.dumps escaped other letters): a reopened log takes both, its scan not needed."""
+    wl = WitnessLog(tmp_path, segment_bytes=1024)
+    for k in range(0, 60, 6):
+        wl.append(recs("Kurs-Müller", range(k + 1, k + 7), stream="Preisanstieg€") + recs("株価", [k // 6 + 1]))
+    assert wl.segments >= 3
+    wl.close()
+    idx = sorted(tmp_path.glob("*.idx"))
+    assert idx and "Müller".encode() in idx[0].read_bytes()
+    scanned, scan = [], WitnessLog._scan
+    monkeypatch.setattr(WitnessLog, "_scan", lambda self, seg: scanned.append(seg) or scan(self, seg))
+    wl = WitnessLog(tmp_path, segment_bytes=1024)
+    assert wl.last_seqs() == {"Kurs-Müller": 60, "株価": 10}
+    assert [n for n, _ in wl.read("Kurs-Müller", 1)] == list(range(1, 61))
+    assert [s for s, _n, _p in wl.read_stream("Preisanstieg€")] == ["Kurs-Müller"] * 60
+    assert len(scanned) == 1  # only the active segment, which has no index
+    wl.close()
