@@ -77,12 +77,14 @@ class Columns(NamedTuple):
     object per subscription): ``owners``, ``counts`` (its witnesses) and
     ``streams`` (the stream they are on, or a list of each one's where not all
     are on one); ``sids`` each witness's sid as a packed MessagePack array,
-    ``rest`` the arrays of their streams and of their payloads, one after the other."""
+    ``rest`` the packed pair of the arrays of their streams and of their payloads.
+    Both are any bytes-like object: the main process takes them from a worker's
+    result without a copy (``msgspec.Raw``), and copies them once, into the record."""
     owners: list
     counts: list
     streams: list
-    sids: bytes
-    rest: bytes
+    sids: bytes | msgspec.Raw
+    rest: bytes | msgspec.Raw
     #: the owners' numbers and those of their streams (-1: several) in the packer's
     #: :class:`LocalNumbers`, as int32 arrays, and the numbers it gave in this batch
     #: (``[number, name, ...]``): the main process takes them as its own without a dict
@@ -100,7 +102,7 @@ class Columns(NamedTuple):
         batch made again after a restart, a preview)."""
         if not self.owners:
             return []
-        streams, payloads = _rest(b"\x92" + self.rest)
+        streams, payloads = _rest(self.rest)
         out, at = [], 0
         for sid, n in zip(self.owners, self.counts):
             out.append((sid, streams[at:at + n], payloads[at:at + n]))
@@ -125,7 +127,7 @@ def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
         sids += repeat(sid, n)
         streams += sts
         payloads += pls
-    cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams) + _pack(payloads))
+    cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
     return cols if local is None else local.number(cols)
 
 
@@ -492,7 +494,7 @@ class Witnesses:
         """Write ``cols`` numbered ``seqs`` as the record the worker packed, with the index's
         numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups."""
         wlog = self.witlog
-        body = b"\x94" + cols.sids + _pack(seqs) + cols.rest
+        body = (b"\x94", cols.sids, _pack(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
 
         def append() -> dict[str, int]:
             wlog.append_packed(body, len(seqs), nums, starts, ends, pair_nums, pair_streams)

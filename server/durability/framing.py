@@ -32,7 +32,7 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from server.durability import fsio
 
@@ -86,6 +86,15 @@ def frame(payload: bytes) -> bytes:
     """``payload`` framed: length, CRC32 of length and payload, payload (one copy)."""
     n = len(payload)
     return FRAME.pack(n, _crc32(payload, _crc32(_LEN.pack(n)))) + payload
+
+
+def frame_parts(parts: Sequence[bytes | memoryview]) -> bytes:
+    """:func:`frame` of the payload ``b"".join(parts)``, joined once (with its head)."""
+    n = sum(map(len, parts))
+    crc = _crc32(_LEN.pack(n))
+    for p in parts:
+        crc = _crc32(p, crc)
+    return b"".join((FRAME.pack(n, crc), *parts))
 
 
 def frame_head(payload: bytes | memoryview) -> bytes:

@@ -86,6 +86,7 @@ from server.durability.witcursor import Cursor
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
                                           MAX_RECORD, NAMES, Gap, Gone, Record, Segment as _Segment, Sub as _Sub,
                                           body_of as _body, dump_json as _json, encode as _encode,
+                                          encode_parts as _encode_parts,
                                           pack_batch as _pack,
                                           parse as _parse, unpack_batch as _unpack)
 
@@ -424,14 +425,15 @@ class WitnessLog:
         (:attr:`numbers`: a batch made again)."""
         return bool((self._last.take(nums) >= firsts).any())
 
-    def append_packed(self, body: bytes, n: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
-                      pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:
+    def append_packed(self, body: Sequence[bytes | memoryview], n: int, nums: np.ndarray, firsts: np.ndarray,
+                      lasts: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:
         """Append a batch record whose ``body`` an engine worker packed (:meth:`append_columns`'s
-        columns of ``n`` witnesses, none held already: :meth:`holds_any`), with what the index
+        columns of ``n`` witnesses, none held already: :meth:`holds_any`; the parts of the body,
+        joined once, into the record), with what the index
         needs: per subscription (numbered ``nums`` by :attr:`numbers`, each once) its first and
         last seq, and which subscriptions published on which streams (``pair_nums[i]`` on the
         stream :attr:`stream_numbers` numbers ``pair_streams[i]``; each pair once or more)."""
-        self._write(_encode(_BATCH, n, b"", b"", body), n, nums, firsts, lasts, pair_nums, pair_streams)
+        self._write(_encode_parts(_BATCH, n, body), n, nums, firsts, lasts, pair_nums, pair_streams)
 
     def _write(self, rec: bytes, n_kept: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
                pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:  # (DiskFull when it cannot be written)

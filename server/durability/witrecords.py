@@ -22,7 +22,7 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import msgspec
 import numpy as np
@@ -220,3 +220,9 @@ def parse(buf: bytes | memoryview, pos: int, end: int):
 
 def encode(kind: int, seq: int, sid: bytes, stream: bytes, payload: bytes) -> bytes:
     return framing.frame(BODY.pack(kind, seq, len(sid), len(stream)) + sid + stream + payload)
+
+
+def encode_parts(kind: int, seq: int, payload: Sequence[bytes | memoryview]) -> bytes:
+    """:func:`encode` with no sid or stream, of a payload given in parts (a batch's: megabytes,
+    copied once, into the record)."""
+    return framing.frame_parts((BODY.pack(kind, seq, 0, 0), *payload))

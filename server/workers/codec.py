@@ -36,13 +36,14 @@ worker -> main
          neither splits nor re-packs them (server/delivery/witnesses.py's
          ``Columns``): per subscription, in the order they first emitted, its
          sid, its number of witnesses and their stream (a list of each one's
-         where not all are on one), as three arrays; ``sids`` the MessagePack
-         array of each witness's sid; ``rest`` the arrays of their streams and
-         of their payloads, one after the other; ``nums``, ``stream_nums``,
+         where not all are on one), as three arrays; ``sids`` the array of each
+         witness's sid; ``rest`` the pair of the arrays of their streams and of
+         their payloads (both in place, not as bin: the main process takes them
+         without a copy, as ``msgspec.Raw``); ``nums``, ``stream_nums``,
          ``fresh``, ``fresh_streams``: the owners and their streams as the
          worker numbers them (server/delivery/witnesses.py's ``LocalNumbers``),
          each number's name told once. The main process
-         numbers them and writes ``0x94 + sids + seqs + rest``: the record
+         numbers them and writes ``0x94 + sids + seqs + rest[1:]``: the record
          ``pack_batch((sids, seqs, streams, payloads))`` makes, byte for byte.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.
@@ -66,7 +67,9 @@ _encode = msgspec.msgpack.Encoder().encode
 _batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],
                                        Optional[dict[str, int]]])
 _STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", "t1"))
-_result = msgspec.msgpack.Decoder()
+#: the columns' ``sids`` and ``rest`` (megabytes of witnesses) are taken as ``msgspec.Raw``: no copy
+#: until the witness log's record is made of them (sent as such: MessagePack arrays in place)
+_result = msgspec.msgpack.Decoder(tuple[(Any,) * 12 + (msgspec.Raw, msgspec.Raw) + (Any,) * 4])
 
 
 def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
@@ -100,12 +103,13 @@ def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check
     cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups, local)
     groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in merged]
     internal = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.internal]
-    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places, *cols))
+    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places, *cols[:3],
+                             msgspec.Raw(cols.sids), msgspec.Raw(cols.rest), *cols[5:]))
 
 
 def decode_result(body: bytes) -> list:
     """A result's fields (see the module's docstring), the columns as one :class:`Columns`."""
-    out = _result.decode(body)
+    out = list(_result.decode(body))
     for part in (out[1], out[2]):
         for g in part:
             g[2] = g[2].split(b"\n")

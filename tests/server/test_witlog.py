@@ -274,7 +274,7 @@ def test_stream_readers_find_every_publisher_when_a_subscription_changes_streams
     sids, seqs, streams, payloads = ["s2", "s3", "s3"], [2, 1, 2], ["B", "B", "A"], [b"{}", b"{}", b"{}"]
     body = encode((sids, seqs, streams, payloads))
     owners = wl.numbers.array(["s2", "s3"])  # a worker's packed batch
-    wl.append_packed(body, 3, owners, np.array([2, 1]), np.array([2, 2]), wl.numbers.array(sids),
+    wl.append_packed([body], 3, owners, np.array([2, 1]), np.array([2, 2]), wl.numbers.array(sids),
                      wl.stream_numbers.array(streams))
     expect = {"A": {"s1", "s2", "s3"}, "B": {"s1", "s2", "s3"}, "C": {"s1"}}
     assert {st: wl.publishers(st) for st in "ABC"} == expect
