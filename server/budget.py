@@ -121,9 +121,15 @@ class StateBudget:
         self._runaways: dict[int, dict] = {}
         self.seq = 0  # the last recorded shedding applied (Store.evictions); a snapshot includes those up to it
         self._noticed: dict[str, float] = {}  # sid -> when its watchers were last told
+        #: marked since its watchers were last told, their notice held until every engine worker's cut
+        #: of the same check is in (:meth:`send_notices`): one notice with all of them, not the first's
+        self.unnoticed: dict[str, None] = {}
         self._shed_log: dict[str, tuple[float, int]] = {}  # sid -> (last logged, sheddings not logged since)
         # the display counts (refresh)
         self.instances: dict[str, int] = {}  # per subscription, refreshed by the engine thread
+        #: per subscription counted in several engine workers (row-scaled), each one's share at the
+        #: last count or cut: a cut in one worker changes its share, and the sum is the count
+        self._parts: dict[str, dict[int, int]] = {}
         self._count_queue: list[str] = []
         self._count_next_pass = 0.0  # monotonic time
         self._count_pass_cost = 0.0
@@ -146,7 +152,8 @@ class StateBudget:
 
     def forget(self, sid: str) -> None:
         """A subscription has gone (engine thread): its marks go with it."""
-        for table in (self.instances, self.caps, self.inexact, self.runaways, self._noticed, self._shed_log):
+        for table in (self.instances, self.caps, self.inexact, self.runaways, self._noticed, self._shed_log,
+                      self._parts, self.unnoticed):
             table.pop(sid, None)
         if self.local is not None:
             self.local.forget(sid)
@@ -207,6 +214,7 @@ class StateBudget:
         """A subscription lost its partial matches other than by shedding (a recovery could
         not load them): marked inexact, as a shedding would (the count unknown: 0)."""
         self._mark(sid, 0, reason, fed)
+        self.send_notices()
 
     def footprint_of(self, worker: int, footprint: tuple) -> None:
         """One engine's (worker's) footprint; :attr:`footprint` is all of them together."""
@@ -219,13 +227,21 @@ class StateBudget:
         d = Decision(sid, keep, reason or "", shared)
         return self.applied(d, self.local.apply(d), replayed)
 
-    def applied(self, d: Decision, outcome: Outcome, replayed: bool = False, fed: int | None = None) -> int:
-        """A decision was applied (here or in an engine worker) after ``fed`` events (by default, as
-        many as the engine thread has taken): counted, logged and marked."""
+    def applied(self, d: Decision, outcome: Outcome, replayed: bool = False, fed: int | None = None,
+                worker: int | None = None, notice: bool = True) -> int:
+        """A decision was applied (here or in engine worker ``worker``) after ``fed`` events (by
+        default, as many as the engine thread has taken): counted, logged and marked. The watchers'
+        notice goes now, or with ``notice`` False when :meth:`send_notices` is called (the caller
+        waits for the other workers' cuts of the same check)."""
         sid, removed, before, losers = outcome
         if not removed:
             return 0
-        self.instances[sid] = before - removed
+        parts = self._parts.setdefault(sid, {}) if worker is not None else None
+        if parts is not None:  # (``before`` is this worker's share)
+            parts[worker] = before - removed
+            self.instances[sid] = sum(parts.values())
+        else:
+            self.instances[sid] = before - removed
         self.progress.changes += 1
         self.counters.add(Count.INSTANCES_EVICTED, removed)
         self.counters.add(Count.INSTANCE_EVICTIONS)
@@ -237,6 +253,8 @@ class StateBudget:
         self._mark(sid, removed, why, fed)
         for other, n in losers.items():
             self._mark(other, n, f"it shares state with {sid}, which was shed ({why})", fed)
+        if notice:
+            self.send_notices()
         now, (logged, quiet) = time.monotonic(), self._shed_log.get(sid, (-SHED_LOG_SECONDS, 0))
         if now - logged < SHED_LOG_SECONDS:
             self._shed_log[sid] = (logged, quiet + 1)
@@ -256,10 +274,19 @@ class StateBudget:
             got = self.inexact[sid] = Inexact(now, fed, self._seqs().get(sid, 0), 0, reason, now)
         got.instances_lost += lost
         got.reason, got.last = reason, now
-        last = self._noticed.get(sid)
-        if self.notify is not None and (last is None or time.monotonic() - last >= NOTICE_SECONDS):
-            self._noticed[sid] = time.monotonic()
-            self.notify(sid, self.notice(sid))
+        self.unnoticed[sid] = None
+
+    def send_notices(self) -> None:
+        """Tell the watchers of each subscription marked since (:meth:`_mark`) what it has lost in
+        all, at most once every NOTICE_SECONDS (the mark itself, on /health and the API, is current)."""
+        marked, self.unnoticed = self.unnoticed, {}
+        if self.notify is None:
+            return
+        for sid in marked:
+            last = self._noticed.get(sid)
+            if sid in self.inexact and (last is None or time.monotonic() - last >= NOTICE_SECONDS):
+                self._noticed[sid] = time.monotonic()
+                self.notify(sid, self.notice(sid))
 
     def notice(self, sid: str, got: Inexact | None = None) -> dict:
         """The control message an inexact subscription's watchers get (``got``: its mark, read by the caller)."""
@@ -332,9 +359,9 @@ class StateBudget:
             return
         self._count_queue.append("")  # a request is out
 
-        def got(answer: tuple[dict[str, int], float]) -> None:
-            counts, cost = answer  # what the counting cost the worker: it keeps to COUNT_SHARE of its time
-            self.instances = counts
+        def got(answer: tuple[dict[str, int], float, dict[str, dict[int, int]]]) -> None:
+            counts, cost, parts = answer  # what the counting cost the worker: it keeps to COUNT_SHARE of its time
+            self.instances, self._parts = counts, parts
             top = max(counts.items(), key=lambda kv: kv[1], default=None)
             self.heaviest = top if top and top[1] else None
             self.counted_at = time.monotonic()

@@ -134,10 +134,17 @@ class WorkerEngineThread(EngineThread):
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
-            for counts, _cost, _gc in answers.values():  # a row-scaled subscription's: summed over its workers
+            parts: dict[str, dict[int, int]] = {}  # a row-scaled subscription's share on each worker
+            for w, (counts, _cost, _gc) in answers.items():  # a row-scaled subscription's: summed over its workers
                 for sid, n in counts.items():
+                    if sid in merged:
+                        parts.setdefault(sid, {})[w] = n
                     merged[sid] = merged.get(sid, 0) + n
-            got((merged, max(a[1] for a in answers.values())))
+            for sid, mine in parts.items():  # (the worker that counted it first, too)
+                for w, (counts, _cost, _gc) in answers.items():
+                    if w not in mine and sid in counts:
+                        mine[w] = counts[sid]
+            got((merged, max(a[1] for a in answers.values()), parts))
 
         for w, link in enumerate(self.links):
             link.command("counts").add_done_callback(lambda fut, w=w: done(fut, w))
@@ -337,6 +344,8 @@ class WorkerEngineThread(EngineThread):
         for w, link in enumerate(self.links):  # what applying a check's decisions removed
             while not link.applied.empty():
                 self._applied(w, link.applied.get_nowait())
+        if self.budget.unnoticed and not self._deciding:  # every worker's cut is in: their watchers told once
+            self.budget.send_notices()
         while self.in_flight:
             head = self.in_flight[0]
             for w in head.workers:
@@ -384,7 +393,7 @@ class WorkerEngineThread(EngineThread):
                 return False
             for r, outcome in zip(head.recorded.get(w, ()), outcomes):  # a replay's, applied before the check
                 budget.applied(Decision(r.sid, r.keep, r.reason or "", bool(r.shared)), Outcome(*outcome),
-                               replayed=True, fed=head.fed)
+                               replayed=True, fed=head.fed, worker=w, notice=False)
                 budget.seq = max(budget.seq, r.seq)
             if check is not None:
                 found = CheckResult(*check)
@@ -423,7 +432,7 @@ class WorkerEngineThread(EngineThread):
         outcomes, fp = value
         decisions, fed = self._deciding.pop(w, ([], 0))
         for d, outcome in zip(decisions, outcomes):
-            self.budget.applied(d, Outcome(*outcome), fed=fed)
+            self.budget.applied(d, Outcome(*outcome), fed=fed, worker=w, notice=False)
         self.budget.footprint_of(w, tuple(fp))
 
     def _sync_watched(self) -> None:

@@ -388,7 +388,7 @@ class CatchUp:
         for r, outcome in zip(recorded, outcomes):
             d = self.unanswered.pop((r.sid, fed), None)
             if d is not None:
-                self.t.budget.applied(d, Outcome(*outcome), fed=fed)
+                self.t.budget.applied(d, Outcome(*outcome), fed=fed, worker=self.w)
         if check is not None and CheckResult(*check).decisions:
             self.link.send(codec.APPLY + pickle.dumps([], pickle.HIGHEST_PROTOCOL))
         return sum(len(g[2]) for g in groups) + sum(len(g[2]) for g in internal) + cols.count()

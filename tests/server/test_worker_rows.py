@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -268,22 +269,36 @@ def test_a_cap_holds_for_a_row_scaled_subscription_as_a_whole(tmp_path):
     """``max_instances`` 50 on a subscription row-scaled over two workers: each worker
     holds 25 of it (at the check, 90% of that: the newest of its key group), so the
     subscription keeps at most 50 in all, as with one engine; the reason says how it
-    was split."""
+    was split. Its count after the cuts is both workers' (one before a count was
+    taken, and one after), and its watcher is told once, of both cuts."""
     pairs = "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
     s = make_settings(tmp_path, time="event", engine_workers=2)
     with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
         sid = c.subscribe(cel=pairs, max_instances=50)["id"]
         assert "row-scaled" in c.subscription(sid)["runs_on"]
         names = [f"S{i}" for i in range(1, 257)]
-        c.post_events([stock(name, 1.0, 1, i) for i, name in enumerate(names, 1)])  # the check after the 256th
         kept = kept_by_cap(names, 50, 2)
         assert len(kept) == 2 * int(25 * 0.9)
-        wait_until(lambda: (c.subscription(sid).get("inexact") or {}).get("instances_lost") == 256 - len(kept),
-                   what="both workers' cuts")
+        with c.frames(sid, timeout=30) as frames:  # (no two quotes of one name: no witness, the notice first)
+            wait_until(lambda: not srv.daemon.hub.idle, what="the watcher")
+            c.post_events([stock(name, 1.0, 1, i) for i, name in enumerate(names, 1)])  # the check after the 256th
+            note = json.loads(next(frames))
+        assert note["control"] == "inexact" and note["instances_lost"] == 256 - len(kept)
+        assert c.subscription(sid)["inexact"]["instances_lost"] == 256 - len(kept)
+        assert c.subscription(sid)["instances"] == len(kept)
         for w, link in enumerate(srv.daemon.links):  # each holds the newest of its own key group (its last pending)
             held = {inst.values[0] for insts in link.call("instances", sid, True).values() for inst in insts}
             assert held == {k for k in kept if key_group(k, 2) == w}
         assert "its max_instances (50; 25 in each of the 2 engine workers" in c.subscription(sid)["inexact"]["reason"]
+        # a second round once both shares were counted: 256 more, cut again in both workers
+        budget, since = srv.daemon.budget, time.monotonic()
+        wait_until(lambda: budget.counted_at > since, what="a count of both workers' shares")
+        more = [f"T{i}" for i in range(1, 257)]
+        kept_then = kept_by_cap([k for k in names if k in kept] + more, 50, 2)
+        c.post_events([stock(name, 1.0, 1, 256 + i) for i, name in enumerate(more, 1)])
+        wait_until(lambda: c.subscription(sid)["inexact"]["instances_lost"] == 2 * 256 - len(kept_then),
+                   what="the second round's cuts")
+        assert c.subscription(sid)["instances"] == len(kept_then)
     assert_no_cayuga_threads()
 
 
