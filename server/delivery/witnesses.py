@@ -27,7 +27,7 @@ from array import array
 from collections import Counter
 from itertools import groupby, repeat
 from operator import itemgetter
-from typing import Callable, Mapping, MutableMapping, NamedTuple
+from typing import Callable, Mapping, MutableMapping, NamedTuple, Union
 
 import msgspec
 import numpy as np
@@ -70,7 +70,16 @@ class EncodedBatch(NamedTuple):
     internal: list
 
 
-class Columns(NamedTuple):
+#: How many places of a batch's subscriptions the names are checked at (:meth:`NumberMap.take`).
+CHECKS = 8
+
+
+def check_places(n: int) -> range:
+    """The places of ``n`` subscriptions whose names :class:`NumberMap` checks its numbers against."""
+    return range(0, n, max(n // CHECKS, 1))
+
+
+class Columns:
     """A batch's witnesses as an engine worker sends them (server/workers/codec.py):
     the witness log's batch record's columns, ready to be numbered and written.
     Per subscription, in the order they first emitted, three parallel lists (no
@@ -79,20 +88,54 @@ class Columns(NamedTuple):
     are on one); ``sids`` each witness's sid as a packed MessagePack array,
     ``rest`` the packed pair of the arrays of their streams and of their payloads.
     Both are any bytes-like object: the main process takes them from a worker's
-    result without a copy (``msgspec.Raw``), and copies them once, into the record."""
-    owners: list
-    counts: list
-    streams: list
-    sids: bytes | msgspec.Raw
-    rest: bytes | msgspec.Raw
-    #: the owners' numbers and those of their streams (-1: several) in the packer's
-    #: :class:`LocalNumbers`, as int32 arrays, and the numbers it gave in this batch
-    #: (``[number, name, ...]``): the main process takes them as its own without a dict
-    #: pass over the batch's ids (:class:`NumberMap`). Empty when packed without.
-    nums: bytes = b""
-    stream_nums: bytes = b""
-    fresh: list | tuple = ()
-    fresh_streams: list | tuple = ()
+    result without a copy (``msgspec.Raw``), and copies them once, into the record.
+    ``owners`` and ``streams`` may come packed too (``msgspec.Raw``): unpacked when
+    first read, which the main process does only for a client that watches some, or
+    when its numbers do not hold (:class:`NumberMap`): thousands of names a batch.
+
+    ``nums``, ``stream_nums``: the owners' numbers and those of their streams (-1:
+    several) in the packer's :class:`LocalNumbers`, as int32 arrays; ``fresh``,
+    ``fresh_streams``: the numbers it gave in this batch (``[number, name, ...]``): the
+    main process takes them as its own without a dict pass over the batch's ids
+    (:class:`NumberMap`); ``checks``: ``[owner, stream]`` at :func:`check_places`, which
+    it checks them by. Empty when packed without."""
+
+    __slots__ = ("_owners", "counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
+                 "checks")
+
+    def __init__(self, owners: list | msgspec.Raw, counts: list, streams: list | msgspec.Raw,
+                 sids: bytes | msgspec.Raw, rest: bytes | msgspec.Raw, nums: bytes = b"", stream_nums: bytes = b"",
+                 fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = ()) -> None:
+        self._owners, self.counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
+        self.nums, self.stream_nums, self.fresh, self.fresh_streams = nums, stream_nums, fresh, fresh_streams
+        self.checks = checks
+
+    @property
+    def owners(self) -> list[str]:
+        got = self._owners
+        if type(got) is msgspec.Raw:
+            got = self._owners = _owners(got)
+        return got
+
+    @property
+    def streams(self) -> list:
+        got = self._streams
+        if type(got) is msgspec.Raw:
+            got = self._streams = _kinds(got)
+        return got
+
+    def packed(self) -> tuple:
+        """Its fields as a worker's result sends them: the lists packed in place (``msgspec.Raw``)."""
+        owners, streams = self._owners, self._streams
+        return (owners if type(owners) is msgspec.Raw else msgspec.Raw(_pack(owners)), self.counts,
+                streams if type(streams) is msgspec.Raw else msgspec.Raw(_pack(streams)),
+                msgspec.Raw(self.sids), msgspec.Raw(self.rest), self.nums, self.stream_nums, self.fresh,
+                self.fresh_streams, self.checks)
+
+    def _replace(self, **changes) -> "Columns":
+        fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Columns(**fields)
 
     def count(self) -> int:
         return sum(self.counts)
@@ -113,6 +156,8 @@ class Columns(NamedTuple):
 #: How a historical witness ends (WitnessEncoder.replay).
 _REPLAY = b',"replay":true}\n'
 _rest = msgspec.msgpack.Decoder(tuple[list[str], list[bytes]]).decode
+_owners = msgspec.msgpack.Decoder(list[str]).decode
+_kinds = msgspec.msgpack.Decoder(list[Union[str, list[str]]]).decode
 
 
 def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
@@ -160,8 +205,10 @@ class LocalNumbers:
                 stream_nums.append(t)
             else:
                 stream_nums.append(-1)
+        owners, kinds = cols.owners, cols.streams
+        checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
         return cols._replace(nums=nums.tobytes(), stream_nums=stream_nums.tobytes(), fresh=fresh,
-                             fresh_streams=fresh_streams)
+                             fresh_streams=fresh_streams, checks=checks)
 
 
 class NumberMap:
@@ -170,9 +217,6 @@ class NumberMap:
     :attr:`Columns.fresh` of each of its results (:meth:`learn`, by whoever takes
     one). A number told again replaces the old. Checked against the names at a few
     places of every batch: one that does not hold is learnt again from the names."""
-
-    #: the places of a batch whose names are checked against the numbers
-    CHECKS = 8
 
     def __init__(self) -> None:
         self.subs = np.full(0, -1, np.intp)
@@ -225,10 +269,12 @@ class NumberMap:
         if int(nums.min()) < 0:  # (a stream never told is -1 here: it fails the names below)
             return False
         names, stream_names = wlog.numbers.names, wlog.stream_numbers.names
-        step = max(len(nums) // self.CHECKS, 1)
-        for i in range(0, len(nums), step):
-            kind = cols.streams[i]
-            if names[nums[i]] != cols.owners[i] or (type(kind) is str and stream_names[kinds[i]] != kind):
+        places = check_places(len(nums))
+        told = cols.checks  # (the names at those places, sent apart: the lists of all stay packed)
+        if len(told) != 2 * len(places):
+            told = [x for i in places for x in (cols.owners[i], cols.streams[i])]
+        for i, owner, kind in zip(places, told[0::2], told[1::2]):
+            if names[nums[i]] != owner or (type(kind) is str and stream_names[kinds[i]] != kind):
                 return False
         return True
 
@@ -463,16 +509,16 @@ class Witnesses:
         made again after a restart (the log holds some of its seqs) goes the
         general way, which drops what the log holds. ``known``: the numbers of the
         worker that packed ``cols`` (:class:`NumberMap`), to number by."""
-        sids, streams = cols.owners, cols.streams
-        if not sids:
+        counts = cols.counts
+        if not counts:
             return True
-        if len(sids) == 1 and type(streams[0]) is str:  # (a server of few subscriptions: most batches)
+        if len(counts) == 1 and type(cols.streams[0]) is str:  # (a server of few subscriptions: most batches)
             return self._deliver_one(cols, known)
         # array operations over the batch's subscriptions (thousands a batch, a few witnesses each)
         wlog = self.witlog
         told = known.take(cols, wlog) if known is not None else None
-        nums, kinds = told if told is not None else (self.numbers.array(sids), None)
-        ns = np.array(cols.counts, np.int64)
+        nums, kinds = told if told is not None else (self.numbers.array(cols.owners), None)
+        ns = np.array(counts, np.int64)
         befores = self.seq.take(nums)
         starts = befores + 1
         if wlog.holds_any(nums, starts):
@@ -484,7 +530,8 @@ class Witnesses:
         if kinds is not None and int(kinds.min()) >= 0:
             pair_nums, pair_streams = nums, kinds
         else:  # by the names; some may publish on several streams: a pair each
-            pairs = [(n, s) for n, st in zip(nums.tolist(), streams) for s in ((st,) if type(st) is str else st)]
+            pairs = [(n, s) for n, st in zip(nums.tolist(), cols.streams)
+                     for s in ((st,) if type(st) is str else st)]
             pair_nums = np.array([p[0] for p in pairs], np.intp)
             pair_streams = wlog.stream_numbers.array([p[1] for p in pairs])
         return self._log_columns(cols, numbers.tolist(), nums, starts, ends, pair_nums, pair_streams)

@@ -21,7 +21,7 @@ main -> worker
 worker -> main
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
          errors, check, recorded, places, owners, counts, streams, sids, rest,
-         nums, stream_nums, fresh, fresh_streams]``: the witnesses encoded
+         nums, stream_nums, fresh, fresh_streams, checks]``: the witnesses encoded
          as the witness log and the WebSocket frames hold them, the engine's
          running totals, the epoch, the errors of events the engine failed on,
          what the state budget's check found (or nil), the outcomes of
@@ -38,11 +38,13 @@ worker -> main
          sid, its number of witnesses and their stream (a list of each one's
          where not all are on one), as three arrays; ``sids`` the array of each
          witness's sid; ``rest`` the pair of the arrays of their streams and of
-         their payloads (both in place, not as bin: the main process takes them
-         without a copy, as ``msgspec.Raw``); ``nums``, ``stream_nums``,
-         ``fresh``, ``fresh_streams``: the owners and their streams as the
-         worker numbers them (server/delivery/witnesses.py's ``LocalNumbers``),
-         each number's name told once. The main process
+         their payloads. All but the counts come as MessagePack in place, not
+         as bin, and the main process takes them as ``msgspec.Raw``: no copy,
+         and the names unpacked only when it needs them (a client watches some).
+         ``nums``, ``stream_nums``, ``fresh``, ``fresh_streams``: the owners and
+         their streams as the worker numbers them (server/delivery/witnesses.py's
+         ``LocalNumbers``), each number's name told once; ``checks`` the names
+         at the few places the main process checks those numbers at. The main process
          numbers them and writes ``0x94 + sids + seqs + rest[1:]``: the record
          ``pack_batch((sids, seqs, streams, payloads))`` makes, byte for byte.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
@@ -67,9 +69,11 @@ _encode = msgspec.msgpack.Encoder().encode
 _batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],
                                        Optional[dict[str, int]]])
 _STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", "t1"))
-#: the columns' ``sids`` and ``rest`` (megabytes of witnesses) are taken as ``msgspec.Raw``: no copy
-#: until the witness log's record is made of them (sent as such: MessagePack arrays in place)
-_result = msgspec.msgpack.Decoder(tuple[(Any,) * 12 + (msgspec.Raw, msgspec.Raw) + (Any,) * 4])
+#: the columns' ``owners``, ``streams`` (thousands of names), ``sids`` and ``rest`` (megabytes of
+#: witnesses) are taken as ``msgspec.Raw``: no copy until the witness log's record is made of them,
+#: the names unpacked only when read (sent as such: MessagePack arrays in place)
+_result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (msgspec.Raw, list[int], msgspec.Raw, msgspec.Raw, msgspec.Raw)
+                                       + (Any,) * 5])
 
 
 def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
@@ -103,8 +107,7 @@ def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check
     cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups, local)
     groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in merged]
     internal = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.internal]
-    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places, *cols[:3],
-                             msgspec.Raw(cols.sids), msgspec.Raw(cols.rest), *cols[5:]))
+    return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places, *cols.packed()))
 
 
 def decode_result(body: bytes) -> list:
