@@ -230,13 +230,16 @@ def server(events, n_symbols, queries, watchers, file, seed, tls):
                    "subscriptions over all symbols (row-scaled).")
 @click.option("--row-scaling", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="The servers' row_scaling setting.")
-def workers(workers, queries, events, n_symbols, length, seed, query, row_scaling):
+@click.option("--watchers", type=int, default=0, show_default=True,
+              help="WebSocket clients watching one subscription each while the events go through.")
+def workers(workers, queries, events, n_symbols, length, seed, query, row_scaling, watchers):
     """Many per-symbol queries through a real server at several engine_workers
     values, one server each: events/s from the first line sent until every event
     went through the engine, and each over the first count's (a count may
     repeat: 1,2,1,2 pairs the runs on a shared machine)."""
     from clients.bench.workers import run
-    _emit(run([int(w) for w in workers.split(",")], queries, events, n_symbols, length, seed, query, row_scaling))
+    _emit(run([int(w) for w in workers.split(",")], queries, events, n_symbols, length, seed, query, row_scaling,
+              watchers))
 
 
 @bench.command("worker-path")

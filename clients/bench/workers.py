@@ -17,13 +17,20 @@ each is keyed by ``Name`` and keeps instances, so with ``row_scaling`` on
 (``--row-scaling``, auto by default) each is split over every worker rather
 than placed whole on one: this measures row scaling, which a single heavy
 subscription needs to use a second worker at all.
+
+``--watchers N``: N WebSocket clients watch one subscription each (spread over
+them) while the events go through; ``watched`` says how many witnesses they got
+(waited for, up to 30 s after the clock stops, until they have ``watched_made``,
+every one their subscriptions made).
 """
 
 from __future__ import annotations
 
 import subprocess
 import tempfile
+import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from clients.bench.runner import metric
@@ -49,14 +56,14 @@ def _write_events(path: Path, events: int, n_symbols: int, seed: int) -> None:
 
 
 def run(workers: list[int], queries: int, events: int, n_symbols: int, length: int, seed: int,
-        query: str = "increasing", row_scaling: str = "auto") -> dict:
+        query: str = "increasing", row_scaling: str = "auto", watchers: int = 0) -> dict:
     names = symbols(n_symbols)
     if query == "rising":
         texts = [rising_cel(i) for i in range(queries)]
     else:
         texts = [increasing_cel(names[i % n_symbols], length) for i in range(queries)]
     out: dict = {"benchmark": "engine_workers", "query": query, "queries": queries, "events": events,
-                 "symbols": n_symbols, "row_scaling": row_scaling, "runs": []}
+                 "symbols": n_symbols, "row_scaling": row_scaling, "watchers": watchers, "runs": []}
     if query != "rising":
         out["length"] = length
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-workers-") as tmp:
@@ -68,11 +75,12 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
         for i, w in enumerate(workers):
             # a fresh data directory per run: a repeated count must not restore the last one's catalogue
             with server_process(Path(tmp) / f"data-{i}-{w}", engine_workers=w, time="event",
-                                row_scaling=row_scaling) as client:
+                                row_scaling=row_scaling) as client, ExitStack() as watching:
                 start = time.perf_counter()
                 for k in range(0, len(texts), 5000):
                     client.subscribe_many(texts[k:k + 5000])
                 registered = time.perf_counter() - start
+                watched, watched_sids = _watch(client, watchers, watching)
                 cpu = _cpu(client, client.health())
                 start = time.perf_counter()
                 send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
@@ -85,6 +93,12 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 h = client.health()
                 after = _cpu(client, h)
                 main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
+                made = 0
+                if watched_sids:  # (after the clock: what the watchers get of their subscriptions' witnesses)
+                    made = sum(client.subscription(s)["last_seq"] for s in watched_sids)
+                    deadline = time.monotonic() + 30
+                    while sum(watched) < made and time.monotonic() < deadline:
+                        time.sleep(0.02)
                 subs = [client.subscription(x["id"]) for x in client.subscriptions()] if query == "rising" else []
                 out["runs"].append({"engine_workers": w, "register_s": round(registered, 2),
                                     "seconds": round(seconds, 2), "events_per_second": round(events / seconds),
@@ -94,12 +108,38 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                     # process near 1.0 is the ceiling that more workers cannot lift
                                     "main_cores": round(main_cpu / seconds, 2),
                                     "worker_cores": [round(c / seconds, 2) for c in workers_cpu],
+                                    **({"watched": sum(watched), "watched_made": made} if watchers else {}),
                                     **({"runs_on": subs[0]["runs_on"], "witnesses": sum(x["last_seq"] for x in subs)}
                                        if subs else {})})
     base = out["runs"][0]["events_per_second"]
     for r in out["runs"]:
         r["over_first"] = round(r["events_per_second"] / base, 2)
     return out
+
+
+def _watch(client, n: int, stack: ExitStack) -> tuple[list[int], list[str]]:
+    """``n`` clients, each watching one subscription (spread over them), each counting its
+    witnesses in a thread of its own; they end with ``stack`` (their sockets closed).
+    Returns the counts (as they grow) and the subscriptions."""
+    if not n:
+        return [], []
+    subs = client.subscriptions()
+    sids = [subs[i * len(subs) // n]["id"] for i in range(n)]
+    got = [0] * n
+    for i in range(n):
+        frames = stack.enter_context(client.frames(sids[i], batch=1000))
+
+        def count(i=i, frames=frames) -> None:
+            try:
+                for msg in frames:
+                    got[i] += msg.count("\n") + 1
+            except Exception:  # noqa: BLE001 - the socket closed under it at the end
+                pass
+
+        threading.Thread(target=count, daemon=True, name=f"bench-watch-{i}").start()
+    while client.health().get("clients", n) < n:  # (each registered before the clock starts)
+        time.sleep(0.02)
+    return got, sids
 
 
 def _cpu(client, health: dict) -> tuple[float, list[float]]:

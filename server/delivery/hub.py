@@ -304,6 +304,11 @@ class NotifierHub:
                     routes[(owner, stream)] = chans
         return chans
 
+    def watched_owners(self) -> set[str]:
+        """The subscriptions some client watches."""
+        with self._lock:
+            return set(self._by_owner)
+
     def watched_streams(self) -> set[str]:
         """The streams some client watches (as a stream, not as a subscription)."""
         with self._lock:

@@ -25,7 +25,7 @@ import logging
 import threading
 from array import array
 from collections import Counter
-from itertools import groupby, repeat
+from itertools import accumulate, groupby, repeat
 from operator import itemgetter
 from typing import Callable, Mapping, MutableMapping, NamedTuple, Union
 
@@ -139,6 +139,14 @@ class Columns:
 
     def count(self) -> int:
         return sum(self.counts)
+
+    def parts_at(self, places: list[int]) -> list[tuple[list[str], list[bytes]]]:
+        """Unpacked, the streams and payloads of the witnesses of the owners at ``places`` (in order)."""
+        if not places:
+            return []
+        streams, payloads = _rest(self.rest)
+        ends = list(accumulate(self.counts))
+        return [(streams[e - n:e], payloads[e - n:e]) for n, e in ((self.counts[i], ends[i]) for i in places)]
 
     def groups(self) -> list[tuple[str, list[str], list[bytes]]]:
         """Unpacked, per subscription: ``(sid, streams, payloads)`` (for a client that watches some, a
@@ -378,6 +386,9 @@ class Witnesses:
         self.encoder = WitnessEncoder(schema, lambda owner, stream: bool(hub.route(owner, stream, self._is_output)))
         # for the console's rates; written by the engine thread only, read as copies (see activity())
         self.owner_witnesses = SeqMap(self.numbers)  # subscription -> witnesses on its outputs
+        #: (the hub's version, by the witness log's numbers whether a client watches that subscription,
+        #: and that stream): see :meth:`_watched_masks`
+        self._watch: tuple[int, np.ndarray, np.ndarray] = (-1, np.zeros(0, np.bool_), np.zeros(0, np.bool_))
 
     @property
     def seq(self) -> SeqMap:
@@ -534,12 +545,13 @@ class Witnesses:
                      for s in ((st,) if type(st) is str else st)]
             pair_nums = np.array([p[0] for p in pairs], np.intp)
             pair_streams = wlog.stream_numbers.array([p[1] for p in pairs])
-        return self._log_columns(cols, numbers.tolist(), nums, starts, ends, pair_nums, pair_streams)
+        return self._log_columns(cols, numbers.tolist(), nums, kinds, starts, ends, pair_nums, pair_streams)
 
-    def _log_columns(self, cols: Columns, seqs: list[int], nums: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                     pair_nums: np.ndarray, pair_streams: np.ndarray) -> bool:
+    def _log_columns(self, cols: Columns, seqs: list[int], nums: np.ndarray, kinds: np.ndarray | None,
+                     starts: np.ndarray, ends: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray) -> bool:
         """Write ``cols`` numbered ``seqs`` as the record the worker packed, with the index's
-        numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups."""
+        numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups
+        (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None: by the names)."""
         wlog = self.witlog
         body = (b"\x94", cols.sids, _pack(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
 
@@ -550,8 +562,7 @@ class Witnesses:
         def groups(_cut) -> list:
             if self.hub.idle:
                 return []
-            sids = cols.owners
-            return self._watched_groups(cols, dict(zip(sids, starts.tolist())), dict(zip(sids, ends.tolist())))
+            return self._watched_groups(cols, nums, kinds, starts, ends)
 
         return self._log_and_offer(append, groups, len(seqs))
 
@@ -567,21 +578,51 @@ class Witnesses:
         first, last = before + 1, before + n
         self.seq[sid] = last
         self.owner_witnesses[sid] = self.owner_witnesses.get(sid, 0) + n
-        num = np.array([self.numbers.number(sid)])
-        return self._log_columns(cols, list(range(first, last + 1)), num, np.array([first]), np.array([last]), num,
-                                 np.array([wlog.stream_numbers.number(cols.streams[0])]))
+        num, kind = np.array([self.numbers.number(sid)]), np.array([wlog.stream_numbers.number(cols.streams[0])])
+        return self._log_columns(cols, list(range(first, last + 1)), num, kind, np.array([first]), np.array([last]),
+                                 num, kind)
 
-    def _watched_groups(self, cols: Columns, firsts: dict[str, int], lasts: dict[str, int]) -> list:
-        """The numbered groups of ``cols`` some client gets (unpacked only when there are some)."""
-        route, is_output = self.hub.route, self._is_output
-        wanted = set()
-        for sid, st in zip(cols.owners, cols.streams):
-            if any(route(sid, s, is_output) for s in ((st,) if type(st) is str else set(st))):
-                wanted.add(sid)
-        if not wanted:
+    def _watched_masks(self) -> tuple[np.ndarray, np.ndarray]:
+        """By the witness log's numbers, whether a client watches that subscription, and that
+        stream: made again when a client comes or goes (a watched name is numbered then, so a
+        number given later is of one nobody watches)."""
+        hub, wlog = self.hub, self.witlog
+        version = hub.version  # (read first: a change meanwhile makes them again at the next batch)
+        if self._watch[0] != version:
+            owners = wlog.numbers.array(sorted(hub.watched_owners()))
+            streams = wlog.stream_numbers.array(sorted(hub.watched_streams()))
+            by_owner, by_stream = np.zeros(len(wlog.numbers), np.bool_), np.zeros(len(wlog.stream_numbers), np.bool_)
+            by_owner[owners] = True
+            by_stream[streams] = True
+            self._watch = (version, by_owner, by_stream)
+        return self._watch[1], self._watch[2]
+
+    def _watched_groups(self, cols: Columns, nums: np.ndarray, kinds: np.ndarray | None, starts: np.ndarray,
+                        ends: np.ndarray) -> list:
+        """The numbered groups of ``cols`` some client gets: the owners whose subscription or
+        stream a client watches found by their numbers (an array pass over thousands, not a
+        route lookup each), and only theirs unpacked."""
+        by_owner, by_stream = self._watched_masks()
+        if kinds is None:  # (the streams not numbered: each owner's by its names)
+            kinds = np.full(len(nums), -1, np.intp)
+        maybe = kinds < 0  # (several streams, or not numbered)
+        mine = nums < len(by_owner)
+        maybe[mine] |= by_owner[nums[mine]]
+        single = ~maybe & (kinds < len(by_stream))
+        maybe[single] |= by_stream[kinds[single]]
+        places = np.flatnonzero(maybe).tolist()
+        if not places:
             return []
-        return [(sid, range(firsts[sid], lasts[sid] + 1), streams, payloads)
-                for sid, streams, payloads in cols.groups() if sid in wanted]
+        route, is_output = self.hub.route, self._is_output
+        names, stream_names = self.witlog.numbers.names, self.witlog.stream_numbers.names
+        wanted = []
+        for i in places:
+            sid, kind = names[nums[i]], int(kinds[i])
+            st = cols.streams[i] if kind < 0 else stream_names[kind]
+            if any(route(sid, s, is_output) for s in ((st,) if type(st) is str else set(st))):
+                wanted.append(i)
+        return [(names[nums[i]], range(int(starts[i]), int(ends[i]) + 1), streams, payloads)
+                for i, (streams, payloads) in zip(wanted, cols.parts_at(wanted))]
 
     def _log_and_offer(self, append: Callable[[], dict[str, int]], groups: Callable[[dict[str, int]], list],
                        n: int) -> bool:

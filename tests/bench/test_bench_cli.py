@@ -310,9 +310,10 @@ def test_worker_path_times_both_halves_and_logs_every_witness_the_worker_made():
 def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used():
     """``cayuga bench workers`` (what clients/bench/device.sh runs at 1 to 16 workers): a
     server per count; each run's events/s, over the first's, and the cores the server's
-    process and each worker used while the events went through (where the ceiling is)."""
+    process and each worker used while the events went through (where the ceiling is);
+    with ``--watchers``, what the WebSocket clients got: each of its subscription's witnesses."""
     result = CliRunner().invoke(main, ["bench", "workers", "--workers", "1,2", "--queries", "40",
-                                       "--events", "4000"])
+                                       "--events", "4000", "--symbols", "40", "--watchers", "2"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output.strip().splitlines()[-1])
     assert [r["engine_workers"] for r in out["runs"]] == [1, 2] and out["runs"][0]["over_first"] == 1.0
@@ -320,3 +321,4 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used():
         assert r["status"] == "ok" and r["events_per_second"] > 0 and sum(r["per_worker_subscriptions"]) == 40
         assert r["main_cores"] >= 0 and len(r["worker_cores"]) == r["engine_workers"]
         assert all(c >= 0 for c in r["worker_cores"])
+        assert r["watched"] == r["watched_made"] > 0  # (100 quotes a symbol: some rise ten times in a row)

@@ -258,3 +258,53 @@ def test_a_batch_crosses_to_a_worker_as_columns_and_comes_back_the_same_events()
     assert raw[2] == "Stock" and raw[4] is None and raw[5] == [now, now + 1, 3]  # one name, no t0 column
     raw = msgspec.msgpack.decode(codec.encode_batch(0, [], mixed)[1:])
     assert raw[2] == ["Stock", "Trade", "Stock"] and raw[4] == [5, 4.0, 7]
+
+
+def test_the_watched_ones_of_a_workers_columns_are_found_by_their_numbers_as_clients_come_and_go(tmp_path):
+    """With columns from a worker (through the pipe's codec: the names stay packed), the
+    subscriptions a client watches, as a subscription or by a stream, are found by their
+    numbers and only theirs unpacked; watchers that come and go between batches, one of a
+    subscription numbered only later, and one on a second stream of a subscription on
+    several: each channel gets the chunks the general way gives it."""
+    from server.workers import codec
+
+    outputs = {"s1": {"A", "E"}, "s2": {"B", "C"}, "s3": {"D"}, "s4": {"F"}}
+    subs = {sid: type("Sub", (), {"outputs": o})() for sid, o in outputs.items()}
+    ways = []
+    for name in ("general", "packed"):
+        hub = NotifierHub()
+        wit = Witnesses(lambda _s: None, hub, Counters(), subs, threading.Event(), lambda: 0)
+        log = WitnessLog(tmp_path / name)
+        wit.open(log)
+        ways.append((wit, log, hub, {k: ClientChannel(asyncio.new_event_loop(), 10_000) for k in "abcd"}))
+    local, known = LocalNumbers(), NumberMap()
+
+    def batch(i: int) -> list:
+        out = [("s1", ["A", "E", "A"], [b'{"n":%d}' % (i * 10 + k) for k in range(3)]),
+               ("s2", ["B"] * 2, [b'{"m":%d}' % (i * 10 + k) for k in range(2)]),
+               ("s3", ["D"], [b'{"x":%d}' % i])]
+        return out + [("s4", ["F"], [b'{"f":%d}' % i])] if i >= 3 else out
+
+    watch = {0: [("register", "subscription", "s2", "a")],
+             2: [("register", "stream", "D", "b"), ("register", "subscription", "s4", "c"),
+                 ("unregister", "subscription", "s2", "a")],
+             4: [("register", "stream", "E", "d"), ("unregister", "stream", "D", "b")]}
+    for i in range(6):
+        for wit, _log, hub, chans in ways:
+            for how, kind, key, ch in watch.get(i, ()):
+                getattr(hub, how)(kind, key, chans[ch])
+        general, packed = ways[0][0], ways[1][0]
+        assert general.deliver_encoded(EncodedBatch(batch(i), []))
+        body = codec.encode_result(1, EncodedBatch(batch(i), []), (), None, [], None, [], local=local)
+        cols = codec.decode_result(body[1:])[9]
+        assert packed.deliver_columns(cols, known)
+        assert type(cols._owners) is not list  # (the names were not unpacked: only the watched ones' witnesses)
+    got = [{k: [(c.sid, list(c.seqs), c.payloads) for c in ch.take_all()[0]] for k, ch in chans.items()}
+           for _wit, _log, _hub, chans in ways]
+    assert got[0] == got[1]
+    assert [c[0] for c in got[1]["a"]] == ["s2", "s2"] and {c[0] for c in got[1]["b"]} == {"s3"}
+    assert [c[1] for c in got[1]["c"]] == [[1], [2], [3]] and {c[0] for c in got[1]["d"]} == {"s1"}
+    for _wit, log, _hub, chans in ways:
+        log.close()
+        for ch in chans.values():
+            ch.loop.close()
