@@ -84,12 +84,11 @@ def file_kind(data: bytes | memoryview, kind: bytes, where: str) -> int:
 
 def frame(payload: bytes) -> bytes:
     """``payload`` framed: length, CRC32 of length and payload, payload (one copy)."""
-    n = len(payload)
-    return FRAME.pack(n, _crc32(payload, _crc32(_LEN.pack(n)))) + payload
+    return frame_parts((payload,))
 
 
 def frame_parts(parts: Sequence[bytes | memoryview]) -> bytes:
-    """:func:`frame` of the payload ``b"".join(parts)``, joined once (with its head)."""
+    """The frame of the payload ``b"".join(parts)``, joined once (with its head)."""
     n = sum(map(len, parts))
     crc = _crc32(_LEN.pack(n))
     for p in parts:

@@ -134,16 +134,13 @@ class WorkerEngineThread(EngineThread):
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
-            parts: dict[str, dict[int, int]] = {}  # a row-scaled subscription's share on each worker
-            for w, (counts, _cost, _gc) in answers.items():  # a row-scaled subscription's: summed over its workers
+            several: set[str] = set()  # counted by more than one worker (row-scaled)
+            for counts, _cost, _gc in answers.values():  # a row-scaled subscription's: summed over its workers
                 for sid, n in counts.items():
                     if sid in merged:
-                        parts.setdefault(sid, {})[w] = n
+                        several.add(sid)
                     merged[sid] = merged.get(sid, 0) + n
-            for sid, mine in parts.items():  # (the worker that counted it first, too)
-                for w, (counts, _cost, _gc) in answers.items():
-                    if w not in mine and sid in counts:
-                        mine[w] = counts[sid]
+            parts = {sid: {w: a[0][sid] for w, a in answers.items() if sid in a[0]} for sid in several}
             got((merged, max(a[1] for a in answers.values()), parts))
 
         for w, link in enumerate(self.links):
