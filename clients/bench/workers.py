@@ -35,7 +35,7 @@ from pathlib import Path
 
 from clients.bench.runner import metric
 from clients.bench.server_e2e import server_process
-from clients.testing import cayuga_command, cayuga_env
+from clients.testing import cayuga_command, cayuga_env, wait_until
 from clients.testing.market import RISING, increasing_cel, increasing_stream, symbols, write_ticks
 
 
@@ -137,8 +137,7 @@ def _watch(client, n: int, stack: ExitStack) -> tuple[list[int], list[str]]:
                 pass
 
         threading.Thread(target=count, daemon=True, name=f"bench-watch-{i}").start()
-    while client.health().get("clients", n) < n:  # (each registered before the clock starts)
-        time.sleep(0.02)
+    wait_until(lambda: client.health()["clients"] >= n, timeout=60, what="the watchers registered")
     return got, sids
 
 
