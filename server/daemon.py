@@ -167,6 +167,7 @@ class Daemon:
         if self.links:  # what reads or writes the instances asks the workers
             self.budget.remote = self.checkpoints.remote = self.processing
             self.recovery.import_engine = self.processing.import_snapshot
+            self.recovery.before_start = self.processing.await_workers
             for link in self.links:
                 link.on_snapshot = self.snapshotter.remote_done
         self.processing.recovery, self.processing.budget = self.recovery, self.budget

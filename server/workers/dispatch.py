@@ -55,6 +55,10 @@ MAX_IN_FLIGHT = 3
 #: workers again (a result back, or a worker's end, ends the wait sooner).
 RESULT_WAIT = 0.05
 
+#: Seconds a start waits at most for the workers' interpreters before the server says it is
+#: ready (one still starting then: the first batches wait for it, and /health said so before).
+WORKER_START_TIMEOUT = 120.0
+
 
 def batch_limit(batch_size: int, workers: int) -> int:
     """Events the loop takes from the queue at most per batch: ``batch_size`` for each
@@ -109,6 +113,30 @@ class WorkerEngineThread(EngineThread):
         from server.workers.restart import Restarter
 
         self.restarter = Restarter(self)  # a worker that dies is started again (server/workers/restart.py)
+
+    def await_workers(self) -> None:
+        """Wait until every worker has started: has answered a command, and so has taken what
+        was sent before it (the streams, the subscriptions restored). Before the engine thread
+        starts, so that the server says it is ready once they are: else the first events wait
+        in the pipe for a worker's interpreter and imports. On two cores (Python 3.12) that was
+        a stall of 16-50 ms in three runs of five at the start of `bench latency`; on 16 cores,
+        with up to 15 workers starting at once, 0.2-0.5 s (BENCHMARKS.md, "Engine workers,
+        round 8"). Gives up when the server stops, or after :data:`WORKER_START_TIMEOUT`
+        (said in the log); one that has died is started again by the loop (restart.py)."""
+        futures = [link.command("stats") for link in self.links]
+        deadline = time.monotonic() + WORKER_START_TIMEOUT
+        for w, fut in enumerate(futures):
+            while not self.stopping.is_set():
+                try:
+                    fut.result(timeout=0.1)
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        log.warning("engine worker %d has not started within %.0f s; starting without it (events "
+                                    "for it wait until it has)", w, WORKER_START_TIMEOUT)
+                        break
+                except Exception:  # noqa: BLE001 - it has died: the loop starts it again (restart.py)
+                    break
 
     @property
     def link(self) -> WorkerLink:
@@ -221,7 +249,7 @@ class WorkerEngineThread(EngineThread):
         for w, link in enumerate(self.links):
             mine = [f for f in flight if w in f.workers and w not in f.got]
             out.append({"worker": w, "pid": link.process.pid if link.process is not None else None,
-                        "alive": link.alive, "gone": link.gone, "subscriptions": self.placement.count_on(w),
+                        "alive": link.alive, "started": link.started, "gone": link.gone, "subscriptions": self.placement.count_on(w),
                         "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
                         "events": self.events_of[w], "instances": instances[w],
                         "cpu_seconds": link.cpu_seconds(), "gc_collections": self.gc_of.get(w),

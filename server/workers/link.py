@@ -59,6 +59,7 @@ class WorkerLink:
         self._pending: dict[int, Future] = {}
         self._reader: threading.Thread | None = None
         self.gone: str | None = None  # why the worker is no longer there (None while it runs)
+        self.started = False  # it has answered a command: its interpreter is up and reading its pipe
 
     def start(self) -> None:
         """Start ``python -m server.workers.worker`` on one end of a socket pair (a
@@ -138,6 +139,7 @@ class WorkerLink:
             if tag == codec.RESULT:
                 self._result((tag, body))
             elif tag == codec.ANSWER:
+                self.started = True
                 number, ok, value = pickle.loads(body)
                 if number == 0:  # the answer to the decisions of a check (P)
                     self.applied.put(value)

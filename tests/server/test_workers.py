@@ -245,6 +245,35 @@ def test_health_metrics_and_the_api_say_where_the_automata_run(start_server, tmp
         srv.stop()
 
 
+SLOW_START = """
+import os, sys, time
+
+if os.path.basename(sys.argv[0]) == "worker.py":  # in an engine worker only: its start is slow
+    time.sleep(1.5)
+
+
+def twice(x):
+    return 2 * x
+"""
+
+
+def test_the_server_is_ready_once_its_workers_have_started(start_server, tmp_path, monkeypatch):
+    """"Ready" means the engine workers are up: a worker whose start is slow (a user function's
+    module that takes 1.5 s to import there) holds the start back, instead of the first events
+    waiting in its pipe while /health says ok (the start-of-run stalls `bench latency` showed)."""
+    (tmp_path / "slow_start_functions.py").write_text(SLOW_START)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    srv = start_server(engine_workers=2, functions={"TWICE": {"path": "slow_start_functions:twice",
+                                                              "returns": "float"}})
+    with CayugaClient(srv.base_url) as c:
+        h = c.health()
+        assert h["status"] == "ok" and [w["started"] for w in h["workers"]] == [True, True]
+        sid = c.subscribe(cel="SELECT Name, TWICE(Price) AS P FROM Stock PUBLISH Doubled")["id"]
+        c.post_events([stock("A", 2.5, 1, 1)])
+        ((number, witness),) = logged_witnesses(srv.base_url, sid, 1)
+        assert number == 1 and json.loads(witness)["P"] == 5.0
+
+
 def test_two_workers_give_one_engines_witnesses_with_the_linked_subscriptions_together(tmp_path):
     """Column scaling (stage 2): the subscriptions are dealt to two workers; one
     that reads another's output runs with it; each event goes only to the workers
