@@ -167,7 +167,6 @@ class Daemon:
         if self.links:  # what reads or writes the instances asks the workers
             self.budget.remote = self.checkpoints.remote = self.processing
             self.recovery.import_engine = self.processing.import_snapshot
-            self.recovery.before_start = self.processing.await_workers
             for link in self.links:
                 link.on_snapshot = self.snapshotter.remote_done
         self.processing.recovery, self.processing.budget = self.recovery, self.budget
@@ -271,6 +270,8 @@ class Daemon:
                 # when a journal lost its every record (a torn tail): its senders send them again, and
                 # their witnesses must come back with the numbers they had
                 self.store.set_witness_base(self.witnesses.seq)
+        if self.links:  # (started first thing above: their interpreters came up meanwhile)
+            self.processing.await_workers()  # before events or requests come: the first would wait for them
         self.receiver = self.health.receiver = TcpReceiver(
             st.host, st.tcp_port, self.queue, self.engine.schema, self.health.now, self.counters,
             max_connections=st.max_connections, max_line_bytes=st.max_line_bytes,

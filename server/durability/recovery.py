@@ -72,9 +72,6 @@ class Recovery:
         self.import_engine: Callable[[SnapshotFile, dict], dict] | None = None
         #: Backfilled subscriptions whose state the loaded snapshot lacks: run again (server/backfill/)
         self.on_backfill_redo: Callable[[list], None] | None = None
-        #: called before the engine thread starts, outside the start's lock: waits until the engine
-        #: workers have started (server/workers/dispatch.py), so that "ready" means they are
-        self.before_start: Callable[[], None] | None = None
         self._start_engine = start_engine
         self.stopping = stopping
         self.journal: Journal | None = None  # set by the daemon's start() unless durability is off
@@ -211,8 +208,6 @@ class Recovery:
             for p in self.registrar.install(pending, persist=False):
                 self.started_fresh(p)
             self.restored += len(pending)
-        if self.before_start is not None:
-            self.before_start()
         seconds["ready"] = round(clock() - began, 2)
         with self._start_lock:
             if self.stopping.is_set():

@@ -116,13 +116,13 @@ class WorkerEngineThread(EngineThread):
 
     def await_workers(self) -> None:
         """Wait until every worker has started: has answered a command, and so has taken what
-        was sent before it (the streams, the subscriptions restored). Before the engine thread
-        starts, so that the server says it is ready once they are: else the first events wait
-        in the pipe for a worker's interpreter and imports. On two cores (Python 3.12) that was
-        a stall of 16-50 ms in three runs of five at the start of `bench latency`; on 16 cores,
+        was sent before it (the streams declared). A start calls it before the TCP receiver and
+        the HTTP port take anything: else the first events wait in the pipe for a worker's
+        interpreter and imports while /health says ok. On two cores (Python 3.12) that was a
+        stall of 16-50 ms in three runs of five at the start of `bench latency`; on 16 cores,
         with up to 15 workers starting at once, 0.2-0.5 s (BENCHMARKS.md, "Engine workers,
-        round 8"). Gives up when the server stops, or after :data:`WORKER_START_TIMEOUT`
-        (said in the log); one that has died is started again by the loop (restart.py)."""
+        round 8"). Gives up when the server stops, or after :data:`WORKER_START_TIMEOUT` (said
+        in the log); one that has died is started again by the loop (restart.py)."""
         futures = [link.command("stats") for link in self.links]
         deadline = time.monotonic() + WORKER_START_TIMEOUT
         for w, fut in enumerate(futures):
