@@ -55,8 +55,8 @@ MAX_IN_FLIGHT = 3
 #: workers again (a result back, or a worker's end, ends the wait sooner).
 RESULT_WAIT = 0.05
 
-#: Seconds a start waits at most for the workers' interpreters before the server says it is
-#: ready (one still starting then: the first batches wait for it, and /health said so before).
+#: Seconds a start waits at most for the workers' interpreters before its ports take anything
+#: (one still starting then: the first batches wait for it).
 WORKER_START_TIMEOUT = 120.0
 
 
@@ -249,7 +249,8 @@ class WorkerEngineThread(EngineThread):
         for w, link in enumerate(self.links):
             mine = [f for f in flight if w in f.workers and w not in f.got]
             out.append({"worker": w, "pid": link.process.pid if link.process is not None else None,
-                        "alive": link.alive, "started": link.started, "gone": link.gone, "subscriptions": self.placement.count_on(w),
+                        "alive": link.alive, "started": link.started, "gone": link.gone,
+                        "subscriptions": self.placement.count_on(w),
                         "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
                         "events": self.events_of[w], "instances": instances[w],
                         "cpu_seconds": link.cpu_seconds(), "gc_collections": self.gc_of.get(w),
