@@ -53,11 +53,11 @@ class Worker:
     """The worker's state and its handling of each message (see the module's docstring)."""
 
     def __init__(self, conn, settings: dict) -> None:
-        from server.config import Settings
+        from air.engine.functions import import_functions
 
         self.conn = conn
-        self.settings = Settings(**settings)
-        functions = self.settings.function_registry().copy()
+        self.settings = settings  # plain values (link.py's worker_settings): no settings model to import
+        functions = import_functions(settings["functions"]).copy()
         functions.register(KEY_GROUP_FUNCTION, key_group, "int", arity=2)  # row-scaled copies' start edges
         self.engine = Engine(functions=functions)
         self.rows: set[str] = set()  # row-scaled subscriptions: their witnesses go back with their events' places
@@ -70,9 +70,9 @@ class Worker:
         self.encoder = WitnessEncoder(self.engine.schema, lambda owner, stream: stream in self.watched)
         self.numbered = LocalNumbers()  # the subscriptions and streams of its results, as the main process learns them
         # each of N workers holds its share of the server's state budget
-        workers = max(self.settings.engine_workers, 1)
-        self.check = BudgetCheck(self.engine, self.settings.max_state_bytes // workers,
-                                 self.settings.max_instances_per_subscription,
+        workers = max(settings["engine_workers"], 1)
+        self.check = BudgetCheck(self.engine, settings["max_state_bytes"] // workers,
+                                 settings["max_instances_per_subscription"],
                                  lambda sid: workers if sid in self.rows else 1)  # a row-scaled one: 1/N of its cap
         self.stream_events: dict[str, int] = {}
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
