@@ -52,7 +52,7 @@ from server.observability.health import Health
 from server.observability.metrics import make_registry
 from server.processing import EngineThread
 from server.workers.dispatch import WorkerEngineThread
-from server.workers.link import WorkerLink
+from server.workers.link import WorkerLink, worker_settings
 from server.workers.mirror import MirroredEngine
 from server.workers.placement import Placement
 from server.security import Security
@@ -113,7 +113,7 @@ class Daemon:
         self.links: list[WorkerLink] = []
         if settings.engine_workers:
             n = settings.engine_workers
-            self.links = [WorkerLink(settings.model_dump(), name=f"cayuga-engine-worker-{w}") for w in range(n)]
+            self.links = [WorkerLink(worker_settings(settings), name=f"cayuga-engine-worker-{w}") for w in range(n)]
             # where each subscription runs (server/workers/placement.py): stored, so a restart places each
             # where its snapshot's instances are (one worker: always there)
             placement = Placement(n, self.store.placements(n) if n > 1 else None,

@@ -24,7 +24,8 @@ from air.engine.memory import raise_young_threshold
 from clients.testing.market import STOCK, increasing_query, increasing_stream, symbols
 from server.config import Settings
 from server.delivery.hub import NotifierHub
-from server.delivery.witnesses import EncodedBatch, NumberMap, Witnesses
+from server.delivery.encoding import EncodedBatch
+from server.delivery.witnesses import NumberMap, Witnesses
 from server.durability.witlog import WitnessLog
 from server.observability.counters import Counters
 from server.workers import codec
@@ -48,7 +49,7 @@ def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, see
     raise_young_threshold()  # as the worker's process and cayuga serve run
     try:
         pipe = _Pipe()
-        worker = Worker(pipe, worker_settings(Settings(engine_workers=1).model_dump()))
+        worker = Worker(pipe, worker_settings(Settings(engine_workers=1)))
         worker.cmd_declare(STOCK)
         for i in range(queries):
             worker.cmd_add(f"s{i}", (increasing_query(names[i % n_symbols]),))

@@ -24,10 +24,10 @@ from collections import deque
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from server.config import Settings
-from server.delivery.witnesses import Columns, pack_columns
+from server.delivery.encoding import Columns, pack_columns
 from server.durability.history import cut_point
 from server.workers import codec
-from server.workers.link import WorkerGone, WorkerLink
+from server.workers.link import WorkerGone, WorkerLink, worker_settings
 
 log = logging.getLogger("cayuga.backfill")
 
@@ -47,11 +47,10 @@ class BackfillEngine:
     """One subscription alone on an engine of its own, which reads history and feeds it in batches."""
 
     def __init__(self, settings: Settings, name: str, replay: bool = False) -> None:
-        st = settings.model_dump()
         # the live server's state budget does not apply to history: the hand-over brings the state
         # back under it (the budget's next check sees it)
-        st.update(max_state_bytes=1 << 62, max_instances_per_subscription=0, engine_workers=1)
-        self.link = WorkerLink(st, name=name)
+        self.link = WorkerLink(worker_settings(settings, max_state_bytes=1 << 62, max_instances_per_subscription=0,
+                                               engine_workers=1), name=name)
         self.replay = replay  # witnesses marked "replay": true
         self.epoch = None
         self.errors = 0  # events the engine failed on (the live engine counts and skips them too)

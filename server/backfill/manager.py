@@ -31,7 +31,7 @@ from typing import Callable
 
 from server.backfill.engine import BackfillEngine
 from server.config import Settings
-from server.delivery.witnesses import Columns, pack_columns
+from server.delivery.encoding import Columns, pack_columns
 from server.durability.history import resolve_from
 from server.durability.store import StoredSubscription
 from server.subscriptions.registry import (Pending, Registered, Registrar, Subscription, SubscriptionError,

@@ -60,7 +60,7 @@ from typing import Any, Optional, Union
 import msgspec
 
 from air.engine import Event
-from server.delivery.witnesses import Columns, LocalNumbers, pack_columns
+from server.delivery.encoding import Columns, LocalNumbers, pack_columns
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
 RESULT, ANSWER, SNAPSHOT = b"R", b"A", b"S"

@@ -39,7 +39,8 @@ from typing import Callable
 
 from air.engine import EngineError
 from server.budgetcheck import Cap, CheckResult, Decision, Outcome
-from server.delivery.witnesses import EncodedBatch, NumberMap
+from server.delivery.encoding import EncodedBatch
+from server.delivery.witnesses import NumberMap
 from server.observability.counters import Count
 from server.processing import EngineThread
 from server.workers import codec, rows

@@ -25,9 +25,12 @@ import sys
 import threading
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from server.workers import codec
+
+if TYPE_CHECKING:
+    from server.config import Settings
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -36,14 +39,14 @@ COMMAND_TIMEOUT = 60.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def worker_settings(settings: dict) -> dict:
-    """What a worker takes of the server's settings (``Settings.model_dump()``), as plain
-    values: it need not import the settings' model, a quarter of its start (BENCHMARKS.md,
-    "Engine workers, round 8"); its user functions as ``Settings.function_specs`` gives them."""
-    return {"functions": {name: (spec["path"], spec["returns"]) for name, spec in settings["functions"].items()},
-            "engine_workers": settings["engine_workers"], "max_state_bytes": settings["max_state_bytes"],
-            "max_instances_per_subscription": settings["max_instances_per_subscription"],
-            "log_level": settings.get("log_level", "info")}
+def worker_settings(settings: Settings, **changes) -> dict:
+    """What a worker takes of the server's ``settings`` (with ``changes``), as plain values: it
+    need not import the settings' model, a quarter of its start (BENCHMARKS.md, "Engine
+    workers, round 8")."""
+    return {"functions": settings.function_specs(), "engine_workers": settings.engine_workers,
+            "max_state_bytes": settings.max_state_bytes,
+            "max_instances_per_subscription": settings.max_instances_per_subscription,
+            "log_level": settings.log_level, **changes}
 
 
 class WorkerGone(RuntimeError):
@@ -54,7 +57,7 @@ class WorkerLink:
     """One engine worker: start, send, receive, stop (see the module's docstring)."""
 
     def __init__(self, settings: dict, name: str = "cayuga-engine-worker-0") -> None:
-        self.settings = settings
+        self.settings = settings  # what the worker takes (:func:`worker_settings`)
         self.name = name
         self.process: subprocess.Popen | None = None
         self._conn: Connection | None = None
@@ -84,7 +87,7 @@ class WorkerLink:
         self._conn = Connection(mine.detach())
         # the settings, and where this process imports from (a user function's module may be on a path
         # this process was given at run time: the worker must import it as this process did)
-        self._conn.send_bytes(pickle.dumps((worker_settings(self.settings), list(sys.path)),
+        self._conn.send_bytes(pickle.dumps((self.settings, list(sys.path)),
                                            pickle.HIGHEST_PROTOCOL))
         self._reader = threading.Thread(target=self._read, name="cayuga-worker-reader", daemon=True)
         self._reader.start()

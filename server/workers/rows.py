@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 from air.engine import EngineError
 from air.partitioning import key_group
-from server.delivery.witnesses import EncodedBatch
+from server.delivery.encoding import EncodedBatch
 from server.workers.placement import ALL, Placement, route_event
 
 

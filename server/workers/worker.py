@@ -42,7 +42,7 @@ from air.engine import Engine, EngineError, LateEvent
 from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
 from server.budgetcheck import BudgetCheck, Cap, Decision
-from server.delivery.witnesses import LocalNumbers, WitnessEncoder
+from server.delivery.encoding import LocalNumbers, WitnessEncoder
 from server.workers import codec
 
 log = logging.getLogger("cayuga.worker")
@@ -56,7 +56,6 @@ class Worker:
         from air.engine.functions import import_functions
 
         self.conn = conn
-        self.settings = settings  # plain values (link.py's worker_settings): no settings model to import
         functions = import_functions(settings["functions"]).copy()
         functions.register(KEY_GROUP_FUNCTION, key_group, "int", arity=2)  # row-scaled copies' start edges
         self.engine = Engine(functions=functions)

@@ -16,7 +16,8 @@ from clients.client import CayugaClient
 from clients.offline import run_offline
 from clients.testing.market import STOCK
 from server.delivery.hub import ClientChannel, NotifierHub
-from server.delivery.witnesses import EncodedBatch, LocalNumbers, NumberMap, Witnesses, pack_columns
+from server.delivery.encoding import EncodedBatch, LocalNumbers, pack_columns
+from server.delivery.witnesses import NumberMap, Witnesses
 from server.durability.witlog import WitnessLog
 from server.observability.counters import Counters
 from server.serve import RunningServer

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -272,6 +273,22 @@ def test_the_server_is_ready_once_its_workers_have_started(start_server, tmp_pat
         c.post_events([stock("A", 2.5, 1, 1)])
         ((number, witness),) = logged_witnesses(srv.base_url, sid, 1)
         assert number == 1 and json.loads(witness)["P"] == 5.0
+
+
+#: What the main process needs and a worker does not, each a large part of an interpreter's start
+#: (the settings' model, the arrays of the witness log's index, the event loop of the hub).
+NOT_IN_A_WORKER = ("pydantic", "numpy", "asyncio", "server.config", "server.delivery.hub",
+                   "server.durability.witlog", "server.delivery.witnesses")
+
+
+def test_a_worker_imports_what_it_runs_and_not_the_main_processs_rooms():
+    """Every start waits for its workers' interpreters: a worker imports the engine, the encoder
+    and its pipe's codec, not the settings' model, the witness log or the hub (numpy, pydantic and
+    asyncio were 150 ms of its 200 ms of imports)."""
+    code = ("import json, sys, server.workers.worker; "
+            f"print(json.dumps([m for m in {NOT_IN_A_WORKER!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
 
 
 def test_two_workers_give_one_engines_witnesses_with_the_linked_subscriptions_together(tmp_path):

@@ -1,0 +1,252 @@
+"""A batch's witnesses, encoded where the engine runs: on the engine thread, or in an
+engine worker process (server/workers/), which imports this and not the rest of
+the delivery room (no witness log, no hub, no numpy: a worker's start is part of
+every server start, and the server waits for it).
+
+:class:`WitnessEncoder` makes a batch's :class:`EncodedBatch` (the JSON lines of
+the witness log's payloads and the clients' frames); a worker sends them as
+:class:`Columns`, the witness log's batch record's columns, numbered by its
+:class:`LocalNumbers`; witnesses.py numbers, logs and delivers them.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from itertools import accumulate, groupby, repeat
+from operator import itemgetter
+from typing import Callable, NamedTuple, Union
+
+import msgspec
+
+from air.formats import encode_emissions
+from air.model import StreamSchema
+
+_STREAM, _KIND, _OWNER = itemgetter(0), itemgetter(2), itemgetter(3)  # of an Emission
+#: the witness log's batch record's packer (server/durability/witrecords.py's ``pack_batch``: MessagePack)
+_pack = msgspec.msgpack.Encoder().encode
+
+class EncodedBatch(NamedTuple):
+    """A batch's witnesses, encoded: per subscription (in the order they first
+    emitted) ``(sid, streams, payloads)`` of its output witnesses, in the
+    order the engine made them, and the same for the internal (RESUB) streams'
+    witnesses a client watches (not numbered nor logged)."""
+    groups: list
+    internal: list
+
+
+#: How many places of a batch's subscriptions the names are checked at (:meth:`NumberMap.take`).
+CHECKS = 8
+
+
+def check_places(n: int) -> range:
+    """The places of ``n`` subscriptions whose names :class:`NumberMap` checks its numbers against."""
+    return range(0, n, max(n // CHECKS, 1))
+
+
+class Columns:
+    """A batch's witnesses as an engine worker sends them (server/workers/codec.py):
+    the witness log's batch record's columns, ready to be numbered and written.
+    Per subscription, in the order they first emitted, three parallel lists (no
+    object per subscription): ``owners``, ``counts`` (its witnesses) and
+    ``streams`` (the stream they are on, or a list of each one's where not all
+    are on one); ``sids`` each witness's sid as a packed MessagePack array,
+    ``rest`` the packed pair of the arrays of their streams and of their payloads.
+    Both are any bytes-like object: the main process takes them from a worker's
+    result without a copy (``msgspec.Raw``), and copies them once, into the record.
+    ``owners`` and ``streams`` may come packed too (``msgspec.Raw``): unpacked when
+    first read, which the main process does only for a client that watches some, or
+    when its numbers do not hold (:class:`NumberMap`): thousands of names a batch.
+
+    ``nums``, ``stream_nums``: the owners' numbers and those of their streams (-1:
+    several) in the packer's :class:`LocalNumbers`, as int32 arrays; ``fresh``,
+    ``fresh_streams``: the numbers it gave in this batch (``[number, name, ...]``): the
+    main process takes them as its own without a dict pass over the batch's ids
+    (:class:`NumberMap`); ``checks``: ``[owner, stream]`` at :func:`check_places`, which
+    it checks them by. Empty when packed without."""
+
+    __slots__ = ("_owners", "counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
+                 "checks")
+
+    def __init__(self, owners: list | msgspec.Raw, counts: list, streams: list | msgspec.Raw,
+                 sids: bytes | msgspec.Raw, rest: bytes | msgspec.Raw, nums: bytes = b"", stream_nums: bytes = b"",
+                 fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = ()) -> None:
+        self._owners, self.counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
+        self.nums, self.stream_nums, self.fresh, self.fresh_streams = nums, stream_nums, fresh, fresh_streams
+        self.checks = checks
+
+    @property
+    def owners(self) -> list[str]:
+        got = self._owners
+        if type(got) is msgspec.Raw:
+            got = self._owners = _owners(got)
+        return got
+
+    @property
+    def streams(self) -> list:
+        got = self._streams
+        if type(got) is msgspec.Raw:
+            got = self._streams = _kinds(got)
+        return got
+
+    def packed(self) -> tuple:
+        """Its fields as a worker's result sends them: the lists packed in place (``msgspec.Raw``)."""
+        owners, streams = self._owners, self._streams
+        return (owners if type(owners) is msgspec.Raw else msgspec.Raw(_pack(owners)), self.counts,
+                streams if type(streams) is msgspec.Raw else msgspec.Raw(_pack(streams)),
+                msgspec.Raw(self.sids), msgspec.Raw(self.rest), self.nums, self.stream_nums, self.fresh,
+                self.fresh_streams, self.checks)
+
+    def _replace(self, **changes) -> "Columns":
+        fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Columns(**fields)
+
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def parts_at(self, places: list[int]) -> list[tuple[list[str], list[bytes]]]:
+        """Unpacked, the streams and payloads of the witnesses of the owners at ``places`` (in order)."""
+        if not places:
+            return []
+        streams, payloads = _rest(self.rest)
+        ends = list(accumulate(self.counts))
+        return [(streams[e - n:e], payloads[e - n:e]) for n, e in ((self.counts[i], ends[i]) for i in places)]
+
+    def groups(self) -> list[tuple[str, list[str], list[bytes]]]:
+        """Unpacked, per subscription: ``(sid, streams, payloads)`` (for a client that watches some, a
+        batch made again after a restart, a preview)."""
+        if not self.owners:
+            return []
+        streams, payloads = _rest(self.rest)
+        out, at = [], 0
+        for sid, n in zip(self.owners, self.counts):
+            out.append((sid, streams[at:at + n], payloads[at:at + n]))
+            at += n
+        return out
+
+
+#: How a historical witness ends (WitnessEncoder.replay).
+_REPLAY = b',"replay":true}\n'
+_rest = msgspec.msgpack.Decoder(tuple[list[str], list[bytes]]).decode
+_owners = msgspec.msgpack.Decoder(list[str]).decode
+_kinds = msgspec.msgpack.Decoder(list[Union[str, list[str]]]).decode
+
+
+def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
+    """Per subscription ``(sid, streams, payloads)`` as :class:`Columns` (numbered by ``local`` when given)."""
+    owners, counts, kinds, sids, streams, payloads = [], [], [], [], [], []
+    for sid, sts, pls in groups:
+        n = len(pls)
+        first = sts[0]
+        owners.append(sid)
+        counts.append(n)
+        kinds.append(first if sts.count(first) == n else sts)
+        sids += repeat(sid, n)
+        streams += sts
+        payloads += pls
+    cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
+    return cols if local is None else local.number(cols)
+
+
+class LocalNumbers:
+    """A number for each subscription and stream an engine worker has sent
+    results of, each told to the main process once, with the batch it first
+    appears in (:attr:`Columns.fresh`). A restarted worker numbers afresh and
+    tells every number again before it uses it."""
+
+    def __init__(self) -> None:
+        self.subs: dict[str, int] = {}
+        self.streams: dict[str, int] = {}
+
+    def number(self, cols: Columns) -> Columns:
+        fresh: list = []
+        fresh_streams: list = []
+        subs, streams = self.subs, self.streams
+        nums, stream_nums = array("i"), array("i")
+        for sid, kind in zip(cols.owners, cols.streams):
+            k = subs.get(sid)
+            if k is None:
+                k = subs[sid] = len(subs)
+                fresh += (k, sid)
+            nums.append(k)
+            if type(kind) is str:
+                t = streams.get(kind)
+                if t is None:
+                    t = streams[kind] = len(streams)
+                    fresh_streams += (t, kind)
+                stream_nums.append(t)
+            else:
+                stream_nums.append(-1)
+        owners, kinds = cols.owners, cols.streams
+        checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
+        return cols._replace(nums=nums.tobytes(), stream_nums=stream_nums.tobytes(), fresh=fresh,
+                             fresh_streams=fresh_streams, checks=checks)
+
+
+class WitnessEncoder:
+    """Turns a batch's emissions into an :class:`EncodedBatch`: one call of the
+    batch encoder ``cayuga run`` uses per batch. It needs only the
+    streams' schemas, so it runs where the engine runs: on the engine thread,
+    or in an engine worker process (server/workers/). ``watched(owner,
+    stream)``: whether a client watches that internal stream."""
+
+    def __init__(self, schema: Callable[[str], StreamSchema | None], watched: Callable[[str, str], bool]) -> None:
+        self._schema = schema
+        self.watched = watched
+        #: A backfill's engine: output witnesses marked ``"replay": true`` (one C pass over the batch's JSON).
+        self.replay = False
+
+    def encode(self, ems: list) -> EncodedBatch:
+        """Per subscription (in the order they first emitted), its emissions in the
+        order the engine made them. One call of the batch encoder for the whole
+        batch's output witnesses, sorted by subscription (a stable sort: the
+        engine's order kept within each), then cut per subscription: a batch has
+        thousands of subscriptions with a few witnesses each, and a call per
+        subscription cost more than the encoding. C-level passes
+        (``sorted``/``Counter`` over item getters); a Python loop runs only over
+        RESUB emissions, and only in a batch that has some."""
+        if not ems:
+            return EncodedBatch([], [])
+        owners = dict.fromkeys(map(_OWNER, ems))
+        resub = bool(set(map(_KIND, ems)) - {"OUT"})
+        ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
+        outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
+        out = []
+        if outs:
+            payloads, streams = self._encode(outs, False)
+            spans, at = {}, 0
+            if len(owners) == 1:  # (the common case of a heavy query: no pass to count them)
+                spans[next(iter(owners))] = (0, len(outs))
+            else:
+                for owner, n in Counter(map(_OWNER, outs)).items():  # (in the sorted order: first seen first)
+                    spans[owner] = (at, at + n)
+                    at += n
+            for owner in owners:
+                span = spans.get(owner)
+                if span is not None:
+                    out.append((owner, streams[span[0]:span[1]], payloads[span[0]:span[1]]))
+        internal = []
+        if resub:  # RESUB emissions: kept only where a client watches their stream
+            watched = self.watched
+            by = {o: list(g) for o, g in groupby(ordered, _OWNER)}
+            for owner in owners:
+                mine = [em for em in by[owner] if em[2] != "OUT" and watched(owner, em[0])]
+                if mine:
+                    payloads, streams = self._encode(mine, True)
+                    internal.append((owner, streams, payloads))
+        return EncodedBatch(out, internal)
+
+    def _encode(self, emissions: list, include_resub: bool) -> tuple[list[bytes], list[str]]:
+        """The witnesses of ``emissions`` (kind OUT, or all) as one JSON line
+        each, by the batch encoder ``cayuga run`` uses (one call), and their streams."""
+        data, n = encode_emissions(emissions, self._schema, include_resub)
+        if self.replay and not include_resub:  # (one JSON object a line, no raw newline inside)
+            data = data.replace(b"}\n", _REPLAY)
+        payloads = data.split(b"\n")
+        payloads.pop()  # after the last newline
+        if include_resub or n == len(emissions):
+            streams = list(map(_STREAM, emissions))
+        else:
+            streams = [em[0] for em in emissions if em[2] == "OUT"]
+        return payloads, streams
