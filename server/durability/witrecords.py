@@ -191,7 +191,7 @@ class Segment:
     def index_bytes(self) -> bytes:
         """Its index (a sealed segment's ``.idx``: opening the log then reads no record)."""
         with self._folding:
-            unread = len(self.pending) == 1 and not self._subs and not self._streams
+            unread = self.sealed and len(self.pending) == 1 and not self._subs and not self._streams
             if unread:  # (a sealed segment no reader asked of: its one merged record, as it is)
                 subs, streams = _index_of(self.pending[0])
         if not unread:
