@@ -26,6 +26,7 @@ _STREAM, _KIND, _OWNER = itemgetter(0), itemgetter(2), itemgetter(3)  # of an Em
 #: the witness log's batch record's packer (server/durability/witrecords.py's ``pack_batch``: MessagePack)
 _pack = msgspec.msgpack.Encoder().encode
 
+
 class EncodedBatch(NamedTuple):
     """A batch's witnesses, encoded: per subscription (in the order they first
     emitted) ``(sid, streams, payloads)`` of its output witnesses, in the
@@ -35,12 +36,12 @@ class EncodedBatch(NamedTuple):
     internal: list
 
 
-#: How many places of a batch's subscriptions the names are checked at (:meth:`NumberMap.take`).
+#: How many places of a batch's subscriptions the names are checked at (witnesses.py's ``NumberMap.take``).
 CHECKS = 8
 
 
 def check_places(n: int) -> range:
-    """The places of ``n`` subscriptions whose names :class:`NumberMap` checks its numbers against."""
+    """The places of ``n`` subscriptions whose names witnesses.py's ``NumberMap`` checks its numbers against."""
     return range(0, n, max(n // CHECKS, 1))
 
 
