@@ -287,7 +287,7 @@ def test_a_worker_imports_what_it_runs_and_not_the_main_processs_rooms():
     asyncio were 150 ms of its 200 ms of imports)."""
     code = ("import json, sys, server.workers.worker; "
             f"print(json.dumps([m for m in {NOT_IN_A_WORKER!r} if m in sys.modules]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     assert json.loads(out) == []
 
 
