@@ -145,36 +145,27 @@ class Segment:
             self._stream_of = np.zeros(0, np.int64)
 
     def _fold(self) -> None:
-        """Take the pending records into ``subs`` and ``streams``: array steps per record (by
-        the subscriptions' numbers, no sort), then a Python step per subscription the fold
-        touched, and per (subscription, stream) pair whose stream is not the last one seen of
-        its subscription here. Whoever reads waits for a fold another thread is doing."""
+        """Take the pending records into ``subs`` and ``streams``: merged into one by array steps
+        (:func:`_merged`), then a Python step per subscription it touched, and per (subscription,
+        stream) pair whose stream is not the last one seen of its subscription here. Whoever
+        reads waits for a fold another thread is doing."""
         with self._folding:
             pending, self.pending = self.pending, []
             if not pending:
                 return
-            numbers = pending[-1][6]
+            offs, touched, firsts, lasts, pair_nums, pair_streams, numbers = _merged(pending, sort=False)
             names, stream_names = numbers[0].names, numbers[1].names
-            size = len(names)  # (every number of a pending record is below it)
-            first, first_off, last = np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64)
             # per subscription number: 1 + the stream last seen of it here (0: none)
-            seen = self._stream_of = grown(self._stream_of, size)
-            index = self._streams
-            for off, nums, starts, ends, pair_nums, pair_streams, _numbers in pending:  # (each number once a record)
-                new = first[nums] == 0
-                first[nums[new]] = starts[new]
-                first_off[nums[new]] = off if type(off) is int else off[new]  # (a merged record's: one each)
-                last[nums] = ends
-                tagged = pair_streams + 1
-                other = seen[pair_nums] != tagged
-                if other.any():
-                    for num, stream in zip(pair_nums[other].tolist(), pair_streams[other].tolist()):
-                        index.setdefault(stream_names[stream], set()).add(names[num])
-                    seen[pair_nums] = tagged  # (a pair each stream of one on several: any of them will do)
-            touched = np.flatnonzero(last)
+            seen = self._stream_of = grown(self._stream_of, len(names))
+            tagged = pair_streams + 1
+            other = seen[pair_nums] != tagged
+            if other.any():
+                index = self._streams
+                for num, stream in zip(pair_nums[other].tolist(), pair_streams[other].tolist()):
+                    index.setdefault(stream_names[stream], set()).add(names[num])
+                seen[pair_nums] = tagged  # (a pair each stream of one on several: any of them will do)
             subs = self._subs
-            for num, fs, fo, ls in zip(touched.tolist(), first[touched].tolist(), first_off[touched].tolist(),
-                                       last[touched].tolist()):
+            for num, fs, fo, ls in zip(touched.tolist(), firsts.tolist(), offs.tolist(), lasts.tolist()):
                 sid = names[num]
                 sub = subs.get(sid)
                 if sub is None:
@@ -208,14 +199,15 @@ class Segment:
         self.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
 
 
-def _merged(pending: list) -> tuple:
+def _merged(pending: list, sort: bool = True) -> tuple:
     """Batch records noted by :meth:`Segment.take_batch` as one, whose ``off`` is an array (each
-    subscription's first record's) and whose pairs are each once, sorted by stream."""
+    subscription's first record's) and whose pairs are each once, sorted by stream (unless not
+    ``sort``: then in their order, and one may come again after another of its subscription's)."""
     numbers = pending[-1][6]
     size = len(numbers[0].names)
     first, first_off, last = np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64)
-    seen = np.full(size, -1, np.int64)  # per subscription, the stream last seen of it (as in _fold)
-    keys = []
+    seen = np.full(size, -1, np.int64)  # per subscription, the stream last seen of it in these records
+    kept_nums, kept_streams = [], []
     for off, nums, starts, ends, pair_nums, pair_streams, _numbers in pending:
         new = first[nums] == 0
         first[nums[new]] = starts[new]
@@ -223,11 +215,18 @@ def _merged(pending: list) -> tuple:
         last[nums] = ends
         other = seen[pair_nums] != pair_streams
         if other.any():
-            keys.append(pair_streams[other].astype(np.int64) * size + pair_nums[other])
+            kept_nums.append(pair_nums[other])
+            kept_streams.append(pair_streams[other])
             seen[pair_nums] = pair_streams
     touched = np.flatnonzero(last)
-    pairs = np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
-    return (first_off[touched], touched, first[touched], last[touched], pairs % size, pairs // size, numbers)
+    if not kept_nums:
+        pair_nums = pair_streams = np.zeros(0, np.int64)
+    elif sort:
+        pairs = np.unique(np.concatenate(kept_streams).astype(np.int64) * size + np.concatenate(kept_nums))
+        pair_nums, pair_streams = pairs % size, pairs // size
+    else:
+        pair_nums, pair_streams = np.concatenate(kept_nums), np.concatenate(kept_streams)
+    return (first_off[touched], touched, first[touched], last[touched], pair_nums, pair_streams, numbers)
 
 
 def _index_of(record: tuple) -> tuple[dict, dict]:
