@@ -222,7 +222,10 @@ def _merged(pending: list, sort: bool = True) -> tuple:
     if not kept_nums:
         pair_nums = pair_streams = np.zeros(0, np.int64)
     elif sort:
-        pairs = np.unique(np.concatenate(kept_streams).astype(np.int64) * size + np.concatenate(kept_nums))
+        # each pair once, by sorting (np.unique imports numpy.ma at its first call: 10 ms on the
+        # engine thread at a run's first roll)
+        pairs = np.sort(np.concatenate(kept_streams).astype(np.int64) * size + np.concatenate(kept_nums))
+        pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
         pair_nums, pair_streams = pairs % size, pairs // size
     else:
         pair_nums, pair_streams = np.concatenate(kept_nums), np.concatenate(kept_streams)

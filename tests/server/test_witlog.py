@@ -385,3 +385,29 @@ def test_an_index_and_a_checkpoint_of_non_ascii_names_are_read_back(tmp_path, mo
     assert [s for s, _n, _p in wl.read_stream("Preisanstieg€")] == ["Kurs-Müller"] * 60
     assert len(scanned) == 1  # only the active segment, which has no index
     wl.close()
+
+
+def test_writing_and_rolling_the_log_imports_nothing_more(tmp_path):
+    """The engine thread writes the witness log and seals its segments mid-run: nothing it
+    calls may import a module then (np.unique imported numpy.ma at its first call, 10 ms
+    on the engine thread at a run's first roll). In an interpreter of its own, with the
+    witness log imported as the server has it, a subscription on two streams in turn
+    (the seal's pairs sorted) and a roll."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"""
+import json, sys
+from server.durability.witlog import WitnessLog
+wl = WitnessLog({str(tmp_path)!r}, segment_bytes=600)
+before = set(sys.modules)
+for k in range(1, 40):
+    wl.append([("s1", k, "AB"[k % 2], b'{{"n":%d}}' % k), ("s2", k, "A", b"{{}}")])
+assert wl.segments > 2
+wl.close()
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    assert json.loads(out) == []
