@@ -16,7 +16,7 @@ from air.engine import Engine, EngineError, FunctionRegistry
 from air.partitioning import KEY_GROUP_FUNCTION, key_group, restrict_to_group
 from clients.testing import RISING
 from clients.testing.market import STOCK, random_walk
-from server.workers.placement import ALL, Placement
+from server.workers.placement import AFFINITY_SLACK, ALL, Placement, route_event
 
 FILTER = "SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Up"
 IBM = ("SELECT First, Price AS Last FROM (SELECT Price AS First, Price AS Last FROM FILTER{Name = 'IBM'}(Stock)) "
@@ -102,6 +102,38 @@ def test_a_subscription_with_a_constant_route_is_sent_only_its_values_events():
     off = Placement(2, schema=schemas.get, rows="off")
     _place(off, "ibm", IBM, [STOCK])
     assert off.consts == {} and off.route("Stock") == ((0,), (), ())
+
+
+def _symbol_query(symbol: str) -> str:
+    return IBM.replace("IBM", symbol)
+
+
+def test_subscriptions_of_one_value_run_together_while_the_workers_stay_balanced():
+    """Per-symbol queries registered symbol after symbol, round after round, 100 symbols
+    over 3 workers (placed by load alone, in turn, each symbol's would be on each worker):
+    each symbol's run on one worker, whose events go there alone, and the workers' loads
+    stay within the slack; a removal and a new one of the value go back to its worker.
+    Many of one value are spread once its worker runs ahead of the others by more than the
+    slack (evenly: the next goes to the least loaded that has some), and its events then go
+    to each worker."""
+    schemas = _schemas()
+    p = Placement(3, schema=schemas.get)
+    symbols = [f"S{i}" for i in range(100)]
+    for r in range(5):
+        for sym in symbols:
+            _place(p, f"{sym}-{r}", _symbol_query(sym), [STOCK])
+    by_symbol = {sym: {p.worker_of[f"{sym}-{r}"] for r in range(5)} for sym in symbols}
+    assert all(len(ws) == 1 for ws in by_symbol.values())
+    assert Counter(w for (w,) in by_symbol.values()) == {0: 34, 1: 33, 2: 33}
+    assert max(p.cost) - min(p.cost) <= sum(p.cost) / 3 * AFFINITY_SLACK
+    assert route_event(["S3", 1.0, 1], *p.route("Stock"), 3) == sorted(by_symbol["S3"])
+    p.remove("S3-0")
+    assert _place(p, "S3-again", _symbol_query("S3"), [STOCK]) == next(iter(by_symbol["S3"]))
+
+    one = Placement(4, schema=schemas.get)
+    ws = [_place(one, f"ibm{i}", IBM, [STOCK]) for i in range(64)]
+    assert set(Counter(ws).values()) == {16}  # spread evenly, not all on the first worker
+    assert route_event(["IBM", 1.0, 1], *one.route("Stock"), 4) == [0, 1, 2, 3]
 
 
 def test_key_groups_are_the_same_in_every_process():
