@@ -23,6 +23,7 @@ from air.formats import encode_emissions
 from air.model import StreamSchema
 
 _STREAM, _KIND, _OWNER = itemgetter(0), itemgetter(2), itemgetter(3)  # of an Emission
+_SECOND = itemgetter(1)
 #: the witness log's batch record's packer (server/durability/witrecords.py's ``pack_batch``: MessagePack)
 _pack = msgspec.msgpack.Encoder().encode
 
@@ -31,9 +32,12 @@ class EncodedBatch(NamedTuple):
     """A batch's witnesses, encoded: per subscription (in the order they first
     emitted) ``(sid, streams, payloads)`` of its output witnesses, in the
     order the engine made them, and the same for the internal (RESUB) streams'
-    witnesses a client watches (not numbered nor logged)."""
+    witnesses a client watches (not numbered nor logged). ``flat``: instead of
+    ``groups`` (then empty), the same witnesses as :func:`pack_flat` takes them
+    (:meth:`WitnessEncoder.encode` with ``flat``)."""
     groups: list
     internal: list
+    flat: tuple | None = None
 
 
 #: How many places of a batch's subscriptions the names are checked at (witnesses.py's ``NumberMap.take``).
@@ -150,6 +154,15 @@ def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
     return cols if local is None else local.number(cols)
 
 
+def pack_flat(flat: tuple, local: "LocalNumbers | None" = None) -> Columns:
+    """:func:`pack_columns` of witnesses given as :attr:`EncodedBatch.flat`: ``(owners, counts,
+    kinds, sids, streams, payloads)``, per subscription and per witness, in one order: packed
+    as they are, no pass per subscription."""
+    owners, counts, kinds, sids, streams, payloads = flat
+    cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
+    return cols if local is None else local.number(cols)
+
+
 class LocalNumbers:
     """A number for each subscription and stream an engine worker has sent
     results of, each told to the main process once, with the batch it first
@@ -161,28 +174,34 @@ class LocalNumbers:
         self.streams: dict[str, int] = {}
 
     def number(self, cols: Columns) -> Columns:
+        """``cols`` with its owners' and streams' numbers (and those given now, to tell). Looked
+        up by C-level passes; a Python loop runs only over names not numbered before (a
+        subscription's first witnesses) and over a batch with subscriptions on several streams."""
+        owners, kinds = cols.owners, cols.streams
         fresh: list = []
         fresh_streams: list = []
-        subs, streams = self.subs, self.streams
-        nums, stream_nums = array("i"), array("i")
-        for sid, kind in zip(cols.owners, cols.streams):
-            k = subs.get(sid)
-            if k is None:
-                k = subs[sid] = len(subs)
-                fresh += (k, sid)
-            nums.append(k)
-            if type(kind) is str:
-                t = streams.get(kind)
-                if t is None:
-                    t = streams[kind] = len(streams)
-                    fresh_streams += (t, kind)
-                stream_nums.append(t)
-            else:
-                stream_nums.append(-1)
-        owners, kinds = cols.owners, cols.streams
+        nums = list(map(self.subs.get, owners))
+        if None in nums:
+            nums = [self._new(self.subs, sid, fresh) if k is None else k for sid, k in zip(owners, nums)]
+        try:
+            stream_nums = list(map(self.streams.get, kinds))  # (a list, of one on several streams, raises)
+        except TypeError:
+            stream_nums = [self.streams.get(kind, None) if type(kind) is str else -1 for kind in kinds]
+        if None in stream_nums:
+            stream_nums = [self._new(self.streams, kind, fresh_streams) if t is None else t
+                           for kind, t in zip(kinds, stream_nums)]
         checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
-        return cols._replace(nums=nums.tobytes(), stream_nums=stream_nums.tobytes(), fresh=fresh,
-                             fresh_streams=fresh_streams, checks=checks)
+        return cols._replace(nums=array("i", nums).tobytes(), stream_nums=array("i", stream_nums).tobytes(),
+                             fresh=fresh, fresh_streams=fresh_streams, checks=checks)
+
+    @staticmethod
+    def _new(numbers: dict[str, int], name: str, told: list) -> int:
+        """``name``'s number, given now if it has none (a stream may come twice in a batch)."""
+        k = numbers.get(name)
+        if k is None:
+            k = numbers[name] = len(numbers)
+            told += (k, name)
+        return k
 
 
 class WitnessEncoder:
@@ -198,7 +217,7 @@ class WitnessEncoder:
         #: A backfill's engine: output witnesses marked ``"replay": true`` (one C pass over the batch's JSON).
         self.replay = False
 
-    def encode(self, ems: list) -> EncodedBatch:
+    def encode(self, ems: list, flat: bool = False) -> EncodedBatch:
         """Per subscription (in the order they first emitted), its emissions in the
         order the engine made them. One call of the batch encoder for the whole
         batch's output witnesses, sorted by subscription (a stable sort: the
@@ -206,11 +225,17 @@ class WitnessEncoder:
         thousands of subscriptions with a few witnesses each, and a call per
         subscription cost more than the encoding. C-level passes
         (``sorted``/``Counter`` over item getters); a Python loop runs only over
-        RESUB emissions, and only in a batch that has some."""
+        RESUB emissions, and only in a batch that has some. ``flat``: the output
+        witnesses as :attr:`EncodedBatch.flat`, not cut per subscription (what an
+        engine worker packs: :func:`pack_flat`)."""
         if not ems:
             return EncodedBatch([], [])
         owners = dict.fromkeys(map(_OWNER, ems))
         resub = bool(set(map(_KIND, ems)) - {"OUT"})
+        if flat:
+            ordered = ems if len(owners) == 1 else _by_first(ems, owners)
+            outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
+            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs))
         ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         out = []
@@ -227,16 +252,38 @@ class WitnessEncoder:
                 span = spans.get(owner)
                 if span is not None:
                     out.append((owner, streams[span[0]:span[1]], payloads[span[0]:span[1]]))
+        return EncodedBatch(out, self._internal(ordered, owners) if resub else [])
+
+    def _internal(self, ordered: list, owners: dict) -> list:
+        """The RESUB emissions of ``ordered`` (grouped by subscription) a client watches, per subscription."""
         internal = []
-        if resub:  # RESUB emissions: kept only where a client watches their stream
-            watched = self.watched
-            by = {o: list(g) for o, g in groupby(ordered, _OWNER)}
-            for owner in owners:
-                mine = [em for em in by[owner] if em[2] != "OUT" and watched(owner, em[0])]
-                if mine:
-                    payloads, streams = self._encode(mine, True)
-                    internal.append((owner, streams, payloads))
-        return EncodedBatch(out, internal)
+        watched = self.watched
+        by = {o: list(g) for o, g in groupby(ordered, _OWNER)}
+        for owner in owners:
+            mine = [em for em in by[owner] if em[2] != "OUT" and watched(owner, em[0])]
+            if mine:
+                payloads, streams = self._encode(mine, True)
+                internal.append((owner, streams, payloads))
+        return internal
+
+    def _flat(self, outs: list) -> tuple | None:
+        """``outs`` (grouped by subscription, in the order they first emitted) as
+        :attr:`EncodedBatch.flat`; None when there are none."""
+        if not outs:
+            return None
+        payloads, streams = self._encode(outs, False)
+        sids = list(map(_OWNER, outs))
+        counted = Counter(sids)  # (in the order first seen: the subscriptions' order)
+        pairs = dict.fromkeys(zip(sids, streams))
+        if len(pairs) == len(counted):  # each on one stream
+            kinds = list(map(_SECOND, pairs))
+        else:
+            kinds, at = [], 0
+            for n in counted.values():
+                sts = streams[at:at + n]
+                kinds.append(sts[0] if sts.count(sts[0]) == n else sts)
+                at += n
+        return list(counted), list(counted.values()), kinds, sids, streams, payloads
 
     def _encode(self, emissions: list, include_resub: bool) -> tuple[list[bytes], list[str]]:
         """The witnesses of ``emissions`` (kind OUT, or all) as one JSON line
@@ -251,3 +298,11 @@ class WitnessEncoder:
         else:
             streams = [em[0] for em in emissions if em[2] == "OUT"]
         return payloads, streams
+
+
+def _by_first(ems: list, owners: dict) -> list:
+    """``ems`` grouped by subscription in the order they first emitted (``owners``), each
+    one's in the engine's order: a stable sort by each subscription's place, C-level passes."""
+    place = dict(zip(owners, range(len(owners))))
+    keys = list(map(place.__getitem__, map(_OWNER, ems)))
+    return list(map(ems.__getitem__, sorted(range(len(ems)), key=keys.__getitem__)))

@@ -60,7 +60,7 @@ from typing import Any, Optional, Union
 import msgspec
 
 from air.engine import Event
-from server.delivery.encoding import Columns, LocalNumbers, pack_columns
+from server.delivery.encoding import Columns, LocalNumbers, pack_columns, pack_flat
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
 RESULT, ANSWER, SNAPSHOT = b"R", b"A", b"S"
@@ -104,7 +104,10 @@ def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check
     """An ``R`` message: the witnesses of ``rows`` (row-scaled subscriptions) as groups, the others as
     columns (numbered by ``local``: the worker's :class:`LocalNumbers`)."""
     merged = [g for g in encoded.groups if g[0] in rows] if rows else []
-    cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups, local)
+    if encoded.flat is not None:  # (none of them row-scaled: the worker asks for it only then)
+        cols = pack_flat(encoded.flat, local)
+    else:
+        cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups, local)
     groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in merged]
     internal = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in encoded.internal]
     return RESULT + _encode((events, groups, internal, stats, epoch, errors, check, recorded, places, *cols.packed()))

@@ -152,7 +152,7 @@ class Worker:
                 marks.append(len(outbox))
         ems = self.outbox[:]
         del self.outbox[:]
-        encoded = self.encoder.encode(ems)
+        encoded = self.encoder.encode(ems, flat=not self.rows)  # (a row-scaled one's witnesses are merged by groups)
         places = _places(ems, marks, self.rows) if marks is not None and ems else []
         outcomes = [tuple(self.check.apply(Decision(*r[:4]))) for r in recorded]
         if any(o[1] for o in outcomes):

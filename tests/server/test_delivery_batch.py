@@ -309,3 +309,51 @@ def test_the_watched_ones_of_a_workers_columns_are_found_by_their_numbers_as_cli
         log.close()
         for ch in chans.values():
             ch.loop.close()
+
+
+def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_one():
+    """An engine worker encodes its witnesses flat (``encode(ems, flat=True)``: no pass per
+    subscription) and packs them as they are (``pack_flat``): the columns, the numbers and what
+    they tell, and the watched internal witnesses, are those of the grouped encoding packed per
+    subscription, batch after batch, over random emissions: subscriptions on one stream and on
+    several, streams many subscriptions share and first seen in the batch, RESUB ones watched
+    or not."""
+    import random
+    from array import array
+
+    from air.engine import Event
+    from air.model import Attribute, StreamSchema
+    from server.delivery.encoding import WitnessEncoder, pack_flat
+
+    streams = [f"S{i}" for i in range(12)] + ["Int0", "Int1"]
+    schemas = {s: StreamSchema(s, (Attribute("Name", "string"), Attribute("N", "int"))) for s in streams}
+    enc = WitnessEncoder(schemas.get, lambda owner, stream: stream == "Int0" or owner == "q3")
+    rnd = random.Random(7)
+    grouped_numbers, flat_numbers = LocalNumbers(), LocalNumbers()
+    told: tuple[dict, dict] = ({}, {})  # number -> name, as the main process learns them
+    for batch in range(40):
+        ems = []
+        for i in range(rnd.randrange(0, 300)):
+            owner = f"q{rnd.randrange(4 * (batch + 1))}"  # (new subscriptions in later batches)
+            several = owner.endswith("7")  # these publish on several streams
+            stream = rnd.choice(streams[:12]) if several else streams[int(owner[1:]) % (3 + batch % 10)]
+            kind = "OUT"
+            if rnd.random() < 0.1:
+                stream, kind = rnd.choice(["Int0", "Int1"]), "RESUB"
+            ems.append((stream, Event(stream, (owner, i), i, i), kind, owner))
+        grouped, flat = enc.encode(ems), enc.encode(ems, flat=True)
+        assert flat.groups == [] and flat.internal == grouped.internal
+        a = pack_columns(grouped.groups, grouped_numbers)
+        b = pack_flat(flat.flat, flat_numbers) if flat.flat is not None else pack_columns([], flat_numbers)
+        for field in ("owners", "counts", "streams", "nums", "stream_nums", "fresh", "fresh_streams", "checks"):
+            assert getattr(a, field) == getattr(b, field), (batch, field)
+        assert bytes(a.sids) == bytes(b.sids) and bytes(a.rest) == bytes(b.rest)
+        for names, fresh in zip(told, (b.fresh, b.fresh_streams)):  # each name told once, each number once
+            pairs = dict(zip(fresh[::2], fresh[1::2]))
+            assert len(pairs) == len(fresh) // 2 and not set(pairs) & set(names)
+            assert not set(pairs.values()) & set(names.values())
+            names.update(pairs)
+        nums, stream_nums = array("i", b.nums), array("i", b.stream_nums)
+        assert [told[0][k] for k in nums] == b.owners
+        assert [told[1][t] if t >= 0 else None for t in stream_nums] == [
+            k if type(k) is str else None for k in b.streams]
