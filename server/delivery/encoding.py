@@ -235,7 +235,7 @@ class WitnessEncoder:
         if flat:
             ordered = ems if len(owners) == 1 else _by_first(ems, owners)
             outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
-            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs))
+            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs, owners))
         ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         out = []
@@ -266,12 +266,16 @@ class WitnessEncoder:
                 internal.append((owner, streams, payloads))
         return internal
 
-    def _flat(self, outs: list) -> tuple | None:
+    def _flat(self, outs: list, owners: dict) -> tuple | None:
         """``outs`` (grouped by subscription, in the order they first emitted) as
         :attr:`EncodedBatch.flat`; None when there are none."""
         if not outs:
             return None
         payloads, streams = self._encode(outs, False)
+        n = len(outs)
+        if len(owners) == 1:  # (a heavy query's batch: no pass to count them)
+            sid, first = next(iter(owners)), streams[0]
+            return [sid], [n], [first if streams.count(first) == n else streams], [sid] * n, streams, payloads
         sids = list(map(_OWNER, outs))
         counted = Counter(sids)  # (in the order first seen: the subscriptions' order)
         pairs = dict.fromkeys(zip(sids, streams))
@@ -279,10 +283,10 @@ class WitnessEncoder:
             kinds = list(map(_SECOND, pairs))
         else:
             kinds, at = [], 0
-            for n in counted.values():
-                sts = streams[at:at + n]
-                kinds.append(sts[0] if sts.count(sts[0]) == n else sts)
-                at += n
+            for k in counted.values():
+                sts = streams[at:at + k]
+                kinds.append(sts[0] if sts.count(sts[0]) == k else sts)
+                at += k
         return list(counted), list(counted.values()), kinds, sids, streams, payloads
 
     def _encode(self, emissions: list, include_resub: bool) -> tuple[list[bytes], list[str]]:

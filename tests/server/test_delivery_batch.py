@@ -331,9 +331,12 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
     rnd = random.Random(7)
     grouped_numbers, flat_numbers = LocalNumbers(), LocalNumbers()
     told: tuple[dict, dict] = ({}, {})  # number -> name, as the main process learns them
-    for batch in range(40):
+    for batch in range(44):
         ems = []
-        for i in range(rnd.randrange(0, 300)):
+        if batch >= 40:  # one subscription a batch (a heavy query's): on one stream, then on two
+            on = ["S1", "S1"] + ["S2"] * (batch % 2)
+            ems = [(s, Event(s, ("q1", i), i, i), "OUT", "q1") for i, s in enumerate(on)]
+        for i in range(rnd.randrange(0, 300) if batch < 40 else 0):
             owner = f"q{rnd.randrange(4 * (batch + 1))}"  # (new subscriptions in later batches)
             several = owner.endswith("7")  # these publish on several streams
             stream = rnd.choice(streams[:12]) if several else streams[int(owner[1:]) % (3 + batch % 10)]
