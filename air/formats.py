@@ -160,6 +160,14 @@ def _text(line: str | bytes) -> str:
         raise LineError(_utf8_error(line, "line")) from None
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _utf8_error(data: bytes, what: str) -> str:
     """Where ``data`` stops being UTF-8 (msgspec's error counts within a string value)."""
     try:
@@ -475,6 +483,8 @@ def _loads(data: str | bytes, what: str):
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
+        if not isinstance(data, str) and not _is_utf8(data):  # (msgspec 0.23 says only that it is not)
+            raise LineError(_utf8_error(bytes(data), what)) from None
         raise LineError(f"invalid JSON: {json_reason(exc, data)}") from None
     except msgspec.ValidationError:  # without a type, only "Number out of range"
         raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
