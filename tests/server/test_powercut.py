@@ -207,7 +207,8 @@ def cuts(records: list[tuple], rng: random.Random, n: int) -> list[tuple[str, in
                  if r[0] == "sync" and r[3] and r[2] == "snapshots"
                  and any(x[0] == "rename" and x[2].startswith("snapshots") for x in records[max(i - 3, 0):i])]
     unsynced = [i for i, r in enumerate(records) if r[0] == "sync" and not r[3] and not r[2].startswith("journal")]
-    sealed = [i for i in unsynced if records[i + 1][0] == "sync" and records[i + 1][2].startswith("witnesses/wit-")
+    sealed = [i for i in unsynced if i + 1 < len(records)  # (the recording may end with such a sync)
+              and records[i + 1][0] == "sync" and records[i + 1][2].startswith("witnesses/wit-")
               and records[i][2].startswith("witnesses/wit-") and records[i + 1][2] > records[i][2]]
     unsynced = sealed or unsynced  # before the sync of a sealed segment, a newer one written: the most at stake
     assert acks and published, f"the run made {len(acks)} acknowledgements and published {len(published)} snapshots"
