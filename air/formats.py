@@ -157,24 +157,17 @@ def _text(line: str | bytes) -> str:
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError:
-        raise LineError(_utf8_error(line, "line")) from None
+        raise LineError(_utf8_error(line, "line") or "not valid UTF-8") from None
 
 
-def _is_utf8(data: bytes) -> bool:
+def _utf8_error(data: bytes, what: str) -> str | None:
+    """Where ``data`` stops being UTF-8 (msgspec's error counts within a string value, or, from
+    0.23 on, says only that it is not); None when it is UTF-8."""
     try:
         bytes(data).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _utf8_error(data: bytes, what: str) -> str:
-    """Where ``data`` stops being UTF-8 (msgspec's error counts within a string value)."""
-    try:
-        data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"not valid UTF-8: byte {exc.start + 1} of the {what}"
-    return "not valid UTF-8"
+    return None
 
 
 def _split(data: bytes | str) -> list:
@@ -483,13 +476,12 @@ def _loads(data: str | bytes, what: str):
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        if not isinstance(data, str) and not _is_utf8(data):  # (msgspec 0.23 says only that it is not)
-            raise LineError(_utf8_error(bytes(data), what)) from None
-        raise LineError(f"invalid JSON: {json_reason(exc, data)}") from None
+        bad = None if isinstance(data, str) else _utf8_error(data, what)
+        raise LineError(bad or f"invalid JSON: {json_reason(exc, data)}") from None
     except msgspec.ValidationError:  # without a type, only "Number out of range"
         raise LineError("invalid JSON: a number is out of range (beyond a 64-bit float)") from None
     except UnicodeDecodeError:
-        raise LineError(_utf8_error(data, what)) from None
+        raise LineError(_utf8_error(data, what) or "not valid UTF-8") from None
     except RecursionError:
         raise LineError("invalid JSON: nested too deeply") from None
 
