@@ -319,14 +319,18 @@ class WorkerEngineThread(EngineThread):
         if n == 1:
             parts = {0: batch}
         else:
+            stream = next(iter(counted)) if len(counted) == 1 else None  # (the batch's one stream)
             if not self.placement.split:
                 parts = {}
                 readers = self.placement.readers
-                for ev in batch:
-                    for w in readers(ev.stream):
-                        parts.setdefault(w, []).append(ev)
+                if stream is not None:
+                    parts = dict.fromkeys(readers(stream), batch)
+                else:
+                    for ev in batch:
+                        for w in readers(ev.stream):
+                            parts.setdefault(w, []).append(ev)
             else:  # by the events' values too (row scaling, constant routes), with their places in the batch
-                parts, places = rows.split(batch, self.placement)
+                parts, places = rows.split(batch, self.placement, stream)
             if self.budget.until_check(self.fed - len(batch)) <= len(batch):  # a check point: every worker checks
                 for w in range(n):
                     parts.setdefault(w, [])

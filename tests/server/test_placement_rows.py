@@ -178,7 +178,18 @@ def _dealt_one_by_one(batch: list, p: Placement) -> tuple[dict[int, list], dict[
         for w in route_event(ev.values, *p.route(ev.stream), p.workers):
             parts.setdefault(w, []).append(ev)
             places.setdefault(w, []).append(i)
-    return parts, places
+    return parts, places if p.rows else None  # (places only where a row-scaled subscription's are merged)
+
+
+def _split_both_ways(batch: list, p: Placement):
+    """rows.split of ``batch`` told its one stream (the engine thread's batches of one stream,
+    by C-level passes) and not told (event by event), which must agree."""
+    from server.workers import rows
+
+    got = rows.split(batch, p)
+    if batch and len({ev.stream for ev in batch}) == 1:
+        assert rows.split(batch, p, batch[0].stream) == got
+    return got
 
 
 def test_a_batch_is_dealt_to_the_workers_of_each_events_route_in_its_order():
@@ -207,8 +218,44 @@ def test_a_batch_is_dealt_to_the_workers_of_each_events_route_in_its_order():
     for streams in (["Stock"], ["Quote"], ["Stock", "Quote"], ["Other"]):
         for _ in range(20):
             batch = events(streams)
-            assert rows.split(batch, p) == _dealt_one_by_one(batch, p)
+            assert _split_both_ways(batch, p) == _dealt_one_by_one(batch, p)
     assert rows.split([], p) == ({}, {})
+
+
+def test_per_value_queries_deal_a_batch_by_constants_alone_without_places():
+    """The 10,000 queries' layout: subscriptions placed whole by their constant values, no
+    row-scaled one, so no places are kept. A value of no route goes nowhere, one spread over
+    several workers goes to each, and then a subscription that reads every event joins the
+    route (the general path). Told the stream and not, against route_event."""
+    import random
+
+    from air.engine import Event
+    from server.workers import rows
+
+    rng = random.Random(5)
+    p = Placement(3, schema={"Stock": STOCK}.get)
+    symbols = [f"S{i}" for i in range(9)]
+    for sym in symbols:
+        _place(p, sym, _symbol_query(sym), [STOCK])
+    for i in range(12):  # many of IBM's: spread over every worker once its own runs ahead
+        _place(p, f"ibm{i}", IBM, [STOCK])
+    assert not p.rows and route_event(["IBM", 1.0, 1], *p.route("Stock"), 3) == [0, 1, 2]
+    names = symbols + ["IBM", "nobody", 7]
+
+    def check():
+        for _ in range(30):
+            batch = [Event("Stock", (rng.choice(names), 1.0, 1), t, t) for t in range(rng.randint(1, 200))]
+            parts, places = _split_both_ways(batch, p)
+            assert (parts, places) == _dealt_one_by_one(batch, p) and places is None
+        one = [Event("Stock", ("S0", 1.0, 1), t, t) for t in range(50)]  # every event to one worker
+        assert rows.split(one, p, "Stock") == _dealt_one_by_one(one, p)
+
+    check()
+    assert rows.split([Event("Stock", ("S0", 1.0, 1), 1, 1)], p, "Stock")[0].keys() == {p.worker_of["S0"]}
+    _place(p, "all", FILTER, [STOCK])  # every Stock event to its worker too: a route of both kinds
+    check()
+    assert rows.split([Event("Stock", ("nobody", 1.0, 1), 1, 1)], p, "Stock") == ({p.worker_of["all"]: [
+        Event("Stock", ("nobody", 1.0, 1), 1, 1)]}, None)
 
 
 def test_a_route_by_one_key_alone_remembers_string_keys_and_follows_placement_changes(monkeypatch):
@@ -231,9 +278,9 @@ def test_a_route_by_one_key_alone_remembers_string_keys_and_follows_placement_ch
     def check():
         for _ in range(30):
             batch = [Event("Stock", (rng.choice(keys), 1.0, 1), t, t) for t in range(rng.randint(1, 200))]
-            assert rows.split(batch, p) == _dealt_one_by_one(batch, p)
+            assert _split_both_ways(batch, p) == _dealt_one_by_one(batch, p)
 
     check()
-    assert p.routers()["Stock"].__code__ is rows._by_key(0, 3).__code__  # the short cut was the one taken
+    assert p.routers()["Stock"].of_batch.__code__ is rows._by_key(0, 3).of_batch.__code__  # the short cut was the one taken
     _place(p, "ibm", IBM, [STOCK])  # now IBM's events also go to the worker IBM is placed on
     check()
