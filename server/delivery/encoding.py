@@ -12,8 +12,8 @@ the witness log's payloads and the clients' frames); a worker sends them as
 from __future__ import annotations
 
 from array import array
-from collections import Counter
-from itertools import accumulate, groupby, repeat
+from collections import Counter, deque
+from itertools import accumulate, chain, groupby, repeat
 from operator import itemgetter
 from typing import Callable, NamedTuple, Union
 
@@ -306,7 +306,8 @@ class WitnessEncoder:
 
 def _by_first(ems: list, owners: dict) -> list:
     """``ems`` grouped by subscription in the order they first emitted (``owners``), each
-    one's in the engine's order: a stable sort by each subscription's place, C-level passes."""
-    place = dict(zip(owners, range(len(owners))))
-    keys = list(map(place.__getitem__, map(_OWNER, ems)))
-    return list(map(ems.__getitem__, sorted(range(len(ems)), key=keys.__getitem__)))
+    one's in the engine's order: each put on its subscription's list by ``map`` of
+    ``list.append`` (C-level, no sort: a stable sort by each one's place cost a third more)."""
+    groups = {owner: [] for owner in owners}
+    deque(map(list.append, map(groups.__getitem__, map(_OWNER, ems)), ems), 0)
+    return list(chain.from_iterable(groups.values()))
