@@ -358,6 +358,17 @@ def test_witnesses_the_log_cannot_take_are_held_not_delivered_and_a_stop_leaves_
             r = httpx.post(srv.base_url + "/subscriptions", json={"cel": query.replace("Big", "Other")})
             assert r.status_code == 507 and "the witness log could not be written, and the engine waits" \
                 in r.json()["detail"], r.text
+            # a registration whose check passed just before the hold began (the suite at 2 workers met one):
+            # answered 507 as soon as the hold is seen, not after the disk has room again (nor a timeout)
+            registrar, checks = srv.daemon.registrar, []
+            real_check = registrar._require_ready
+            registrar._require_ready = lambda: checks.append(1) if len(checks) == 0 else real_check()
+            try:
+                r = httpx.post(srv.base_url + "/subscriptions", json={"cel": query.replace("Big", "Late")}, timeout=20)
+            finally:
+                registrar._require_ready = real_check
+            assert len(checks) == 1 and r.status_code == 507 and "the engine waits" in r.json()["detail"], r.text
+            assert [s["id"] for s in httpx.get(srv.base_url + "/subscriptions").json()] == [sid]
             health = httpx.get(srv.base_url + "/health").json()
             assert health["status"] == "degraded" and "witness log could not be written" in health["reason"]
             begun = time.monotonic()
