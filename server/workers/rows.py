@@ -122,10 +122,11 @@ def _append_to_each(lists: list[list], item) -> None:
 
 class _Router:
     """One stream's route (:meth:`Placement.route`) as destinations: ``dests`` the
-    distinct sets of workers its events go to (``dests[0]``: the route's own workers,
-    however the values are), ``of_values`` an event's destination (an index into
-    ``dests``) by its values, ``of_batch`` the destination of each event of a batch of the
-    stream, by C-level passes where the route allows."""
+    distinct sets of workers its events go to (a route that goes whole has one; one by a
+    key has each worker's; one by constants, none first, for values no route names),
+    ``of_values`` an event's destination (an index into ``dests``) by its values,
+    ``of_batch`` the destination of each event of a batch of the stream, by C-level passes
+    where the route allows."""
 
     __slots__ = ("dests", "of_values", "of_batch")
 
