@@ -68,17 +68,24 @@ class Columns:
     ``fresh_streams``: the numbers it gave in this batch (``[number, name, ...]``): the
     main process takes them as its own without a dict pass over the batch's ids
     (:class:`NumberMap`); ``checks``: ``[owner, stream]`` at :func:`check_places`, which
-    it checks them by. Empty when packed without."""
+    it checks them by. Empty when packed without.
+
+    ``ref``: where the worker wrote the payloads itself (server/durability/witside.py's
+    ``Ref``; None: they are in ``rest``); ``rest`` is then the packed array of the streams
+    alone, and the payloads are read by ``reader`` (a ``Ref``'s payloads, packed) when asked."""
 
     __slots__ = ("_owners", "counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
-                 "checks")
+                 "checks", "ref", "reader", "_unpacked")
 
     def __init__(self, owners: list | msgspec.Raw, counts: list, streams: list | msgspec.Raw,
                  sids: bytes | msgspec.Raw, rest: bytes | msgspec.Raw, nums: bytes = b"", stream_nums: bytes = b"",
-                 fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = ()) -> None:
+                 fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = (),
+                 ref: tuple | list | None = None) -> None:
         self._owners, self.counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
         self.nums, self.stream_nums, self.fresh, self.fresh_streams = nums, stream_nums, fresh, fresh_streams
-        self.checks = checks
+        self.checks, self.ref = checks, ref
+        self.reader: Callable | None = None
+        self._unpacked: tuple | None = None
 
     @property
     def owners(self) -> list[str]:
@@ -100,10 +107,10 @@ class Columns:
         return (owners if type(owners) is msgspec.Raw else msgspec.Raw(_pack(owners)), self.counts,
                 streams if type(streams) is msgspec.Raw else msgspec.Raw(_pack(streams)),
                 msgspec.Raw(self.sids), msgspec.Raw(self.rest), self.nums, self.stream_nums, self.fresh,
-                self.fresh_streams, self.checks)
+                self.fresh_streams, self.checks, self.ref)
 
     def _replace(self, **changes) -> "Columns":
-        fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__}
+        fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__[:-2]}
         fields.update(changes)
         return Columns(**fields)
 
@@ -114,7 +121,7 @@ class Columns:
         """Unpacked, the streams and payloads of the witnesses of the owners at ``places`` (in order)."""
         if not places:
             return []
-        streams, payloads = _rest(self.rest)
+        streams, payloads = self._streams_and_payloads()
         ends = list(accumulate(self.counts))
         return [(streams[e - n:e], payloads[e - n:e]) for n, e in ((self.counts[i], ends[i]) for i in places)]
 
@@ -123,18 +130,28 @@ class Columns:
         batch made again after a restart, a preview)."""
         if not self.owners:
             return []
-        streams, payloads = _rest(self.rest)
+        streams, payloads = self._streams_and_payloads()
         out, at = [], 0
         for sid, n in zip(self.owners, self.counts):
             out.append((sid, streams[at:at + n], payloads[at:at + n]))
             at += n
         return out
 
+    def _streams_and_payloads(self) -> tuple[list[str], list[bytes]]:
+        if self.ref is None:
+            return _rest(self.rest)
+        if self._unpacked is None:
+            if self.reader is None:
+                raise ValueError(f"the payloads are in an engine worker's file ({self.ref[0]}) and nothing reads it")
+            self._unpacked = (_owners(self.rest), _payloads(self.reader(self.ref)))
+        return self._unpacked
+
 
 #: How a historical witness ends (WitnessEncoder.replay).
 _REPLAY = b',"replay":true}\n'
 _rest = msgspec.msgpack.Decoder(tuple[list[str], list[bytes]]).decode
 _owners = msgspec.msgpack.Decoder(list[str]).decode
+_payloads = msgspec.msgpack.Decoder(list[bytes]).decode
 _kinds = msgspec.msgpack.Decoder(list[Union[str, list[str]]]).decode
 
 
@@ -154,12 +171,24 @@ def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
     return cols if local is None else local.number(cols)
 
 
-def pack_flat(flat: tuple, local: "LocalNumbers | None" = None) -> Columns:
+def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable | None = None) -> Columns:
     """:func:`pack_columns` of witnesses given as :attr:`EncodedBatch.flat`: ``(owners, counts,
     kinds, sids, streams, payloads)``, per subscription and per witness, in one order: packed
-    as they are, no pass per subscription."""
+    as they are, no pass per subscription. ``side``: what writes the packed payloads to a file
+    of the worker's own and says where (server/durability/witside.py's ``SideWriter.write``),
+    for a batch of several subscriptions (one's batches are few witnesses); where it raises
+    OSError (a full disk) they go in ``rest`` as without it."""
     owners, counts, kinds, sids, streams, payloads = flat
-    cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
+    if side is not None and len(owners) > 1:
+        packed = _pack(payloads)
+        try:
+            ref = side(packed)
+        except OSError:
+            cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
+        else:
+            cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams), ref=tuple(ref))
+    else:
+        cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
     return cols if local is None else local.number(cols)
 
 

@@ -36,6 +36,7 @@ from server.durability.diskfull import DiskFull
 from server.durability.seqmap import Numbers, SeqMap, grown
 from server.durability.witlog import WitnessLog
 from server.durability.witrecords import pack_batch as _pack
+from server.durability.witside import SideReader
 from server.observability.counters import CLIENT_DROPS, Count
 
 log = logging.getLogger("cayuga.daemon")
@@ -144,6 +145,7 @@ class Witnesses:
         #: The last seq given per subscription (engine thread only; from the witness log at start-up).
         self.seq: MutableMapping[str, int] = {}
         self.witlog: WitnessLog | None = None  # opened by the daemon's start()
+        self._side: SideReader | None = None
         self.held: DiskFull | None = None  # the engine thread holds a batch the witness log refused
         self.unlogged = 0  # witnesses a stop abandoned because the witness log could not take them
         #: The current batch's emissions, as the engine made them (its ``on_emit`` is this list's
@@ -170,6 +172,9 @@ class Witnesses:
     def open(self, witlog: WitnessLog) -> None:
         """Number on from where ``witlog`` stands."""
         self.witlog = witlog
+        if self._side is not None:
+            self._side.close()
+        self._side = SideReader(witlog.dir)  # the payloads engine workers wrote beside it (engine thread)
         self.numbers = witlog.numbers
         self.owner_witnesses = SeqMap(self.numbers, self.owner_witnesses.copy())
         self.seq = witlog.last_seqs()
@@ -287,10 +292,13 @@ class Witnesses:
         put in, and unpacked only for the subscriptions a client watches. A batch
         made again after a restart (the log holds some of its seqs) goes the
         general way, which drops what the log holds. ``known``: the numbers of the
-        worker that packed ``cols`` (:class:`NumberMap`), to number by."""
+        worker that packed ``cols`` (:class:`NumberMap`), to number by. Payloads the
+        worker wrote itself (``cols.ref``) are read only where a client watches some."""
         counts = cols.counts
         if not counts:
             return True
+        if cols.ref is not None:
+            cols.reader = self._side.read
         if len(counts) == 1 and type(cols.streams[0]) is str:  # (a server of few subscriptions: most batches)
             return self._deliver_one(cols, known)
         # array operations over the batch's subscriptions (thousands a batch, a few witnesses each)
@@ -320,11 +328,14 @@ class Witnesses:
         """Write ``cols`` numbered ``seqs`` as the record the worker packed, with the index's
         numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups
         (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None: by the names)."""
-        wlog = self.witlog
-        body = (b"\x94", cols.sids, _pack(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
+        wlog, side = self.witlog, cols.ref
+        if side is None:
+            body = (b"\x94", cols.sids, _pack(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
+        else:  # ([sids, seqs, streams, where the worker wrote the payloads]: witrecords.py's kind 3)
+            body = (b"\x94", cols.sids, _pack(seqs), memoryview(cols.rest), _pack(side))
 
         def append() -> dict[str, int]:
-            wlog.append_packed(body, len(seqs), nums, starts, ends, pair_nums, pair_streams)
+            wlog.append_packed(body, len(seqs), nums, starts, ends, pair_nums, pair_streams, side)
             return {}
 
         def groups(_cut) -> list:

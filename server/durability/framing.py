@@ -3,7 +3,10 @@ segments and snapshots -- and the segment-file handling the two logs share.
 
 **A file** starts with an 8-byte header, :data:`HEADER`: the magic ``CAYUGA``,
 one byte naming what the file holds (:data:`JOURNAL` ``J``, :data:`WITNESS_LOG`
-``W``, :data:`SNAPSHOT` ``S``) and the framing version (:data:`VERSION`, 2).
+``W``, :data:`SNAPSHOT` ``S``, :data:`PAYLOADS` ``P``: an engine worker's witness
+payloads, server/durability/witside.py) and the framing version (:data:`VERSION`, 2;
+a witness-log segment's is 3, :data:`VERSIONS`: it may hold records whose payloads
+are in a ``P`` file, which a Cayuga that reads only 2 would take for a torn tail).
 Records follow, each ``<u32 length><u32 CRC32 of the 4 length bytes and the
 payload><payload>`` (little-endian, ``zlib.crc32``): the length is under the
 CRC, so a flipped bit in a length is caught like one in a payload.
@@ -40,8 +43,11 @@ from server.durability import fsio
 HEADER = struct.Struct("<6scB")
 MAGIC = b"CAYUGA"
 VERSION = 2
-JOURNAL, WITNESS_LOG, SNAPSHOT = b"J", b"W", b"S"
-KINDS = {JOURNAL: "a journal segment", WITNESS_LOG: "a witness-log segment", SNAPSHOT: "a snapshot"}
+JOURNAL, WITNESS_LOG, SNAPSHOT, PAYLOADS = b"J", b"W", b"S", b"P"
+KINDS = {JOURNAL: "a journal segment", WITNESS_LOG: "a witness-log segment", SNAPSHOT: "a snapshot",
+         PAYLOADS: "an engine worker's witness payloads"}
+#: The newest framing version of each kind, which new files are written in (read: 2 up to it).
+VERSIONS = {JOURNAL: VERSION, WITNESS_LOG: 3, SNAPSHOT: VERSION, PAYLOADS: VERSION}
 #: A record's frame: payload length, CRC32 of (length, payload) -- of the payload alone with ``legacy``.
 FRAME = struct.Struct("<II")
 _LEN = struct.Struct("<I")
@@ -61,7 +67,7 @@ class BadRecord(ValueError):
 
 def file_header(kind: bytes) -> bytes:
     """The 8 bytes a new file of ``kind`` starts with."""
-    return HEADER.pack(MAGIC, kind, VERSION)
+    return HEADER.pack(MAGIC, kind, VERSIONS[kind])
 
 
 def file_kind(data: bytes | memoryview, kind: bytes, where: str) -> int:
@@ -76,9 +82,10 @@ def file_kind(data: bytes | memoryview, kind: bytes, where: str) -> int:
     if got != kind:
         what = KINDS.get(got, f"a file of kind {got!r}")
         raise FramingError(f"{where}: {what}, not {KINDS[kind]}: move it out of this directory")
-    if version != VERSION:
+    if not VERSION <= version <= VERSIONS[kind]:
+        reads = f"{VERSION}" if VERSIONS[kind] == VERSION else f"{VERSION} to {VERSIONS[kind]}"
         raise FramingError(f"{where}: framing version {version}, which this Cayuga does not read "
-                           f"(it reads {VERSION} and the older headerless 1): written by a newer Cayuga?")
+                           f"(it reads {reads} and the older headerless 1): written by a newer Cayuga?")
     return HEADER.size
 
 
@@ -101,6 +108,13 @@ def frame_head(payload: bytes | memoryview) -> bytes:
     apart, without copying the payload)."""
     n = len(payload)
     return FRAME.pack(n, _crc32(payload, _crc32(_LEN.pack(n))))
+
+
+def file_version(path: Path) -> int:
+    """The framing version in the header of the file ``path`` (0: none, or not whole)."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER.size)
+    return head[-1] if len(head) == HEADER.size and head.startswith(MAGIC) else 0
 
 
 def unframe(buf: bytes | memoryview, pos: int, end: int, *, legacy: bool = False, min_length: int = 1,

@@ -12,8 +12,17 @@ from __future__ import annotations
 
 import json
 
-from server.durability.framing import FRAME
-from server.durability.witrecords import BATCH, CHECKPOINT, GAP_MARK, WITNESS, Gap, Gone, parse, unpack_batch
+import logging
+
+import msgspec
+
+from server.durability.framing import FRAME, BadRecord
+from server.durability.witrecords import (BATCH, CHECKPOINT, GAP_MARK, SIDE, WITNESS, Gap, Gone, parse, unpack_batch,
+                                          unpack_side)
+from server.durability.witside import SideReader
+
+log = logging.getLogger("cayuga.witlog")
+_unpack_payloads = msgspec.msgpack.Decoder(list[bytes]).decode
 
 
 class Cursor:
@@ -38,6 +47,7 @@ class Cursor:
         #: there may be on another stream: it went back to it again and again, and never on)
         self._past: int | None = None
         self._elsewhere: set[str] = set()  # subscriptions seen publishing on other streams than this one's
+        self._side: SideReader | None = None  # the engine workers' payload files (witside.py), once one is read
         self._check_retained(after.keys() if stream is not None else [sid])
 
     def _check_retained(self, sids) -> None:
@@ -64,6 +74,9 @@ class Cursor:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._side is not None:
+            self._side.close()
+            self._side = None
 
     def _gap(self, out: list, sid: str, first: int, last: int) -> None:
         out.append((sid, last, Gap(first, last)))
@@ -142,6 +155,8 @@ class Cursor:
                 if kind == BATCH:
                     cols = unpack_batch(payload)
                     entries = zip(cols[0], cols[1], cols[2], cols[3])
+                elif kind == SIDE:
+                    entries = self._side_entries(unpack_side(payload), seg)
                 elif kind == WITNESS:
                     entries = ((rsid, seq, rstream, bytes(payload)),)
                 else:
@@ -166,6 +181,27 @@ class Cursor:
                     size += len(data)
             self._pos = pos + p
         return out
+
+    def _side_entries(self, cols: tuple, seg) -> list:
+        """A kind 3 record's witnesses: its payloads read from the worker's file only when this
+        cursor wants one of them; where they cannot be read (a power cut took the end of the file),
+        each wanted witness stands for itself with a :class:`Gap` of one for a payload."""
+        sids, seqs, streams, ref = cols
+        want = self.sid if self.sid is not None else self.stream
+        if want not in (sids if self.sid is not None else streams):
+            return []
+        if self._side is None:
+            self._side = SideReader(self.log.dir)
+        try:
+            payloads = _unpack_payloads(self._side.read(ref))
+            if len(payloads) != len(sids):
+                raise BadRecord(f"{len(payloads)} payloads for {len(sids)} witnesses")
+        except (OSError, BadRecord, msgspec.DecodeError) as exc:
+            log.error("witness log %s: the payloads of %d witnesses in %s are lost (%s)", seg.path.name, len(sids),
+                      ref[0], exc)
+            payloads = [Gap(q, q) for q in seqs]
+            self.gaps += 1
+        return list(zip(sids, seqs, streams, payloads))
 
     def _only_here(self, sid: str) -> bool:
         """Whether ``sid`` has published on no other stream than this cursor's in the retained log

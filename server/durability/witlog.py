@@ -6,58 +6,46 @@ No sockets, no threads of its own. One writer (the engine thread) appends a
 batch of records at a time; any number of readers (:class:`Cursor`, witcursor.py,
 on other threads) read what is already appended, each with its own file handles.
 
-**Records.** Witnesses ``(subscription id, seq, stream, payload)``; ``seq``
-numbers the witnesses of one subscription 1, 2, 3, ... (the daemon gives
-them); the payload is the witness JSON exactly as clients get it. On disk a
-segment is framed by :mod:`server.durability.framing`: the file header
-``CAYUGA W`` and version 2, then records ``<u32 body length><u32 CRC32 of
-length and body><body>`` with body ``<u8 kind><u64 seq><u16 len(sid)><u16
-len(stream)> sid stream payload`` (little-endian). Segments written before
-that framing (the same records, no file header) are still read; the newest of
-them is sealed when the log is opened and the log goes on in a new one. Kind
-2, what :meth:`WitnessLog.append` writes, holds one batch: its payload is the
-batch's witnesses as msgpack, four arrays ``[sids, seqs, streams, payloads]``
-(one encoding and one CRC per batch: the engine thread spends ~0.2 µs a
-witness on the log); kind 0 is a single witness (readers accept it); kind 1,
-the first record of every segment, is a checkpoint: the last seq of every
-subscription so far (JSON), so that the sequence numbers survive the deletion
-of old segments; a kind 1 record with seq 1 elsewhere is a gap mark (witrecords.py).
+**Records.** Witnesses ``(subscription id, seq, stream, payload)``; ``seq`` numbers the
+witnesses of one subscription 1, 2, 3, ... (the daemon gives them); the payload is the
+witness JSON exactly as clients get it. witrecords.py has the records: a batch of witnesses
+(one encoding and one CRC per batch), or one whose payloads an engine worker wrote to a file
+of its own (witside.py); every segment starts with a checkpoint, the last seq of every
+subscription so far (the numbers survive the deletion of old segments). Segments are framed
+by :mod:`server.durability.framing` (``CAYUGA W``, version 3; older ones are read, and the
+newest of them sealed when the log is opened).
 
-**Gaps.** The log may lack witnesses that were numbered: a segment cut short
-or damaged while the server was stopped. Recovery finds a cut newest segment
-against the snapshot and rebuilds what the journal can give again, and marks
-the rest (:meth:`WitnessLog.note_gaps`: server/durability/witgaps.py); a
-sealed segment's cut tail shows against the next segment's checkpoint when the
-log is opened. :meth:`WitnessLog.gaps` lists both; a reader gets a
-:class:`Gap` where the witnesses would be, never a silent jump or wait.
+**Gaps.** The log may lack witnesses that were numbered: a segment cut short or damaged
+while the server was stopped. Recovery finds a cut newest segment against the snapshot,
+rebuilds what the journal can give again, and marks the rest (:meth:`WitnessLog.note_gaps`,
+witgaps.py); a sealed segment's cut tail shows against the next one's checkpoint when the
+log is opened; :meth:`WitnessLog.gaps` lists both. A worker's payloads lost with the end of
+their file (a power cut) are found when read. A reader gets a :class:`Gap` where the
+witnesses would be, never a silent jump or wait.
 
-**Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each
-at most about ``segment_bytes``; the newest is appended to. A segment that is
-full is sealed and gets an index beside it (``.idx``: per
-subscription its first seq and offset and last seq, per stream its
-publishers), so opening the log reads the indexes and scans only the
-segments without one (the newest). Nothing is fsynced on the way (an fsync of
-a whole segment held the engine thread for up to a second): :meth:`WitnessLog.sync`
-makes everything appended so far durable, :meth:`WitnessLog.close` too. A torn or corrupt tail (a crash in the
-middle of a write, a flipped byte: length, CRC or body that do not agree) is
-found by that scan and the file truncated there: a record is read only when
-its CRC matches.
+**Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each at most
+about ``segment_bytes`` (with the workers' payloads its records refer to); the newest is
+appended to. A full one is sealed and gets an index beside it (``.idx``: per subscription
+its first seq and offset and last seq, per stream its publishers, the payload files it
+refers to), so opening the log scans only the newest. Nothing is fsynced on the way (an
+fsync of a whole segment held the engine thread for up to a second): :meth:`WitnessLog.sync`
+makes everything appended so far durable, :meth:`WitnessLog.close` too. A torn or corrupt
+tail (a crash in a write, a flipped byte) is found by that scan and cut off there: a record
+is read only when its CRC matches.
 
-**A full disk.** An append that cannot be written (ENOSPC, any OSError, a
-short write) is cut back to the last whole record and raises
-:class:`~server.durability.diskfull.DiskFull`; nothing of the batch is in the log (nor in
-its index), and the writer tries the same batch again later (the daemon
-holds it and delivers it to no one meanwhile). A new segment that cannot be
-started is removed again (the next append tries once more); a segment index
-that cannot be written is skipped (the segment is scanned when opened).
+**A full disk.** An append that cannot be written (ENOSPC, any OSError, a short write) is
+cut back to the last whole record and raises :class:`~server.durability.diskfull.DiskFull`;
+nothing of the batch is in the log (nor its index), and the writer tries the same batch
+again later (the daemon holds it and delivers it to no one meanwhile). A new segment that
+cannot be started is removed again; an index that cannot be written is skipped.
 
-**Retention** is over the one shared log, by whole segments, oldest first:
-when the log holds more than ``max_bytes``, or a sealed segment's newest
-record is older than ``max_seconds`` (the file's modification time after a
-restart), it is deleted. Each subscription's log therefore keeps at least its
-witnesses of the last ``max_seconds`` or the last ``max_bytes`` of all
-witnesses, whichever is less; :meth:`WitnessLog.first_seq` says where one
-subscription's retained log starts now.
+**Retention** is over the one shared log, by whole segments, oldest first: when the log
+holds more than ``max_bytes`` (the workers' payloads its records refer to counted), or a
+sealed segment's newest record is older than ``max_seconds`` (the file's modification time
+after a restart), it is deleted, and a worker's payload file once no segment refers to it.
+Each subscription's log keeps at least its witnesses of the last ``max_seconds`` or the
+last ``max_bytes`` of all witnesses, whichever is less; :meth:`WitnessLog.first_seq` says
+where one subscription's retained log starts now.
 
 **Dedupe.** A record whose seq is not above the log's last seq for its
 subscription is not appended again (:meth:`WitnessLog.append` returns what it
@@ -84,11 +72,11 @@ from server.durability.framing import FRAME, Scan
 from server.durability.seqmap import Numbers, SeqMap
 from server.durability.witcursor import Cursor
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
-                                          MAX_RECORD, NAMES, Gap, Gone, Record, Segment as _Segment, Sub as _Sub,
-                                          body_of as _body, dump_json as _json, encode as _encode,
-                                          encode_parts as _encode_parts,
-                                          pack_batch as _pack,
-                                          parse as _parse, unpack_batch as _unpack)
+                                          MAX_RECORD, NAMES, SIDE as _SIDE, Gap, Gone, Record, Segment as _Segment,
+                                          Sub as _Sub, body_of as _body, dump_json as _json, encode as _encode,
+                                          encode_parts as _encode_parts, pack_batch as _pack, parse as _parse,
+                                          unpack_batch as _unpack, unpack_side as _unpack_side)
+from server.durability.witside import SideFiles
 
 __all__ = ["Cursor", "Gap", "Gone", "MAX_RECORD", "NAMES", "Record", "WitnessLog"]
 
@@ -128,6 +116,7 @@ class WitnessLog:
         self._fd: int | None = None
         self._retain_at = 0.0
         self._unsynced: list[Path] = []  # sealed segments not fsynced yet (see sync)
+        self.side = SideFiles(self.dir)  # the engine workers' payload files the records refer to (witside.py)
         self._dir_dirty = False
         # metrics: appended and deduplicated since open; dropped: records deleted by retention
         self.appended = 0
@@ -158,9 +147,10 @@ class WitnessLog:
             self._segments.pop()
             fsio.unlink(last.path)
             fsio.remove(last.index_path)
-        elif last is not None and not last.sealed and last.start == 0:  # the older framing: go on in a new one
-            self._seal()
-            self._unsynced.append(last.path)  # as the active segment would have been, by sync()
+        elif last is not None and not last.sealed and framing.file_version(last.path) < 3:  # an older framing:
+            self._seal()  # a new one (a reader of it would take a kind 3 record for a torn tail), synced by sync()
+            self._unsynced.append(last.path)
+        self.side.drop_orphans({name for seg in self._segments for name in seg.side})  # (never logged)
         self._find_holes()
         self._link_gaps()
         if self._segments and not self._segments[-1].sealed:
@@ -313,11 +303,13 @@ class WitnessLog:
                         self._merge_checkpoint(json.loads(bytes(payload)))
                 except (ValueError, AttributeError, TypeError):
                     break
-            elif kind == _BATCH:
+            elif kind == _BATCH or kind == _SIDE:
                 try:
-                    sids, seqs, streams, payloads = _unpack(payload)
+                    sids, seqs, streams, payloads = (_unpack if kind == _BATCH else _unpack_side)(payload)
                 except msgspec.DecodeError:
                     break
+                if kind == _SIDE:
+                    seg.refer(payloads[0], payloads[2])
                 for esid, eseq, estream in zip(sids, seqs, streams):
                     self._index(seg, esid, eseq, estream, pos)
             else:
@@ -426,24 +418,26 @@ class WitnessLog:
         return bool((self._last.take(nums) >= firsts).any())
 
     def append_packed(self, body: Sequence[bytes | memoryview], n: int, nums: np.ndarray, firsts: np.ndarray,
-                      lasts: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:
+                      lasts: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray, side=None) -> None:
         """Append a batch record whose ``body`` an engine worker packed (:meth:`append_columns`'s
         columns of ``n`` witnesses, none held already: :meth:`holds_any`; the parts of the body,
         joined once, into the record), with what the index
         needs: per subscription (numbered ``nums`` by :attr:`numbers`, each once) its first and
         last seq, and which subscriptions published on which streams (``pair_nums[i]`` on the
-        stream :attr:`stream_numbers` numbers ``pair_streams[i]``; each pair once or more)."""
-        self._write(_encode_parts(_BATCH, n, body), n, nums, firsts, lasts, pair_nums, pair_streams)
+        stream :attr:`stream_numbers` numbers ``pair_streams[i]``; each pair once or more). ``side``:
+        the body's last part is where the worker wrote the payloads (witside.py's ``Ref``): a kind 3 record."""
+        self._write(_encode_parts(_BATCH if side is None else _SIDE, n, body), n, nums, firsts, lasts, pair_nums,
+                    pair_streams, side)
 
     def _write(self, rec: bytes, n_kept: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
-               pair_nums: np.ndarray, pair_streams: np.ndarray) -> None:  # (DiskFull when it cannot be written)
+               pair_nums: np.ndarray, pair_streams: np.ndarray, side=None) -> None:  # (DiskFull: not written)
         seg = self._segments[-1]
         try:
             if self._cut_to is not None:
                 self._cut_back(self._cut_to)
             if seg.sealed or self._fd is None:  # a new segment that could not be started before
                 self._new_segment()
-            elif seg.records and seg.size >= self.segment_bytes:
+            elif seg.records and seg.weight >= self.segment_bytes:
                 self._roll()
             seg = self._segments[-1]
             off = seg.size
@@ -468,8 +462,11 @@ class WitnessLog:
             seg.take_batch(off, len(rec), n_kept, (self.numbers, self.stream_numbers), nums, firsts, lasts,
                            pair_nums, pair_streams, now)
             self._last.put(nums, lasts)  # (every seq written is above the log's last for its subscription)
+            if side is not None:
+                seg.refer(side[0], side[2])
+                self._dir_dirty |= self.side.referred(side[0])  # (a file the worker created: its entry synced)
         self.appended += n_kept
-        if seg.size >= self.segment_bytes or now >= self._retain_at:
+        if seg.weight >= self.segment_bytes or now >= self._retain_at:
             try:
                 self.retain(now)
             except OSError as exc:  # the batch is in: the next append starts the segment (or fails itself)
@@ -541,12 +538,12 @@ class WitnessLog:
         now = self.clock() if now is None else now
         self._retain_at = now + 1.0
         active = self._segments[-1]
-        if active.records and (active.size >= self.segment_bytes or active.newest < now - self.max_seconds):
+        if active.records and (active.weight >= self.segment_bytes or active.newest < now - self.max_seconds):
             self._roll()
         dropped = 0
         while len(self._segments) > 1:
             oldest = self._segments[0]
-            total = sum(s.size for s in self._segments)
+            total = sum(s.weight for s in self._segments)
             if total <= self.max_bytes and oldest.newest >= now - self.max_seconds:
                 break
             with self._lock:
@@ -555,6 +552,8 @@ class WitnessLog:
             dropped += oldest.records
             fsio.remove(oldest.path)
             fsio.remove(oldest.index_path)
+            if oldest.side:
+                self.side.drop(oldest.side, {name for seg in self._segments for name in seg.side})
         if dropped:
             self.dropped += dropped
         return dropped
@@ -565,8 +564,9 @@ class WitnessLog:
         From any thread (a snapshot's, before it is published): what to sync is
         taken under the lock and synced through descriptors of its own, so a
         segment sealed meanwhile is never missed (tests/server/test_powercut.py)."""
-        with self._lock:
-            paths = self._unsynced + [s.path for s in self._segments[-1:] if s.path not in self._unsynced]
+        with self._lock:  # a worker's payloads first: a record never outlives what it refers to
+            paths = self.side.take_unsynced() + self._unsynced
+            paths += [s.path for s in self._segments[-1:] if s.path not in self._unsynced]
             self._unsynced, dirty, self._dir_dirty = [], self._dir_dirty, False
         try:
             for path in paths:
@@ -582,7 +582,8 @@ class WitnessLog:
                 framing.fsync_dir(self.dir)
         except OSError:
             with self._lock:  # tried again by the next call
-                self._unsynced[:0] = paths
+                self._unsynced[:0] = [p for p in paths if NAMES.number(p.name) is not None]
+                self.side.put_back(paths)
                 self._dir_dirty = self._dir_dirty or dirty
             raise
 
@@ -695,5 +696,5 @@ class WitnessLog:
 
     @property
     def bytes(self) -> int:
-        """Bytes retained."""
-        return sum(s.size for s in self._segments)
+        """Bytes retained (with the workers' payloads the records refer to)."""
+        return sum(s.weight for s in self._segments)

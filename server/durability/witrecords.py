@@ -13,7 +13,9 @@ the log holds none of the witnesses between (recovery found them lost and could
 not rebuild them: server/durability/witgaps.py). A reader of an older version
 takes a gap mark for a checkpoint, which is what it is for numbering; 2 a batch,
 whose payload is the batch's witnesses as msgpack, four arrays ``[sids, seqs,
-streams, payloads]``.
+streams, payloads]``; 3 a batch whose payloads an engine worker wrote to a file of
+its own (witside.py): ``[sids, seqs, streams, [file, offset, length]]`` (a segment
+that may hold these is of framing version 3).
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ from server.durability.seqmap import grown
 
 NAMES = framing.SegmentNames("wit-", 12, ".log")
 BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
-WITNESS, CHECKPOINT, BATCH = 0, 1, 2
+WITNESS, CHECKPOINT, BATCH, SIDE = 0, 1, 2, 3
 #: The ``seq`` of a checkpoint record that marks a gap (0: a segment's first checkpoint).
 GAP_MARK = 1
 pack_batch = msgspec.msgpack.Encoder().encode
 unpack_batch = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], list[bytes]]).decode
+#: a kind 3 record's payload: the payloads' place in a worker's file (witside.py's ``Ref``) instead of them
+unpack_side = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], tuple[str, int, int]]).decode
 #: The JSON ``json.dumps(..., separators=(",", ":"))`` writes (letters beyond ASCII as UTF-8,
 #: not escaped: ``json.loads`` reads both), ten times as fast: a sealed segment's index and each
 #: segment's checkpoint name every subscription, and with 10,000 of them ``json`` held the
@@ -92,6 +96,8 @@ class Segment:
     gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     #: batch records written and not yet in ``subs``/``streams`` (see :meth:`take_batch`)
     pending: list = field(default_factory=list)
+    #: the engine workers' payload files its records refer to, and the bytes of each they refer to
+    side: dict[str, int] = field(default_factory=dict)
     _stream_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # see _fold
     _folding: threading.Lock = field(default_factory=threading.Lock)
 
@@ -176,6 +182,15 @@ class Segment:
                 self._stream_of = np.zeros(0, np.int64)
 
     @property
+    def weight(self) -> int:
+        """Its bytes, with those of the payloads its records refer to in workers' files."""
+        return self.size + sum(self.side.values())
+
+    def refer(self, name: str, length: int) -> None:
+        """A record of it refers to ``length`` bytes of the payload file ``name``."""
+        self.side[name] = self.side.get(name, 0) + length
+
+    @property
     def index_path(self) -> Path:
         return self.path.with_suffix(".idx")
 
@@ -189,7 +204,7 @@ class Segment:
             subs = {s: (v.first_seq, v.first_off, v.last_seq) for s, v in self.subs.items()}
             streams = {s: sorted(v) for s, v in self.streams.items()}
         return dump_json({"size": self.size, "records": self.records, "subs": subs, "streams": streams,
-                          "gaps": {s: [list(g) for g in v] for s, v in self.gaps.items()}})
+                          "gaps": {s: [list(g) for g in v] for s, v in self.gaps.items()}, "side": self.side})
 
     def take_index(self, data: dict) -> None:
         """What :meth:`index_bytes` wrote, read back (KeyError, TypeError: not an index)."""
@@ -197,6 +212,7 @@ class Segment:
         self.subs = {s: Sub(*v) for s, v in data["subs"].items()}
         self.streams = {s: set(v) for s, v in data["streams"].items()}
         self.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
+        self.side = {str(k): int(v) for k, v in data.get("side", {}).items()}
 
 
 def _merged(pending: list, sort: bool = True) -> tuple:
@@ -251,7 +267,7 @@ def body_of(body: bytes | memoryview):
     """A record's body: (kind, seq, sid, stream, payload), or None when it is not one."""
     kind, seq, ls, lt = BODY.unpack_from(body, 0)
     o = BODY.size
-    if kind not in (WITNESS, CHECKPOINT, BATCH) or o + ls + lt > len(body):
+    if kind not in (WITNESS, CHECKPOINT, BATCH, SIDE) or o + ls + lt > len(body):
         return None
     try:
         sid = bytes(body[o:o + ls]).decode()

@@ -21,7 +21,7 @@ main -> worker
 worker -> main
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
          errors, check, recorded, places, owners, counts, streams, sids, rest,
-         nums, stream_nums, fresh, fresh_streams, checks]``: the witnesses encoded
+         nums, stream_nums, fresh, fresh_streams, checks, ref]``: the witnesses encoded
          as the witness log and the WebSocket frames hold them, the engine's
          running totals, the epoch, the errors of events the engine failed on,
          what the state budget's check found (or nil), the outcomes of
@@ -47,6 +47,10 @@ worker -> main
          at the few places the main process checks those numbers at. The main process
          numbers them and writes ``0x94 + sids + seqs + rest[1:]``: the record
          ``pack_batch((sids, seqs, streams, payloads))`` makes, byte for byte.
+         ``ref``: nil, or where the worker wrote the payloads itself (a file of
+         its own beside the witness log, server/durability/witside.py): ``rest``
+         is then the array of the streams alone, and the main process writes a
+         record that refers to them (``0x94 + sids + seqs + rest + ref``, kind 3).
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.
 """
@@ -55,7 +59,7 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter, is_
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import msgspec
 
@@ -73,7 +77,7 @@ _STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", 
 #: witnesses) are taken as ``msgspec.Raw``: no copy until the witness log's record is made of them,
 #: the names unpacked only when read (sent as such: MessagePack arrays in place)
 _result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (msgspec.Raw, list[int], msgspec.Raw, msgspec.Raw, msgspec.Raw)
-                                       + (Any,) * 5])
+                                       + (Any,) * 6])
 
 
 def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
@@ -100,12 +104,13 @@ def decode_batch(body: bytes) -> tuple[int, list, list[Event], dict[str, int] | 
 
 def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,
                   places: list = (), rows: set[str] | frozenset = frozenset(),
-                  local: LocalNumbers | None = None) -> bytes:
+                  local: LocalNumbers | None = None, side: Callable | None = None) -> bytes:
     """An ``R`` message: the witnesses of ``rows`` (row-scaled subscriptions) as groups, the others as
-    columns (numbered by ``local``: the worker's :class:`LocalNumbers`)."""
+    columns (numbered by ``local``: the worker's :class:`LocalNumbers`; their payloads written by
+    ``side`` where given, server/delivery/encoding.py's ``pack_flat``)."""
     merged = [g for g in encoded.groups if g[0] in rows] if rows else []
     if encoded.flat is not None:  # (none of them row-scaled: the worker asks for it only then)
-        cols = pack_flat(encoded.flat, local)
+        cols = pack_flat(encoded.flat, local, side)
     else:
         cols = pack_columns([g for g in encoded.groups if g[0] not in rows] if rows else encoded.groups, local)
     groups = [(sid, streams, b"\n".join(payloads)) for sid, streams, payloads in merged]

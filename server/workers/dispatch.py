@@ -271,10 +271,20 @@ class WorkerEngineThread(EngineThread):
 
     # ------------------------------------------------------------------ the loop
 
+    def tell_side_files(self, w: int, link: WorkerLink | None = None) -> None:
+        """Have worker ``w`` write its batches' payloads beside the witness log itself
+        (server/durability/witside.py): the main process then writes records that refer
+        to them, and reads them only for a client that watches (before its first batch)."""
+        wlog = self.witnesses.witlog if self.witnesses is not None else None
+        if wlog is not None:
+            (link or self.links[w]).command("side_files", str(wlog.dir), w)
+
     def _loop(self) -> None:
         queue, size = self.queue, batch_limit(self.settings.batch_size, len(self.links))
         recovery, budget, checkpoints = self.recovery, self.budget, self.checkpoints
         in_flight = self.in_flight
+        for w in range(len(self.links)):
+            self.tell_side_files(w)
         while True:
             self._apply_commands()
             self._sync_watched()

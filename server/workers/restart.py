@@ -269,6 +269,7 @@ class CatchUp:
         self.r.catching_up[w] = {"events_done": 0, "events_total": total}
         # the worker as the snapshot had it: streams, watched streams, caps, its subscriptions of then
         engine.rebuild(w, None)
+        t.tell_side_files(w, link)  # (a file of its own: the dead one's may end torn)
         if t.hub is not None:
             link.command("watch_streams", t.hub.watched_streams())
         for sid, cap in list(t.budget.caps.items()):

@@ -83,6 +83,8 @@ class Worker:
         self.unchecked = False  # a backfill's engine: no state budget checks (cmd_unchecked)
         self.history = None  # a backfill's engine: the history it reads (cmd_history_open)
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
+        self.side = None  # writes the payloads of its batches beside the witness log (cmd_side_files)
+        self.side_failed = False  # the last write of them failed (said once; they go in the result meanwhile)
         from server.subscriptions.prepared import Preparer
 
         self.preparer = Preparer()
@@ -161,7 +163,21 @@ class Worker:
         if result is not None and result.decisions:
             self.waiting = True
         return codec.encode_result(len(events), encoded, self._stats(eng.stats), eng.epoch, errors, result,
-                                   outcomes, places, self.rows, self.numbered)
+                                   outcomes, places, self.rows, self.numbered,
+                                   self._side_write if self.side is not None else None)
+
+    def _side_write(self, payloads: bytes):
+        """A batch's packed payloads into this worker's file beside the witness log (witside.py)."""
+        try:
+            ref = self.side.write(payloads)
+        except OSError as exc:
+            if not self.side_failed:
+                log.warning("the witnesses' payloads could not be written beside the witness log (%s): "
+                            "they go to the main process until they can", exc)
+            self.side_failed = True
+            raise
+        self.side_failed = False
+        return ref
 
     def _apply(self, decisions: list[Decision]) -> None:
         outcomes = [tuple(self.check.apply(d)) for d in decisions]
@@ -195,6 +211,15 @@ class Worker:
         from air.cel.shapes import BoundQuery
 
         return self.preparer.add(self.engine, BoundQuery(self.shapes[shape], values, names, prefix), owner)
+
+    def cmd_side_files(self, directory: str, worker: int) -> None:
+        """Write the payloads of batches of several subscriptions to files of this worker's own
+        under ``directory`` (the witness log's): the main process writes records that refer to them."""
+        from server.durability.witside import SideWriter
+
+        if self.side is not None:
+            self.side.close()
+        self.side = SideWriter(directory, worker)
 
     def cmd_remove(self, owner: str) -> None:
         self.engine.remove(owner)

@@ -20,6 +20,7 @@ from clients.client import CayugaClient
 from clients.testing import logged_witnesses, wait_until
 from clients.testing.market import random_walk
 from server.budgetcheck import CAP_CHECK_EVENTS, CHECK_EVENTS
+from server.durability.witside import listing
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
 
@@ -54,6 +55,9 @@ def _run(tmp_path, workers: int, events: list[dict], **settings) -> dict:
         exact = {name: sub["exact"] for name, sub in subs.items()}
         if workers:
             assert d.links[0].process.poll() is None and d.engine_error is None
+            # the worker wrote the payloads of its batches of several subscriptions itself, and the
+            # witnesses above were read through the records that refer to them (witside.py)
+            assert listing(d.witnesses.witlog.dir)
     return {"witnesses": got, "exact": exact}
 
 

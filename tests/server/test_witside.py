@@ -1,0 +1,259 @@
+"""The payloads an engine worker writes beside the witness log (server/durability/witside.py)
+and the witness log's records that refer to them (kind 3): read back by cursors as the
+batch records are, found again when the log is opened, counted by retention and deleted
+with the last segment that refers to them, synced before the records, and a payload file
+that lost its end read as gaps, never as other witnesses. A worker that cannot write its
+file (a real full tmpfs) sends the payloads to the main process as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from msgspec.msgpack import encode
+
+from server.delivery.encoding import Columns, pack_flat
+from server.durability import framing, fsio
+from server.durability.framing import FramingError
+from server.durability.witlog import Gap, WitnessLog
+from server.durability.witrecords import SIDE, parse
+from server.durability.witside import SideReader, SideWriter, listing
+from tests.server.tmpfs import fill, tmpfs
+
+
+def witnesses(sids: list[str], first: dict[str, int], stream: str = "Out") -> tuple[list, list, list, list]:
+    """Columns of one witness per entry of ``sids``, numbered on from ``first`` (changed)."""
+    seqs = []
+    for s in sids:
+        first[s] = first.get(s, 0) + 1
+        seqs.append(first[s])
+    payloads = [b'{"s":"%s","n":%d}' % (s.encode(), n) for s, n in zip(sids, seqs)]
+    return sids, seqs, [stream] * len(sids), payloads
+
+
+def append_side(wl: WitnessLog, writer: SideWriter, cols: tuple) -> None:
+    """Append ``cols`` as the main process does a worker's batch whose payloads the worker wrote."""
+    sids, seqs, streams, payloads = cols
+    ref = tuple(writer.write(encode(payloads)))
+    owners = list(dict.fromkeys(sids))
+    firsts = [seqs[sids.index(s)] for s in owners]
+    lasts = [seqs[len(sids) - 1 - sids[::-1].index(s)] for s in owners]
+    body = (b"\x94", encode(sids), encode(seqs), encode(streams), encode(ref))
+    wl.append_packed(body, len(sids), wl.numbers.array(owners), np.array(firsts), np.array(lasts),
+                     wl.numbers.array(sids), wl.stream_numbers.array(streams), ref)
+
+
+def read_all(wl: WitnessLog, sid: str) -> list:
+    cur = wl.cursor(sid=sid, after={sid: wl.first_seq(sid) - 1})  # (from the first one retained)
+    try:
+        out = []
+        while got := cur.read():
+            out += [(n, p) for _, n, p in got]
+        return out
+    finally:
+        cur.close()
+
+
+def test_a_writer_frames_each_batch_and_starts_a_new_file_when_one_is_full(tmp_path):
+    w = SideWriter(tmp_path, 3, max_bytes=200)
+    refs = [w.write(encode([b"x" * 50, b"%d" % i])) for i in range(8)]
+    w.close()
+    assert len({r.name for r in refs}) > 2 and all(r.name.startswith("side-w3-") for r in refs)
+    assert sorted(p.name for p in listing(tmp_path)) == sorted({r.name for r in refs})
+    for p in listing(tmp_path):
+        assert p.read_bytes()[:8] == framing.file_header(framing.PAYLOADS)
+    r = SideReader(tmp_path, max_open=2)
+    for i, ref in enumerate(refs):
+        payload = r.read(ref)
+        assert bytes(payload) == encode([b"x" * 50, b"%d" % i])
+    r.close()
+    assert SideWriter(tmp_path, 3).tag != w.tag  # a restarted worker never appends to its predecessor's files
+
+
+def test_side_records_read_back_as_batch_records_do_and_survive_reopening(tmp_path):
+    wl = WitnessLog(tmp_path / "w")
+    w = SideWriter(tmp_path / "w", 0)
+    seqs: dict[str, int] = {}
+    wl.append([("a", 1, "Out", b'{"inline":1}')])
+    seqs["a"] = 1
+    append_side(wl, w, witnesses(["a", "b", "a", "c"], seqs))
+    append_side(wl, w, witnesses(["b", "c"], seqs, stream="Other"))
+    expect_a = [(1, b'{"inline":1}'), (2, b'{"s":"a","n":2}'), (3, b'{"s":"a","n":3}')]
+    assert read_all(wl, "a") == expect_a
+    assert [(s, n) for s, n, _ in wl.read_stream("Other")] == [("b", 2), ("c", 2)]
+    assert wl.publishers("Other") == {"b", "c"}
+    # the record holds no payload: only where the worker wrote them
+    (seg,) = sorted((tmp_path / "w").glob("wit-*.log"))
+    data = seg.read_bytes()
+    assert data[:8] == b"CAYUGAW\x03" and b'"s":"a"' not in data
+    kinds = []
+    pos = framing.file_kind(data, framing.WITNESS_LOG, "seg")
+    while (rec := parse(data, pos, len(data))) is not None:
+        kinds.append(rec[0])
+        pos = rec[-1]
+    assert kinds.count(SIDE) == 2
+    weight = wl.bytes
+    assert weight > len(data)  # the payloads referred to count as the log's
+    w.close()
+    wl.close()
+    wl = WitnessLog(tmp_path / "w")  # the active segment scanned again
+    assert read_all(wl, "a") == expect_a
+    assert wl.last_seqs() == {"a": 3, "b": 2, "c": 2} and wl.bytes == weight
+    assert listing(tmp_path / "w")  # referred to: kept
+    wl.close()
+
+
+def test_a_sealed_segment_keeps_its_payload_files_in_its_index_and_retention_deletes_them_with_it(tmp_path):
+    d = tmp_path / "w"
+    wl = WitnessLog(d, max_bytes=40_000, segment_bytes=4096)
+    w = SideWriter(d, 0, max_bytes=3000)
+    seqs: dict[str, int] = {}
+    for _ in range(200):
+        append_side(wl, w, witnesses(["a", "b"] * 10, seqs))
+    assert wl.segments > 3 and wl.dropped > 0  # segments sealed (with the payloads' bytes) and deleted
+    assert wl.bytes <= 40_000 + 4096 + 3000
+    files = {p.name for p in listing(d)}
+    referred = {name for seg, _ in wl.segments_copy() for name in seg.side}
+    # nothing the retained segments refer to was deleted; nothing else is kept but the writer's newest
+    assert referred <= files and files - referred <= {w._name}
+    first = wl.first_seq("a")
+    got = read_all(wl, "a")
+    assert [n for n, _ in got] == list(range(first, seqs["a"] + 1))
+    assert all(type(p) is bytes for _, p in got)
+    w.close()
+    wl.close()
+    wl = WitnessLog(d, max_bytes=40_000, segment_bytes=4096)  # the sealed segments' indexes say the same
+    assert {name for seg, _ in wl.segments_copy() for name in seg.side} == referred
+    assert {p.name for p in listing(d)} == referred  # the writer's newest, if no segment refers to it: gone
+    assert [n for n, _ in read_all(wl, "a")] == list(range(first, seqs["a"] + 1))
+    wl.close()
+
+
+def test_payloads_no_record_refers_to_are_deleted_when_the_log_is_opened(tmp_path):
+    """A worker killed after it wrote a batch's payloads and before the main process logged it."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d)
+    w = SideWriter(d, 0)
+    seqs: dict[str, int] = {}
+    append_side(wl, w, witnesses(["a", "b"], seqs))
+    kept = w._name
+    orphan = SideWriter(d, 1)
+    orphan.write(encode([b"{}"]))
+    orphan.close()
+    w.close()
+    wl.close()
+    wl = WitnessLog(d)
+    assert [p.name for p in listing(d)] == [kept]
+    assert read_all(wl, "b") == [(1, b'{"s":"b","n":1}')]
+    wl.close()
+
+
+def test_sync_makes_the_payload_files_and_their_entries_durable_before_the_records(tmp_path, monkeypatch):
+    """A record never outlives the payloads it refers to: ``sync`` fsyncs the payload files
+    referred to since the last one first, and the directory when a worker created one."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d)
+    w = SideWriter(d, 0)
+    seqs: dict[str, int] = {}
+    append_side(wl, w, witnesses(["a", "b"], seqs))
+    wl.sync()
+    synced = []
+    real_open, real_fsync = fsio.open, fsio.fsync
+    opened: dict[int, str] = {}
+
+    def spy_open(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        opened[fd] = str(path)
+        return fd
+
+    monkeypatch.setattr(fsio, "open", spy_open)
+    monkeypatch.setattr(fsio, "fsync", lambda fd: (synced.append(opened.get(fd, "?")), real_fsync(fd)))
+    w2 = SideWriter(d, 1)  # another worker's file: a new entry in the log's directory
+    append_side(wl, w2, witnesses(["a", "b"], seqs))
+    wl.sync()
+    names = [p.rsplit("/", 1)[-1] for p in synced]
+    assert names[0] == w2._name and names[-1] == "w" and any(n.startswith("wit-") for n in names)
+    synced.clear()
+    append_side(wl, w2, witnesses(["a", "b"], seqs))
+    wl.sync()  # the same file again: no new entry
+    assert [p.rsplit("/", 1)[-1] for p in synced][0] == w2._name and not any(p.endswith("/w") for p in synced)
+    synced.clear()
+    wl.sync()  # nothing referred to since: no payload file synced
+    assert not any(p.endswith(".dat") for p in synced)
+    monkeypatch.undo()
+    w.close()
+    w2.close()
+    wl.close()
+
+
+def test_payloads_lost_with_the_end_of_their_file_are_read_as_gaps(tmp_path):
+    """A power cut kept the record and not the end of the payload file it refers to: each
+    witness of it is handed on as a gap (and counted), never as another's payload; the
+    witnesses after it are read as they are."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d)
+    w = SideWriter(d, 0)
+    seqs: dict[str, int] = {}
+    append_side(wl, w, witnesses(["a", "b"], seqs))
+    append_side(wl, w, witnesses(["a", "b"], seqs))
+    w.close()
+    path = d / w._name
+    path.write_bytes(path.read_bytes()[:-3])  # the second batch's payloads cut short
+    w2 = SideWriter(d, 0)
+    append_side(wl, w2, witnesses(["a", "b"], seqs))
+    cur = wl.cursor(sid="a")
+    got = cur.read()
+    assert got[0] == ("a", 1, b'{"s":"a","n":1}')
+    assert got[1] == ("a", 2, Gap(2, 2)) and cur.gaps == 1
+    assert got[2] == ("a", 3, b'{"s":"a","n":3}')
+    cur.close()
+    w2.close()
+    wl.close()
+
+
+def test_a_segment_of_the_framing_before_is_sealed_and_the_log_goes_on_in_one_of_version_3(tmp_path):
+    d = tmp_path / "w"
+    wl = WitnessLog(d)
+    wl.append([("a", 1, "Out", b"{}")])
+    wl.close()
+    (seg,) = d.glob("wit-*.log")
+    data = bytearray(seg.read_bytes())
+    data[7] = 2  # as the Cayuga before this one wrote it (the same records)
+    seg.write_bytes(bytes(data))
+    wl = WitnessLog(d)
+    w = SideWriter(d, 0)
+    append_side(wl, w, witnesses(["a", "b"], {"a": 1}))
+    segs = sorted(d.glob("wit-*.log"))
+    assert len(segs) == 2 and segs[0].read_bytes()[7] == 2 and segs[1].read_bytes()[7] == 3
+    assert [n for n, _ in read_all(wl, "a")] == [1, 2]
+    w.close()
+    wl.close()
+    data[7] = 4
+    seg.write_bytes(bytes(data))
+    with pytest.raises(FramingError, match="framing version 4"):
+        WitnessLog(d)
+
+
+def test_a_worker_that_cannot_write_its_payloads_sends_them_as_before(tmp_path):
+    """pack_flat with a writer on a full tmpfs: the columns are those packed without one (the
+    main process then meets the full disk itself), and the writer goes on once there is room."""
+    flat = (["a", "b"], [2, 1], ["Out", "Out"], ["a", "a", "b"], ["Out"] * 3, [b"{1}", b"{2}", b"{3}"])
+    plain = pack_flat(flat)
+    with tmpfs(tmp_path, "1m") as mnt:
+        w = SideWriter(mnt, 0)
+        got = pack_flat(flat, side=w.write)
+        assert got.ref is not None and bytes(got.rest) == encode(["Out"] * 3)
+        reader = SideReader(mnt)
+        got.reader = reader.read
+        assert got.groups() == plain.groups()
+        reader.close()
+        ballast = fill(mnt)
+        big = (["a", "b"], [1, 1], ["Out", "Out"], ["a", "b"], ["Out"] * 2, [b"x" * 300_000] * 2)
+        full = pack_flat(big, side=w.write)
+        assert full.ref is None and bytes(full.rest) == bytes(pack_flat(big).rest)
+        ballast.unlink()
+        again = pack_flat(flat, side=w.write)
+        assert again.ref is not None
+        w.close()
+    one = pack_flat((["a"], [3], ["Out"], ["a"] * 3, ["Out"] * 3, [b"{1}", b"{2}", b"{3}"]), side=w.write)
+    assert one.ref is None  # (one subscription's batch: a few witnesses, sent as they are)
+    assert isinstance(one, Columns)
