@@ -71,6 +71,7 @@ from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import FRAME, Scan
 from server.durability.seqmap import Numbers, SeqMap
 from server.durability.witcursor import Cursor
+from server.durability.witholes import Holes
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
                                           MAX_RECORD, NAMES, SIDE as _SIDE, Gap, Gone, Record, Segment as _Segment,
                                           Sub as _Sub, body_of as _body, dump_json as _json, encode as _encode,
@@ -87,7 +88,7 @@ def _name(number: int) -> str:
     return NAMES.name(number)
 
 
-class WitnessLog:
+class WitnessLog(Holes):
     """The append-only, segmented witness log under ``directory``.
 
     ``max_bytes`` and ``max_seconds`` bound what is retained (whole segments,
@@ -136,10 +137,12 @@ class WitnessLog:
         for p in self.dir.glob("wit-*.idx"):  # indexes of segments deleted before their index
             if not p.with_suffix(".log").exists():
                 fsio.remove(p)
+        sizes = self.side.sizes()  # (a record that refers past a payload file's end is cut off, as torn)
         for number in numbers:
             seg = _Segment(number, self.dir / _name(number))
-            if not self._load_index(seg):
-                self._scan(seg)
+            if not self._load_index(seg, sizes):
+                seg = _Segment(number, self.dir / _name(number))
+                self._scan(seg, sizes)
             seg.newest = seg.path.stat().st_mtime
             self._segments.append(seg)
         last = self._segments[-1] if self._segments else None
@@ -158,84 +161,14 @@ class WitnessLog:
         else:
             self._new_segment()
 
-    def _find_holes(self) -> None:
-        """Witnesses missing between segments: a subscription's last seq in the
-        segments up to one is below what the next one's checkpoint says it was
-        (the tail of a sealed segment was cut or damaged). A segment's own cut
-        tail is found against what recovery knows (server/durability/witgaps.py)."""
-        seen: dict[str, int] = {}  # from the oldest one's checkpoint: all a cut tail held may be gone
-        for i, seg in enumerate(self._segments):
-            try:
-                checkpoint = self._checkpoint_of(seg)
-            except (OSError, ValueError, AttributeError):
-                checkpoint = {}
-            for s, v in checkpoint.items():
-                had = seen.get(s, 0)
-                if isinstance(v, int) and v > had:
-                    if i:
-                        self._holes.setdefault(s, []).append((had + 1, v))
-                        self._lost_before.append((seg.number, s, had + 1))
-                        log.error("witness log %s: witnesses %d to %d of %s are missing before it (an earlier "
-                                  "segment was cut short or damaged)", seg.path.name, had + 1, v, s)
-                    seen[s] = v
-            for s, v in seg.subs.items():
-                if v.last_seq > seen.get(s, 0):
-                    seen[s] = v.last_seq
-
-    def set_aside_after_holes(self, numbered: dict[str, int]) -> int:
-        """Set aside (``*.dropped``) the segments from one after a hole that
-        begins past ``numbered`` (each subscription's last number at recovery's
-        starting point, whose exact replay makes every witness after it again).
-        A power cut's, as a rule: a sealed segment lost the end it never synced
-        while the next kept what was written to it (nothing orders unsynced
-        writes to two files), and readers got a :class:`Gap` for witnesses the
-        journal still gives (tests/server/test_powercut.py). All in those
-        segments was numbered after the hole began: the replay writes it again
-        with the same numbers. A hole up to ``numbered`` was synced: it stays a
-        gap. Returns how many were set aside. Recovery, before any append."""
-        at = min((n for n, s, first in self._lost_before if first > numbered.get(s, 0)), default=None)
-        if at is None:
-            return 0
-        if self._fd is not None:
-            fsio.close(self._fd)
-            self._fd = None
-        doomed = [seg for seg in self._segments if seg.number >= at]
-        lost = sum(seg.path.stat().st_size for seg in doomed)
-        for seg in doomed:
-            fsio.rename(seg.path, seg.path.with_name(seg.path.name + ".dropped"))
-            fsio.remove(seg.index_path)
-        log.error("witness log: %s starts after witnesses the segment before it lost (a power cut?): it and %d "
-                  "later segment(s), %d bytes, set aside as *.dropped; the journal's replay writes their witnesses "
-                  "again", doomed[0].path.name, len(doomed) - 1, lost)
-        with self._lock:
-            self._segments, self._last, self._holes = [], SeqMap(self.numbers), {}
-        self._lost_before, self._unsynced = [], []
-        self._open()
-        self.truncated += lost
-        self._dir_dirty = True
-        return len(doomed)
-
-    def _link_gaps(self) -> None:
-        """List each subscription a segment's gap marks name among the publishers
-        of the streams it publishes (stream readers find the mark there)."""
-        if not any(seg.gaps for seg in self._segments):
-            return
-        streams_of: dict[str, set[str]] = {}
-        for seg in self._segments:
-            for stream, sids in seg.streams.items():
-                for s in sids:
-                    streams_of.setdefault(s, set()).add(stream)
-        for seg in self._segments:
-            for s in seg.gaps:
-                for stream in streams_of.get(s, ()):
-                    seg.streams.setdefault(stream, set()).add(s)
-
-    def _load_index(self, seg: _Segment) -> bool:
+    def _load_index(self, seg: _Segment, sizes: dict[str, int]) -> bool:
         try:
             data = json.loads(seg.index_path.read_bytes())
             if data["size"] != seg.path.stat().st_size:
                 return False
             seg.take_index(data)
+            if seg.refers_past(sizes):
+                return False
             for s, v in seg.subs.items():
                 if v.last_seq > self._last.get(s, 0):
                     self._last[s] = v.last_seq
@@ -283,7 +216,7 @@ class WitnessLog:
             self._last[s] = last
         return found
 
-    def _scan(self, seg: _Segment) -> None:
+    def _scan(self, seg: _Segment, sizes: dict[str, int]) -> None:
         """Index a segment by reading it; cut off a torn or corrupt tail."""
         data = seg.path.read_bytes()
         seg.start = framing.file_kind(data, framing.WITNESS_LOG, str(seg.path))
@@ -309,7 +242,10 @@ class WitnessLog:
                 except msgspec.DecodeError:
                     break
                 if kind == _SIDE:
-                    seg.refer(payloads[0], payloads[2])
+                    name, off, length = payloads
+                    if off + length > sizes.get(name, 0):
+                        break  # what it refers to was lost with its file's end: cut off, as a torn tail
+                    seg.refer(name, off, length)
                 for esid, eseq, estream in zip(sids, seqs, streams):
                     self._index(seg, esid, eseq, estream, pos)
             else:
@@ -463,7 +399,7 @@ class WitnessLog:
                            pair_nums, pair_streams, now)
             self._last.put(nums, lasts)  # (every seq written is above the log's last for its subscription)
             if side is not None:
-                seg.refer(side[0], side[2])
+                seg.refer(*side)
                 self._dir_dirty |= self.side.referred(side[0])  # (a file the worker created: its entry synced)
         self.appended += n_kept
         if seg.weight >= self.segment_bytes or now >= self._retain_at:

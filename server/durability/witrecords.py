@@ -96,8 +96,10 @@ class Segment:
     gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     #: batch records written and not yet in ``subs``/``streams`` (see :meth:`take_batch`)
     pending: list = field(default_factory=list)
-    #: the engine workers' payload files its records refer to, and the bytes of each they refer to
+    #: the engine workers' payload files its records refer to: the bytes of each they refer to, and
+    #: where in each the last they refer to ends
     side: dict[str, int] = field(default_factory=dict)
+    side_end: dict[str, int] = field(default_factory=dict)
     _stream_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # see _fold
     _folding: threading.Lock = field(default_factory=threading.Lock)
 
@@ -186,9 +188,15 @@ class Segment:
         """Its bytes, with those of the payloads its records refer to in workers' files."""
         return self.size + sum(self.side.values())
 
-    def refer(self, name: str, length: int) -> None:
-        """A record of it refers to ``length`` bytes of the payload file ``name``."""
+    def refer(self, name: str, offset: int, length: int) -> None:
+        """A record of it refers to ``length`` bytes at ``offset`` of the payload file ``name``."""
         self.side[name] = self.side.get(name, 0) + length
+        self.side_end[name] = max(self.side_end.get(name, 0), offset + length)
+
+    def refers_past(self, sizes: dict[str, int]) -> bool:
+        """Whether a record of it refers beyond the end of a payload file (``sizes``: each one's
+        size): a power cut kept the record and not what the worker wrote."""
+        return any(end > sizes.get(name, 0) for name, end in self.side_end.items())
 
     @property
     def index_path(self) -> Path:
@@ -204,7 +212,8 @@ class Segment:
             subs = {s: (v.first_seq, v.first_off, v.last_seq) for s, v in self.subs.items()}
             streams = {s: sorted(v) for s, v in self.streams.items()}
         return dump_json({"size": self.size, "records": self.records, "subs": subs, "streams": streams,
-                          "gaps": {s: [list(g) for g in v] for s, v in self.gaps.items()}, "side": self.side})
+                          "gaps": {s: [list(g) for g in v] for s, v in self.gaps.items()}, "side": self.side,
+                          "side_end": self.side_end})
 
     def take_index(self, data: dict) -> None:
         """What :meth:`index_bytes` wrote, read back (KeyError, TypeError: not an index)."""
@@ -213,6 +222,7 @@ class Segment:
         self.streams = {s: set(v) for s, v in data["streams"].items()}
         self.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
         self.side = {str(k): int(v) for k, v in data.get("side", {}).items()}
+        self.side_end = {str(k): int(v) for k, v in data.get("side_end", {}).items()}
 
 
 def _merged(pending: list, sort: bool = True) -> tuple:

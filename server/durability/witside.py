@@ -192,6 +192,10 @@ class SideFiles:
             self.done.discard(name)
             fsio.remove(self.dir / name)
 
+    def sizes(self) -> dict[str, int]:
+        """Each payload file's size (what a record may refer to of it)."""
+        return {p.name: p.stat().st_size for p in listing(self.dir)}
+
     def drop_orphans(self, referred: set[str]) -> None:
         """At the log's opening (no worker runs): delete the files no segment refers to."""
         for path in listing(self.dir):

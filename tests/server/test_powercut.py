@@ -201,7 +201,8 @@ def cuts(records: list[tuple], rng: random.Random, n: int) -> list[tuple[str, in
     """(why, cut): just after an acknowledgement, just after a snapshot is published
     (the snapshots directory synced after a rename into it), just before a
     witness-log or snapshot file is synced (when the most is written and not
-    synced: the end of a sealed segment and the start of the next), and anywhere."""
+    synced: the end of a sealed segment and the start of the next, or an engine
+    worker's payloads and the records that refer to them), and anywhere."""
     acks = [i + 1 for i, r in enumerate(records) if r[0] == "mark"]
     published = [i + 1 for i, r in enumerate(records)
                  if r[0] == "sync" and r[3] and r[2] == "snapshots"
@@ -210,7 +211,9 @@ def cuts(records: list[tuple], rng: random.Random, n: int) -> list[tuple[str, in
     sealed = [i for i in unsynced if i + 1 < len(records)  # (the recording may end with such a sync)
               and records[i + 1][0] == "sync" and records[i + 1][2].startswith("witnesses/wit-")
               and records[i][2].startswith("witnesses/wit-") and records[i + 1][2] > records[i][2]]
-    unsynced = sealed or unsynced  # before the sync of a sealed segment, a newer one written: the most at stake
+    # before the sync of an engine worker's payload file, the records that refer to them written (witside.py)
+    side = [i for i in unsynced if records[i][2].startswith("witnesses/side-")]
+    unsynced = (sealed + side) or unsynced  # before the sync of a sealed segment, a newer one written: the most at stake
     assert acks and published, f"the run made {len(acks)} acknowledgements and published {len(published)} snapshots"
     kinds = [("after an ack", acks), ("after a snapshot was published", published),
              ("before a witness log or snapshot sync", unsynced), ("anywhere", list(range(len(records) + 1)))]

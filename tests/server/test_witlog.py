@@ -378,7 +378,7 @@ def test_an_index_and_a_checkpoint_of_non_ascii_names_are_read_back(tmp_path, mo
     idx = sorted(tmp_path.glob("*.idx"))
     assert idx and "Müller".encode() in idx[0].read_bytes()
     scanned, scan = [], WitnessLog._scan
-    monkeypatch.setattr(WitnessLog, "_scan", lambda self, seg: scanned.append(seg) or scan(self, seg))
+    monkeypatch.setattr(WitnessLog, "_scan", lambda self, seg, *a: scanned.append(seg) or scan(self, seg, *a))
     wl = WitnessLog(tmp_path, segment_bytes=1024)
     assert wl.last_seqs() == {"Kurs-Müller": 60, "株価": 10}
     assert [n for n, _ in wl.read("Kurs-Müller", 1)] == list(range(1, 61))

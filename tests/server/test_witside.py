@@ -210,6 +210,44 @@ def test_payloads_lost_with_the_end_of_their_file_are_read_as_gaps(tmp_path):
     wl.close()
 
 
+@pytest.mark.parametrize("sealed", [False, True])
+def test_records_that_refer_past_the_end_of_a_payload_file_are_cut_off_as_a_torn_tail_when_opened(tmp_path, sealed):
+    """A power cut kept the log's records and not the end of the payload file they refer to
+    (nothing orders unsynced writes to two files): when the log is opened, the first record that
+    refers past the end is where the segment's tail is cut, in the active segment and in a sealed
+    one (its index says where its references end). The numbers go back to what the log holds,
+    so that recovery makes those witnesses again (witgaps.py), and the next segment's checkpoint
+    shows the hole (a sealed one's, for recovery to set aside: witholes.py)."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d, segment_bytes=4096 if sealed else 1 << 20)
+    w = SideWriter(d, 0)
+    seqs: dict[str, int] = {}
+    append_side(wl, w, witnesses(["a", "b"], seqs))
+    keep = (d / w._name).stat().st_size
+    for _ in range(3):
+        append_side(wl, w, witnesses(["a", "b"], seqs))
+    if sealed:
+        while wl.segments < 2:
+            wl.append([("c", seqs.setdefault("c", 0) + 1, "Out", b"x" * 200)])
+            seqs["c"] += 1
+    w.close()
+    wl.close()
+    first = sorted(d.glob("wit-*.log"))[0]
+    assert (first.with_suffix(".idx").exists()) == sealed
+    with open(d / w._name, "r+b") as f:
+        f.truncate(keep + 5)  # the second batch's payloads cut short, the later ones gone
+    wl = WitnessLog(d, segment_bytes=4096 if sealed else 1 << 20)
+    assert wl.truncated > 0
+    got = read_all(wl, "a")
+    assert [n for n, p in got if type(p) is bytes] == [1]
+    if sealed:
+        assert got[1:] == [(4, Gap(2, 4))]
+        assert wl.gaps()["a"] == [(2, 4)]  # between the segments: the next one's checkpoint numbers past
+    else:
+        assert wl.last_seq("a") == 1 and wl.last_seq("b") == 1  # numbered on from what the log holds
+    wl.close()
+
+
 def test_a_segment_of_the_framing_before_is_sealed_and_the_log_goes_on_in_one_of_version_3(tmp_path):
     d = tmp_path / "w"
     wl = WitnessLog(d)
