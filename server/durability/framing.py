@@ -223,11 +223,11 @@ def open_new(path: Path) -> int:
     return fsio.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
 
 
-def start_segment(fd: int, path: Path, kind: bytes, first: bytes) -> int:
-    """Write the file header and the record ``first`` to the new segment
-    ``path`` open as ``fd``; returns its size. One that cannot be written
-    whole is closed and removed again, and the ``OSError`` raised."""
-    data = file_header(kind) + frame(first)
+def start_segment(fd: int, path: Path, kind: bytes, first: bytes | None) -> int:
+    """Write the file header and the record ``first`` (None: none) to the new
+    segment ``path`` open as ``fd``; returns its size. One that cannot be
+    written whole is closed and removed again, and the ``OSError`` raised."""
+    data = file_header(kind) + (frame(first) if first is not None else b"")
     try:
         write_all(fd, data)
     except OSError:

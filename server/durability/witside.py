@@ -96,14 +96,8 @@ class SideWriter:
             self.tag = f"{self.tag.partition('-')[0]}-{secrets.token_hex(4)}"
             self._n -= 1
             return self._next()
-        header = framing.file_header(framing.PAYLOADS)
-        try:
-            framing.write_all(fd, header)
-        except OSError:
-            fsio.close(fd)
-            fsio.remove(path)
-            raise
-        self._fd, self._name, self._size = fd, name, len(header)
+        size = framing.start_segment(fd, path, framing.PAYLOADS, None)
+        self._fd, self._name, self._size = fd, name, size
 
     def _drop(self, off: int) -> None:
         """A failed write: cut the file back to its last whole record, or leave it (the next write
