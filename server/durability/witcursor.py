@@ -11,7 +11,6 @@ numbers, which appending never makes: a cut or damaged segment).
 from __future__ import annotations
 
 import json
-
 import logging
 
 import msgspec
