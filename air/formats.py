@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from datetime import datetime, timezone

@@ -331,11 +331,11 @@ class WorkerEngineThread(EngineThread):
         else:
             stream = next(iter(counted)) if len(counted) == 1 else None  # (the batch's one stream)
             if not self.placement.split:
-                parts = {}
                 readers = self.placement.readers
                 if stream is not None:
                     parts = dict.fromkeys(readers(stream), batch)
                 else:
+                    parts = {}
                     for ev in batch:
                         for w in readers(ev.stream):
                             parts.setdefault(w, []).append(ev)
