@@ -153,20 +153,21 @@ def listing(directory: Path) -> list[Path]:
 class SideFiles:
     """What the witness log (witlog.py, its writer's thread and :meth:`sync`'s, under its lock)
     knows of the payload files under ``directory``: those referred to since the last sync, those
-    deleted segments referred to, and each writer's newest (which its next record may refer to)."""
+    deleted segments referred to, and each worker's newest (which its next record may refer to;
+    a restarted worker's files are new ones: its predecessor's are then deleted like the others)."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self.unsynced: set[str] = set()
         self.done: set[str] = set()
-        self.newest: dict[str, str] = {}  # writer's tag -> its newest file referred to
+        self.newest: dict[str, str] = {}  # worker ("w<N>") -> the newest of its files referred to
 
     def referred(self, name: str) -> bool:
         """A record refers to ``name``: whether the log's directory has a new entry to sync."""
         self.unsynced.add(name)
-        tag = name.rsplit("-", 1)[0]
-        new = self.newest.get(tag) != name
-        self.newest[tag] = name
+        worker = name.split("-", 2)[1]
+        new = self.newest.get(worker) != name
+        self.newest[worker] = name
         return new
 
     def take_unsynced(self) -> list[Path]:

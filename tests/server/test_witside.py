@@ -128,6 +128,27 @@ def test_a_sealed_segment_keeps_its_payload_files_in_its_index_and_retention_del
     wl.close()
 
 
+def test_a_restarted_workers_predecessors_files_are_deleted_once_no_segment_refers_to_them(tmp_path):
+    """The newest file of each worker is kept while no segment refers to it (its next batch may);
+    a restarted worker writes files of its own, and its predecessor's go like any other."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d, max_bytes=20_000, segment_bytes=4096)
+    seqs: dict[str, int] = {}
+    dead = SideWriter(d, 0, max_bytes=3000)
+    for _ in range(30):
+        append_side(wl, dead, witnesses(["a", "b"] * 10, seqs))
+    dead.close()  # killed: a new process, a new tag
+    assert any(p.name.startswith(f"side-{dead.tag}-") for p in listing(d))
+    again = SideWriter(d, 0, max_bytes=3000)
+    for _ in range(100):
+        append_side(wl, again, witnesses(["a", "b"] * 10, seqs))
+    assert wl.dropped > 0
+    assert not any(p.name.startswith(f"side-{dead.tag}-") for p in listing(d))
+    assert {p.name for p in listing(d)} - {name for seg, _ in wl.segments_copy() for name in seg.side} <= {again._name}
+    again.close()
+    wl.close()
+
+
 def test_payloads_no_record_refers_to_are_deleted_when_the_log_is_opened(tmp_path):
     """A worker killed after it wrote a batch's payloads and before the main process logged it."""
     d = tmp_path / "w"
