@@ -244,8 +244,11 @@ class Recovery:
 
     @property
     def remaining(self) -> int:
-        """Events of a recovery's replay the engine has still to take (0 once it is over)."""
-        return max(self.replay_until - self.progress.fed, 0) if self.replaying else 0
+        """Events of a recovery's replay the engine has still to take (0 once it is over). At
+        least 1 until the engine thread has installed what is due at its end (a subscription
+        broken before, installed afresh once the replay is over: /health said the replay was
+        over, and GET /subscriptions left it out, until the engine thread's next turn)."""
+        return max(self.replay_until - self.progress.fed, 1) if self.replaying else 0
 
     # ------------------------------------------------------------------ the replay
 
