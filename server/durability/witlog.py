@@ -19,9 +19,10 @@ newest of them sealed when the log is opened).
 while the server was stopped. Recovery finds a cut newest segment against the snapshot,
 rebuilds what the journal can give again, and marks the rest (:meth:`WitnessLog.note_gaps`,
 witgaps.py); a sealed segment's cut tail shows against the next one's checkpoint when the
-log is opened; :meth:`WitnessLog.gaps` lists both. A worker's payloads lost with the end of
-their file (a power cut) are found when read. A reader gets a :class:`Gap` where the
-witnesses would be, never a silent jump or wait.
+log is opened; :meth:`WitnessLog.gaps` lists both. A record that refers past the end of a
+worker's payload file (a power cut kept the one, not the other) is cut off at opening, as a
+torn tail; payloads that fail their CRC are found when read. A reader gets a :class:`Gap`
+where the witnesses would be, never a silent jump or wait.
 
 **Segments.** Files ``wit-NNNNNNNNNNNN.log`` under the log's directory, each at most
 about ``segment_bytes`` (with the workers' payloads its records refer to); the newest is
