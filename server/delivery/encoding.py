@@ -72,7 +72,7 @@ class Columns:
 
     ``ref``: where the worker wrote the payloads itself (server/durability/witside.py's
     ``Ref``; None: they are in ``rest``); ``rest`` is then the packed array of the streams
-    alone, and the payloads are read by ``reader`` (a ``Ref``'s payloads, packed) when asked."""
+    alone, and the payloads are read by ``reader`` (``SideReader.payloads``) when asked."""
 
     __slots__ = ("_owners", "counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
                  "checks", "ref", "reader", "_unpacked")
@@ -143,7 +143,7 @@ class Columns:
         if self._unpacked is None:
             if self.reader is None:
                 raise ValueError(f"the payloads are in an engine worker's file ({self.ref[0]}) and nothing reads it")
-            self._unpacked = (_owners(self.rest), _payloads(self.reader(self.ref)))
+            self._unpacked = (_owners(self.rest), self.reader(self.ref))
         return self._unpacked
 
 
@@ -151,7 +151,6 @@ class Columns:
 _REPLAY = b',"replay":true}\n'
 _rest = msgspec.msgpack.Decoder(tuple[list[str], list[bytes]]).decode
 _owners = msgspec.msgpack.Decoder(list[str]).decode
-_payloads = msgspec.msgpack.Decoder(list[bytes]).decode
 _kinds = msgspec.msgpack.Decoder(list[Union[str, list[str]]]).decode
 
 

@@ -174,7 +174,7 @@ class Witnesses:
         self.witlog = witlog
         if self._side is not None:
             self._side.close()
-        self._side = SideReader(witlog.dir)  # the payloads engine workers wrote beside it (engine thread)
+        self._side = witlog.side_reader()  # the payloads engine workers wrote beside it (engine thread)
         self.numbers = witlog.numbers
         self.owner_witnesses = SeqMap(self.numbers, self.owner_witnesses.copy())
         self.seq = witlog.last_seqs()
@@ -298,7 +298,7 @@ class Witnesses:
         if not counts:
             return True
         if cols.ref is not None:
-            cols.reader = self._side.read
+            cols.reader = self._side.payloads
         if len(counts) == 1 and type(cols.streams[0]) is str:  # (a server of few subscriptions: most batches)
             return self._deliver_one(cols, known)
         # array operations over the batch's subscriptions (thousands a batch, a few witnesses each)

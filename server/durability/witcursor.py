@@ -21,7 +21,6 @@ from server.durability.witrecords import (BATCH, CHECKPOINT, GAP_MARK, SIDE, WIT
 from server.durability.witside import SideReader
 
 log = logging.getLogger("cayuga.witlog")
-_unpack_payloads = msgspec.msgpack.Decoder(list[bytes]).decode
 
 
 class Cursor:
@@ -190,9 +189,9 @@ class Cursor:
         if want not in (sids if self.sid is not None else streams):
             return []
         if self._side is None:
-            self._side = SideReader(self.log.dir)
+            self._side = self.log.side_reader()
         try:
-            payloads = _unpack_payloads(self._side.read(ref))
+            payloads = self._side.payloads(ref)
             if len(payloads) != len(sids):
                 raise BadRecord(f"{len(payloads)} payloads for {len(sids)} witnesses")
         except (OSError, BadRecord, msgspec.DecodeError) as exc:

@@ -64,9 +64,12 @@ class Holes:
         for seg in doomed:
             fsio.rename(seg.path, seg.path.with_name(seg.path.name + ".dropped"))
             fsio.remove(seg.index_path)
+        kept = {name for seg in self._segments if seg.number < at for name in seg.side}
+        moved = self.side.set_aside({name for seg in doomed for name in seg.side}, kept)
         log.error("witness log: %s starts after witnesses the segment before it lost (a power cut?): it and %d "
-                  "later segment(s), %d bytes, set aside as *.dropped; the journal's replay writes their witnesses "
-                  "again", doomed[0].path.name, len(doomed) - 1, lost)
+                  "later segment(s), %d bytes, set aside as *.dropped%s; the journal's replay writes their witnesses "
+                  "again", doomed[0].path.name, len(doomed) - 1, lost,
+                  f" with the {len(moved)} payload file(s) only they refer to" if moved else "")
         with self._lock:
             self._segments, self._last, self._holes = [], SeqMap(self.numbers), {}
         self._lost_before, self._unsynced = [], []

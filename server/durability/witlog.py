@@ -78,7 +78,7 @@ from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKP
                                           Sub as _Sub, body_of as _body, dump_json as _json, encode as _encode,
                                           encode_parts as _encode_parts, pack_batch as _pack, parse as _parse,
                                           unpack_batch as _unpack, unpack_side as _unpack_side)
-from server.durability.witside import SideFiles
+from server.durability.witside import SideFiles, SideReader
 
 __all__ = ["Cursor", "Gap", "Gone", "MAX_RECORD", "NAMES", "Record", "WitnessLog"]
 
@@ -592,6 +592,11 @@ class WitnessLog(Holes):
         if sid is not None:
             return self._last.get(sid, 0) <= after.get(sid, 0)
         return all(v <= after.get(s, 0) for s, v in self.stream_last(stream).items())
+
+    def side_reader(self) -> "SideReader":
+        """A reader of the engine workers' payload files (witside.py) that lets go of each one
+        this log deletes (one per thread)."""
+        return self.side.reader()
 
     def cursor(self, sid: str | None = None, stream: str | None = None,
                after: dict[str, int] | None = None) -> "Cursor":

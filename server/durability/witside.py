@@ -32,8 +32,13 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import threading
+import weakref
+from collections import deque
 from pathlib import Path
 from typing import NamedTuple
+
+import msgspec
 
 from server.durability import framing, fsio
 from server.durability.framing import BadRecord
@@ -42,6 +47,8 @@ from server.durability.framing import BadRecord
 PATTERN = re.compile(r"^side-[A-Za-z0-9]+-[0-9a-f]+-\d{6}\.dat$")
 #: A file's size at which its writer starts the next.
 MAX_FILE = 64 << 20
+
+_unpack_payloads = msgspec.msgpack.Decoder(list[bytes]).decode
 
 
 class Ref(NamedTuple):
@@ -115,17 +122,26 @@ class SideWriter:
 
 class SideReader:
     """Reads payloads by :class:`Ref` from the files under ``directory``, each file opened once
-    (one reader per thread)."""
+    (one reader per thread). Made by :meth:`SideFiles.reader`, it is told of the files the
+    witness log deletes or sets aside (:meth:`forget`, from any thread) and closes them at its
+    next read: a deleted file's room on disk is given back once no reader holds it open."""
 
     def __init__(self, directory: str | os.PathLike, max_open: int = 8) -> None:
         self.dir = Path(directory)
-        self.max_open = max_open  # (a file retention deleted takes its room on disk until it is closed)
+        self.max_open = max_open
         self._files: dict[str, object] = {}
+        self._gone: deque[str] = deque()  # names forget() was given (appended and taken atomically)
+
+    def payloads(self, ref) -> list[bytes]:
+        """The payloads ``ref`` (a :class:`Ref`, or its fields as a list) points at. Raises OSError
+        (the file is gone), :class:`BadRecord` (not whole there: a power cut took the end of a file
+        the record that refers to it survived) or ``msgspec.DecodeError``."""
+        return _unpack_payloads(self.read(ref))
 
     def read(self, ref) -> bytes | memoryview:
-        """The packed payloads ``ref`` (a :class:`Ref`, or its fields as a list) points at.
-        Raises OSError (the file is gone) or :class:`BadRecord` (not whole there: a power cut
-        took the end of a file the record that refers to it survived)."""
+        """:meth:`payloads`, still packed (a MessagePack array)."""
+        if self._gone:
+            self._close_gone()
         name, off, length = ref
         f = self._files.get(name)
         if f is None:
@@ -138,6 +154,22 @@ class SideReader:
         data = os.pread(f.fileno(), length, off)
         payload, _end = framing.unframe(data, 0, len(data))
         return payload
+
+    def forget(self, names) -> None:
+        """``names`` were deleted (or renamed): close them at the next read (any thread)."""
+        self._gone.extend(names)
+
+    def held(self) -> list[str]:
+        """The files this reader holds open (the reader's thread)."""
+        if self._gone:
+            self._close_gone()
+        return list(self._files)
+
+    def _close_gone(self) -> None:
+        while self._gone:
+            f = self._files.pop(self._gone.popleft(), None)
+            if f is not None:
+                f.close()
 
     def close(self) -> None:
         for f in self._files.values():
@@ -161,6 +193,22 @@ class SideFiles:
         self.unsynced: set[str] = set()
         self.done: set[str] = set()
         self.newest: dict[str, str] = {}  # worker ("w<N>") -> the newest of its files referred to
+        self._readers: weakref.WeakSet[SideReader] = weakref.WeakSet()
+        self._readers_lock = threading.Lock()  # (readers are made on any thread)
+
+    def reader(self) -> SideReader:
+        """A reader of the files, told of each one deleted or set aside from now on."""
+        r = SideReader(self.dir)
+        with self._readers_lock:
+            self._readers.add(r)
+        return r
+
+    def _gone(self, names: list[str]) -> None:
+        if names:
+            with self._readers_lock:
+                readers = list(self._readers)
+            for r in readers:
+                r.forget(names)
 
     def referred(self, name: str) -> bool:
         """A record refers to ``name``: whether the log's directory has a new entry to sync."""
@@ -183,9 +231,22 @@ class SideFiles:
         refers to (``kept``), unless a writer may still append to it."""
         self.done.update(deleted)
         kept = kept | set(self.newest.values())
-        for name in [n for n in self.done if n not in kept]:
+        doomed = [n for n in self.done if n not in kept]
+        for name in doomed:
             self.done.discard(name)
             fsio.remove(self.dir / name)
+        self._gone(doomed)
+
+    def set_aside(self, names: set[str], kept: set[str]) -> list[str]:
+        """Segments that referred to ``names`` were set aside (``*.dropped``, recovery): rename the
+        files no other segment refers to (``kept``) ``*.dropped`` too, so that those segments can
+        still be read whole by someone who inspects them, and nothing deletes them as orphans."""
+        moved = sorted(n for n in names if n not in kept)
+        for name in moved:
+            fsio.rename(self.dir / name, self.dir / (name + ".dropped"))
+        self.done.difference_update(moved)
+        self._gone(moved)
+        return moved
 
     def sizes(self) -> dict[str, int]:
         """Each payload file's size (what a record may refer to of it)."""
@@ -193,6 +254,7 @@ class SideFiles:
 
     def drop_orphans(self, referred: set[str]) -> None:
         """At the log's opening (no worker runs): delete the files no segment refers to."""
-        for path in listing(self.dir):
-            if path.name not in referred:
-                fsio.remove(path)
+        orphans = [p for p in listing(self.dir) if p.name not in referred]
+        for path in orphans:
+            fsio.remove(path)
+        self._gone([p.name for p in orphans])

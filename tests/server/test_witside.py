@@ -7,6 +7,8 @@ file (a real full tmpfs) sends the payloads to the main process as before."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from msgspec.msgpack import encode
@@ -146,6 +148,81 @@ def test_a_restarted_workers_predecessors_files_are_deleted_once_no_segment_refe
     assert not any(p.name.startswith(f"side-{dead.tag}-") for p in listing(d))
     assert {p.name for p in listing(d)} - {name for seg, _ in wl.segments_copy() for name in seg.side} <= {again._name}
     again.close()
+    wl.close()
+
+
+def test_a_reader_lets_go_of_the_files_retention_deletes(tmp_path):
+    """A reader (the main process's for watched subscriptions, a cursor's) holds its files open;
+    one that retention deleted took its room on disk until it was closed. The log now tells its
+    readers, from the thread that deletes, and each closes those files at its next read."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d, max_bytes=20_000, segment_bytes=4096)
+    w = SideWriter(d, 0, max_bytes=3000)
+    seqs: dict[str, int] = {}
+    reader = wl.side_reader()
+    refs = []
+    for _ in range(6):
+        refs.append(tuple(w.write(encode([b"x" * 600, b"y"]))))
+        append_side(wl, w, witnesses(["a", "b"] * 10, seqs))
+    for ref in refs:
+        assert reader.payloads(ref) == [b"x" * 600, b"y"]
+    first = refs[0][0]
+    assert first in reader.held()
+    for _ in range(200):
+        append_side(wl, w, witnesses(["a", "b"] * 10, seqs))
+    assert not (d / first).exists() and wl.dropped > 0
+    assert first not in reader.held()  # (closed: its room given back)
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # (the listing's own, closed)
+            pass
+    assert not any("side-" in link and link.endswith(" (deleted)") for link in links)
+    newest = append_side_ref(wl, w, seqs)
+    assert reader.payloads(newest) == [b"z"]  # (and it reads on)
+    reader.close()
+    w.close()
+    wl.close()
+
+
+def append_side_ref(wl: WitnessLog, w: SideWriter, seqs: dict) -> tuple:
+    ref = tuple(w.write(encode([b"z"])))
+    append_side(wl, w, witnesses(["a"], seqs))
+    return ref
+
+
+def test_payload_files_only_set_aside_segments_refer_to_are_set_aside_with_them(tmp_path):
+    """Recovery sets aside (``*.dropped``) the segments after a hole a power cut made; reopening
+    the log then deleted the payload files only they referred to, as orphans, and they could no
+    longer be read whole. Those files are now set aside with them; the others stay."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d, segment_bytes=4096)
+    w = SideWriter(d, 0, max_bytes=2000)
+    seqs: dict[str, int] = {}
+    for _ in range(60):
+        append_side(wl, w, witnesses(["a"] * 10, seqs))
+    w.close()
+    segs = [(seg.path.name, set(seg.side)) for seg, _ in wl.segments_copy()]
+    wl.close()
+    assert len(segs) >= 3
+    before = {p.name for p in listing(d)}
+    first = d / segs[0][0]
+    first.write_bytes(first.read_bytes()[:-7])  # a torn record at its end: a hole before the next
+    wl = WitnessLog(d, segment_bytes=4096)
+    assert wl.set_aside_after_holes({"a": 0}) == len(segs) - 1
+    kept = segs[0][1]
+    only_set_aside = set().union(*(names for _, names in segs[1:])) - kept
+    assert only_set_aside
+    assert {p.name for p in listing(d)} == kept & before
+    assert {p.name for p in d.iterdir() if p.name.startswith("side-") and p.name.endswith(".dropped")} == {
+        n + ".dropped" for n in only_set_aside}
+    for name, _ in segs[1:]:
+        assert (d / (name + ".dropped")).exists()
+    wl.close()
+    wl = WitnessLog(d, segment_bytes=4096)  # (opened again: nothing set aside is taken for an orphan)
+    assert {p.name for p in d.iterdir() if p.name.endswith(".dropped") and p.name.startswith("side-")} == {
+        n + ".dropped" for n in only_set_aside}
     wl.close()
 
 
@@ -302,7 +379,7 @@ def test_a_worker_that_cannot_write_its_payloads_sends_them_as_before(tmp_path):
         got = pack_flat(flat, side=w.write)
         assert got.ref is not None and bytes(got.rest) == encode(["Out"] * 3)
         reader = SideReader(mnt)
-        got.reader = reader.read
+        got.reader = reader.payloads
         assert got.groups() == plain.groups()
         reader.close()
         ballast = fill(mnt)
