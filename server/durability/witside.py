@@ -144,20 +144,28 @@ class SideReader:
             self._close_gone()
         name, off, length = ref
         f = self._files.get(name)
+        gone = False
         if f is None:
             if not is_side_file(name):
                 raise BadRecord(f"{name!r} is not the name of a payload file")
             f = self._files[name] = open(self.dir / name, "rb")
+            # deleted between opening and being listed, forget() may not have seen it here: read, not kept
+            gone = os.fstat(f.fileno()).st_nlink == 0
             if len(self._files) > self.max_open:  # (read in order, as a rule: the oldest is done with)
                 oldest = next(iter(self._files))
                 self._files.pop(oldest).close()
-        data = os.pread(f.fileno(), length, off)
+        try:
+            data = os.pread(f.fileno(), length, off)
+        finally:
+            if gone and self._files.get(name) is f:
+                self._files.pop(name).close()
         payload, _end = framing.unframe(data, 0, len(data))
         return payload
 
     def forget(self, names) -> None:
-        """``names`` were deleted (or renamed): close them at the next read (any thread)."""
-        self._gone.extend(names)
+        """``names`` were deleted (or renamed): those this reader holds are closed at its next read
+        (any thread; a file it opens later and finds deleted is not kept: :meth:`read`)."""
+        self._gone.extend([n for n in names if n in self._files])
 
     def held(self) -> list[str]:
         """The files this reader holds open (the reader's thread)."""

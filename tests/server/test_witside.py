@@ -159,7 +159,7 @@ def test_a_reader_lets_go_of_the_files_retention_deletes(tmp_path):
     wl = WitnessLog(d, max_bytes=20_000, segment_bytes=4096)
     w = SideWriter(d, 0, max_bytes=3000)
     seqs: dict[str, int] = {}
-    reader = wl.side_reader()
+    reader, idle = wl.side_reader(), wl.side_reader()
     refs = []
     for _ in range(6):
         refs.append(tuple(w.write(encode([b"x" * 600, b"y"]))))
@@ -181,9 +181,33 @@ def test_a_reader_lets_go_of_the_files_retention_deletes(tmp_path):
     assert not any("side-" in link and link.endswith(" (deleted)") for link in links)
     newest = append_side_ref(wl, w, seqs)
     assert reader.payloads(newest) == [b"z"]  # (and it reads on)
+    assert not idle._gone  # a reader that holds none of the files deleted keeps nothing of them
     reader.close()
     w.close()
     wl.close()
+
+
+def test_a_file_deleted_while_a_reader_opens_it_is_read_and_not_kept(tmp_path, monkeypatch):
+    """Retention deletes a file between a reader's opening it and listing it as held: the log's
+    word (forget) came before the reader held it, so the reader finds it deleted itself."""
+    import server.durability.witside as witside
+
+    d = tmp_path / "w"
+    d.mkdir()
+    w = SideWriter(d, 0)
+    ref = tuple(w.write(encode([b"p", b"q"])))
+    w.close()
+
+    def open_then_deleted(path, mode):
+        f = open(path, mode)
+        os.unlink(path)
+        return f
+
+    monkeypatch.setattr(witside, "open", open_then_deleted, raising=False)
+    reader = SideReader(d)
+    assert reader.payloads(ref) == [b"p", b"q"]
+    assert reader.held() == []
+    reader.close()
 
 
 def append_side_ref(wl: WitnessLog, w: SideWriter, seqs: dict) -> tuple:
