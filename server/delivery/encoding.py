@@ -40,6 +40,9 @@ class EncodedBatch(NamedTuple):
     flat: tuple | None = None
 
 
+#: The array type of :attr:`Columns.sizes` (4 bytes an item).
+SIZE_CODE = next(code for code in "IL" if array(code).itemsize == 4)
+
 #: How many places of a batch's subscriptions the names are checked at (witnesses.py's ``NumberMap.take``).
 CHECKS = 8
 
@@ -72,18 +75,21 @@ class Columns:
 
     ``ref``: where the worker wrote the payloads itself (server/durability/witside.py's
     ``Ref``; None: they are in ``rest``); ``rest`` is then the packed array of the streams
-    alone, and the payloads are read by ``reader`` (``SideReader.payloads``) when asked."""
+    alone, and the payloads are read by ``reader`` (``SideReader.payloads``) when asked.
+    ``sizes``: with ``ref``, each payload's length (uint32, the machine's order; empty
+    otherwise): where they are in the file, so that the main process reads only those of the
+    few subscriptions a client watches (witnesses.py's ``read_parts``)."""
 
     __slots__ = ("_owners", "counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
-                 "checks", "ref", "reader", "_unpacked")
+                 "checks", "ref", "sizes", "reader", "_unpacked")
 
     def __init__(self, owners: list | msgspec.Raw, counts: list, streams: list | msgspec.Raw,
                  sids: bytes | msgspec.Raw, rest: bytes | msgspec.Raw, nums: bytes = b"", stream_nums: bytes = b"",
                  fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = (),
-                 ref: tuple | list | None = None) -> None:
+                 ref: tuple | list | None = None, sizes: bytes = b"") -> None:
         self._owners, self.counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
         self.nums, self.stream_nums, self.fresh, self.fresh_streams = nums, stream_nums, fresh, fresh_streams
-        self.checks, self.ref = checks, ref
+        self.checks, self.ref, self.sizes = checks, ref, sizes
         self.reader: Callable | None = None
         self._unpacked: tuple | None = None
 
@@ -107,7 +113,7 @@ class Columns:
         return (owners if type(owners) is msgspec.Raw else msgspec.Raw(_pack(owners)), self.counts,
                 streams if type(streams) is msgspec.Raw else msgspec.Raw(_pack(streams)),
                 msgspec.Raw(self.sids), msgspec.Raw(self.rest), self.nums, self.stream_nums, self.fresh,
-                self.fresh_streams, self.checks, self.ref)
+                self.fresh_streams, self.checks, self.ref, self.sizes)
 
     def _replace(self, **changes) -> "Columns":
         fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__[:-2]}
@@ -185,7 +191,8 @@ def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable |
         except OSError:
             cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
         else:
-            cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams), ref=tuple(ref))
+            cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams), ref=tuple(ref),
+                           sizes=array(SIZE_CODE, map(len, payloads)).tobytes())
     else:
         cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
     return cols if local is None else local.number(cols)

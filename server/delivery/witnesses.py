@@ -36,6 +36,7 @@ from server.durability.diskfull import DiskFull
 from server.durability.seqmap import Numbers, SeqMap, grown
 from server.durability.witlog import WitnessLog
 from server.durability.witrecords import pack_batch as _pack
+from server.durability.framing import FRAME, BadRecord
 from server.durability.witside import SideReader
 from server.observability.counters import CLIENT_DROPS, Count
 
@@ -45,6 +46,10 @@ log = logging.getLogger("cayuga.daemon")
 #: long, doubling up to WITLOG_RETRY_MAX (seconds).
 WITLOG_RETRY_FIRST = 0.1
 WITLOG_RETRY_MAX = 1.0
+#: A batch's watched witnesses are read alone from an engine worker's payload file while they
+#: are at most this share of its witnesses (a read each subscription, against reading, checking
+#: and unpacking the whole batch: BENCHMARKS.md, "Engine workers, round 13").
+SPAN_SHARE = 1 / 16
 
 
 class LogColumns(NamedTuple):
@@ -394,14 +399,18 @@ class Witnesses:
             return []
         route, is_output = self.hub.route, self._is_output
         names, stream_names = self.witlog.numbers.names, self.witlog.stream_numbers.names
-        wanted = []
+        wanted, their_streams = [], []
         for i in places:
             sid, kind = names[nums[i]], int(kinds[i])
             st = cols.streams[i] if kind < 0 else stream_names[kind]
             if any(route(sid, s, is_output) for s in ((st,) if type(st) is str else set(st))):
                 wanted.append(i)
+                their_streams.append(st)
+        parts = None
+        if wanted and cols.sizes:  # (the payloads in a worker's file)
+            parts = read_parts(cols, wanted, their_streams, np.cumsum(ends - starts + 1), self._side)
         return [(names[nums[i]], range(int(starts[i]), int(ends[i]) + 1), streams, payloads)
-                for i, (streams, payloads) in zip(wanted, cols.parts_at(wanted))]
+                for i, (streams, payloads) in zip(wanted, cols.parts_at(wanted) if parts is None else parts)]
 
     def _log_and_offer(self, append: Callable[[], dict[str, int]], groups: Callable[[dict[str, int]], list],
                        n: int) -> bool:
@@ -447,3 +456,39 @@ class Witnesses:
         if policy == "disconnect":
             log.warning("disconnecting slow WebSocket client %s (%s): buffer of %d full (an internal stream, "
                         "not in the witness log)", ch.id, ch.label, ch.capacity)
+
+
+def read_parts(cols: Columns, wanted: list[int], streams: list, owner_ends: np.ndarray,
+               reader: SideReader) -> list[tuple[list[str], list[bytes]]] | None:
+    """:meth:`Columns.parts_at` of the owners at ``wanted`` whose payloads an engine worker wrote
+    to its file, each owner's read alone there by :attr:`Columns.sizes` (a client watching a few
+    of a batch's thousands of subscriptions: not the batch's megabyte read, checked and unpacked
+    for them). ``streams``: each wanted owner's stream, or its witnesses' list; ``owner_ends``:
+    where each owner's witnesses end among the batch's. None where that is not the way: more
+    than :data:`SPAN_SHARE` of the witnesses wanted, sizes that do not add up to the record, or
+    the file not readable (then read whole, which says why)."""
+    sizes = np.frombuffer(cols.sizes, np.uint32).astype(np.int64)
+    n = len(sizes)
+    counts = cols.counts
+    if sum(counts[i] for i in wanted) > n * SPAN_SHARE:
+        return None
+    # the packed array: its header, then each payload as a MessagePack bin (a header of 2, 3 or 5 bytes)
+    ends = np.cumsum(sizes + np.where(sizes < 256, 2, np.where(sizes < 65536, 3, 5))) + (
+        1 if n < 16 else 3 if n < 65536 else 5)
+    ref = cols.ref
+    if int(ends[-1]) != ref[2] - FRAME.size:
+        log.warning("an engine worker's payload sizes do not add up to its record in %s: read whole", ref[0])
+        return None
+    firsts = ends - sizes
+    out = []
+    try:
+        for i, st in zip(wanted, streams):
+            b = int(owner_ends[i])
+            a = b - counts[i]
+            begin = int(firsts[a])
+            data = reader.span(ref, begin, int(ends[b - 1]))
+            payloads = [data[x - begin:y - begin] for x, y in zip(firsts[a:b].tolist(), ends[a:b].tolist())]
+            out.append(([st] * len(payloads) if type(st) is str else st, payloads))
+    except (OSError, BadRecord):
+        return None
+    return out

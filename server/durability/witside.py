@@ -140,9 +140,26 @@ class SideReader:
 
     def read(self, ref) -> bytes | memoryview:
         """:meth:`payloads`, still packed (a MessagePack array)."""
+        name, off, length = ref
+        data = self._pread(name, length, off)
+        payload, _end = framing.unframe(data, 0, len(data))
+        return payload
+
+    def span(self, ref, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` of the packed payloads ``ref`` points at, read alone (no CRC:
+        for the main process's live delivery of a batch the worker has just written whole; a
+        cursor reads the record whole, :meth:`payloads`). Raises OSError or :class:`BadRecord`."""
+        name, off, length = ref
+        if not 0 <= start <= end <= length - framing.FRAME.size:
+            raise BadRecord(f"bytes {start}-{end} are not in the {length} bytes of a record of {name!r}")
+        data = self._pread(name, end - start, off + framing.FRAME.size + start)
+        if len(data) != end - start:
+            raise BadRecord(f"{name!r} ends before byte {off + framing.FRAME.size + end}")
+        return data
+
+    def _pread(self, name: str, length: int, off: int) -> bytes:
         if self._gone:
             self._close_gone()
-        name, off, length = ref
         f = self._files.get(name)
         gone = False
         if f is None:
@@ -155,12 +172,10 @@ class SideReader:
                 oldest = next(iter(self._files))
                 self._files.pop(oldest).close()
         try:
-            data = os.pread(f.fileno(), length, off)
+            return os.pread(f.fileno(), length, off)
         finally:
             if gone and self._files.get(name) is f:
                 self._files.pop(name).close()
-        payload, _end = framing.unframe(data, 0, len(data))
-        return payload
 
     def forget(self, names) -> None:
         """``names`` were deleted (or renamed): those this reader holds are closed at its next read

@@ -21,7 +21,7 @@ main -> worker
 worker -> main
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
          errors, check, recorded, places, owners, counts, streams, sids, rest,
-         nums, stream_nums, fresh, fresh_streams, checks, ref]``: the witnesses encoded
+         nums, stream_nums, fresh, fresh_streams, checks, ref, sizes]``: the witnesses encoded
          as the witness log and the WebSocket frames hold them, the engine's
          running totals, the epoch, the errors of events the engine failed on,
          what the state budget's check found (or nil), the outcomes of
@@ -50,7 +50,8 @@ worker -> main
          ``ref``: nil, or where the worker wrote the payloads itself (a file of
          its own beside the witness log, server/durability/witside.py): ``rest``
          is then the array of the streams alone, and the main process writes a
-         record that refers to them (``0x94 + sids + seqs + rest + ref``, kind 3).
+         record that refers to them (``0x94 + sids + seqs + rest + ref``, kind 3); ``sizes``
+         is then each payload's length (``Columns.sizes``), for reading only the watched ones.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.
 """
@@ -77,7 +78,7 @@ _STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", 
 #: witnesses) are taken as ``msgspec.Raw``: no copy until the witness log's record is made of them,
 #: the names unpacked only when read (sent as such: MessagePack arrays in place)
 _result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (msgspec.Raw, list[int], msgspec.Raw, msgspec.Raw, msgspec.Raw)
-                                       + (Any,) * 6])
+                                       + (Any,) * 7])
 
 
 def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:

@@ -14,6 +14,8 @@ import pytest
 from msgspec.msgpack import encode
 
 from server.delivery.encoding import Columns, pack_flat
+from server.delivery import witnesses as delivery
+from server.delivery.witnesses import read_parts
 from server.durability import framing, fsio
 from server.durability.framing import FramingError
 from server.durability.witlog import Gap, WitnessLog
@@ -391,6 +393,47 @@ def test_a_segment_of_the_framing_before_is_sealed_and_the_log_goes_on_in_one_of
     seg.write_bytes(bytes(data))
     with pytest.raises(FramingError, match="framing version 4"):
         WitnessLog(d)
+
+
+@pytest.mark.parametrize("witnesses_n", [10, 40, 70_000])
+def test_the_watched_subscriptions_payloads_are_read_alone_and_equal_the_batchs(tmp_path, witnesses_n, monkeypatch):
+    """The main process reads only the payloads of the few subscriptions a client watches, by
+    the sizes the worker sends (witnesses.py's read_parts): the same streams and payloads as
+    unpacking the whole batch, for payloads of each MessagePack bin size (up to 255 bytes, up
+    to 65,535, more), arrays of each header size (under 16 items, under 65,536, more), and an
+    owner whose witnesses are on several streams. Sizes that do not add up are not trusted."""
+    owners = [f"s{i}" for i in range(witnesses_n // 5)]
+    counts = [5] * len(owners)
+    kinds, sids, streams, payloads = [], [], [], []
+    for i, sid in enumerate(owners):
+        sts = ["Out"] * 5 if i % 7 else ["Out", "Alt", "Out", "Out", "Alt"]
+        kinds.append("Out" if i % 7 else sts)
+        sids += [sid] * 5
+        streams += sts
+        for j in range(5):
+            n = (i * 5 + j) % 97
+            size = 300 if n == 3 else 70_000 if n == 5 and witnesses_n < 1000 else 10 + n
+            payloads.append(b"%s.%d:" % (sid.encode(), j) + b"x" * size)
+    w = SideWriter(tmp_path, 0)
+    cols = pack_flat((owners, counts, kinds, sids, streams, payloads), side=w.write)
+    w.close()
+    assert cols.ref is not None and len(cols.sizes) == 4 * len(payloads)
+    reader = SideReader(tmp_path)
+    cols.reader = reader.payloads
+    wanted = sorted({0, 1, len(owners) // 2, len(owners) - 1})
+    owner_ends = np.cumsum(counts)
+    if witnesses_n < 100:  # more than a sixteenth of the witnesses wanted: read whole, by default
+        assert read_parts(cols, wanted, [kinds[i] for i in wanted], owner_ends, reader) is None
+        monkeypatch.setattr(delivery, "SPAN_SHARE", 0.5)
+        wanted = wanted[:1]
+    got = read_parts(cols, wanted, [kinds[i] for i in wanted], owner_ends, reader)
+    assert got is not None
+    whole = Columns(owners, counts, kinds, encode(sids), encode((streams, payloads)))
+    assert got == whole.parts_at(wanted)
+    assert read_parts(cols, list(range(len(owners))), kinds, owner_ends, reader) is None  # (all of them)
+    bad = Columns(owners, counts, kinds, cols.sids, cols.rest, ref=cols.ref, sizes=cols.sizes[:-4] + b"\0\0\0\0")
+    assert read_parts(bad, wanted, [kinds[i] for i in wanted], owner_ends, reader) is None
+    reader.close()
 
 
 def test_a_worker_that_cannot_write_its_payloads_sends_them_as_before(tmp_path):

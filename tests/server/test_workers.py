@@ -71,6 +71,49 @@ def test_a_worker_gives_the_engine_threads_witnesses_and_numbers(tmp_path):
     assert_no_cayuga_threads()
 
 
+UP = ("SELECT Name, Price_1 AS Before, Price AS After FROM FILTER{{Name = '{s}'}}(Stock) "
+      "NEXT{{$1.Name = $2.Name AND $2.Price > 1.002 * $1.Price}} Stock")
+
+
+def test_a_client_watching_one_of_a_workers_many_subscriptions_gets_its_witnesses_read_alone(tmp_path,
+                                                                                         monkeypatch):
+    """A worker writes the payloads of its batches of many subscriptions to its own file; the
+    main process reads a watched subscription's alone there, by the sizes the worker sends
+    (witnesses.py's read_parts), not the whole batch's. The client gets every witness once, in
+    order, equal to what the witness log serves, and the other subscriptions' are logged."""
+    from server.delivery import witnesses as delivery
+
+    alone = []
+
+    def counted(*args):
+        got = read_parts(*args)
+        alone.append(got is not None)
+        return got
+
+    read_parts = delivery.read_parts
+    monkeypatch.setattr(delivery, "read_parts", counted)
+    events = _ticks(3000)
+    names = sorted({e["Name"] for e in events})
+    s = make_settings(tmp_path, time="event", engine_workers=1)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        ids = [x["id"] for x in c.subscribe_many([UP.format(s=name) for name in names])]
+        watched = ids[3]
+        with c.watch(watched, timeout=30) as live:
+            with c.sender() as snd:
+                snd.send_many(events)
+            wait_until(lambda: srv.daemon.events_taken == len(events), what="every event through the engine")
+            n = c.subscription(watched)["last_seq"]
+            assert n > 0
+            got = [next(live) for _ in range(n)]
+        logged = logged_witnesses(srv.base_url, watched, n)
+        assert [seq for seq, _ in logged] == list(range(1, n + 1))
+        assert got == [{k: v for k, v in json.loads(w).items() if k != "replay"} for _, w in logged]
+        assert all(c.subscription(i)["last_seq"] > 0 for i in ids[:10])
+        assert listing(srv.daemon.witnesses.witlog.dir)  # (the payloads were in the worker's file)
+    assert any(alone)  # read alone there, at least for the batches where it is a few of many
+    assert_no_cayuga_threads()
+
+
 def _counts(base_url: str, sid: str) -> int:
     with CayugaClient(base_url) as c:
         return c.subscription(sid)["instances"]
