@@ -407,7 +407,7 @@ class Witnesses:
                 wanted.append(i)
                 their_streams.append(st)
         parts = None
-        if wanted and cols.sizes:  # (the payloads in a worker's file)
+        if wanted and cols.sizes and self._side is not None:  # (the payloads in a worker's file)
             parts = read_parts(cols, wanted, their_streams, np.cumsum(ends - starts + 1), self._side)
         return [(names[nums[i]], range(int(starts[i]), int(ends[i]) + 1), streams, payloads)
                 for i, (streams, payloads) in zip(wanted, cols.parts_at(wanted) if parts is None else parts)]
