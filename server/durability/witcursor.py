@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Iterable
 
 import msgspec
 
@@ -46,6 +47,9 @@ class Cursor:
         self._past: int | None = None
         self._elsewhere: set[str] = set()  # subscriptions seen publishing on other streams than this one's
         self._side: SideReader | None = None  # the engine workers' payload files (witside.py), once one is read
+        #: the name read, as bytes: a batch's record without them holds none of its witnesses, and is
+        #: passed over without being unpacked (thousands of subscriptions' witnesses a record)
+        self._needle = (sid if sid is not None else stream).encode()
         self._check_retained(after.keys() if stream is not None else [sid])
 
     def _check_retained(self, sids) -> None:
@@ -150,9 +154,10 @@ class Cursor:
                         raise OSError(f"witness log {seg.path.name}: unreadable record at offset {pos}")
                     break
                 kind, seq, rsid, rstream, payload, p = rec
+                if (kind == BATCH or kind == SIDE) and buf.find(self._needle, p - len(payload), p) < 0:
+                    continue  # (not one of its witnesses in it)
                 if kind == BATCH:
-                    cols = unpack_batch(payload)
-                    entries = zip(cols[0], cols[1], cols[2], cols[3])
+                    entries = self._mine(unpack_batch(payload))
                 elif kind == SIDE:
                     entries = self._side_entries(unpack_side(payload), seg)
                 elif kind == WITNESS:
@@ -180,6 +185,22 @@ class Cursor:
             self._pos = pos + p
         return out
 
+    def _mine(self, cols: tuple) -> Iterable[tuple]:
+        """A batch record's witnesses (its columns ``cols``) this cursor may want: for a
+        subscription's, only its own where they are together (as a batch's are packed: one
+        slice, not a pass over the thousands of others')."""
+        sids = cols[0]
+        if self.sid is not None:
+            want = self.sid
+            try:
+                first = sids.index(want)
+            except ValueError:
+                return ()
+            end = first + sids.count(want)
+            if sids[end - 1] == want and sids[first:end].count(want) == end - first:
+                return zip(sids[first:end], *(col[first:end] for col in cols[1:]))
+        return zip(*cols)
+
     def _side_entries(self, cols: tuple, seg) -> list:
         """A kind 3 record's witnesses: its payloads read from the worker's file only when this
         cursor wants one of them; where they cannot be read (a power cut took the end of the file),
@@ -199,7 +220,7 @@ class Cursor:
                       ref[0], exc)
             payloads = [Gap(q, q) for q in seqs]
             self.gaps += 1
-        return list(zip(sids, seqs, streams, payloads))
+        return list(self._mine((sids, seqs, streams, payloads)))
 
     def _only_here(self, sid: str) -> bool:
         """Whether ``sid`` has published on no other stream than this cursor's in the retained log

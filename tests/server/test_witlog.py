@@ -260,6 +260,36 @@ def test_segments_after_a_hole_past_the_starting_point_are_set_aside_so_the_repl
     assert [n for n, _ in WitnessLog(d).read("s1")] == list(range(1, 121))
 
 
+def test_a_readers_pass_over_batches_without_its_name_and_its_slice_of_those_with_it(tmp_path):
+    """A subscription's (or stream's) reader passes over a batch record whose bytes lack its name,
+    unpacked or not, and takes its own witnesses of one as one slice where they are together.
+    Neither may lose one: names inside others ("a" in "ab", a stream in a payload), witnesses
+    apart in a batch, and a batch with every one of them, all read back in order."""
+    d = tmp_path / "w"
+    wl = WitnessLog(d)
+    n: dict[str, int] = {}
+
+    def w(sid: str, stream: str = "Out", payload: bytes = b"") -> tuple:
+        n[sid] = n.get(sid, 0) + 1
+        return sid, n[sid], stream, payload or b'{"s":"%s","n":%d}' % (sid.encode(), n[sid])
+
+    wl.append([w("ab"), w("b"), w("ab")])  # "a"'s name inside another's: read and passed over
+    wl.append([w("b", payload=b'{"note":"Other"}')])  # a stream's name in a payload
+    wl.append([w("a"), w("a"), w("b"), w("a", "Other")])  # together, then one more on another stream
+    wl.append([w("a"), w("ab"), w("a"), w("b", "Other"), w("a")])  # apart
+    wl.append([w("a"), w("a")])  # nothing but its own
+    for sid in ("a", "ab", "b"):
+        assert [seq for seq, _ in wl.read(sid)] == list(range(1, n[sid] + 1))
+    assert [p for _, p in wl.read("a")] == [b'{"s":"a","n":%d}' % i for i in range(1, n["a"] + 1)]
+    cur = wl.cursor(stream="Other", after={})
+    got = []
+    while batch := cur.read():
+        got += [(s, seq) for s, seq, _ in batch]
+    cur.close()
+    assert got == [("a", 3), ("b", 4)]
+    wl.close()
+
+
 def test_stream_readers_find_every_publisher_when_a_subscription_changes_streams(tmp_path):
     """The index says which subscriptions published on which stream; a writer looks only at
     pairs whose stream is not the last one seen of their subscription in the segment: a
