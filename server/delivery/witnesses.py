@@ -33,10 +33,10 @@ from air.model import StreamSchema
 from server.delivery.encoding import Columns, EncodedBatch, WitnessEncoder, check_places
 from server.delivery.hub import Chunk, ClientChannel, NotifierHub
 from server.durability.diskfull import DiskFull
+from server.durability.framing import FRAME, BadRecord
 from server.durability.seqmap import Numbers, SeqMap, grown
 from server.durability.witlog import WitnessLog
 from server.durability.witrecords import pack_batch as _pack
-from server.durability.framing import FRAME, BadRecord
 from server.durability.witside import SideReader
 from server.observability.counters import CLIENT_DROPS, Count
 
