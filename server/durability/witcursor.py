@@ -197,7 +197,7 @@ class Cursor:
             except ValueError:
                 return ()
             end = first + sids.count(want)
-            if sids[end - 1] == want and sids[first:end].count(want) == end - first:
+            if sids[first:end].count(want) == end - first:
                 return zip(sids[first:end], *(col[first:end] for col in cols[1:]))
         return zip(*cols)
 
