@@ -92,6 +92,9 @@ def test_a_client_watching_one_of_a_workers_many_subscriptions_gets_its_witnesse
 
     read_parts = delivery.read_parts
     monkeypatch.setattr(delivery, "read_parts", counted)
+    # (whatever share of a batch the watched subscription's witnesses are: a batch's size here is the
+    # machine's pace, and the share rule is test_witside.py's)
+    monkeypatch.setattr(delivery, "SPAN_SHARE", 1.0)
     events = _ticks(3000)
     names = sorted({e["Name"] for e in events})
     s = make_settings(tmp_path, time="event", engine_workers=1)
