@@ -365,7 +365,8 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's websockets-sansio protocol, counted in :class:`HttpGuard`'s
     WebSockets for as long as it is connected, and answering a handshake that
     websockets refuses (a request line or header line over 8 KiB: 414 or 431;
-    uvicorn never sent that answer, so the client got silence). Build it with
+    uvicorn before 0.55 never sent that answer, so the client got silence), and
+    counting it as ``request_too_large``. Build it with
     ``functools.partial(..., guard=guard)`` as uvicorn's ``ws`` protocol class."""
 
     def __init__(self, *args, guard: HttpGuard, **kwargs) -> None:
@@ -385,14 +386,19 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        closed_before = self.close_sent
         super().data_received(data)
         failed = self.conn.handshake_exc
-        if failed is not None and not self.handshake_initiated and not self.close_sent:
+        if failed is None or self.handshake_initiated or closed_before:
+            return
+        # the handshake failed in these bytes: counted here whoever answers it (uvicorn 0.55, installed
+        # 2026-12-02, answers it itself and sets close_sent; the uvicorn this was written for did not)
+        if isinstance(failed, SecurityError):  # a request line or header line over 8 KiB, too many headers
+            self.guard.counters.add(HTTP_CONN_REFUSED["request_too_large"])
+        elif not isinstance(failed, InvalidMessage):
+            log.debug("a WebSocket handshake failed: %s", failed)
+        if not self.close_sent:
             self.close_sent = True
-            if isinstance(failed, SecurityError):  # a request line or header line over 8 KiB, too many headers
-                self.guard.counters.add(HTTP_CONN_REFUSED["request_too_large"])
-            elif not isinstance(failed, InvalidMessage):
-                log.debug("a WebSocket handshake failed: %s", failed)
             answer = b"".join(self.conn.data_to_send())
             if answer:
                 self.transport.write(answer)
