@@ -70,9 +70,15 @@ def owned_count(node: Node, gen: int) -> int:
     slots, in no particular order): no sorting of a sorted index's buckets
     back into install order, no Python frame per instance (a pass over a
     subscription's 20K instances, once a second on the engine thread, took
-    17 ms before: BENCHMARKS.md, "Round 8 (2026-11-27): the server's own overhead")."""
+    17 ms before: BENCHMARKS.md, "Round 8 (2026-11-27): the server's own overhead").
+    The node's oldest owner (``gen`` its ``min_gen``) owns all of them, counted
+    without a pass: each began in that owner's generation or later (edges carry
+    only those, loader.release drops the rest when the oldest owner goes,
+    state.import_state does not load them)."""
     if not (node.count or node.pending):
         return 0
+    if gen <= node.min_gen:
+        return node.count + len(node.pending)
     return sum(map(le, repeat(gen), map(_BORN_OF, chain(_unordered(node), node.pending))))
 
 

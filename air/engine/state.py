@@ -96,9 +96,10 @@ def import_state(eng: "EngineLike", state: dict) -> dict[str, int]:
     owners must have been added afresh in their original order (with no event
     fed since). Owners that are gone are skipped (their instances with them);
     generations are mapped onto the new ones, so each owner sees exactly the
-    instances it saw. Returns counts: instances loaded, nodes skipped and
+    instances it saw. Returns counts: instances loaded, nodes skipped,
     clashes (two saved nodes that are one node now: a merge the saved network
-    did not have)."""
+    did not have) and instances dropped (at a node whose owners that saw them
+    are all gone)."""
     saved_nodes = _saved_nodes(state)
     holdings = eng.holdings()
     live = sorted((g, o) for o, g in state["owners"].items() if o in holdings)
@@ -115,7 +116,7 @@ def import_state(eng: "EngineLike", state: dict) -> dict[str, int]:
     filled: dict[int, Node] = {}
     dead: list[tuple[Node, list]] = []
     pend: list[tuple[Node, list]] = []
-    loaded = skipped = clashes = 0
+    loaded = skipped = clashes = dropped = 0
     for saved in saved_nodes:
         installed, pending = saved["installed"], saved["pending"]
         node = None
@@ -134,11 +135,18 @@ def import_state(eng: "EngineLike", state: dict) -> dict[str, int]:
         if id(node) in filled:
             clashes += 1
         filled[id(node)] = node
-        insts = [new_instance(v, t0, t1, born(b)) for v, t0, t1, b, _affected in installed]
-        node.pending.extend(insts)
-        dead += [(node, inst) for inst, (*_, affected) in zip(insts, installed) if affected]
-        pend.append((node, [new_instance(v, t0, t1, born(b)) for v, t0, t1, b in pending]))
-        loaded += len(installed) + len(pending)
+        # an instance whose run began before the node's oldest live owner came belongs to none of
+        # them (an owner that is gone saw it): no edge takes it, no output names it, so it is not
+        # kept, and every instance at a node is its oldest owner's (introspect.owned_count)
+        oldest = node.min_gen
+        insts = [(new_instance(v, t0, t1, nb), affected) for v, t0, t1, b, affected in installed
+                 if (nb := born(b)) >= oldest]
+        node.pending.extend(inst for inst, _affected in insts)
+        dead += [(node, inst) for inst, affected in insts if affected]
+        kept = [new_instance(v, t0, t1, nb) for v, t0, t1, b in pending if (nb := born(b)) >= oldest]
+        pend.append((node, kept))
+        loaded += len(insts) + len(kept)
+        dropped += len(installed) + len(pending) - len(insts) - len(kept)
     # install the saved instances as an epoch's close would, then put back what the epoch in
     # progress had: its affected marks and its pending instances
     eng._dirty = list(filled.values())
@@ -163,7 +171,7 @@ def import_state(eng: "EngineLike", state: dict) -> dict[str, int]:
     eng._epoch_events = state["epoch_events"]
     for k, v in state["stats"].items():
         setattr(eng.stats, k, v)
-    return {"instances": loaded, "skipped": skipped, "clashes": clashes}
+    return {"instances": loaded, "skipped": skipped, "clashes": clashes, "dropped": dropped}
 
 
 def clear_state(eng: "EngineLike") -> None:
