@@ -40,8 +40,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import os
+import select
 import threading
 import time
+import weakref
 from bisect import bisect_left
 from collections import deque
 from operator import attrgetter, itemgetter, le
@@ -87,6 +90,8 @@ class DelayQueue:
         self._draining = False
         self._woken = False
         self._nudged = False
+        self._waker: tuple[int, int] | None = None  # a pipe the engine thread also waits on (get_batch(fds=...))
+        self._fd_waiting = False  # it waits on it now: a notify writes to it
         self.last_released = None
         self.released_at = time.monotonic()  # when events last left (for /health's stall report)
         self.event_time = event_time
@@ -166,7 +171,7 @@ class DelayQueue:
                 if accepted and (self.event_time or head is None or self._head_t1() < head):
                     # the engine thread waits for the head's release time: events behind the
                     # head change nothing for it (with a delay T, a wake-up per block for nothing)
-                    self._not_empty.notify()
+                    self._notify()
             if on_accepted is not None and accepted:
                 on_accepted(accepted)
         return late
@@ -253,16 +258,19 @@ class DelayQueue:
                     self._insert(events, 0, late)
             finally:
                 self.journal = journal
-            self._not_empty.notify()
+            self._notify()
         return late
 
     # ------------------------------------------------------------------ the engine thread
 
-    def get_batch(self, max_items: int, timeout: float) -> list[Event]:
+    def get_batch(self, max_items: int, timeout: float, fds: Sequence[int] = ()) -> list[Event]:
         """Up to ``max_items`` events whose release time has come, in t1 order.
         Waits at most ``timeout`` seconds for the first one; [] on timeout, when
-        :meth:`wake` was called, or when :meth:`nudge` was and none may leave yet."""
+        :meth:`wake` was called, or when :meth:`nudge` was and none may leave yet.
+        With ``fds`` (descriptors: an engine worker's results, server/workers/channel.py)
+        it waits for one of them to be readable too, which acts as :meth:`nudge`."""
         deadline = time.monotonic() + timeout
+        ready = False
         with self._not_empty:
             while True:
                 if self._woken:
@@ -279,13 +287,56 @@ class DelayQueue:
                     wait = None if self.event_time else (head - horizon) * self.unit_s
                 else:  # empty (closed or not): wait for events, wake() or the timeout
                     wait = None
-                if self._nudged:
+                if self._nudged or ready:
                     self._nudged = False
                     return []
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                self._not_empty.wait(remaining if wait is None else min(wait, remaining))
+                if fds:
+                    ready = self._wait_on(fds, remaining if wait is None else min(wait, remaining))
+                else:
+                    self._not_empty.wait(remaining if wait is None else min(wait, remaining))
+
+    def _wait_on(self, fds: Sequence[int], timeout: float) -> bool:
+        """Under the lock: release it until :meth:`_notify`, one of ``fds`` is readable (True)
+        or ``timeout`` seconds have passed. One wait on both instead of a thread that reads
+        the descriptors and notifies: a hand-over of the interpreter lock fewer on the path
+        of every engine worker's result (BENCHMARKS.md, "Engine workers, round 15")."""
+        if self._waker is None:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            self._waker = (r, w)
+            weakref.finalize(self, _close_all, r, w)
+        waker = self._waker[0]
+        poller = select.poll()  # (not select(): a server's descriptors may be past FD_SETSIZE)
+        poller.register(waker, select.POLLIN)
+        for fd in fds:
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+        self._fd_waiting = True
+        self._lock.release()
+        try:
+            got = poller.poll(timeout * 1000)
+        finally:
+            self._lock.acquire()
+            self._fd_waiting = False
+            try:
+                os.read(waker, 512)  # (under the lock: every write to it came before, under it too)
+            except BlockingIOError:
+                pass
+        return any(fd != waker for fd, _ in got)
+
+    def _notify(self, everyone: bool = False) -> None:
+        """Under the lock: wake the engine thread where it waits for events."""
+        if everyone:
+            self._not_empty.notify_all()
+        else:
+            self._not_empty.notify()
+        if self._fd_waiting:
+            self._fd_waiting = False
+            os.write(self._waker[1], b"\0")
 
     def horizon(self) -> float:
         """Events with t1 below this may leave (under the lock, or approximate)."""
@@ -352,10 +403,10 @@ class DelayQueue:
     def nudge(self) -> None:
         """Make the waiting (or the next) :meth:`get_batch` return now, with the events
         that may leave if there are any (unlike :meth:`wake`), [] otherwise: an engine
-        worker's result has come back (server/workers/dispatch.py waits here for either)."""
+        worker has ended (server/workers/dispatch.py waits here for events, its results or that)."""
         with self._lock:
             self._nudged = True
-            self._not_empty.notify_all()
+            self._notify(everyone=True)
 
     def wake(self) -> None:
         """Make the waiting (or the next) :meth:`get_batch` return at once,
@@ -363,7 +414,7 @@ class DelayQueue:
         subscription changes between batches)."""
         with self._lock:
             self._woken = True
-            self._not_empty.notify_all()
+            self._notify(everyone=True)
 
     def close(self, drain: bool = True) -> None:
         """Refuse new events; with ``drain`` the remaining ones are released
@@ -377,7 +428,7 @@ class DelayQueue:
                 self._size = 0
                 self._tail_t1 = None
             self._not_full.notify_all()
-            self._not_empty.notify_all()
+            self._notify(everyone=True)
 
     @property
     def closed(self) -> bool:
@@ -400,6 +451,11 @@ class DelayQueue:
         with self._lock:
             head = self._head_t1()
             return self.clock() - head if head is not None else 0.0
+
+
+def _close_all(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _ordered(events: Sequence[Event]) -> bool:

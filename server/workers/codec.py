@@ -1,6 +1,7 @@
 """What crosses the pipe between the main process and an engine worker.
 
-Every message is one ``send_bytes``: a tag byte, then its body.
+Every message is one ``send_bytes`` (on the results channel, a length and then
+the message): a tag byte, then its body.
 
 main -> worker
   ``B``  a batch: MessagePack ``[fed, recorded, streams, values, t0s, t1s, per_stream]``:
@@ -18,7 +19,8 @@ main -> worker
   ``P``  the decisions of the last check to apply (or none): pickle ``list[Decision]``,
          answered by an ``A`` numbered 0 with the outcomes.
 
-worker -> main
+worker -> main (``R`` and the ``A`` numbered 0 on the results channel, server/workers/channel.py,
+which the engine thread reads; the rest on the pipe, which the link's reader thread reads)
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
          errors, check, recorded, places, owners, counts, streams, sids, rest,
          nums, stream_nums, fresh, fresh_streams, checks, ref, sizes]``: the witnesses encoded

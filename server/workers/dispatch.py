@@ -95,7 +95,7 @@ class WorkerEngineThread(EngineThread):
     def __init__(self, engine, queue, settings, counters, latency, stopping, links: list[WorkerLink]) -> None:
         super().__init__(engine, queue, settings, counters, latency, stopping)
         self.links = links
-        for link in links:  # a result back wakes this thread where it waits for events (see _loop)
+        for link in links:  # a worker's end wakes this thread where it waits for events (see _loop)
             link.on_result = queue.nudge
         self.placement = engine.placement
         self.in_flight: deque[Flight] = deque()
@@ -307,8 +307,9 @@ class WorkerEngineThread(EngineThread):
                 limit = min(limit, recovery.due[0][0] - self.fed)
             if limit > 0:
                 # events that come while batches are out go at once (not after those are back):
-                # a result back ends the wait too (the links nudge the queue)
-                batch = queue.get_batch(limit, timeout=RESULT_WAIT if in_flight else budget.idle(now))
+                # a result back ends the wait too (this thread waits on the results channels as well)
+                batch = queue.get_batch(limit, timeout=RESULT_WAIT if in_flight else budget.idle(now),
+                                        fds=[link.results.fileno() for link in self.links if link.results is not None])
                 if batch:
                     self._send(batch)
             elif in_flight:
@@ -383,6 +384,8 @@ class WorkerEngineThread(EngineThread):
         ``for_commands``); False when the thread must stop (the witness log
         could not take a batch while the server stopped)."""
         for w, link in enumerate(self.links):  # what applying a check's decisions removed
+            if link.results is not None:
+                link.results.pump(0)  # (what has come: else a waiting answer would end every wait at once)
             while not link.applied.empty():
                 self._applied(w, link.applied.get_nowait())
         if self.budget.unnoticed and not self._deciding:  # every worker's cut is in: their watchers told once

@@ -2,14 +2,16 @@
 process, its pipe, and the thread that reads what it sends.
 
 Messages go out in one order — whoever sends, under :attr:`WorkerLink.lock` —
-and the worker handles them in that order. What comes back is read by a
-thread of its own (``cayuga-worker-reader``), so that the worker never waits
-on a full pipe while the main process is busy writing: a command's answer
-resolves its future there; a batch's result goes on
-:attr:`WorkerLink.results` (and the answer to ``P`` on :attr:`WorkerLink.applied`),
-for the engine thread (server/workers/dispatch.py) to take in order, and
-``on_result`` tells it one is there; a
-snapshot's end goes to ``on_snapshot``.
+and the worker handles them in that order. What comes back comes on two
+sockets. Commands' answers and snapshots' ends are read by a thread of its
+own (``cayuga-worker-reader``), so that the worker never waits on a full pipe
+while the main process is busy writing: a command's answer resolves its future
+there; a snapshot's end goes to ``on_snapshot``. Batches' results (and the
+answers to ``P``) come on the results channel (server/workers/channel.py),
+:attr:`WorkerLink.results`, which the engine thread (server/workers/dispatch.py)
+waits on and reads itself, in order; the answers to ``P`` go on
+:attr:`WorkerLink.applied` as they are read. ``on_result`` is called once the
+worker has gone (the engine thread may be waiting for events).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable
 
 from server.workers import codec
+from server.workers.channel import ResultReader
 
 if TYPE_CHECKING:
     from server.config import Settings
@@ -62,11 +65,11 @@ class WorkerLink:
         self.process: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self.lock = threading.Lock()  # one sender at a time: the order of the pipe is the order of the worker
-        self.results: stdqueue.Queue = stdqueue.Queue()
+        self.results: ResultReader | None = None  # its batches' results, read by the engine thread (start())
         self.applied: stdqueue.Queue = stdqueue.Queue()  # the answers to P (what applying decisions removed)
         self.on_snapshot: Callable[[int], None] | None = None
-        #: called once a result (or the word that the worker has gone) is on :attr:`results`: the
-        #: engine thread waits for either that or new events (server/workers/dispatch.py)
+        #: called once the worker has gone: the engine thread waits for events, results or that
+        #: (server/workers/dispatch.py)
         self.on_result: Callable[[], None] | None = None
         self._numbers = itertools.count(1)
         self._pending: dict[int, Future] = {}
@@ -79,12 +82,20 @@ class WorkerLink:
         fresh interpreter, not a fork of this threaded process, and not one that
         imports the caller's ``__main__`` as multiprocessing's spawn does)."""
         mine, theirs = socket.socketpair()
+        results, their_results = socket.socketpair()
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "server.workers.worker", str(theirs.fileno())],
-                                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+            fds = (theirs.fileno(), their_results.fileno())
+            self.process = subprocess.Popen([sys.executable, "-m", "server.workers.worker", *map(str, fds)],
+                                            pass_fds=fds, stdin=subprocess.DEVNULL)
+        except BaseException:
+            mine.close()
+            results.close()
+            raise
         finally:
             theirs.close()
+            their_results.close()
         self._conn = Connection(mine.detach())
+        self.results = ResultReader(results, self._applied, self._closed)
         # the settings, and where this process imports from (a user function's module may be on a path
         # this process was given at run time: the worker must import it as this process did)
         self._conn.send_bytes(pickle.dumps((self.settings, list(sys.path)),
@@ -150,14 +161,9 @@ class WorkerLink:
             except (EOFError, OSError):
                 break
             tag, body = msg[:1], msg[1:]
-            if tag == codec.RESULT:
-                self._result((tag, body))
-            elif tag == codec.ANSWER:
+            if tag == codec.ANSWER:
                 self.started = True
                 number, ok, value = pickle.loads(body)
-                if number == 0:  # the answer to the decisions of a check (P)
-                    self.applied.put(value)
-                    continue
                 fut = self._pending.pop(number, None)
                 if fut is None:
                     continue
@@ -177,12 +183,18 @@ class WorkerLink:
             if not fut.done():
                 fut.set_exception(WorkerGone(self.gone))
         self._pending.clear()
-        self._result((b"", None))  # wakes the engine thread
-
-    def _result(self, item: tuple) -> None:
-        self.results.put(item)
-        if self.on_result is not None:
+        if self.on_result is not None:  # wakes the engine thread
             self.on_result()
+
+    def _applied(self, body: bytes) -> None:
+        """The answer to the decisions of a check (``P``), read on the results channel."""
+        self.applied.put(pickle.loads(body)[2])
+
+    def _closed(self) -> None:
+        """The results channel has ended: the worker has gone. Waits (on the engine thread)
+        until the reader thread has said why (:attr:`gone`)."""
+        if self._reader is not None:
+            self._reader.join(COMMAND_TIMEOUT)
 
     # ------------------------------------------------------------------ stopping
 
@@ -205,3 +217,5 @@ class WorkerLink:
             self._conn.close()
         if self._reader is not None:
             self._reader.join(5)
+        if self.results is not None:
+            self.results.close()

@@ -17,7 +17,9 @@ the decisions with the batch's result and takes nothing more from the pipe
 (later batches wait in it) until the main process has recorded them and says
 which to apply (``P``): a shedding is applied only once it is durable.
 
-Snapshots: the worker forks (it runs one thread: a fork is safe) and the child
+Snapshots: the worker forks (it runs one thread, and a second only while a
+result waits for the main process to read it, server/workers/channel.py, which
+holds no lock the child takes: a fork is safe) and the child
 writes the whole snapshot file — the main process's part, sent with the
 command, and the engine's state — in the format server/durability/snapshot.py
 reads, then exits; the worker reports the child's end (``S``).
@@ -31,6 +33,7 @@ import logging
 import os
 import pickle
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -44,6 +47,7 @@ from air.partitioning import KEY_GROUP_FUNCTION, key_group
 from server.budgetcheck import BudgetCheck, Cap, Decision
 from server.delivery.encoding import LocalNumbers, WitnessEncoder
 from server.workers import codec
+from server.workers.channel import ResultWriter
 
 log = logging.getLogger("cayuga.worker")
 _STREAM = attrgetter("stream")
@@ -52,10 +56,11 @@ _STREAM = attrgetter("stream")
 class Worker:
     """The worker's state and its handling of each message (see the module's docstring)."""
 
-    def __init__(self, conn, settings: dict) -> None:
+    def __init__(self, conn, settings: dict, results: ResultWriter) -> None:
         from air.engine.functions import import_functions
 
         self.conn = conn
+        self.results = results  # batches' results and the answers to P: read by the main's engine thread
         functions = import_functions(settings["functions"]).copy()
         functions.register(KEY_GROUP_FUNCTION, key_group, "int", arity=2)  # row-scaled copies' start edges
         self.engine = Engine(functions=functions)
@@ -129,7 +134,7 @@ class Worker:
             self._reap()
 
     def _batch(self, body: bytes) -> None:
-        self.conn.send_bytes(self._feed(*codec.decode_batch(body)))
+        self.results.send(self._feed(*codec.decode_batch(body)))
 
     def _feed(self, fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
         """Feed a batch (``per_stream``: its events per stream, when the main process counted them);
@@ -184,7 +189,7 @@ class Worker:
         if any(o[1] for o in outcomes):
             self.check.after_shedding()
         self.waiting = False
-        self.conn.send_bytes(codec.ANSWER + pickle.dumps((0, True, (outcomes, tuple(self.check.footprint)))))
+        self.results.send(codec.ANSWER + pickle.dumps((0, True, (outcomes, tuple(self.check.footprint)))))
 
     # ------------------------------------------------------------------ commands
 
@@ -368,9 +373,10 @@ def _portable(exc: BaseException) -> BaseException:
         return EngineError(f"{type(exc).__name__}: {exc}")
 
 
-def main(fd: int) -> None:
-    """The worker process's entry point: ``python -m server.workers.worker FD``,
-    FD its end of the socket pair; the settings come first on it."""
+def main(fd: int, results_fd: int) -> None:
+    """The worker process's entry point: ``python -m server.workers.worker FD RESULTS_FD``,
+    FD its end of the socket pair (the settings come first on it), RESULTS_FD its end
+    of the results channel (server/workers/channel.py)."""
     from multiprocessing.connection import Connection
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process stops it (a Ctrl-C reaches the whole group)
@@ -384,8 +390,10 @@ def main(fd: int) -> None:
     logging.basicConfig(level=str(settings.get("log_level", "info")).upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     raise_young_threshold()  # as the main process: a young collection every few hundred events otherwise
+    results = ResultWriter(socket.socket(fileno=results_fd))
     try:
-        Worker(conn, settings).run()
+        Worker(conn, settings, results).run()
+        results.close()
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass  # the main process has gone (a kill -9: this process is being killed too)
     except BaseException:  # noqa: BLE001 - said, then the main process sees the pipe close
@@ -394,4 +402,4 @@ def main(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), int(sys.argv[2]))

@@ -115,8 +115,8 @@ def test_ties_keep_arrival_order_and_batches_are_bounded():
 
 
 def test_a_nudge_ends_the_wait_with_what_may_leave_and_a_wake_with_nothing():
-    """nudge (an engine worker's result is back: server/workers/dispatch.py waits here for
-    either that or events) ends a get_batch's wait, or the next one's; unlike wake it
+    """nudge (an engine worker has ended: server/workers/dispatch.py waits here for events,
+    its results or that) ends a get_batch's wait, or the next one's; unlike wake it
     still hands out the events that may leave."""
     q = DelayQueue(capacity=10, delay=0, clock=Clock(1000.0))
     got: list = []
