@@ -193,6 +193,10 @@ class Settings(BaseModel):
     accept_schema_changes: bool = False
     #: A new journal segment starts beyond this many bytes.
     journal_segment_bytes: int = Field(64 << 20, ge=4096)
+    #: ``durability: fsync``: milliseconds at least between two syncs of the journal nobody waits for
+    #: (group commit: what comes meanwhile joins the next); one is waited for (``POST /events``, a TCP
+    #: sender's acknowledgement once its input pauses, a snapshot) starts at once. 0: as often as it can.
+    journal_sync_ms: float = Field(10.0, ge=0, le=1000)
     #: History kept on purpose (docs/design/backfill.md): journal segments recovery no longer needs
     #: stay while they hold events newer than the newest event's time less this duration ("24h",
     #: "90m", "30s", "2d", or seconds; "0": none kept for it) ...

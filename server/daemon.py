@@ -259,7 +259,8 @@ class Daemon:
             journal_dir = st.data_dir / "journal"
             begins = not any(journal_dir.glob("*" + JOURNAL_SUFFIX)) if journal_dir.exists() else True
             self.journal = Journal(journal_dir, st.durability, st.journal_segment_bytes, disk=self.disk,
-                                   retain_time=st.retain_units, retain_bytes=st.retain_bytes)
+                                   retain_time=st.retain_units, retain_bytes=st.retain_bytes,
+                                   sync_interval=st.journal_sync_ms / 1000)
             self.queue.journal = self.recovery.journal = self.checkpoints.journal = self.journal
             self.backfills.journal = self.journal
             self.budget.journal = self.health.journal = self.journal

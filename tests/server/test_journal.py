@@ -203,6 +203,23 @@ def test_wait_durable_in_each_mode(tmp_path):
     f.close()
     assert flusher_threads() == []
     assert f.durable() == p
+
+
+def test_syncs_nobody_waits_for_are_paced_and_one_waited_for_starts_at_once(tmp_path):
+    """``sync_interval`` (the ``journal_sync_ms`` setting): after a round, what is appended
+    while nobody waits joins the next round, due an interval later (an hour here); a
+    ``wait_durable`` starts it at once, and it covers everything appended meanwhile. A close
+    in the middle of the pause syncs what is left itself."""
+    f = Journal(tmp_path / "f", "fsync", sync_interval=3600.0)
+    p = f.append([ev(1)])
+    assert f.wait_durable(p, 60) and f.syncs == 1  # the first round: nothing before it to wait for
+    for t in range(2, 102):
+        p = f.append([ev(t)])
+    assert f.wait_durable(p, 60)  # (not an hour: the waiter ends the pause)
+    assert f.syncs == 2 and f.durable() == p  # one round for the hundred records
+    last = f.append([ev(200)])
+    f.close()  # (not an hour either: the flusher leaves its pause, the close syncs)
+    assert flusher_threads() == [] and f.durable() == last and f.syncs == 3
     with pytest.raises(ValueError):
         Journal(tmp_path / "o", "off")
 
