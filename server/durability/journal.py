@@ -46,9 +46,9 @@ left without a good header is removed (its name is the next position).
   nobody waits for one (:meth:`wait_durable`: ``POST /events``, a TCP
   sender's acknowledgement once its input pauses, a snapshot's publication),
   at once when somebody does; :meth:`durable` is the last position synced:
-  survives power loss. A round for every TCP block (600 a second at 50K
-  events/s) cost every event 0.15 ms at the median and 1 ms at the 99th
-  percentile on 2 cores (BENCHMARKS.md, "Engine workers, round 15").
+  survives power loss. A round for every TCP block (500-700 a second at 50K
+  events/s) cost every event about 0.1 ms at the median on 2 cores
+  (BENCHMARKS.md, "Engine workers, round 15").
 - ``write``: :meth:`durable` is the last position written with write(2): in
   the OS page cache, it survives kill -9 of the server, not a machine crash.
 - ``off`` keeps no journal at all: do not open one (the daemon leaves
