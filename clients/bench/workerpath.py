@@ -4,7 +4,7 @@
 The ``increasing`` workload of ``cayuga bench workers`` (``--queries``
 per-symbol queries of 10 rising quotes over 1,000 symbols) on one engine worker
 (server/workers/worker.py's ``Worker``, run in this process: what it would send
-down its pipe is kept), fed batches of ``batch_size`` events as the engine
+down its results channel is kept), fed batches of ``batch_size`` events as the engine
 thread sends them. Then what the main process does with each result: decode
 it, number, log and offer its witnesses (server/delivery/witnesses.py, a real
 witness log in a temporary directory, no client watching). Prints the CPU
@@ -34,13 +34,16 @@ from server.workers.worker import Worker
 
 
 class _Pipe:
-    """What the worker sends, kept (its end of the socket pair, in this process)."""
+    """What the worker sends, kept (its end of the socket pair and of the results
+    channel, in this process)."""
 
     def __init__(self) -> None:
         self.sent: list[bytes] = []
 
     def send_bytes(self, data: bytes) -> None:
         self.sent.append(data)
+
+    send = send_bytes  # (server/workers/channel.py's ResultWriter)
 
 
 def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, seed: int = 1) -> dict:
@@ -49,7 +52,7 @@ def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, see
     raise_young_threshold()  # as the worker's process and cayuga serve run
     try:
         pipe = _Pipe()
-        worker = Worker(pipe, worker_settings(Settings(engine_workers=1)))
+        worker = Worker(pipe, worker_settings(Settings(engine_workers=1)), pipe)
         worker.cmd_declare(STOCK)
         for i in range(queries):
             worker.cmd_add(f"s{i}", (increasing_query(names[i % n_symbols]),))
