@@ -91,6 +91,7 @@ class DelayQueue:
         self._woken = False
         self._nudged = False
         self._waker: tuple[int, int] | None = None  # a pipe the engine thread also waits on (get_batch(fds=...))
+        self._poller: tuple[tuple[int, ...], object] | None = None  # (the fds, a poll object watching them and it)
         self._fd_waiting = False  # it waits on it now: a notify writes to it
         self.last_released = None
         self.released_at = time.monotonic()  # when events last left (for /health's stall report)
@@ -310,11 +311,13 @@ class DelayQueue:
             self._waker = (r, w)
             weakref.finalize(self, _close_all, r, w)
         waker = self._waker[0]
-        poller = select.poll()  # (not select(): a server's descriptors may be past FD_SETSIZE)
-        poller.register(waker, select.POLLIN)
-        for fd in fds:
-            if fd >= 0:
+        watched = tuple(fd for fd in fds if fd >= 0)
+        if self._poller is None or self._poller[0] != watched:  # (made again only when a worker's descriptor changes)
+            poller = select.poll()  # (not select(): a server's descriptors may be past FD_SETSIZE)
+            for fd in (waker, *watched):
                 poller.register(fd, select.POLLIN)
+            self._poller = (watched, poller)
+        poller = self._poller[1]
         self._fd_waiting = True
         self._lock.release()
         try:

@@ -29,21 +29,19 @@ from __future__ import annotations
 import queue
 import select
 import socket
-import time
 import struct
 import threading
+import time
 from collections import deque
 from typing import Callable
+
+from server.workers.codec import ANSWER
 
 _LENGTH = struct.Struct("!Q")
 
 #: Seconds the worker's writer thread waits to end once the worker has (what it still
 #: holds is the main process's to read; it is stopping, or gone).
 FLUSH_TIMEOUT = 2.0
-
-
-class ChannelClosed(EOFError):
-    """The other end has closed the results channel (its process has ended)."""
 
 
 class ResultWriter:
@@ -174,7 +172,7 @@ class ResultReader:
                 self.on_closed()
                 self._ready.append((b"", None))
                 return
-            if msg[:1] == b"A":  # (codec.ANSWER: the answer to a check's decisions, numbered 0)
+            if msg[:1] == ANSWER:  # (the answer to a check's decisions, numbered 0)
                 self.on_applied(msg[1:])
             else:
                 self._ready.append((msg[:1], msg[1:]))
@@ -195,7 +193,7 @@ class ResultReader:
                 if not more:
                     return None
                 data += more
-        except (ConnectionResetError, OSError):
+        except OSError:  # (a reset: the worker has gone)
             return None
         return data if data or n == 0 else None
 
