@@ -38,6 +38,7 @@ from typing import Callable
 from server.workers.codec import ANSWER
 
 _LENGTH = struct.Struct("!Q")
+_CHUNK = 1 << 18  # what one read asks for (a batch's result is usually less: one read takes it whole)
 
 #: Seconds the worker's writer thread waits to end once the worker has (what it still
 #: holds is the main process's to read; it is stopping, or gone).
@@ -127,6 +128,9 @@ class ResultReader:
         self.on_closed = on_closed
         self._ready: deque[tuple[bytes, bytes | None]] = deque()
         self._ended = False
+        self._head = b""  # the start of a message's length, when a read ended inside it
+        self._partial: bytearray | None = None  # a message begun, its length's room, filled as it comes
+        self._got = 0  # the bytes of ``_partial`` filled
         self._poll = select.poll()  # (not select(): a server's descriptors may be past FD_SETSIZE)
         self._poll.register(sock, select.POLLIN)
 
@@ -154,48 +158,82 @@ class ResultReader:
         return not self._ready
 
     def pump(self, timeout: float | None = 0) -> None:
-        """Read every message that has arrived (waiting up to ``timeout`` for the first
-        result if none has): results kept for :meth:`get`, answers handed on."""
+        """Read what has arrived (waiting up to ``timeout`` for a result if none is in hand):
+        results kept for :meth:`get`, answers handed on. Never waits for the rest of a
+        message begun: what has come of it is kept for the next call (a worker stopped in the
+        middle of a write holds up no other worker's results, nor the events)."""
         if self._ended:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if self._ready or deadline is None:  # a result in hand: only what has arrived besides
-                wait = 0 if self._ready else None
-            else:
-                wait = max(0.0, deadline - time.monotonic()) * 1000
-            if not self._poll.poll(wait):
+            if not self._read_available():
+                self._end()
                 return
-            msg = self._read_one()
-            if msg is None:
-                self._ended = True
-                self.on_closed()
-                self._ready.append((b"", None))
+            if self._ready:
                 return
-            if msg[:1] == ANSWER:  # (the answer to a check's decisions, numbered 0)
-                self.on_applied(msg[1:])
-            else:
-                self._ready.append((msg[:1], msg[1:]))
+            wait = None if deadline is None else (deadline - time.monotonic()) * 1000
+            if wait is not None and wait <= 0 or not self._poll.poll(wait):
+                return
 
-    def _read_one(self) -> bytes | None:
-        """One message; None at the end. Once its first byte is there the rest is
-        waited for: the worker writes a message whole, whatever this process does."""
-        header = self._exactly(_LENGTH.size)
-        if header is None:
-            return None
-        return self._exactly(_LENGTH.unpack(header)[0])
+    def _read_available(self) -> bool:
+        """Take every byte the socket holds now, without waiting (one ``recv`` where a message
+        or more has come whole: no poll before it, no read of a length then of a body); False
+        at the worker's end."""
+        while True:
+            partial = self._partial
+            try:
+                if partial is not None:  # the rest of a large message: straight into its place
+                    n = self.sock.recv_into(memoryview(partial)[self._got:], 0, socket.MSG_DONTWAIT)
+                    if n == 0:
+                        return False
+                    self._got += n
+                    if self._got == len(partial):
+                        self._partial = None
+                        self._take(partial, 0, len(partial))
+                    continue
+                data = self.sock.recv(_CHUNK, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:  # (a reset: the worker has gone)
+                return False
+            if not data:
+                return False
+            self._split(self._head + data if self._head else data)
+            if len(data) < _CHUNK:
+                return True  # (the socket had no more then: what comes after wakes the next wait)
 
-    def _exactly(self, n: int) -> bytes | None:
-        try:
-            data = self.sock.recv(n, socket.MSG_WAITALL)
-            while 0 < len(data) < n:  # (a signal, or a message larger than the socket's limit)
-                more = self.sock.recv(n - len(data), socket.MSG_WAITALL)
-                if not more:
-                    return None
-                data += more
-        except OSError:  # (a reset: the worker has gone)
-            return None
-        return data if data or n == 0 else None
+    def _split(self, data: bytes) -> None:
+        """The whole messages of ``data`` taken; the start of the next one kept."""
+        p, n = 0, len(data)
+        size = _LENGTH.size
+        while n - p >= size:
+            length = _LENGTH.unpack_from(data, p)[0]
+            if n - p - size >= length:
+                self._take(data, p + size, p + size + length)
+                p += size + length
+            else:  # begun: room for all of it, filled by the next reads
+                self._partial = bytearray(length)
+                got = n - p - size
+                self._partial[:got] = memoryview(data)[p + size:]
+                self._got = got
+                self._head = b""
+                return
+        self._head = data[p:]  # (a length not whole yet)
+
+    def _take(self, data: bytes | bytearray, start: int, end: int) -> None:
+        """The message at ``data[start:end]``: its tag, and its body copied out once."""
+        tag, body = bytes(data[start:start + 1]), bytes(memoryview(data)[start + 1:end])
+        if tag == ANSWER:  # (the answer to a check's decisions, numbered 0)
+            self.on_applied(body)
+        else:
+            self._ready.append((tag, body))
+
+    def _end(self) -> None:
+        """The worker has gone (what it left unfinished is dropped: it never made a whole message)."""
+        self._ended = True
+        self._partial, self._head = None, b""
+        self.on_closed()
+        self._ready.append((b"", None))
 
     def close(self) -> None:
         self._ended = True

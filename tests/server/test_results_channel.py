@@ -26,12 +26,12 @@ from tests.server.conftest import make_settings
 MB = 1 << 20
 
 
-def _in_thread(fn, *args) -> list:
+def _in_thread(fn, *args, timeout: float = 120) -> list:
     """``fn(*args)`` on a thread; its value (the thread is joined: a hang fails the test, not the suite)."""
     out: list = []
     t = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
     t.start()
-    t.join(120)
+    t.join(timeout)
     assert not t.is_alive(), f"{fn.__name__} is still waiting"
     return out
 
@@ -82,6 +82,61 @@ def test_a_reader_with_nothing_to_read_says_empty_at_once():
     ResultWriter(theirs).send(codec.RESULT + b"x")
     assert reader.get(timeout=60) == (codec.RESULT, b"x")
     theirs.close()
+    reader.close()
+
+
+def test_a_message_that_comes_in_pieces_is_waited_for_by_nobody():
+    """A result whose length and body come in pieces (as from a worker stopped, or slow, in the
+    middle of its write): every wait before its last byte ends empty when its time is up, never
+    held until the rest comes; once whole it is handed out once, followed by the messages that
+    shared its last read, and an answer among them is handed on in its place."""
+    import queue
+    import struct
+
+    mine, theirs = socket.socketpair()
+    applied: list = []
+    reader = ResultReader(mine, lambda body: applied.append(pickle.loads(body)[2]))
+    big = codec.RESULT + bytes(range(256)) * 4096  # 1 MiB and a byte: more than one read takes
+    framed = struct.pack("!Q", len(big)) + big
+    answer = codec.ANSWER + pickle.dumps((0, True, "applied"))
+    after = struct.pack("!Q", len(answer)) + answer + struct.pack("!Q", 3) + codec.RESULT + b"ok"
+    pieces = [framed[:3], framed[3:8], framed[8:9]] + [framed[i:min(i + 100_000, len(framed) - 1)]
+                                                       for i in range(9, len(framed) - 1, 100_000)]
+    pieces.append(framed[-1:] + after)  # (each piece less than the socket holds: the reader drains each)
+    for piece in pieces[:-1]:
+        theirs.sendall(piece)
+        for wait in (reader.get_nowait, lambda: reader.get(timeout=0.05)):
+            def empty(wait=wait):
+                try:
+                    return wait()
+                except queue.Empty:
+                    return "empty"
+            assert _in_thread(empty, timeout=30) == ["empty"]  # (a wait held by the rest fails here)
+        assert reader.empty() and reader.fileno() == mine.fileno()
+    theirs.sendall(pieces[-1])
+    assert reader.get(timeout=60) == (codec.RESULT, big[1:])
+    assert applied == ["applied"]  # (read with the result that follows it, handed on before that is taken)
+    assert reader.get(timeout=60) == (codec.RESULT, b"ok")
+    assert reader.empty()
+    theirs.close()
+    reader.close()
+
+
+def test_a_worker_gone_in_the_middle_of_a_message_ends_the_channel_without_it():
+    """The end comes after a message's first half (the worker died writing it): the messages
+    before it are handed out, the half is not, and the end is seen once."""
+    import struct
+
+    mine, theirs = socket.socketpair()
+    closed: list = []
+    reader = ResultReader(mine, lambda body: None, lambda: closed.append(True))
+    whole = codec.RESULT + b"first"
+    half = codec.RESULT + b"x" * 1000
+    theirs.sendall(struct.pack("!Q", len(whole)) + whole + struct.pack("!Q", len(half)) + half[:500])
+    assert reader.get(timeout=60) == (codec.RESULT, b"first")
+    theirs.close()
+    assert reader.get(timeout=60) == (b"", None)
+    assert closed == [True] and reader.fileno() == -1
     reader.close()
 
 
