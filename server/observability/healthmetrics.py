@@ -41,8 +41,12 @@ class HealthCollector:
         collections = CounterMetricFamily("cayuga_engine_worker_gc_collections", "Collections of the cyclic garbage "
                                           "collector in an engine worker process, per generation, at the last "
                                           "instance count (its current process)", labels=["worker", "generation"])
+        oldest = GaugeMetricFamily("cayuga_engine_worker_oldest_batch_seconds", "Seconds since an engine worker was "
+                                   "sent the oldest batch it has not answered (0: it owes none); /health says "
+                                   "not_answering past 15 s", labels=["worker"])
         for w in d.workers():
             label = [str(w["worker"])]
+            oldest.add_metric(label, w.get("oldest_batch_s") or 0.0)
             up.add_metric(label, 1 if w["alive"] else 0)
             flight.add_metric(label, w["in_flight_events"])
             batches.add_metric(label, w["in_flight_batches"])
@@ -54,7 +58,7 @@ class HealthCollector:
             for generation, n in enumerate(w["gc_collections"] or ()):
                 collections.add_metric([*label, str(generation)], n)
             stopped.add_metric(label, 1 if w["state"] == "stopped" else 0)
-        yield from (up, flight, batches, events, instances, cpu, restarts, stopped, collections)
+        yield from (up, flight, batches, events, instances, cpu, restarts, stopped, collections, oldest)
         yield CounterMetricFamily("cayuga_engine_errors", "Events the engine raised an error on (the thread "
                                   "survived; /health reports the last one and says degraded)",
                                   value=d.counters.get(Count.ENGINE_ERRORS))

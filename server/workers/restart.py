@@ -66,6 +66,9 @@ MAX_DEATHS = 3
 DEATH_WINDOW = 60.0
 #: Seconds a restarted worker may take for one step of its catch-up (a batch, loading its snapshot part).
 STEP_TIMEOUT = 600.0
+#: Seconds a running worker may owe a batch before /health says it is not answering (stopped by a
+#: signal or a debugger, starved of a core, or that long on one batch): events wait meanwhile.
+SILENT_SECONDS = 15.0
 
 
 class Spawner:
@@ -136,12 +139,31 @@ class Restarter:
         elif self.thread.links[w].gone is not None:
             state = "restarting"
         else:
-            state = "running"
+            state = "not_answering" if self.silent(w) is not None else "running"
+        owed = self.owed(w)
         return {"state": state, "restarts": self.restarts[w], "catch_up": dict(progress) if progress else None,
-                "last_death": self.last_death.get(w), "stopped_because": self.abandoned.get(w)}
+                "last_death": self.last_death.get(w), "stopped_because": self.abandoned.get(w),
+                "oldest_batch_s": None if owed is None else round(owed, 3)}
+
+    def owed(self, w: int) -> float | None:
+        """Seconds since worker ``w`` was sent the oldest batch it has not answered (None: it owes none)."""
+        try:
+            flights = tuple(self.thread.in_flight)  # (the engine thread's: a copy, read once)
+        except RuntimeError:  # changed while copied: the next look sees it
+            return None
+        for f in flights:
+            if w in f.workers and w not in f.got:
+                return max(0.0, time.perf_counter() - f.sent)
+        return None
+
+    def silent(self, w: int) -> float | None:
+        """:meth:`owed`, once it is SILENT_SECONDS or more (a running worker only)."""
+        owed = self.owed(w)
+        return owed if owed is not None and owed >= SILENT_SECONDS else None
 
     def trouble(self) -> list[str]:
-        """What /health says of workers that are not running (empty while every one runs)."""
+        """What /health says of workers that are not running, or not answering (empty while every one runs
+        and answers)."""
         out = []
         for w, link in enumerate(self.thread.links):
             progress = self.catching_up.get(w)
@@ -154,6 +176,11 @@ class Restarter:
                            "(events wait in the queue meanwhile)")
             elif link.gone is not None:
                 out.append(f"engine worker {w} died and is being started again")
+            elif (silent := self.silent(w)) is not None:
+                pid = link.process.pid if link.process is not None else None
+                out.append(f"engine worker {w} (pid {pid}) has not answered a batch sent {silent:.0f} s ago: it is "
+                           "stopped (a signal, a debugger), waiting for a core, or that long on one batch; events "
+                           "wait in the queue meanwhile (nothing is dropped), and it is not restarted while it lives")
         return out
 
     # ------------------------------------------------------------------ the engine thread

@@ -408,3 +408,54 @@ def test_a_worker_that_dies_while_the_server_recovers_is_started_again_from_the_
         sub = c.subscription(sid)
         assert sub["exact"] and sub["last_seq"] == before["last_seq"]
     assert_no_cayuga_threads()
+
+
+def test_a_worker_that_does_not_answer_is_named_and_its_events_wait(tmp_path, monkeypatch):
+    """A worker stopped (SIGSTOP) lives but answers nothing: once it has owed a batch for
+    SILENT_SECONDS, /health says degraded and names it with its pid (``state: not_answering``,
+    ``oldest_batch_s``), /metrics gives the batch's age, and it is not restarted. The events wait:
+    once it is continued, every witness arrives, as many as the same events give a worker that
+    was never stopped, and /health is ok again."""
+    from clients.testing.market import random_walk
+    from tests.server.conftest import stock
+
+    monkeypatch.setattr(restart, "SILENT_SECONDS", 0.5)
+    ticks = [stock(e.values[0], round(e.values[1], 4), e.values[2], e.t0)
+             for e in random_walk(30, 3000, seed=5, down=0.01, up=0.01)]
+
+    def run(stop: bool) -> int:
+        s = make_settings(tmp_path / ("stopped" if stop else "plain"), time="event", engine_workers=1)
+        with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+            d = srv.daemon
+            sid = c.subscribe(cel=RISING)["id"]
+            pid = d.links[0].process.pid
+            if stop:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                with c.sender() as snd:
+                    snd.send_many(ticks[:1000])
+                    if stop:
+                        h = wait_until(lambda: (h := c.health())["workers"][0]["state"] == "not_answering" and h,
+                                       what="/health to say the worker does not answer")
+                        assert h["status"] == "degraded" and f"engine worker 0 (pid {pid}) has not answered" in h["reason"]
+                        assert h["workers"][0]["oldest_batch_s"] >= 0.5 and h["workers"][0]["restarts"] == 0
+                        metrics = c.http.get("/metrics").text
+                        line = next(x for x in metrics.splitlines()
+                                    if x.startswith('cayuga_engine_worker_oldest_batch_seconds{worker="0"}'))
+                        assert float(line.split()[-1]) >= 0.5
+                        assert d.events_taken < 1000  # (its batch is not through)
+                        os.kill(pid, signal.SIGCONT)
+                    snd.send_many(ticks[1000:])
+            finally:
+                if stop:
+                    os.kill(pid, signal.SIGCONT)  # (never leave a stopped process behind)
+            wait_until(lambda: d.events_taken == len(ticks), what="every event through the engine")
+            h = wait_until(lambda: (h := c.health())["status"] == "ok" and h, what="/health ok again")
+            assert h["workers"][0]["state"] == "running" and d.links[0].process.pid == pid
+            last = c.subscription(sid)["last_seq"]
+            assert len(logged_witnesses(srv.base_url, sid, last)) == last
+            return last
+
+    stopped, plain = run(True), run(False)
+    assert stopped == plain > 0
+    assert_no_cayuga_threads()

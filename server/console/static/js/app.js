@@ -445,11 +445,12 @@ async function health() {
     const inexact = nInexact ? ` · ${nInexact} inexact` : "";
     const nBroken = Object.keys(h.broken || {}).length;
     const broken = nBroken ? ` · ${nBroken} broken` : "";
-    // engine workers (engine_workers): one restarted and catching up, or stopped, is named; each one's figures in the title
+    // engine workers (engine_workers): one restarted and catching up, stopped, or not answering, is named; each one's figures in the title
     const workers = h.workers || [];
     const odd = workers.filter((w) => w.state !== "running").map((w) => (w.state === "catching_up" && w.catch_up
       ? ` · worker ${w.worker} catching up ${Math.floor((100 * w.catch_up.events_done) / Math.max(w.catch_up.events_total, 1))}%`
-      : ` · worker ${w.worker} ${w.state}`)).join("");
+      : ` · worker ${w.worker} ${w.state.replace("_", " ")}`
+        + (w.state === "not_answering" && w.oldest_batch_s != null ? ` for ${Math.floor(w.oldest_batch_s)} s` : ""))).join("");
     const perWorker = workers.map((w) => `worker ${w.worker}: ${w.state.replace("_", " ")}, ${w.events} events, `
       + `${w.instances} instances, ${w.in_flight_batches} batches in flight, `
       + `${w.cpu_seconds == null ? "?" : w.cpu_seconds.toFixed(1)} s CPU, ${w.restarts} restart${w.restarts === 1 ? "" : "s"}`);
