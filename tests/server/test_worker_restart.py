@@ -443,6 +443,7 @@ def test_a_worker_that_does_not_answer_is_named_and_its_events_wait(tmp_path, mo
                         line = next(x for x in metrics.splitlines()
                                     if x.startswith('cayuga_engine_worker_oldest_batch_seconds{worker="0"}'))
                         assert float(line.split()[-1]) >= 0.5
+                        assert c.http.get("/stats").json()["workers"][0]["oldest_batch_s"] >= 0.5
                         assert d.events_taken < 1000  # (its batch is not through)
                         os.kill(pid, signal.SIGCONT)
                     snd.send_many(ticks[1000:])
