@@ -130,11 +130,15 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
         qfiles = [QUERIES / f"{q}.cel" for q in queries]
 
         # offline, the same file and queries, whole process; one run per query for its own witnesses
+        before_offline = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = perf()
         offline = subprocess.run(cayuga_command("run", *[a for q in qfiles for a in ("--query", str(q))],
                                                 "--events", str(ticks), "--output", str(tmp / "offline.jsonl")),
                                  env=cayuga_env(), capture_output=True, text=True)
         offline_s = perf() - start
+        after_offline = resource.getrusage(resource.RUSAGE_CHILDREN)
+        offline_cpu = (after_offline.ru_utime + after_offline.ru_stime
+                       - before_offline.ru_utime - before_offline.ru_stime)
         if offline.returncode != 0:
             raise RuntimeError(offline.stderr[-2000:])
         expected: dict[str, list[str]] = {}
@@ -166,6 +170,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                     raise RuntimeError("the watchers did not connect")
                 time.sleep(0.02)
             cpu_before = metric(client, "process_cpu_seconds_total")
+            workers_before = metric(client, "cayuga_engine_worker_cpu_seconds_total")
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = perf()
             send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url, *tls_args),
@@ -189,6 +194,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                     p.wait(10)
                 out.close()
             server_cpu = metric(client, "process_cpu_seconds_total") - cpu_before
+            workers_cpu = metric(client, "cayuga_engine_worker_cpu_seconds_total") - workers_before
             drops = metric(client, "cayuga_client_drops_total")
             delivered = metric(client, "cayuga_witnesses_delivered_total")
             health = client.health()
@@ -212,7 +218,11 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
         # CPU seconds, less bent by the machine's load than the times: the server's from the start of
         # cayuga send until every event was processed, and cayuga send's own
         "server_cpu_s": round(server_cpu, 2),
+        # its engine workers' (engine_workers; 0 with none), and the whole of `cayuga run`'s: what the
+        # two cores had to find room for beside the time the run took
+        "workers_cpu_s": round(workers_cpu, 2),
         "send_cpu_s": round(send_cpu, 2),
+        "offline_cpu_s": round(offline_cpu, 2),
         "end_to_end_s": round(e2e_s, 3),
         "events_per_second": round(events / e2e_s),
         "witnesses_per_second": round(witnesses / e2e_s),
