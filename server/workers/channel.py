@@ -175,10 +175,18 @@ class ResultReader:
             if wait is not None and wait <= 0 or not self._poll.poll(wait):
                 return
 
-    def _read_available(self) -> bool:
+    def drain(self) -> None:
+        """Read all that has come and the end if it has come too (a worker that has gone: what
+        it sent before it died), without waiting: :meth:`pump` stops at a read that emptied
+        the socket and sees the end at its next call."""
+        if not self._ended and not self._read_available(to_end=True):
+            self._end()
+
+    def _read_available(self, to_end: bool = False) -> bool:
         """Take every byte the socket holds now, without waiting (one ``recv`` where a message
         or more has come whole: no poll before it, no read of a length then of a body); False
-        at the worker's end."""
+        at the worker's end (``to_end``: read until the socket has nothing, to see an end that
+        came after the last message)."""
         while True:
             partial = self._partial
             try:
@@ -199,7 +207,7 @@ class ResultReader:
             if not data:
                 return False
             self._split(self._head + data if self._head else data)
-            if len(data) < _CHUNK:
+            if len(data) < _CHUNK and not to_end:
                 return True  # (the socket had no more then: what comes after wakes the next wait)
 
     def _split(self, data: bytes) -> None:

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable
 
@@ -144,7 +144,7 @@ class WorkerLink:
                 self._conn.send_bytes(codec.COMMAND + pickle.dumps((number, name, args), pickle.HIGHEST_PROTOCOL))
             except (OSError, ValueError) as exc:
                 self._pending.pop(number, None)
-                fut.set_exception(WorkerGone(f"the engine worker {self.name} has ended ({exc})"))
+                _fail(fut, WorkerGone(f"the engine worker {self.name} has ended ({exc})"))
         return fut
 
     def call(self, name: str, *args, timeout: float = COMMAND_TIMEOUT):
@@ -180,8 +180,7 @@ class WorkerLink:
             code = None
         self.gone = f"the engine worker {self.name} has ended (exit code {code})"
         for fut in list(self._pending.values()):
-            if not fut.done():
-                fut.set_exception(WorkerGone(self.gone))
+            _fail(fut, WorkerGone(self.gone))
         self._pending.clear()
         if self.on_result is not None:  # wakes the engine thread
             self.on_result()
@@ -219,3 +218,13 @@ class WorkerLink:
             self._reader.join(5)
         if self.results is not None:
             self.results.close()
+
+
+def _fail(fut: Future, exc: BaseException) -> None:
+    """``fut`` failed with ``exc``, unless it is already done: a command whose send meets the
+    worker's end and the reader thread that has just seen that end both fail it, and only the
+    first may (the second would raise InvalidStateError, on the engine thread, and end it)."""
+    try:
+        fut.set_exception(exc)
+    except InvalidStateError:
+        pass

@@ -213,7 +213,7 @@ class Restarter:
             return True
         log.error("%s: starting it again, from the newest snapshot and the journal (events wait meanwhile)", why)
         if old.results is not None:
-            old.results.pump(0)  # (read to its end: the answers it sent before it died)
+            old.results.drain()  # (read to its end: the answers it sent before it died)
         while not old.applied.empty():  # what it applied before it died is counted
             t._applied(w, old.applied.get_nowait())
         unanswered = t._deciding.pop(w, ([], 0))  # recorded: the catch-up applies them at their point

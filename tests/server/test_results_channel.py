@@ -209,3 +209,39 @@ def test_a_worker_answers_commands_while_its_large_results_wait_unread(tmp_path)
     finally:
         link.stop()
     assert link.results.fileno() == -1 or link.process.poll() is not None
+
+
+def test_drain_reads_to_the_end_in_one_call():
+    """A worker that has gone: :meth:`drain` takes its last result and its answer and sees the
+    end in one call (``pump(0)`` stops at a read that emptied the socket; a restart reads a dead
+    worker's last answers with ``drain``)."""
+    import struct
+
+    mine, theirs = socket.socketpair()
+    closed: list = []
+    applied: list = []
+    reader = ResultReader(mine, lambda body: applied.append(pickle.loads(body)[2]), lambda: closed.append(True))
+    answer = codec.ANSWER + pickle.dumps((0, True, "last"))
+    result = codec.RESULT + b"done"
+    theirs.sendall(struct.pack("!Q", len(answer)) + answer + struct.pack("!Q", len(result)) + result)
+    theirs.close()
+    reader.drain()
+    assert applied == ["last"] and closed == [True] and reader.fileno() == -1
+    assert reader.get_nowait() == (codec.RESULT, b"done")
+    assert reader.get_nowait() == (b"", None)
+    reader.close()
+
+
+def test_a_command_failed_twice_at_a_workers_end_keeps_the_first_failure():
+    """The reader thread that sees a worker's end fails every pending command; a command whose
+    send met that end fails its own too. Whichever comes second must not raise (it did, as
+    InvalidStateError, on the engine thread, which then ended: a CI run of the plain-Python build,
+    2026-12-02)."""
+    from concurrent.futures import Future
+
+    from server.workers.link import WorkerGone, _fail
+
+    fut: Future = Future()
+    _fail(fut, WorkerGone("first"))
+    _fail(fut, WorkerGone("second"))
+    assert str(fut.exception()) == "first"
