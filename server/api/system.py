@@ -166,6 +166,7 @@ def _state(request: Request, d) -> Status:
 async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
     """Everything a person or a dashboard wants to know; 200 but while draining.
     Probes use /livez and /readyz, which answer 503 where they fail."""
+    workers = d.workers()  # (first: a worker it says is stopped or restarting, the status below says so too)
     status, reasons, disk, stalled, heavy, inexact, gaps, broken = _state(request, d)
     return JSONResponse(status_code=503 if status == "draining" else 200, content={
         "status": status,
@@ -196,7 +197,7 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         "engine_build": BUILD,  # "compiled" or "python" (cayuga build-engine)
         # engine_workers: 0 runs the automata on the engine thread; else the worker processes, each with its state
         "engine_workers": d.settings.engine_workers,
-        "workers": d.workers(),
+        "workers": workers,
         # the history the journal keeps for backfills and previews (retain_duration, retain_bytes):
         # {"from", "to"} event times, "bytes", "segments"; null with durability off
         "retained": d.retained(),

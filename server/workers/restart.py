@@ -256,7 +256,6 @@ class Restarter:
     def _abandon(self, w: int, why: str) -> None:
         """Worker ``w`` is not started again: its subscriptions are marked, never silently left."""
         t = self.thread
-        self.abandoned[w] = why
         t.engine.stopped[w] = why  # (a registration placed there is refused, saying so)
         for f in t.in_flight:  # what it was sent is not waited for
             if w in f.workers:
@@ -266,6 +265,7 @@ class Restarter:
         reason = f"engine worker {w} is stopped: {why}; restart the server"
         for sid in sids:
             t.budget.lost_state(sid, reason, t.processed)
+        self.abandoned[w] = why  # last: a reader that sees it stopped sees its subscriptions marked (/health)
         log.error("%s; its %d subscriptions get no events and are marked inexact", reason, len(sids))
 
 
