@@ -9,6 +9,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from clients.bench import rows
 from clients.cli import main
 
 KEYS = {"events_per_second", "events", "subscriptions", "matches", "peak_rss_mb", "wall_s"}
@@ -155,9 +156,10 @@ def test_server_end_to_end_matches_cayuga_run_through_real_processes():
     assert out["delivered_total"] == out["witnesses_printed"]
 
 
-def test_server_two_queries_two_watchers_says_every_witness_was_delivered():
+def test_server_two_queries_two_watchers_says_every_witness_was_delivered(tmp_path):
     """Issue 22's row: Rising and the run-up FOLD query (clients/bench/queries/runup.cel),
-    one watcher each; the summary names the target and whether it was met."""
+    one watcher each; the summary names the target and whether it was met, and
+    clients/bench/rows.py reads it as issue 32's row."""
     result = CliRunner().invoke(main, ["bench", "server", "--events", "4000", "--symbols", "20",
                                        "--queries", "rising,runup"])
     assert result.exit_code == 0, result.output
@@ -166,6 +168,9 @@ def test_server_two_queries_two_watchers_says_every_witness_was_delivered():
     assert out["witnesses_equal_offline"] is True and out["every_witness_delivered"] is True
     assert out["delivered_total"] == out["witnesses_printed"] > 0
     assert out["target"].startswith("events_per_second >= 100,000") and isinstance(out["meets_target"], bool)
+    (tmp_path / "server_two_1.json").write_text(result.output)
+    two = rows.summarize(tmp_path)[1]
+    assert two.figures == [f"{out['events_per_second']:,}"] and two.met == [out["events_per_second"] >= 100_000]
 
 
 def test_runup_cel_is_the_runup_benchmarks_query(tmp_path):
@@ -195,7 +200,7 @@ def test_runup_cel_is_the_runup_benchmarks_query(tmp_path):
     assert sorted((w["t0"], w["t1"], w["Name"], w["First"], w["Last"], w["Count"]) for w in cel) == sorted(got)
 
 
-def test_latency_reports_percentiles_of_every_event(monkeypatch):
+def test_latency_reports_percentiles_of_every_event(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "getloadavg", lambda: (1.234, 5.0, 6.0))  # the machine's, read as the run starts
     result = CliRunner().invoke(main, ["bench", "latency", "--rates", "400", "--seconds", "0.5"])
     assert result.exit_code == 0, result.output
@@ -214,6 +219,12 @@ def test_latency_reports_percentiles_of_every_event(monkeypatch):
     assert all(0 <= w["at_s"] < 0.5 for w in windows) and windows == sorted(windows, key=lambda w: -w["worst_ms"])
     # and what the server did meanwhile: at the default durability (fsync), the journal was synced
     assert run["server_pauses"]["journal_syncs"] >= 1 and run["server_pauses"]["gc_full_collections"] >= 0
+    # clients/bench/rows.py judges the run at 1 worker and only shows the one in-process beside it
+    (tmp_path / "latency_1_1.json").write_text(result.output.replace('"rate_events_per_s": 400', '"rate_events_per_s": 50000'))
+    (tmp_path / "latency_0_1.json").write_text(result.output.replace('"rate_events_per_s": 400', '"rate_events_per_s": 50000'))
+    at50k = rows.summarize(tmp_path)[3]
+    assert at50k.figures == at50k.beside == [f"{run['p99_ms']:.2f} (p50 {run['p50_ms']:.2f})"]
+    assert at50k.met == [run["p99_ms"] <= 1.0]
 
 
 def test_worst_windows_find_a_stall_and_when_it_was():
@@ -307,7 +318,7 @@ def test_worker_path_times_both_halves_and_logs_every_witness_the_worker_made():
     assert summary["witnesses"] == sum(max(n - 9, 0) for s, n in seen.items() if s in names) > 0
 
 
-def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used():
+def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp_path):
     """``cayuga bench workers`` (what clients/bench/device.sh runs at 1 to 16 workers): a
     server per count; each run's events/s, over the first's, and the cores the server's
     process and each worker used while the events went through (where the ceiling is);
@@ -322,3 +333,29 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used():
         assert r["main_cores"] >= 0 and len(r["worker_cores"]) == r["engine_workers"]
         assert all(c >= 0 for c in r["worker_cores"])
         assert r["watched"] == r["watched_made"] > 0  # (100 quotes a symbol: some rise ten times in a row)
+    (tmp_path / "workers10k.json").write_text(out_line := result.output.strip().splitlines()[-1])
+    many = rows.summarize(tmp_path)[2]  # clients/bench/rows.py: 2 over 1, issue 32's row
+    one, two = json.loads(out_line)["runs"]
+    assert many.met == [two["events_per_second"] / one["events_per_second"] >= 1.5] and len(many.figures) == 1
+
+
+def test_rows_table_says_per_row_in_how_many_runs_the_target_was_met(tmp_path, capsys):
+    """clients/bench/rows.py over what clients/bench/rows.sh leaves: each run's figure, met in
+    how many; a run that failed (no JSON) is left out, a row with no run says so, and a run
+    whose witnesses did not all arrive is not met whatever its speed."""
+    for i, (ratio, ok) in enumerate([(0.95, True), (1.2, True), (0.9, False)], 1):
+        (tmp_path / f"server_rising_{i}.json").write_text(
+            json.dumps({"server_over_offline": ratio, "every_witness_delivered": ok}))
+    (tmp_path / "server_rising_4.json").write_text("")  # a run cut off before it printed
+    (tmp_path / "workers10k.json").write_text(json.dumps({"runs": [
+        {"engine_workers": 1, "events_per_second": 20000}, {"engine_workers": 2, "events_per_second": 32000},
+        {"engine_workers": 1, "events_per_second": 20000}, {"engine_workers": 2, "events_per_second": 28000}]}))
+    rising, two, many, at50k, at100k = rows.summarize(tmp_path)
+    assert rising.figures == ["0.95", "1.20", "0.90 (witnesses missing)"] and rising.verdict() == "in 1 of 3"
+    assert many.figures == ["20,000 -> 32,000 (1.60)", "20,000 -> 28,000 (1.40)"] and many.verdict() == "in 1 of 2"
+    assert two.verdict() == at50k.verdict() == "not measured"
+    assert rows.main([str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "| row | runs | target | met |" and len(printed) == 7
+    assert "| 0.95, 1.20, 0.90 (witnesses missing) | <= 1.0 | in 1 of 3 |" in printed[2]
+    assert rows.main([str(tmp_path / "nowhere")]) == 2
