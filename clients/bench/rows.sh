@@ -23,7 +23,7 @@ if [ "${SMALL:-0}" = 1 ]; then
 else
   QUERIES=10000 EVENTS=200000 TICKS=1000000 PER_RATE=5
 fi
-{ echo "cores: $(nproc)"; "$PY" --version; uname -a; uptime; git rev-parse --short HEAD 2>/dev/null; } \
+{ echo "cores: $(nproc)"; "$PY" --version; uname -a; uptime; git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null; } \
   > "$OUT/machine.txt" 2>&1
 
 run() {  # run NAME [ENV=VALUE ...] -- BENCH ARGS...
