@@ -46,21 +46,22 @@ def _runs(folder: Path, prefix: str) -> list[dict]:
     return [d for d in map(_load, sorted(folder.glob(f"{prefix}*.json"))) if d is not None]
 
 
+def _server(folder: Path, prefix: str, row: Row, key: str, fmt: str, meets) -> Row:
+    """``bench server`` runs: ``key``'s figure, met where ``meets`` it and every witness arrived."""
+    for d in _runs(folder, prefix):
+        figure, ok = d.get(key), d.get("every_witness_delivered")
+        if figure is not None:
+            row.figures.append(fmt.format(figure) + ("" if ok else " (witnesses missing)"))
+            row.met.append(bool(ok) and meets(figure))
+    return row
+
+
 def summarize(folder: Path) -> list[Row]:
-    rising = Row("bench server --queries rising, server / cayuga run", "<= 1.0")
-    for d in _runs(folder, "server_rising"):
-        ratio, ok = d.get("server_over_offline"), d.get("every_witness_delivered")
-        if ratio is None:
-            continue
-        rising.figures.append(f"{ratio:.2f}" + ("" if ok else " (witnesses missing)"))
-        rising.met.append(bool(ok) and ratio <= 1.0)
-    two = Row("bench server --queries rising,runup, 2 watchers, events/s", ">= 100,000, all delivered")
-    for d in _runs(folder, "server_two"):
-        eps, ok = d.get("events_per_second"), d.get("every_witness_delivered")
-        if eps is None:
-            continue
-        two.figures.append(f"{eps:,}" + ("" if ok else " (witnesses missing)"))
-        two.met.append(bool(ok) and eps >= 100_000)
+    rising = _server(folder, "server_rising", Row("bench server --queries rising, server / cayuga run", "<= 1.0"),
+                     "server_over_offline", "{:.2f}", lambda ratio: ratio <= 1.0)
+    two = _server(folder, "server_two", Row("bench server --queries rising,runup, 2 watchers, events/s",
+                                            ">= 100,000, all delivered"),
+                  "events_per_second", "{:,}", lambda eps: eps >= 100_000)
     many = Row("10,000 per-symbol queries, engine_workers 2 over 1", ">= 1.5")
     for d in _runs(folder, "workers10k"):
         runs = d.get("runs", [])

@@ -3,7 +3,7 @@
 # worker), with the in-process engine (engine_workers: 0) measured beside the latency in the same
 # minutes; then the table against the targets (python -m clients.bench.rows):
 #
-#   bash clients/bench/rows.sh /tmp/rows              # about 8 minutes on 2 cores (2026-12-03)
+#   bash clients/bench/rows.sh /tmp/rows              # about 6 minutes on 2 cores (2026-12-03)
 #   SMALL=1 bash clients/bench/rows.sh /tmp/rows      # a dry run, small loads (the figures mean nothing)
 #
 # Each benchmark's JSON goes to OUT/<name>.json and its stderr to OUT/<name>.err; OUT/log.txt says
