@@ -254,6 +254,18 @@ def worker_path(queries, events, batch):
     _emit(run(queries, events, batch=batch))
 
 
+@bench.command("ingest-path")
+@click.option("--events", type=int, default=500_000, show_default=True, help="Ticks received.")
+@click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
+def ingest_path(events, n_symbols):
+    """The main process's half of each event on its way to a worker, in this process at
+    the shipped settings: blocks of ticks decoded, limited, queued and journaled, taken
+    in batches and encoded for the worker; each step's CPU per event, and the events
+    a second one core doing only this would let through."""
+    from clients.bench.ingestpath import run
+    _emit(run(events, n_symbols))
+
+
 @bench.command()
 @click.option("--rates", default="10000,50000,100000", show_default=True, help="Comma-separated events/s.")
 @click.option("--seconds", type=float, default=5.0, show_default=True, help="Per rate.")

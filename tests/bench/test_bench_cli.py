@@ -319,6 +319,34 @@ def test_worker_path_times_both_halves_and_logs_every_witness_the_worker_made():
     assert summary["witnesses"] == sum(max(n - 9, 0) for s, n in seen.items() if s in names) > 0
 
 
+def test_ingest_path_takes_every_tick_through_the_queue_and_journal_once():
+    """``cayuga bench ingest-path``: the receivers' and the engine thread's half of each tick at the
+    shipped settings -- each block one journal record, every tick taken out once and encoded for a
+    worker -- with each step's CPU per event adding up to the whole."""
+    result = CliRunner().invoke(main, ["bench", "ingest-path", "--events", "20000"])
+    assert result.exit_code == 0, result.output
+    (line,) = result.output.strip().splitlines()
+    out = json.loads(line)
+    assert out["events"] == out["events_taken"] == 20000
+    assert out["blocks"] == out["journal_records"] > 1  # (20,000 ticks are more than one 256 KiB read)
+    assert out["batch_size"] == 1024 and out["batch_bytes"] > 20000
+    steps = out["us_per_event"]
+    assert set(steps) == {"decode", "limits", "queue_and_journal", "take", "encode", "all"}
+    assert all(v >= 0 for v in steps.values()) and steps["all"] > 0
+    assert abs(sum(v for k, v in steps.items() if k != "all") - steps["all"]) < 0.01
+    assert out["events_per_core_s"] > 0
+
+
+def test_ingest_path_blocks_end_at_line_ends():
+    from clients.bench.ingestpath import blocks_of
+
+    data = b"".join(b"line %d\n" % i for i in range(1000))
+    blocks = blocks_of(data, 100)
+    assert b"".join(blocks) == data and len(blocks) > 1
+    assert all(b.endswith(b"\n") and len(b) <= 100 for b in blocks)
+    assert blocks_of(b"no newline at the end", 8) == [b"no newline at the end"]
+
+
 def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp_path):
     """``cayuga bench workers`` (what clients/bench/device.sh runs at 1 to 16 workers): a
     server per count; each run's events/s, over the first's, and the cores the server's

@@ -1,0 +1,118 @@
+"""The main process's half of each event on its way to an engine worker, timed
+step by step (issue 32): ``cayuga bench ingest-path``.
+
+What a TCP receiver thread and the engine thread of ``cayuga serve`` do with
+each block of ``cayuga send``'s ticks, in this process, with the shipped
+settings: the block's longest line bounded (:func:`server.ingest.tcp.line_over`),
+its lines decoded (:class:`air.formats.JsonDecoder`, the receiver's decoder),
+the client limits applied (:func:`server.ingest.limits.refusals`, with the
+``max_future`` horizon), the block queued (:meth:`DelayQueue.put_batch`: one
+journal record, appended to a real journal in a temporary directory at
+``durability: fsync``, its flusher syncing behind), then taken out in batches
+of ``batch_size`` (:meth:`DelayQueue.get_batch`), counted per stream and
+encoded as a worker's ``B`` message (:func:`server.workers.codec.encode_batch`).
+Sockets, the acknowledgements and the witnesses' way back are not in it
+(``cayuga bench worker-path`` times the results' half).
+
+Each step's CPU is this thread's (``time.thread_time``: not the journal's
+flusher), per event; ``events_per_core_s`` is what one core doing only this
+half would let through: a ceiling on the events a second the main process can
+hand to any number of workers, whatever they do with them.
+"""
+
+from __future__ import annotations
+
+import gc
+import tempfile
+import time
+from collections import Counter
+from operator import attrgetter
+from pathlib import Path
+
+from air.engine.memory import raise_young_threshold
+from air.formats import make_decoder
+from clients.testing.market import STOCK, write_ticks
+from server.config import Settings
+from server.durability.journal import Journal
+from server.ingest.limits import refusals
+from server.ingest.queue import DelayQueue
+from server.ingest.tcp import RECV_BYTES, line_over
+from server.workers import codec
+
+_STREAM = attrgetter("stream")
+STEPS = ("decode", "limits", "queue_and_journal", "take", "encode")
+
+
+def blocks_of(data: bytes, size: int = RECV_BYTES) -> list[bytes]:
+    """``data`` cut after a newline at most every ``size`` bytes, as one read of
+    ``cayuga send``'s writes brings its lines to a receiver."""
+    out, i = [], 0
+    while i < len(data):
+        j = data.rfind(b"\n", i, i + size) + 1 or len(data)
+        out.append(data[i:j])
+        i = j
+    return out
+
+
+def run(events: int = 500_000, n_symbols: int = 1000, seed: int = 1) -> dict:
+    st = Settings()
+    with tempfile.TemporaryDirectory(prefix="cayuga-bench-ingest-path-") as tmp:
+        path = Path(tmp) / "ticks.jsonl"
+        write_ticks(path, events, n_symbols, seed)
+        blocks = blocks_of(path.read_bytes())
+        old = gc.get_threshold()
+        raise_young_threshold()  # as cayuga serve runs
+        journal = Journal(Path(tmp) / "journal", st.durability, st.journal_segment_bytes,
+                          sync_interval=st.journal_sync_ms / 1000)
+        try:
+            spent, taken, sent_bytes = _through(blocks, st, journal)
+            records = journal.records
+        finally:
+            journal.close()
+            gc.set_threshold(*old)
+    total = sum(spent.values())
+    return {"benchmark": "ingest_path", "events": events, "blocks": len(blocks), "journal_records": records,
+            "batch_size": st.batch_size, "events_taken": taken, "batch_bytes": sent_bytes,
+            "cpu_s": round(total, 3),
+            "us_per_event": {k: round(spent[k] / events * 1e6, 3) for k in STEPS} | {
+                "all": round(total / events * 1e6, 3)},
+            "events_per_core_s": round(events / max(total, 1e-9))}
+
+
+def _through(blocks: list[bytes], st: Settings, journal: Journal) -> tuple[Counter, int, int]:
+    """Every block received, queued and taken out as the server does; the CPU of each step."""
+    decoder = make_decoder("jsonl", {STOCK.name: STOCK}.get, time_unit_ms=st.time_unit_ms, streams=[STOCK.name])
+    queue = DelayQueue(st.queue_capacity, st.delay, st.time_unit_ms)
+    queue.journal = journal
+    clock = time.thread_time
+    spent: Counter = Counter()
+    taken = sent_bytes = 0
+    line = 1
+    for block in blocks:
+        t0 = clock()
+        size = len(block) if len(block) <= st.max_value_bytes or line_over(block, st.max_value_bytes) \
+            else st.max_value_bytes
+        batch = decoder.decode_batch(block, line)
+        t1 = clock()
+        horizon = time.time() * 1000.0 / st.time_unit_ms + st.max_future * 1000.0 / st.time_unit_ms
+        refused = refusals(batch.events, size, horizon=horizon, max_value=st.max_value_bytes)
+        t2 = clock()
+        if refused or batch.errors:
+            raise RuntimeError(f"a generated tick was refused: {refused or batch.errors}")
+        last = line + len(batch.events) - 1
+        queue.put_batch(batch.events, meta=lambda end, last=last: ("bench", last))
+        t3 = clock()
+        spent["decode"] += t1 - t0
+        spent["limits"] += t2 - t1
+        spent["queue_and_journal"] += t3 - t2
+        line = last + 1
+        while len(queue):
+            t4 = clock()
+            out = queue.get_batch(st.batch_size, timeout=0)
+            t5 = clock()
+            counted = Counter(map(_STREAM, out))
+            sent_bytes += len(codec.encode_batch(taken + len(out), [], out, counted))
+            taken += len(out)
+            spent["take"] += t5 - t4
+            spent["encode"] += clock() - t5
+    return spent, taken, sent_bytes
