@@ -11,6 +11,7 @@
 # At full size it takes about five minutes on 16 cores (each command is cut at LIMIT seconds, 240
 # by default):
 #   workers16    the 10,000 per-symbol queries at 1, 2, 4, 8, 16 workers (target: >= 10x at 16)
+#                (each count's main_cpu_us_per_event and main_events_per_cpu_s: the main process's ceiling)
 #   rising8      the README's Rising, row-scaled, at 1, 2, 4, 8 workers (target: >= 5x at 8)
 #   latency_1    TCP in -> WebSocket out at the default (1 worker)   (target: p99 <= 5 ms at 50K/s)
 #   latency_auto the same with engine_workers: auto (the cores but one)

@@ -107,6 +107,10 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                     # cores each process used while the events went through: the main
                                     # process near 1.0 is the ceiling that more workers cannot lift
                                     "main_cores": round(main_cpu / seconds, 2),
+                                    # what the main process spent an event, and the events/s one core
+                                    # of it carries at that cost: its ceiling, at any number of workers
+                                    "main_cpu_us_per_event": round(main_cpu / events * 1e6, 2),
+                                    "main_events_per_cpu_s": round(events / main_cpu) if main_cpu > 0 else None,
                                     "worker_cores": [round(c / seconds, 2) for c in workers_cpu],
                                     **({"watched": sum(watched), "watched_made": made} if watchers else {}),
                                     **({"runs_on": subs[0]["runs_on"], "witnesses": sum(x["last_seq"] for x in subs)}

@@ -350,7 +350,8 @@ def test_ingest_path_blocks_end_at_line_ends():
 def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp_path):
     """``cayuga bench workers`` (what clients/bench/device.sh runs at 1 to 16 workers): a
     server per count; each run's events/s, over the first's, and the cores the server's
-    process and each worker used while the events went through (where the ceiling is);
+    process and each worker used while the events went through, and the main process's CPU
+    an event with the events/s one core of it would carry at that cost (where the ceiling is);
     with ``--watchers``, what the WebSocket clients got: each of its subscription's witnesses."""
     result = CliRunner().invoke(main, ["bench", "workers", "--workers", "1,2", "--queries", "40",
                                        "--events", "4000", "--symbols", "40", "--watchers", "2"])
@@ -361,6 +362,12 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
         assert r["status"] == "ok" and r["events_per_second"] > 0 and sum(r["per_worker_subscriptions"]) == 40
         assert r["main_cores"] >= 0 and len(r["worker_cores"]) == r["engine_workers"]
         assert all(c >= 0 for c in r["worker_cores"])
+        # the main process's CPU an event, and the events/s a core of it carries at that cost
+        assert r["main_cpu_us_per_event"] >= 0
+        if r["main_cpu_us_per_event"]:
+            assert abs(r["main_cpu_us_per_event"] * r["main_events_per_cpu_s"] / 1e6 - 1) < 0.01
+        else:  # (no CPU time counted: nothing to divide by)
+            assert r["main_events_per_cpu_s"] is None
         assert r["watched"] == r["watched_made"] > 0  # (100 quotes a symbol: some rise ten times in a row)
     (tmp_path / "workers10k.json").write_text(out_line := result.output.strip().splitlines()[-1])
     many = rows.summarize(tmp_path)[2]  # clients/bench/rows.py: 2 over 1, issue 32's row
