@@ -66,6 +66,9 @@ __all__ = ["Daemon", "LimitReached", "Registered", "ServerStarting", "Subscripti
 
 log = logging.getLogger("cayuga.daemon")
 
+#: Seconds a stop waits for the engine thread to end once the workers it waited for are ended.
+STUCK_WORKER_SECONDS = 5.0
+
 
 class Daemon:
     """The parts of one server and how they are connected.
@@ -129,6 +132,7 @@ class Daemon:
         self.declared: set[str] = set()  # input streams (config, API), as opposed to published outputs
         self._stop = threading.Event()
         self._final_written = False  # the shutdown snapshot (drain)
+        self._drain_deadline: float | None = None  # (monotonic) the shutdown's one deadline, set by the first drain
         self.started = False
         if self.links:
             self.processing: EngineThread = WorkerEngineThread(self.engine, self.queue, settings, self.counters,
@@ -317,8 +321,12 @@ class Daemon:
         give WebSocket clients time to receive what is buffered for them (and
         lagging ones to catch up from the witness log); then every client is
         closed with 1001. No one is cut: a client still behind at the deadline
-        resumes from the witness log after the restart (``?from=``)."""
+        resumes from the witness log after the restart (``?from=``). One shutdown has one
+        deadline: stop() drains again after a SIGTERM's drain, within what is left of the first."""
         deadline = time.monotonic() + timeout
+        if self._drain_deadline is not None:
+            deadline = min(deadline, self._drain_deadline)
+        self._drain_deadline = deadline
         self.backfills.stop(timeout=max(timeout / 4, 0.5))  # they use the engine thread: before it stops
         if self.receiver:
             self.receiver.stop(timeout=max(deadline - time.monotonic(), 0.1))
@@ -345,6 +353,24 @@ class Daemon:
         while self.hub.client_count and time.monotonic() < deadline:
             time.sleep(0.01)
 
+    def _end_stuck_workers(self) -> None:
+        """The drain is over and the engine thread still waits for a worker's results: one that
+        does not answer (stopped by a signal or a debugger, stuck), or slower than shutdown_timeout.
+        No shutdown snapshot was written, so the next start replays from the journal whatever the
+        workers had not done; waiting for such a worker to answer ``stop`` (it never does, when
+        stopped) held a SIGTERM for 30 s more. Each one that owes a batch is ended with SIGKILL,
+        saying so, and none is started again."""
+        restarter = self.processing.restarter
+        restarter.ending = True
+        for w, link in enumerate(self.links):
+            owed = restarter.owed(w)
+            if owed is not None and link.alive:
+                log.warning("engine worker %d (pid %d) has not answered a batch sent %.1f s ago: ended with "
+                            "SIGKILL at shutdown; the next start replays its events from the journal",
+                            w, link.process.pid, owed)
+                link.kill()
+        self.processing.join(STUCK_WORKER_SECONDS)
+
     def stop(self, timeout: float | None = None) -> None:
         """Stop everything (idempotent); returns when threads have ended. The
         data directory's lock is released last, once nothing writes there."""
@@ -355,6 +381,8 @@ class Daemon:
             return
         timeout = timeout if timeout is not None else self.settings.shutdown_timeout
         self.drain(timeout)
+        if self.links and self.processing.alive:
+            self._end_stuck_workers()
         for ch in self.hub.channels():
             ch.close()
         self.disk.close()  # no more retries of what could not be written

@@ -157,6 +157,11 @@ class ResultReader:
             self.pump(0)
         return not self._ready
 
+    def waiting(self) -> int:
+        """Results read and not taken yet: answered by the worker, waiting for the engine thread,
+        which takes them in the order of the batches (a length read once: from any thread)."""
+        return max(0, len(self._ready) - self._ended)  # (the end's mark is none)
+
     def pump(self, timeout: float | None = 0) -> None:
         """Read what has arrived (waiting up to ``timeout`` for a result if none is in hand):
         results kept for :meth:`get`, answers handed on. Never waits for the rest of a

@@ -412,6 +412,9 @@ class WorkerEngineThread(EngineThread):
                 tag, body = link.results.get(timeout=0.05) if block else link.results.get_nowait()
             except stdqueue.Empty:
                 if block and link.gone is None and not (for_commands and self._commands.qsize()):
+                    for other in self.links:  # what the others answered meanwhile is read (restart.py's owed)
+                        if other is not link and other.results is not None:
+                            other.results.pump(0)
                     continue  # (an API command waiting is run first, then the wait goes on)
                 return None
             if tag == codec.RESULT:

@@ -197,6 +197,13 @@ class WorkerLink:
 
     # ------------------------------------------------------------------ stopping
 
+    def kill(self) -> None:
+        """End the worker at once (SIGKILL, which a stopped process gets too): at a stop, one that
+        does not answer. Its reader thread sees the end as any other (:attr:`gone`)."""
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the worker to end (after what it has been sent), then make sure it has."""
         proc = self.process

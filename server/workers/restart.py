@@ -126,6 +126,7 @@ class Restarter:
         self.catching_up: dict[int, dict] = {}  # worker -> {"events_done", "events_total"} while it catches up
         self.last_death: dict[int, str] = {}  # worker -> why it last ended
         self.spawner = Spawner()
+        self.ending = False  # the server's stop ended the workers it waited for: none is started again
 
     # ------------------------------------------------------------------ what /health shows
 
@@ -146,13 +147,20 @@ class Restarter:
                 "oldest_batch_s": None if owed is None else round(owed, 3)}
 
     def owed(self, w: int) -> float | None:
-        """Seconds since worker ``w`` was sent the oldest batch it has not answered (None: it owes none)."""
+        """Seconds since worker ``w`` was sent the oldest batch it has not answered (None: it owes none).
+        A result it has sent that waits behind another worker's (the engine thread takes a batch's
+        results in order) is an answer: with one worker stopped, the others are not said to be."""
         try:
             flights = tuple(self.thread.in_flight)  # (the engine thread's: a copy, read once)
         except RuntimeError:  # changed while copied: the next look sees it
             return None
+        results = self.thread.links[w].results
+        answered = results.waiting() if results is not None else 0
         for f in flights:
             if w in f.workers and w not in f.got:
+                if answered:  # (its results come in the order of its batches)
+                    answered -= 1
+                    continue
                 return max(0.0, time.perf_counter() - f.sent)
         return None
 
@@ -192,6 +200,8 @@ class Restarter:
         for w, link in enumerate(t.links):
             if link.gone is None or w in self.abandoned:
                 continue
+            if self.ending:  # (daemon.py's _end_stuck_workers: the journal replays its events at the next start)
+                return False
             if not self._restart(w):
                 return False
         return True

@@ -460,3 +460,87 @@ def test_a_worker_that_does_not_answer_is_named_and_its_events_wait(tmp_path, mo
     stopped, plain = run(True), run(False)
     assert stopped == plain > 0
     assert_no_cayuga_threads()
+
+
+def _two_workers_one_stopped(tmp_path: Path, n: int = 3000):
+    """Ticks (a file for ``cayuga run``, and the same as dicts to send) and settings of a server
+    with 2 workers, Rising row-scaled over both (each batch goes to both)."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, n, 30, seed=5)
+    sent = [json.loads(line) for line in ticks.read_text().splitlines()]
+    s = make_settings(tmp_path, time="event", engine_workers=2, row_scaling="on", shutdown_timeout=2.0)
+    return ticks, sent, s
+
+
+def test_with_two_workers_only_the_stopped_one_is_said_not_to_answer(tmp_path, monkeypatch):
+    """The engine thread takes a batch's results in the workers' order: while worker 0 is stopped,
+    worker 1's answers wait behind its own. They are answers all the same: /health names worker 0
+    alone, worker 1 runs and owes nothing; once 0 is continued every witness arrives."""
+    monkeypatch.setattr(restart, "SILENT_SECONDS", 0.5)
+    _ticks, sent, s = _two_workers_one_stopped(tmp_path)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        d = srv.daemon
+        sid = c.subscribe(cel=RISING)["id"]
+        assert c.subscription(sid)["runs_on"] != "worker 0"  # (row-scaled: every worker)
+        pid = d.links[0].process.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with c.sender() as snd:
+                snd.send_many(sent[:1000])
+                h = wait_until(lambda: (h := c.health())["workers"][0]["state"] == "not_answering" and h,
+                               what="/health to say worker 0 does not answer")
+                assert h["status"] == "degraded" and f"engine worker 0 (pid {pid})" in h["reason"]
+                assert "engine worker 1" not in h["reason"]
+                assert h["workers"][1]["state"] == "running" and h["workers"][1]["oldest_batch_s"] is None
+                os.kill(pid, signal.SIGCONT)
+                snd.send_many(sent[1000:])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: d.events_taken == len(sent), what="every event through the engine")
+        wait_until(lambda: c.health()["status"] == "ok", what="/health ok again")
+        last = c.subscription(sid)["last_seq"]
+        assert last > 0 and len(logged_witnesses(srv.base_url, sid, last)) == last
+    assert_no_cayuga_threads()
+
+
+def test_a_stop_ends_a_worker_that_does_not_answer_and_the_next_start_replays_its_events(tmp_path, caplog):
+    """SIGTERM while worker 0 of 2 is stopped (SIGSTOP) with batches out: the stop does not wait
+    for an answer that never comes (it waited for ``stop`` to be answered, 10 s, then 10 s more,
+    and started the killed worker again meanwhile). After shutdown_timeout it ends that worker with
+    SIGKILL, saying so, starts none again, and every process and thread ends; the next start
+    replays its events from the journal, and the witnesses are cayuga run's, each once."""
+    ticks, sent, s = _two_workers_one_stopped(tmp_path)
+    expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
+    srv = RunningServer(s).start()
+    try:
+        with CayugaClient(srv.base_url) as c:
+            d = srv.daemon
+            sid = c.subscribe(cel=RISING)["id"]
+            pids = [link.process.pid for link in d.links]
+            procs = [link.process for link in d.links]
+            os.kill(pids[0], signal.SIGSTOP)
+            with c.sender() as snd:
+                snd.send_many(sent)
+            wait_until(lambda: d.processing.restarter.owed(0) is not None, what="a batch out to worker 0")
+    finally:
+        with caplog.at_level("INFO", logger="cayuga"):
+            srv.stop(timeout=120)  # (it ends: what it did on the way is asserted below)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGCONT)  # (never leave a stopped process behind)
+            except ProcessLookupError:
+                pass
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"engine worker 0 (pid {pids[0]}) has not answered" in m and "SIGKILL" in m for m in said), said
+    assert not any("engine worker 1" in m and "SIGKILL" in m for m in said)
+    assert not any("starting it again" in m for m in said)  # (none started again while stopping)
+    assert all(p.poll() is not None for p in procs) and not d.processing.alive
+    with RunningServer(make_settings(tmp_path, time="event", engine_workers=2, row_scaling="on")) as srv2, \
+            CayugaClient(srv2.base_url) as c:
+        want = sum(expected.values())
+        wait_until(lambda: c.subscription(sid)["last_seq"] >= want, what="every witness, after the replay")
+        got = logged_witnesses(srv2.base_url, sid, want)
+        assert [n for n, _ in got][:want] == list(range(1, want + 1))
+        assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got[:want]) == expected
+        assert c.subscription(sid)["last_seq"] == want  # (none twice)
+    assert_no_cayuga_threads()
