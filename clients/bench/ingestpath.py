@@ -3,7 +3,7 @@ step by step (issue 32): ``cayuga bench ingest-path``.
 
 What a TCP receiver thread and the engine thread of ``cayuga serve`` do with
 each block of ``cayuga send``'s ticks, in this process, with the shipped
-settings: the block's longest line bounded (:func:`server.ingest.tcp.line_over`),
+settings: the bound on its values' length (:func:`server.ingest.tcp.value_bound`),
 its lines decoded (:class:`air.formats.JsonDecoder`, the receiver's decoder),
 the client limits applied (:func:`server.ingest.limits.refusals`, with the
 ``max_future`` horizon), the block queued (:meth:`DelayQueue.put_batch`: one
@@ -36,7 +36,7 @@ from server.config import Settings
 from server.durability.journal import Journal
 from server.ingest.limits import refusals
 from server.ingest.queue import DelayQueue
-from server.ingest.tcp import RECV_BYTES, line_over
+from server.ingest.tcp import RECV_BYTES, value_bound
 from server.workers import codec
 
 _STREAM = attrgetter("stream")
@@ -90,8 +90,7 @@ def _through(blocks: list[bytes], st: Settings, journal: Journal) -> tuple[Count
     line = 1
     for block in blocks:
         t0 = clock()
-        size = len(block) if len(block) <= st.max_value_bytes or line_over(block, st.max_value_bytes) \
-            else st.max_value_bytes
+        size = value_bound(block, st.max_value_bytes)
         batch = decoder.decode_batch(block, line)
         t1 = clock()
         horizon = time.time() * 1000.0 / st.time_unit_ms + st.max_future * 1000.0 / st.time_unit_ms

@@ -78,6 +78,15 @@ def line_over(block: bytes, limit: int) -> bool:
         pos = nl + 1
     return False
 
+
+def value_bound(block: bytes, limit: int) -> int:
+    """A bound on the bytes of any value in ``block``'s events, for
+    :func:`server.ingest.limits.refusals`: no value is longer than the longest
+    line, so a block whose lines are all at most ``limit`` bytes gives ``limit``
+    (and is not scanned value by value); any other gives its own length."""
+    return len(block) if len(block) <= limit or line_over(block, limit) else limit
+
+
 class _Session:
     """One connection's protocol state (touched by its own thread only)."""
 
@@ -420,9 +429,7 @@ class TcpReceiver:
                     return
                 continue
             index = None  # position in batch.events of each event queued, when some were refused
-            # no value is longer than the longest line: a block of short lines is not scanned value by value
-            size = len(block) if len(block) <= self.max_value_bytes or line_over(block, self.max_value_bytes) \
-                else self.max_value_bytes
+            size = value_bound(block, self.max_value_bytes)
             refused = refusals(events, size, horizon=self.horizon(), max_value=self.max_value_bytes)
             if refused:
                 for i, reason in sorted(refused.items()):

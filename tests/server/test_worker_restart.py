@@ -512,11 +512,11 @@ def test_a_stop_ends_a_worker_that_does_not_answer_and_the_next_start_replays_it
     ticks, sent, s = _two_workers_one_stopped(tmp_path)
     expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
     srv = RunningServer(s).start()
+    d = srv.daemon
+    pids = [link.process.pid for link in d.links]
     try:
         with CayugaClient(srv.base_url) as c:
-            d = srv.daemon
             sid = c.subscribe(cel=RISING)["id"]
-            pids = [link.process.pid for link in d.links]
             procs = [link.process for link in d.links]
             os.kill(pids[0], signal.SIGSTOP)
             with c.sender() as snd:
