@@ -355,16 +355,25 @@ class Daemon:
 
     def _end_stuck_workers(self) -> None:
         """The drain is over and the engine thread still waits for a worker's results: one that
-        does not answer (stopped by a signal or a debugger, stuck), or slower than shutdown_timeout.
+        does not answer (stopped by a signal or a debugger, stuck), or slower than shutdown_timeout;
+        or one started again after it died and still catching up (the engine thread feeds it the
+        journal: as long as the replay takes, and a stopped one never ends it).
         No shutdown snapshot was written, so the next start replays from the journal whatever the
         workers had not done; waiting for such a worker to answer ``stop`` (it never does, when
-        stopped) held a SIGTERM for 30 s more. Each one that owes a batch is ended with SIGKILL,
-        saying so, and none is started again."""
+        stopped) held a SIGTERM for 30 s more. Each one that owes a batch, or catches up, is ended
+        with SIGKILL, saying so, and none is started again."""
         restarter = self.processing.restarter
         restarter.ending = True
+        catching_up = dict(restarter.catching_up)  # (the engine thread's: a copy)
         for w, link in enumerate(self.links):
             owed = restarter.owed(w)
-            if owed is not None and link.alive:
+            if w in catching_up and link.alive:
+                progress = catching_up[w]
+                log.warning("engine worker %d (pid %d) was started again and is catching up (%d of %d events "
+                            "replayed): ended with SIGKILL at shutdown; the next start replays the journal",
+                            w, link.process.pid, progress["events_done"], progress["events_total"])
+                link.kill()
+            elif owed is not None and link.alive:
                 log.warning("engine worker %d (pid %d) has not answered a batch sent %.1f s ago: ended with "
                             "SIGKILL at shutdown; the next start replays its events from the journal",
                             w, link.process.pid, owed)

@@ -167,5 +167,7 @@ class Checkpoints:
             with paused_gc():  # a million instances become a million tuples
                 state = self.state()
             self.after_publish(self.snapshots.write(state, position))
+        except TimeoutError as exc:  # an engine worker that does not answer (stopped: server/workers/link.py)
+            log.warning("no shutdown snapshot: %s; the next start replays the journal instead", exc)
         except Exception:  # noqa: BLE001 - the journal still covers everything
             log.exception("the shutdown snapshot failed; the next start replays the journal instead")

@@ -187,8 +187,8 @@ class WorkerEngineThread(EngineThread):
         futures = [self.links[0].command("snapshot", str(tmp), part, fork)]
         futures += [self.links[w].command("snapshot", str(part_path(tmp, w)), {"part": w}, fork)
                     for w in range(1, n)]
-        for fut in futures:
-            fut.result(timeout=60 if fork else 600)
+        for link, fut in zip(self.links, futures):
+            link.result(fut, timeout=60 if fork else 600)  # (not from a stopped one: the journal covers it)
         return n
 
     def import_snapshot(self, snap_file, snap: dict) -> dict:

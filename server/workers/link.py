@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable
@@ -39,6 +40,9 @@ log = logging.getLogger("cayuga.daemon")
 
 #: Seconds a command may take before its caller gives up (the worker goes on with it).
 COMMAND_TIMEOUT = 60.0
+#: Seconds a worker may stay stopped (SIGSTOP, a debugger) while :meth:`WorkerLink.result` waits for
+#: an answer that only its continuing would bring (a snapshot's): then it is waited for no longer.
+STOPPED_SECONDS = 1.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -54,6 +58,10 @@ def worker_settings(settings: Settings, **changes) -> dict:
 
 class WorkerGone(RuntimeError):
     """The engine worker process has ended (its pipe closed)."""
+
+
+class WorkerStopped(TimeoutError):
+    """The engine worker process is stopped (a signal, a debugger): what was asked of it is not waited for."""
 
 
 class WorkerLink:
@@ -107,18 +115,31 @@ class WorkerLink:
     def alive(self) -> bool:
         return self.gone is None and self.process is not None and self.process.poll() is None
 
-    def cpu_seconds(self) -> float | None:
-        """CPU time the worker process has used (user and system, from /proc; None where there is no
-        /proc, or once it has ended)."""
+    def _stat(self) -> list[bytes] | None:
+        """The fields of /proc/PID/stat after the command's name (None where there is no /proc, or
+        once the worker has ended)."""
         proc = self.process
         if proc is None or proc.poll() is not None:
             return None
         try:
             with open(f"/proc/{proc.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
+                return f.read().rsplit(b")", 1)[1].split()
         except OSError:
             return None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker process has used (user and system, from /proc; None where there is no
+        /proc, or once it has ended)."""
+        fields = self._stat()
+        if fields is None:
+            return None
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime (fields 14 and 15)
+
+    def stopped(self) -> bool:
+        """The worker process is stopped (SIGSTOP, a terminal's ^Z, a debugger's stop): it answers
+        nothing until it is continued (the state field of /proc/PID/stat, T or t)."""
+        fields = self._stat()
+        return fields is not None and fields[0] in (b"T", b"t")
 
     # ------------------------------------------------------------------ sending
 
@@ -150,6 +171,28 @@ class WorkerLink:
     def call(self, name: str, *args, timeout: float = COMMAND_TIMEOUT):
         """:meth:`command` and wait for its answer (raises what the worker raised)."""
         return self.command(name, *args).result(timeout=timeout)
+
+    def result(self, fut: Future, timeout: float):
+        """The answer of one of this worker's commands (``fut``), within ``timeout`` seconds; raises
+        :class:`WorkerStopped` once the worker has stayed stopped STOPPED_SECONDS (it answers
+        nothing until it is continued: a shutdown waited 600 s for a stopped one's snapshot)."""
+        deadline = time.monotonic() + timeout
+        since = None
+        while True:
+            try:
+                return fut.result(timeout=max(min(0.1, deadline - time.monotonic()), 0))
+            except TimeoutError:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise
+                if not self.stopped():
+                    since = None
+                elif since is None:
+                    since = now
+                elif now - since >= STOPPED_SECONDS:
+                    pid = self.process.pid if self.process is not None else None
+                    raise WorkerStopped(f"the engine worker {self.name} (pid {pid}) is stopped (a signal or a "
+                                        "debugger) and does not answer") from None
 
     # ------------------------------------------------------------------ receiving
 
@@ -205,10 +248,16 @@ class WorkerLink:
             proc.kill()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Ask the worker to end (after what it has been sent), then make sure it has."""
+        """Ask the worker to end (after what it has been sent), then make sure it has. A stopped one
+        (:meth:`stopped`) is ended with SIGKILL at once: it would answer neither."""
         proc = self.process
         if proc is None:
             return
+        if self.stopped():
+            log.warning("engine worker %s (pid %d) is stopped (a signal or a debugger): ended with SIGKILL",
+                        self.name, proc.pid)
+            self.kill()
+            proc.wait(5)
         if self.gone is None and proc.poll() is None:
             try:
                 self.call("stop", timeout=timeout)

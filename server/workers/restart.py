@@ -244,6 +244,11 @@ class Restarter:
             replayed = catch_up.run()
         except (CatchUpFailed, WorkerGone, EngineError, OSError, TimeoutError, stdqueue.Full) as exc:
             self.catching_up.pop(w, None)
+            if self.ending:  # the server's stop ended it (daemon.py): not a failure, and nothing is lost
+                log.info("engine worker %d's catch-up was ended by the server's stop (%s); the next start "
+                         "replays the journal", w, exc)
+                link.kill()
+                return False
             self._abandon(w, f"it died ({why}) and could not be caught up: {exc}")
             if link.alive:
                 link.stop(timeout=5)

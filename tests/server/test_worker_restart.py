@@ -547,3 +547,101 @@ def test_a_stop_ends_a_worker_that_does_not_answer_and_the_next_start_replays_it
         assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got[:want]) == expected
         assert c.subscription(sid)["last_seq"] == want  # (none twice)
     assert_no_cayuga_threads()
+
+
+def _said(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records]
+
+
+def _continue(pid: int | None) -> None:
+    """Never leave a stopped process behind (it may have ended: then nothing)."""
+    try:
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def _replayed_exactly(s, sid: str, expected: Counter) -> None:
+    """The next start on the same data directory: cayuga run's witnesses, numbered 1..n, none twice."""
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        want = sum(expected.values())
+        wait_until(lambda: c.subscription(sid)["last_seq"] >= want, what="every witness, after the replay")
+        got = logged_witnesses(srv.base_url, sid, want)
+        assert [n for n, _ in got][:want] == list(range(1, want + 1))
+        assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got[:want]) == expected
+        assert c.subscription(sid)["last_seq"] == want and c.subscription(sid)["exact"]
+
+
+def test_a_stop_while_a_restarted_worker_catches_up_ends_it_and_the_next_start_replays(tmp_path, monkeypatch,
+                                                                                      caplog):
+    """SIGTERM while a worker started again after it died is catching up, itself stopped there
+    (SIGSTOP): the stop waited for the catch-up, for ever with a stopped one ("the engine thread
+    did not stop", the data directory locked until the process exited). Now, after
+    shutdown_timeout, the stop ends it with SIGKILL, saying so, marks nothing inexact and starts
+    nothing again; the next start replays the journal: cayuga run's witnesses, each once."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 3000, 10, seed=3)
+    sent = [json.loads(line) for line in ticks.read_text().splitlines()]
+    expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
+    s = make_settings(tmp_path, time="event", engine_workers=1, batch_size=100, shutdown_timeout=1.0)
+    held = Held(monkeypatch)  # (the catch-up of 30 batches, held after its first)
+    srv = RunningServer(s).start()
+    d = srv.daemon
+    second = None
+    try:
+        with CayugaClient(srv.base_url) as c:
+            sid = c.subscribe(cel=RISING)["id"]
+            c.post_events(sent)
+            wait_until(lambda: d.events_taken == len(sent), what="the events through the worker")
+            os.kill(d.links[0].process.pid, signal.SIGKILL)
+            assert held.reached.wait(60), "the worker was not started again"
+            second = d.links[0].process.pid
+            assert c.health()["workers"][0]["state"] == "catching_up"
+            os.kill(second, signal.SIGSTOP)
+            held.release()  # its next batch is never answered
+            proc = d.links[0].process
+    finally:
+        held.release()
+        with caplog.at_level("INFO", logger="cayuga"):
+            srv.stop(timeout=120)
+        _continue(second)
+    said = _said(caplog)
+    assert any(f"engine worker 0 (pid {second}) was started again and is catching up" in m and "SIGKILL" in m
+               for m in said), said
+    assert not any("could not be caught up" in m or "inexact" in m or "did not stop" in m for m in said), said
+    assert not d.processing.alive and proc.poll() is not None and not d.processing.budget.inexact
+    _replayed_exactly(make_settings(tmp_path, time="event", engine_workers=1), sid, expected)
+    assert_no_cayuga_threads()
+
+
+def test_a_stop_with_a_stopped_worker_that_owes_nothing_does_not_wait_for_it(tmp_path, caplog):
+    """SIGTERM while worker 0 of 2 is stopped (SIGSTOP) and owes no batch: the shutdown snapshot
+    waited 600 s for its part, then ``stop`` 10 s and 10 s more. Now the snapshot gives up on it
+    once it has stayed stopped a second, saying so (the journal covers what it holds), and it is
+    ended with SIGKILL; the next start replays: cayuga run's witnesses, each once."""
+    ticks, sent, s = _two_workers_one_stopped(tmp_path)
+    expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
+    srv = RunningServer(s).start()
+    d = srv.daemon
+    pids = [link.process.pid for link in d.links]
+    procs = [link.process for link in d.links]
+    try:
+        with CayugaClient(srv.base_url) as c:
+            sid = c.subscribe(cel=RISING)["id"]
+            with c.sender() as snd:
+                snd.send_many(sent)
+            wait_until(lambda: d.processing.processed == len(sent), what="every event through both workers")
+            os.kill(pids[0], signal.SIGSTOP)
+    finally:
+        with caplog.at_level("INFO", logger="cayuga"):
+            srv.stop(timeout=120)  # (raises if it does not end)
+        for p in pids:
+            _continue(p)
+    said = _said(caplog)
+    assert any("no shutdown snapshot" in m and f"(pid {pids[0]}) is stopped" in m for m in said), said
+    assert any(f"(pid {pids[0]}) is stopped" in m and "SIGKILL" in m for m in said), said
+    assert not any(f"(pid {pids[1]})" in m and "SIGKILL" in m for m in said), said
+    assert all(p.poll() is not None for p in procs) and not d.processing.alive
+    _replayed_exactly(make_settings(tmp_path, time="event", engine_workers=2, row_scaling="on"), sid, expected)
+    assert_no_cayuga_threads()
