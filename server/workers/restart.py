@@ -140,7 +140,7 @@ class Restarter:
         elif self.thread.links[w].gone is not None:
             state = "restarting"
         else:
-            state = "not_answering" if self.silent(w) is not None else "running"
+            state = "not_answering" if self.silent(w) is not None or self.thread.links[w].stopped() else "running"
         owed = self.owed(w)
         return {"state": state, "restarts": self.restarts[w], "catch_up": dict(progress) if progress else None,
                 "last_death": self.last_death.get(w), "stopped_because": self.abandoned.get(w),
@@ -189,6 +189,10 @@ class Restarter:
                 out.append(f"engine worker {w} (pid {pid}) has not answered a batch sent {silent:.0f} s ago: it is "
                            "stopped (a signal, a debugger), waiting for a core, or that long on one batch; events "
                            "wait in the queue meanwhile (nothing is dropped), and it is not restarted while it lives")
+            elif link.stopped():  # (said at once, before it owes a batch that long)
+                out.append(f"engine worker {w} (pid {link.process.pid}) is stopped (a signal or a debugger): it "
+                           "answers nothing until it is continued (SIGCONT); events for it wait in the queue "
+                           "meanwhile (nothing is dropped)")
         return out
 
     # ------------------------------------------------------------------ the engine thread

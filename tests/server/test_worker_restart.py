@@ -432,11 +432,16 @@ def test_a_worker_that_does_not_answer_is_named_and_its_events_wait(tmp_path, mo
             if stop:
                 os.kill(pid, signal.SIGSTOP)
             try:
+                if stop:  # said at once, owing nothing yet (its process's state)
+                    h = wait_until(lambda: (h := c.health())["workers"][0]["state"] == "not_answering" and h,
+                                   what="/health to say the stopped worker does not answer")
+                    assert h["status"] == "degraded" and h["workers"][0]["oldest_batch_s"] is None
+                    assert f"engine worker 0 (pid {pid}) is stopped (a signal or a debugger)" in h["reason"]
                 with c.sender() as snd:
                     snd.send_many(ticks[:1000])
                     if stop:
-                        h = wait_until(lambda: (h := c.health())["workers"][0]["state"] == "not_answering" and h,
-                                       what="/health to say the worker does not answer")
+                        h = wait_until(lambda: "has not answered" in (h := c.health())["reason"] and h,
+                                       what="/health to say the worker has not answered a batch")
                         assert h["status"] == "degraded" and f"engine worker 0 (pid {pid}) has not answered" in h["reason"]
                         assert h["workers"][0]["oldest_batch_s"] >= 0.5 and h["workers"][0]["restarts"] == 0
                         metrics = c.http.get("/metrics").text
@@ -487,8 +492,8 @@ def test_with_two_workers_only_the_stopped_one_is_said_not_to_answer(tmp_path, m
         try:
             with c.sender() as snd:
                 snd.send_many(sent[:1000])
-                h = wait_until(lambda: (h := c.health())["workers"][0]["state"] == "not_answering" and h,
-                               what="/health to say worker 0 does not answer")
+                h = wait_until(lambda: "has not answered" in (h := c.health())["reason"] and h,
+                               what="/health to say worker 0 has not answered a batch")
                 assert h["status"] == "degraded" and f"engine worker 0 (pid {pid})" in h["reason"]
                 # worker 1 owes nothing once its last batch's answer is read (it waits behind worker 0's)
                 h = wait_until(lambda: (h := c.health())["workers"][1]["oldest_batch_s"] is None and h,
