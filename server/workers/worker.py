@@ -379,7 +379,12 @@ def main(fd: int, results_fd: int) -> None:
     of the results channel (server/workers/channel.py)."""
     from multiprocessing.connection import Connection
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process stops it (a Ctrl-C reaches the whole group)
+    # the main process stops it: a Ctrl-C reaches the whole process group, and so does systemd's stop
+    # (SIGTERM to every process of the unit: KillMode=control-group) or kill -TERM -- -PGID; a worker
+    # that ended on it was started again mid-drain and fed the whole journal (its forked snapshot
+    # writers inherit this too, and finish the shutdown snapshot)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from server.durability.snapshot import PR_SET_PDEATHSIG, _prctl
 
     if _prctl is not None:  # killed with the main process (kill -9 included): never an orphan holding state

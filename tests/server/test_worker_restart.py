@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from clients.client import CayugaClient, is_control
-from clients.testing import RISING, logged_witnesses, wait_until, write_ticks
+from clients.testing import RISING, ServerProcess, logged_witnesses, wait_until, write_ticks
 from server.serve import RunningServer
 from server.workers import restart
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
@@ -650,3 +650,42 @@ def test_a_stop_with_a_stopped_worker_that_owes_nothing_does_not_wait_for_it(tmp
     assert all(p.poll() is not None for p in procs) and not d.processing.alive
     _replayed_exactly(make_settings(tmp_path, time="event", engine_workers=2, row_scaling="on"), sid, expected)
     assert_no_cayuga_threads()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_sigterm_to_the_whole_group_is_the_servers_graceful_stop(tmp_path, workers):
+    """systemd's stop (KillMode=control-group, its default), ``kill -TERM -- -PGID``: SIGTERM
+    reaches every process of the server at once, its engine workers too. The server's stop is
+    the one that counts: it drains, the workers write the shutdown snapshot, it exits 0, and
+    nothing is started again on the way; the next start replays nothing and has cayuga run's
+    witnesses, each once."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 5000, 30, seed=7)
+    sent = [json.loads(line) for line in ticks.read_text().splitlines()]
+    expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
+    want = sum(expected.values())
+    settings = {"CAYUGA_ENGINE_WORKERS": str(workers), "CAYUGA_TIME": "event", "CAYUGA_ROW_SCALING": "on"}
+    srv = ServerProcess(tmp_path / "data", tmp_path / "server.log", settings)
+    with srv:
+        with CayugaClient(srv.base_url) as c:
+            sid = c.subscribe(cel=RISING)["id"]
+            with c.sender() as snd:
+                snd.send_many(sent)
+            wait_until(lambda: c.subscription(sid)["last_seq"] >= want, what="every witness")
+            pids = [w["pid"] for w in c.health()["workers"]]
+        assert len(pids) == workers
+        for pid in [srv.proc.pid, *pids]:  # (as the kernel delivers a group's signal: to each)
+            os.kill(pid, signal.SIGTERM)
+        assert srv.proc.wait(120) == 0, srv.log_tail()
+    said = srv.log.read_text()
+    assert "starting it again" not in said and "has ended" not in said, said[-3000:]
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with ServerProcess(tmp_path / "data", tmp_path / "server2.log", settings) as srv2, \
+            CayugaClient(srv2.base_url) as c:
+        assert c.subscription(sid)["last_seq"] == want and c.subscription(sid)["exact"]
+        got = logged_witnesses(srv2.base_url, sid, want)
+        assert [n for n, _ in got] == list(range(1, want + 1))
+        assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got) == expected
+    assert "replaying" not in (tmp_path / "server2.log").read_text()  # (the shutdown snapshot holds it all)
