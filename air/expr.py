@@ -461,6 +461,12 @@ def _lit(v: object) -> str:
     return repr(v)
 
 
+def _operand(e: Expr) -> str:
+    """``e`` as an argument or a comparison's side: arithmetic as it is, a comparison (AND, OR)
+    in parentheses, as it had to be written (``CONTAINS((EV.a < 3), 'x')``, ``(EV.a < 3) = TRUE``)."""
+    return f"({to_air(e)})" if isinstance(e, (Compare, And, Or)) else to_air(e)
+
+
 def to_air(e: Expr) -> str:
     """Render ``e`` in AIR's expression syntax (fully parenthesised operands)."""
     if isinstance(e, Literal):
@@ -472,9 +478,9 @@ def to_air(e: Expr) -> str:
     if isinstance(e, Binary):
         return f"({to_air(e.left)}){e.op}({to_air(e.right)})"
     if isinstance(e, Call):
-        return f"{e.name}(" + ", ".join(to_air(a) for a in e.args) + ")"
+        return f"{e.name}(" + ", ".join(_operand(a) for a in e.args) + ")"
     if isinstance(e, Compare):
-        return f"{to_air(e.left)}{e.op}{to_air(e.right)}"
+        return f"{_operand(e.left)}{e.op}{_operand(e.right)}"
     if isinstance(e, And):
         return " AND ".join(f"({to_air(a)})" for a in e.items)
     if isinstance(e, Or):

@@ -139,10 +139,17 @@ def _edge(e: ET.Element, dest: str, schemas: dict, start: bool, where: str) -> E
                 if start and any(s == "NODE" for s, _ in expr.refs(tree)):
                     raise OracleAirError(f"{where}: a START node's edge has no instance to read")
                 mapping.append(("UDF", tree, m.get("Attr")))
-    produced = {m[2] for m in mapping}
-    missing = [a for a, _ in schemas[dest] if a not in produced]
+    produced = [m[2] for m in mapping]
+    wanted = [a for a, _ in schemas[dest]]
+    missing = [a for a in wanted if a not in produced]
     if missing:
         raise OracleAirError(f"{where}: the schema map to node {dest} does not produce {missing}")
+    extra = [a for a in produced if a not in wanted]
+    if extra:
+        raise OracleAirError(f"{where}: the schema map to node {dest} produces {extra}, not in its schema")
+    twice = sorted({a for a in produced if produced.count(a) > 1})
+    if twice:
+        raise OracleAirError(f"{where}: the schema map to node {dest} sets {twice} more than once")
     return Edge(_pred(e, start, where), tuple(mapping), dest, e.get("Type") == "DEL")
 
 

@@ -6,7 +6,8 @@ The language (docs/design/semantics.md#cel, docs/design/air-format.md): integer,
 'string' literals; ``EV.a`` (the
 event's attribute), ``NODE.a`` (the instance's), a bare ``a`` (the event's if the
 event has it, else the instance's); ``+ - * / % ^``, unary minus, parentheses,
-function calls ``F(x, ...)``; comparisons ``= != <> < <= > >=``.
+function calls ``F(x, ...)`` (each argument arithmetic: a comparison in one is in
+parentheses); comparisons ``= != <> < <= > >=``.
 
 Precedence, lowest first: comparison; ``+ -``; ``* /``; ``^ %``; unary minus;
 atoms. Every binary operator is left-associative (docs/design/semantics.md#cel).
@@ -131,11 +132,11 @@ class _Parser:
             if self.peek() == "(":
                 self.take("(")
                 args = []
-                if self.peek() != ")":
-                    args.append(self.comparison())
+                if self.peek() != ")":  # (arithmetic: a comparison in an argument is in parentheses)
+                    args.append(self.additive())
                     while self.peek() == ",":
                         self.take(",")
-                        args.append(self.comparison())
+                        args.append(self.additive())
                 self.take(")")
                 return ("call", text.upper(), tuple(args))
             if text.upper() in ("TRUE", "FALSE"):
