@@ -160,6 +160,11 @@ FOUND_MAP = ('<NFA><Node NodeID="0" NodeType="START" InputStreamName="Stock"><Fo
 PAIR = '<OldNewAttrPair OldAttrSource="EV" OldAttr="{0}" NewAttr="{0}"/>'
 
 
+def _found_map(*names: str) -> str:
+    """FOUND_MAP with a schema map copying the event's ``names``."""
+    return FOUND_MAP.format(pairs="".join(PAIR.format(n) for n in names))
+
+
 @pytest.mark.parametrize("names, reason", [
     (("Name", "Price", "Volume"), "the schema map produces Price, which is not in the schema of node 1"),
     (("Name", "Volume", "Volume"), "the schema map sets Volume more than once"),
@@ -167,13 +172,13 @@ PAIR = '<OldNewAttrPair OldAttrSource="EV" OldAttr="{0}" NewAttr="{0}"/>'
 ], ids=["beyond-the-schema", "twice", "short"])
 def test_a_schema_map_must_produce_its_destinations_schema_exactly(names, reason):
     """Refused by the loader, saying why, and by the judge (the documented rule)."""
-    text = FOUND_MAP.format(pairs="".join(PAIR.format(n) for n in names))
+    text = _found_map(*names)
     assert _invalid(text) is not None
     with pytest.raises(CayugaError) as info:
         load_air_many(text)
     assert reason in info.value.message
     _check(text)
-    assert _invalid(FOUND_MAP.format(pairs="".join(PAIR.format(n) for n in ("Name", "Volume")))) is None
+    assert _invalid(_found_map("Name", "Volume")) is None
 
 
 @pytest.mark.parametrize("expr, refused", [
@@ -184,10 +189,9 @@ def test_a_schema_map_must_produce_its_destinations_schema_exactly(names, reason
 ])
 def test_a_functions_arguments_are_arithmetic(expr, refused):
     """docs/design/semantics.md: the loader and the judge's oracle read arguments alike."""
-    text = FOUND_MAP.format(pairs="".join(PAIR.format(n) for n in ("Name", "Volume")))
-    text = text.replace('<ForwardEdge Destination="1">',
-                        f'<ForwardEdge Destination="1"><EvalFunc><PredClause><ComplexPred Expr="{escape(expr)}"/>'
-                        '</PredClause></EvalFunc>')
+    pred = f'<EvalFunc><PredClause><ComplexPred Expr="{escape(expr)}"/></PredClause></EvalFunc>'
+    text = _found_map("Name", "Volume").replace('<ForwardEdge Destination="1">',
+                                                f'<ForwardEdge Destination="1">{pred}')
     assert (_invalid(text) is not None) == refused
     _check(text)
 
