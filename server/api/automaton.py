@@ -26,7 +26,15 @@ router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=er
 _ERRORS = errors(404, 409, 422, 503, why={
     409: "The subscription is broken (its stored query no longer compiles against the configuration): it has "
          "no automata; GET /subscriptions/{id} says why",
-    503: "The engine thread did not answer in time (it is busy): retry"})
+    503: "The engine did not answer in time: its thread is busy, or the engine worker that runs the "
+         "subscription has ended and is being started again, or is stopped (the detail says which): retry"})
+
+
+def _not_in_time(exc: TimeoutError) -> HTTPException:
+    """The 503 of a count the engine did not give: why, where the engine said (an engine worker
+    that has ended, or is stopped: server/workers/dispatch.py), and retry."""
+    why = str(exc) or "the engine thread did not answer in time"
+    return HTTPException(503, detail=f"{why}; retry")
 
 
 def _not_broken(d, sid: str, request: Request, who) -> None:
@@ -179,8 +187,8 @@ async def get_automaton(sid: str, d: DaemonDep, who: Watch, request: Request) ->
         links = await run_in_threadpool(resubscriptions, d, sid)
     except KeyError:
         raise HTTPException(404, detail=f"subscription {sid!r} was just removed") from None
-    except TimeoutError:
-        raise HTTPException(503, detail="the engine thread did not answer in time; retry") from None
+    except TimeoutError as exc:
+        raise _not_in_time(exc) from None
     graph = automaton_graph(sub.automata, counts)
     return {"id": sid, "name": sub.name, "kind": sub.kind, "outputs": sub.outputs, "internal_streams": sub.internal,
             **graph, "resubscriptions": links}
@@ -197,6 +205,6 @@ async def get_automaton_instances(sid: str, d: DaemonDep, who: Watch, request: R
         counts = await _state_counts(d, sid)
     except KeyError:
         raise HTTPException(404, detail=f"no subscription {sid!r}; GET /subscriptions lists them") from None
-    except TimeoutError:
-        raise HTTPException(503, detail="the engine thread did not answer in time; retry") from None
+    except TimeoutError as exc:
+        raise _not_in_time(exc) from None
     return {"id": sid, "instances": counts, "total": sum(counts.values())}

@@ -44,7 +44,7 @@ from server.delivery.witnesses import NumberMap
 from server.observability.counters import Count
 from server.processing import EngineThread
 from server.workers import codec, rows
-from server.workers.link import WorkerGone, WorkerLink
+from server.workers.link import WorkerGone, WorkerLink, WorkerStopped
 
 log = logging.getLogger("cayuga.daemon")
 
@@ -227,12 +227,19 @@ class WorkerEngineThread(EngineThread):
         return sum(self._ask(w, "instance_count", None, timeout=timeout) for w in range(len(self.links)))
 
     def _ask(self, w: int, name: str, *args, timeout: float):
-        """A command's answer from worker ``w``; TimeoutError (the API's 503, retry) while it is
-        dead and being started again, or stopped (/health says which)."""
+        """A command's answer from worker ``w``; TimeoutError (the API's 503, retry, with this
+        message) while it is dead and being started again, or stopped: a stopped one
+        (:class:`WorkerStopped`, /health names it too) is said within ``link.STOPPED_SECONDS``, not
+        once ``timeout`` has passed."""
+        link = self.links[w]
         try:
-            return self.links[w].call(name, *args, timeout=timeout)
+            return link.result(link.command(name, *args), timeout)
         except WorkerGone as exc:
             raise TimeoutError(f"engine worker {w} has ended and is being started again ({exc})") from None
+        except WorkerStopped:
+            pid = link.process.pid if link.process is not None else None
+            raise WorkerStopped(f"engine worker {w} (pid {pid}) is stopped (a signal or a debugger): it answers "
+                                "once it is continued (SIGCONT)") from None
 
     @property
     def alive(self) -> bool:

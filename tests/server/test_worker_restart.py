@@ -415,7 +415,8 @@ def test_a_worker_that_does_not_answer_is_named_and_its_events_wait(tmp_path, mo
     SILENT_SECONDS, /health says degraded and names it with its pid (``state: not_answering``,
     ``oldest_batch_s``), /metrics gives the batch's age, and it is not restarted. The events wait:
     once it is continued, every witness arrives, as many as the same events give a worker that
-    was never stopped, and /health is ok again."""
+    was never stopped, and /health is ok again. A count asked of it meanwhile is a 503 that names
+    it."""
     from clients.testing.market import random_walk
     from tests.server.conftest import stock
 
@@ -437,6 +438,12 @@ def test_a_worker_that_does_not_answer_is_named_and_its_events_wait(tmp_path, mo
                                    what="/health to say the stopped worker does not answer")
                     assert h["status"] == "degraded" and h["workers"][0]["oldest_batch_s"] is None
                     assert f"engine worker 0 (pid {pid}) is stopped (a signal or a debugger)" in h["reason"]
+                    # a count it would give: 503 at once, saying why (not the generic "did not answer
+                    # in time" once the 5 s count timeout has passed)
+                    r = c.http.get(f"/subscriptions/{sid}/automaton/instances")
+                    assert r.status_code == 503, r.text
+                    assert f"engine worker 0 (pid {pid}) is stopped (a signal or a debugger)" in r.json()["detail"]
+                    assert "SIGCONT" in r.json()["detail"] and r.json()["detail"].endswith("; retry")
                 with c.sender() as snd:
                     snd.send_many(ticks[:1000])
                     if stop:
