@@ -593,8 +593,9 @@ class Daemon:
         return self.health.workers()
 
     def worker_trouble(self) -> list[str]:
-        """What /health says of engine workers restarted, catching up or stopped (server/workers/restart.py)."""
-        return self.processing.restarter.trouble() if self.links else []
+        """What /health says of engine workers restarted, catching up, stopped or not answering
+        (server/workers/restart.py), or of the in-process engine on one batch that long."""
+        return self.processing.restarter.trouble() if self.links else self.processing.trouble()
 
     def retained(self) -> dict | None:
         return self.health.retained()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import queue as stdqueue
+import sys
 import threading
 import time
 from collections import Counter
@@ -26,6 +27,9 @@ from server.observability.counters import Count
 log = logging.getLogger("cayuga.daemon")
 
 _STREAM_OF = attrgetter("stream")
+#: Seconds the in-process engine may be on one batch before /health names where it is (:meth:`EngineThread.trouble`;
+#: server/workers/restart.py says the same of a worker that owes a batch that long).
+BUSY_SECONDS = 15.0
 
 class EngineThread:
     """The engine thread and what it alone writes: :attr:`fed` (events taken
@@ -51,6 +55,7 @@ class EngineThread:
         self._commands: stdqueue.Queue = stdqueue.Queue(maxsize=1000)
         self.thread: threading.Thread | None = None
         self.fed = 0  # events the engine thread has taken from the queue, over every life of the data dir
+        self.busy_since: float | None = None  # when the engine began the batch it is on (monotonic; None: none)
         self._in_batch = 0  # of those, the batch being fed and delivered now
         self.changes = 0  # subscriptions installed or removed (a snapshot is due after a change too)
         self.epoch = None
@@ -161,8 +166,30 @@ class EngineThread:
             totals[name] = totals.get(name, 0) + n
         return counted
 
+    def trouble(self) -> list[str]:
+        """What /health says of an engine that has been on one batch BUSY_SECONDS or more: where it
+        is (a user function that does not return holds it; the registered function on its
+        stack, and the innermost place), as server/workers/restart.py says of a worker."""
+        since, thread = self.busy_since, self.thread
+        if since is None or thread is None or (busy := time.monotonic() - since) < BUSY_SECONDS:
+            return []
+        where = self.engine.functions.running_in(sys._current_frames().get(thread.ident))
+        if where["function"] is None:
+            return [f"the engine thread has been on one batch for {busy:.0f} s (at {where['at']}); events wait in "
+                    "the queue meanwhile"]
+        return [f"the engine thread has been on one batch for {busy:.0f} s: it is in the function "
+                f"{where['function']}, which has not returned (at {where['at']}): fix or bound that function (a "
+                "lookup without a timeout, a loop that does not end); events wait in the queue meanwhile"]
+
     def feed(self, batch: list) -> None:
         """Feed a batch to the engine; an event it fails on is counted and logged, the rest go on."""
+        self.busy_since = time.monotonic()
+        try:
+            self._feed(batch)
+        finally:
+            self.busy_since = None
+
+    def _feed(self, batch: list) -> None:
         feed = self.engine.feed
         i, n = 0, len(batch)
         while i < n:

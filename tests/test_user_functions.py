@@ -62,3 +62,39 @@ def test_bad_function_config_is_reported(tmp_path):
     cfg.write_text("functions:\n  F: {path: 'json:dumps', returns: decimal}\n")
     with pytest.raises(ConfigError, match="unknown attribute type 'decimal'"):
         load_settings(cfg)
+
+
+def test_running_in_names_the_registered_function_on_a_threads_stack():
+    """``FunctionRegistry.running_in``: the registered function nearest the innermost frame
+    of a stack (a helper it calls included), and the innermost place; none on the engine's own."""
+    import threading
+
+    from air.engine.functions import FunctionRegistry
+
+    seen: dict = {}
+    inside, go = threading.Event(), threading.Event()
+
+    def helper():
+        inside.set()
+        go.wait(30)
+
+    def lookup(x):
+        helper()
+        return x
+
+    reg = FunctionRegistry.default()
+    reg.register("LOOKUP", lookup, "float")
+    t = threading.Thread(target=lambda: seen.setdefault("out", reg.get("LOOKUP").fn(1.0)))
+    t.start()
+    try:
+        assert inside.wait(30)
+        where = reg.running_in(sys._current_frames()[t.ident])
+    finally:
+        go.set()
+        t.join(30)
+    assert where["function"] == "LOOKUP"
+    assert where["at"].endswith(", in wait") and "threading.py:" in where["at"]  # the innermost place: the helper's wait
+    assert seen["out"] == 1.0
+    here = reg.running_in(sys._getframe())
+    assert here["function"] is None and here["at"].endswith(", in test_running_in_names_the_registered_function_on_a_threads_stack")
+    assert reg.running_in(None) == {"function": None, "at": None}

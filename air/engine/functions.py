@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from dataclasses import dataclass
+from types import FrameType
 from typing import Callable, Mapping
 
 from air.engine.errors import EngineError
@@ -74,6 +75,26 @@ class FunctionRegistry:
 
     def __contains__(self, name: str) -> bool:
         return name.upper() in self._fns
+
+    def running_in(self, frame: FrameType | None) -> dict[str, str | None]:
+        """Where the thread whose innermost frame is ``frame`` runs (``sys._current_frames()``
+        gives it): the registered function on its stack nearest to it (``function``, None when
+        none is: the engine's own work), and the innermost place (``at``: file, line, function).
+        What names a function that does not return (server/workers/worker.py's watch)."""
+        codes = {getattr(f.fn, "__code__", None): name for name, f in self._fns.items()}
+        codes.pop(None, None)
+        at = None if frame is None else _place(frame)
+        function = None
+        while frame is not None:
+            function = codes.get(frame.f_code)
+            if function is not None:
+                break
+            frame = frame.f_back
+        return {"function": function, "at": at}
+
+
+def _place(frame: FrameType) -> str:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}, in {frame.f_code.co_name}"
 
 
 class FunctionImportError(EngineError):

@@ -56,6 +56,9 @@ which the engine thread reads; the rest on the pipe, which the link's reader thr
          is then each payload's length (``Columns.sizes``), for reading only the watched ones.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.
+  ``W``  where its engine is while a batch has run a second or more (server/workers/worker.py's
+         ``Watch``): pickle ``{"function": name or None, "at": "file:line, in name"}``, or None
+         once the batch has ended.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ from air.engine import Event
 from server.delivery.encoding import Columns, LocalNumbers, pack_columns, pack_flat
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
-RESULT, ANSWER, SNAPSHOT = b"R", b"A", b"S"
+RESULT, ANSWER, SNAPSHOT, WHERE = b"R", b"A", b"S", b"W"
 
 _encode = msgspec.msgpack.Encoder().encode
 _batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],

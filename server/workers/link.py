@@ -84,6 +84,9 @@ class WorkerLink:
         self._reader: threading.Thread | None = None
         self.gone: str | None = None  # why the worker is no longer there (None while it runs)
         self.started = False  # it has answered a command: its interpreter is up and reading its pipe
+        #: where its engine is while a batch has run a second or more (``W``; None otherwise): the
+        #: registered function on its stack, if any, and the innermost place
+        self.where: dict | None = None
 
     def start(self) -> None:
         """Start ``python -m server.workers.worker`` on one end of a socket pair (a
@@ -217,11 +220,14 @@ class WorkerLink:
             elif tag == codec.SNAPSHOT:
                 if self.on_snapshot is not None:
                     self.on_snapshot(pickle.loads(body))
+            elif tag == codec.WHERE:
+                self.where = pickle.loads(body)
         try:
             code = self.process.wait(5)
         except subprocess.TimeoutExpired:
             code = None
         self.gone = f"the engine worker {self.name} has ended (exit code {code})"
+        self.where = None
         for fut in list(self._pending.values()):
             _fail(fut, WorkerGone(self.gone))
         self._pending.clear()

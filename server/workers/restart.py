@@ -144,7 +144,8 @@ class Restarter:
         owed = self.owed(w)
         return {"state": state, "restarts": self.restarts[w], "catch_up": dict(progress) if progress else None,
                 "last_death": self.last_death.get(w), "stopped_because": self.abandoned.get(w),
-                "oldest_batch_s": None if owed is None else round(owed, 3)}
+                "oldest_batch_s": None if owed is None else round(owed, 3),
+                "busy_in": self.thread.links[w].where}
 
     def owed(self, w: int) -> float | None:
         """Seconds since worker ``w`` was sent the oldest batch it has not answered (None: it owes none).
@@ -186,9 +187,9 @@ class Restarter:
                 out.append(f"engine worker {w} died and is being started again")
             elif (silent := self.silent(w)) is not None:
                 pid = link.process.pid if link.process is not None else None
-                out.append(f"engine worker {w} (pid {pid}) has not answered a batch sent {silent:.0f} s ago: it is "
-                           "stopped (a signal, a debugger), waiting for a core, or that long on one batch; events "
-                           "wait in the queue meanwhile (nothing is dropped), and it is not restarted while it lives")
+                out.append(f"engine worker {w} (pid {pid}) has not answered a batch sent {silent:.0f} s ago: "
+                           f"{_why_silent(link.where)}; events wait in the queue meanwhile (nothing is dropped), "
+                           "and it is not restarted while it lives (it would run the batch again)")
             elif link.stopped():  # (said at once, before it owes a batch that long)
                 out.append(f"engine worker {w} (pid {link.process.pid}) is stopped (a signal or a debugger): it "
                            "answers nothing until it is continued (SIGCONT); events for it wait in the queue "
@@ -441,6 +442,16 @@ class CatchUp:
         if check is not None and CheckResult(*check).decisions:
             self.link.send(codec.APPLY + pickle.dumps([], pickle.HIGHEST_PROTOCOL))
         return sum(len(g[2]) for g in groups) + sum(len(g[2]) for g in internal) + cols.count()
+
+
+def _why_silent(where: dict | None) -> str:
+    """Why a worker has not answered, as far as its watch has said (server/workers/worker.py)."""
+    if where is None:
+        return "it is stopped (a signal, a debugger), waiting for a core, or that long on one batch"
+    if where["function"] is not None:
+        return (f"its engine is in the function {where['function']}, which has not returned (at {where['at']}): "
+                "fix or bound that function (a lookup without a timeout, a loop that does not end)")
+    return f"its engine is that long on one batch (at {where['at']})"
 
 
 def _reads(engine, sids: set[str]) -> set[str] | None:

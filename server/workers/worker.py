@@ -17,9 +17,10 @@ the decisions with the batch's result and takes nothing more from the pipe
 (later batches wait in it) until the main process has recorded them and says
 which to apply (``P``): a shedding is applied only once it is durable.
 
-Snapshots: the worker forks (it runs one thread, and a second only while a
-result waits for the main process to read it, server/workers/channel.py, which
-holds no lock the child takes: a fork is safe) and the child
+Snapshots: the worker forks (beside the thread that runs this loop, its watch,
+:class:`Watch`, and a writer only while a result waits for the main process to
+read it, server/workers/channel.py; neither holds a lock the child takes: a fork
+is safe) and the child
 writes the whole snapshot file — the main process's part, sent with the
 command, and the engine's state — in the format server/durability/snapshot.py
 reads, then exits; the worker reports the child's end (``S``).
@@ -35,8 +36,10 @@ import pickle
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
+import warnings
 from collections import Counter, deque
 from operator import attrgetter
 from pathlib import Path
@@ -50,6 +53,8 @@ from server.workers import codec
 from server.workers.channel import ResultWriter
 
 log = logging.getLogger("cayuga.worker")
+#: Seconds a batch runs before the worker says where its engine is (:class:`Watch`), and how often it looks.
+WATCH_SECONDS = 1.0
 _STREAM = attrgetter("stream")
 
 
@@ -60,10 +65,14 @@ class Worker:
         from air.engine.functions import import_functions
 
         self.conn = conn
+        self._send_lock = threading.Lock()  # the watch's messages and the loop's answers share the pipe
         self.results = results  # batches' results and the answers to P: read by the main's engine thread
         functions = import_functions(settings["functions"]).copy()
         functions.register(KEY_GROUP_FUNCTION, key_group, "int", arity=2)  # row-scaled copies' start edges
         self.engine = Engine(functions=functions)
+        self.functions = functions
+        #: when the batch the engine is on began (time.monotonic(); None between batches): read by the watch
+        self.busy_since: float | None = None
         self.rows: set[str] = set()  # row-scaled subscriptions: their witnesses go back with their events' places
         self.outbox: list = []
         self.engine.on_emit = self.outbox.append
@@ -124,14 +133,19 @@ class Worker:
                 self.loaded |= name.startswith(("add", "import"))
                 if name == "stop":
                     self._reap(wait=True)
-                    conn.send_bytes(codec.ANSWER + pickle.dumps((number, True, None)))
+                    self.send(codec.ANSWER + pickle.dumps((number, True, None)))
                     return
                 try:
                     value, ok = getattr(self, "cmd_" + name)(*args), True
                 except Exception as exc:  # noqa: BLE001 - handed to the caller
                     value, ok = _portable(exc), False
-                conn.send_bytes(codec.ANSWER + pickle.dumps((number, ok, value)))
+                self.send(codec.ANSWER + pickle.dumps((number, ok, value)))
             self._reap()
+
+    def send(self, msg: bytes) -> None:
+        """One message on the pipe to the main process (from the loop, or the watch's thread)."""
+        with self._send_lock:
+            self.conn.send_bytes(msg)
 
     def _batch(self, body: bytes) -> None:
         self.results.send(self._feed(*codec.decode_batch(body)))
@@ -148,15 +162,19 @@ class Worker:
         outbox, feed = self.outbox, eng.feed
         for stream, n in (Counter(map(_STREAM, events)) if per_stream is None else per_stream).items():
             counts[stream] = counts.get(stream, 0) + n
-        for ev in events:
-            try:
-                feed(ev)
-            except LateEvent:
-                pass  # counted by the engine
-            except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the worker
-                errors.append(f"{type(exc).__name__}: {exc} (event {ev!r})")
-            if marks is not None:
-                marks.append(len(outbox))
+        self.busy_since = time.monotonic()
+        try:
+            for ev in events:
+                try:
+                    feed(ev)
+                except LateEvent:
+                    pass  # counted by the engine
+                except Exception as exc:  # noqa: BLE001 - one event's failure must not stop the worker
+                    errors.append(f"{type(exc).__name__}: {exc} (event {ev!r})")
+                if marks is not None:
+                    marks.append(len(outbox))
+        finally:
+            self.busy_since = None
         ems = self.outbox[:]
         del self.outbox[:]
         encoded = self.encoder.encode(ems, flat=not self.rows)  # (a row-scaled one's witnesses are merged by groups)
@@ -332,7 +350,9 @@ class Worker:
             return None
         if self.snapshot_child is not None:
             raise EngineError("a snapshot is still being written")
-        pid = os.fork()
+        with warnings.catch_warnings():  # (3.12+ warns of any fork beside a thread: see the module's docstring)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the child: never returns
             snapshot._child_main(Path(tmp), lambda: {**main_part, "engine": self.engine.export_state()})
         self.snapshot_child = pid
@@ -346,7 +366,50 @@ class Worker:
         if not done:
             return
         self.snapshot_child = None
-        self.conn.send_bytes(codec.SNAPSHOT + pickle.dumps(status))
+        self.send(codec.SNAPSHOT + pickle.dumps(status))
+
+
+class Watch:
+    """Where the engine is while a batch does not end: a thread that looks, once a second,
+    whether the batch the worker is on has run :data:`WATCH_SECONDS` or more, and then tells
+    the main process (``W``) the registered function on the engine thread's stack and the
+    innermost place (``FunctionRegistry.running_in``), again when that changes, and None once
+    the batch has ended. A user function that does not return (a lookup without a timeout, a
+    loop that never ends) holds its worker: /health then names the function, not only the
+    worker (server/workers/restart.py). Costs nothing on a batch's path but the two stores of
+    ``busy_since``."""
+
+    def __init__(self, worker: Worker, ident: int | None = None) -> None:
+        self.worker = worker
+        self.ident = threading.get_ident() if ident is None else ident  # the thread that runs the loop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cayuga-worker-watch", daemon=True)
+
+    def start(self) -> "Watch":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def look(self) -> dict | None:
+        """Where the engine is, if its batch has run WATCH_SECONDS or more (else None)."""
+        since = self.worker.busy_since
+        if since is None or time.monotonic() - since < WATCH_SECONDS:
+            return None
+        return self.worker.functions.running_in(sys._current_frames().get(self.ident))
+
+    def _run(self) -> None:
+        told = None
+        while not self._stop.wait(WATCH_SECONDS):
+            where = self.look()
+            if where != told:
+                try:
+                    self.worker.send(codec.WHERE + pickle.dumps(where))
+                except (OSError, ValueError):
+                    return  # the main process has gone
+                told = where
 
 
 def _places(ems: list, marks: list[int], rows: set[str]) -> list:
@@ -396,8 +459,11 @@ def main(fd: int, results_fd: int) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     raise_young_threshold()  # as the main process: a young collection every few hundred events otherwise
     results = ResultWriter(socket.socket(fileno=results_fd))
+    worker = Worker(conn, settings, results)
+    watch = Watch(worker).start()
     try:
-        Worker(conn, settings, results).run()
+        worker.run()
+        watch.stop()
         results.close()
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass  # the main process has gone (a kill -9: this process is being killed too)

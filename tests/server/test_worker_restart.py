@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -471,6 +472,67 @@ def test_a_worker_that_does_not_answer_is_named_and_its_events_wait(tmp_path, mo
 
     stopped, plain = run(True), run(False)
     assert stopped == plain > 0
+    assert_no_cayuga_threads()
+
+
+#: A user function that does not return until the test lets it (a lookup without a timeout).
+HOLDING = """
+import os, time
+
+GO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go")
+
+
+def hold(x):
+    while not os.path.exists(GO):
+        time.sleep(0.02)
+    return x
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+def test_a_function_that_does_not_return_is_named(tmp_path, monkeypatch, workers):
+    """A user function that does not return holds its batch: /health names the function and the
+    line it is at, not only the worker that does not answer (the worker's watch looks once the
+    batch has run a second), so the operator knows what to fix; /health's and /stats' ``busy_in``
+    give it too, and the console's pill. The in-process engine (``engine_workers: 0``) says the
+    same of its thread. Once the function returns, every witness arrives and /health is ok again,
+    with nothing said of where the engine is."""
+    from server import processing
+    from tests.server.conftest import stock
+
+    (tmp_path / "holding_functions.py").write_text(HOLDING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "holding_functions", raising=False)  # (the other case's, let go: its GO is there)
+    monkeypatch.setattr(restart, "SILENT_SECONDS", 0.5)
+    monkeypatch.setattr(processing, "BUSY_SECONDS", 0.5)
+    s = make_settings(tmp_path / "data", time="event", engine_workers=workers,
+                      functions={"HOLD": {"path": "holding_functions:hold", "returns": "float"}})
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel="SELECT Name, HOLD(Price) AS P FROM Stock PUBLISH Held")["id"]
+        c.post_events([stock("A", 2.5, 1, 1), stock("B", 3.0, 1, 2)])
+        try:
+            h = wait_until(lambda: "which has not returned" in ((h := c.health())["reason"] or "") and h,
+                           what="/health to name the function the engine is in")
+            assert h["status"] == "degraded"
+            at = h["reason"].split("which has not returned (at ", 1)[1].split(")", 1)[0]
+            assert "holding_functions.py:" in at and at.endswith(", in hold")
+            if workers:
+                pid = srv.daemon.links[0].process.pid
+                assert h["workers"][0]["busy_in"] == {"function": "HOLD", "at": at}
+                assert h["workers"][0]["state"] == "not_answering"
+                assert (f"engine worker 0 (pid {pid}) has not answered a batch sent" in h["reason"]
+                        and "its engine is in the function HOLD, which has not returned" in h["reason"])
+                assert c.http.get("/stats").json()["workers"][0]["busy_in"]["function"] == "HOLD"
+            else:
+                assert "the engine thread has been on one batch for" in h["reason"]
+                assert "it is in the function HOLD, which has not returned" in h["reason"]
+        finally:
+            (tmp_path / "go").touch()
+        assert [json.loads(w)["P"] for _n, w in logged_witnesses(srv.base_url, sid, 2)] == [2.5, 3.0]
+        h = wait_until(lambda: (h := c.health())["status"] == "ok" and all(w["busy_in"] is None for w in h["workers"])
+                       and h, what="/health ok again, and nothing said of where the engine is")
+        if workers:
+            assert h["workers"][0]["state"] == "running" and srv.daemon.links[0].process.pid == pid
     assert_no_cayuga_threads()
 
 

@@ -450,7 +450,8 @@ async function health() {
     const odd = workers.filter((w) => w.state !== "running").map((w) => (w.state === "catching_up" && w.catch_up
       ? ` · worker ${w.worker} catching up ${Math.floor((100 * w.catch_up.events_done) / Math.max(w.catch_up.events_total, 1))}%`
       : ` · worker ${w.worker} ${w.state.replace("_", " ")}`
-        + (w.state === "not_answering" && w.oldest_batch_s != null ? ` for ${Math.floor(w.oldest_batch_s)} s` : ""))).join("");
+        + (w.state === "not_answering" && w.oldest_batch_s != null ? ` for ${Math.floor(w.oldest_batch_s)} s` : "")
+        + (w.state === "not_answering" && w.busy_in && w.busy_in.function ? ` in ${w.busy_in.function}` : ""))).join("");
     const perWorker = workers.map((w) => `worker ${w.worker}: ${w.state.replace("_", " ")}, ${w.events} events, `
       + `${w.instances} instances, ${w.in_flight_batches} batches in flight, `
       + `${w.cpu_seconds == null ? "?" : w.cpu_seconds.toFixed(1)} s CPU, ${w.restarts} restart${w.restarts === 1 ? "" : "s"}`);
