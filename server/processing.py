@@ -31,6 +31,14 @@ _STREAM_OF = attrgetter("stream")
 #: server/workers/restart.py says the same of a worker that owes a batch that long).
 BUSY_SECONDS = 15.0
 
+def where_busy(where: dict) -> str:
+    """Where an engine on one batch that long is (``FunctionRegistry.running_in``), as /health says it."""
+    if where["function"] is None:
+        return f"its engine is at {where['at']}"
+    return (f"its engine is in the function {where['function']}, which has not returned (at {where['at']}): fix or "
+            "bound that function (a lookup without a timeout, a loop that does not end)")
+
+
 class EngineThread:
     """The engine thread and what it alone writes: :attr:`fed` (events taken
     from the queue, over every life of the data dir), :attr:`changes`
@@ -174,12 +182,8 @@ class EngineThread:
         if since is None or thread is None or (busy := time.monotonic() - since) < BUSY_SECONDS:
             return []
         where = self.engine.functions.running_in(sys._current_frames().get(thread.ident))
-        if where["function"] is None:
-            return [f"the engine thread has been on one batch for {busy:.0f} s (at {where['at']}); events wait in "
-                    "the queue meanwhile"]
-        return [f"the engine thread has been on one batch for {busy:.0f} s: it is in the function "
-                f"{where['function']}, which has not returned (at {where['at']}): fix or bound that function (a "
-                "lookup without a timeout, a loop that does not end); events wait in the queue meanwhile"]
+        return [f"the engine thread has been on one batch for {busy:.0f} s: {where_busy(where)}; events wait in "
+                "the queue meanwhile"]
 
     def feed(self, batch: list) -> None:
         """Feed a batch to the engine; an event it fails on is counted and logged, the rest go on."""

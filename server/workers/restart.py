@@ -55,6 +55,7 @@ from server.budgetcheck import CheckResult, Decision, Outcome
 from server.delivery.witnesses import NumberMap
 from server.durability.recovery import Eviction, installed_after, plan_due, requeue
 from server.ingest.queue import DelayQueue
+from server.processing import where_busy
 from server.workers import codec
 from server.workers.link import WorkerGone, WorkerLink
 from server.workers.placement import ALL
@@ -448,10 +449,7 @@ def _why_silent(where: dict | None) -> str:
     """Why a worker has not answered, as far as its watch has said (server/workers/worker.py)."""
     if where is None:
         return "it is stopped (a signal, a debugger), waiting for a core, or that long on one batch"
-    if where["function"] is not None:
-        return (f"its engine is in the function {where['function']}, which has not returned (at {where['at']}): "
-                "fix or bound that function (a lookup without a timeout, a loop that does not end)")
-    return f"its engine is that long on one batch (at {where['at']})"
+    return where_busy(where)
 
 
 def _reads(engine, sids: set[str]) -> set[str] | None:

@@ -525,7 +525,7 @@ def test_a_function_that_does_not_return_is_named(tmp_path, monkeypatch, workers
                 assert c.http.get("/stats").json()["workers"][0]["busy_in"]["function"] == "HOLD"
             else:
                 assert "the engine thread has been on one batch for" in h["reason"]
-                assert "it is in the function HOLD, which has not returned" in h["reason"]
+                assert "its engine is in the function HOLD, which has not returned" in h["reason"]
         finally:
             (tmp_path / "go").touch()
         assert [json.loads(w)["P"] for _n, w in logged_witnesses(srv.base_url, sid, 2)] == [2.5, 3.0]
