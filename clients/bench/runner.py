@@ -112,6 +112,31 @@ def run_workload(w: Workload, options: dict, *, one_owner: bool = False, profile
     }
 
 
+def metric_by(client, name: str, label: str) -> dict[str, float]:
+    """A server's Prometheus figure ``name`` per value of its label ``label``, summed over the others."""
+    out: dict[str, float] = {}
+    key = f'{label}="'
+    for line in client.http.get("/metrics").text.splitlines():
+        if line.startswith(name + "{") and key in line:
+            value = line.split(key, 1)[1].split('"', 1)[0]
+            out[value] = out.get(value, 0.0) + float(line.split()[-1])
+    return out
+
+
+def worker_cpu_parts(client, settle: float = 3.0) -> dict[str, float]:
+    """The engine workers' CPU seconds on batches by part (``cayuga_engine_worker_batch_cpu_seconds``),
+    once the next instance count after the call has told them (the figure is a count's: about one a
+    second), or after ``settle`` seconds; {} with no workers."""
+    first = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
+    deadline = time.monotonic() + settle
+    while first and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
+        if now != first:
+            return now
+    return first
+
+
 def metric(client, name: str) -> float:
     """A server's Prometheus figure ``name`` from ``/metrics``, summed over its labels."""
     total = 0.0

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import msgspec
 
-from clients.bench.runner import metric, percentile
+from clients.bench.runner import metric, metric_by, percentile, worker_cpu_parts
 from clients.client import CayugaClient
 from clients.testing import cayuga_command, cayuga_env, free_port, write_ticks
 
@@ -171,6 +171,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                 time.sleep(0.02)
             cpu_before = metric(client, "process_cpu_seconds_total")
             workers_before = metric(client, "cayuga_engine_worker_cpu_seconds_total")
+            parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = perf()
             send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url, *tls_args),
@@ -195,6 +196,8 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                 out.close()
             server_cpu = metric(client, "process_cpu_seconds_total") - cpu_before
             workers_cpu = metric(client, "cayuga_engine_worker_cpu_seconds_total") - workers_before
+            parts = worker_cpu_parts(client)
+            parts = {k: round(v - parts_before.get(k, 0.0), 4) for k, v in parts.items()}
             drops = metric(client, "cayuga_client_drops_total")
             delivered = metric(client, "cayuga_witnesses_delivered_total")
             health = client.health()
@@ -221,6 +224,10 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
         # its engine workers' (engine_workers; 0 with none), and the whole of `cayuga run`'s: what the
         # two cores had to find room for beside the time the run took
         "workers_cpu_s": round(workers_cpu, 2),
+        # of that, their batches by part (decode: the events made from each message; engine: the feed;
+        # witnesses: theirs and the result's encoding), at a count after the last batch: beside
+        # offline_cpu_s, what the workers spend that `cayuga run` does not
+        "workers_cpu_parts_s": parts,
         "send_cpu_s": round(send_cpu, 2),
         "offline_cpu_s": round(offline_cpu, 2),
         "end_to_end_s": round(e2e_s, 3),

@@ -33,7 +33,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from clients.bench.runner import metric
+from clients.bench.runner import metric, metric_by, worker_cpu_parts
 from clients.bench.server_e2e import server_process
 from clients.testing import cayuga_command, cayuga_env, wait_until
 from clients.testing.market import RISING, increasing_cel, increasing_stream, symbols, write_ticks
@@ -82,6 +82,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 registered = time.perf_counter() - start
                 watched, watched_sids = _watch(client, watchers, watching)
                 cpu = _cpu(client, client.health())
+                parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
                 start = time.perf_counter()
                 send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
                                       capture_output=True, text=True, timeout=3600)
@@ -93,6 +94,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 h = client.health()
                 after = _cpu(client, h)
                 main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
+                parts = {k: v - parts_before.get(k, 0.0) for k, v in worker_cpu_parts(client).items()}
                 made = 0
                 if watched_sids:  # (after the clock: what the watchers get of their subscriptions' witnesses)
                     made = sum(client.subscription(s)["last_seq"] for s in watched_sids)
@@ -112,6 +114,9 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                     "main_cpu_us_per_event": round(main_cpu / events * 1e6, 2),
                                     "main_events_per_cpu_s": round(events / main_cpu) if main_cpu > 0 else None,
                                     "worker_cores": [round(c / seconds, 2) for c in workers_cpu],
+                                    # the workers' batches, all of them together, by part: µs an event
+                                    # (decode, engine, witnesses; BENCHMARKS.md, round 19)
+                                    "workers_us_per_event": {k: round(v / events * 1e6, 2) for k, v in parts.items()},
                                     **({"watched": sum(watched), "watched_made": made} if watchers else {}),
                                     **({"runs_on": subs[0]["runs_on"], "witnesses": sum(x["last_seq"] for x in subs)}
                                        if subs else {})})

@@ -41,6 +41,10 @@ class HealthCollector:
         collections = CounterMetricFamily("cayuga_engine_worker_gc_collections", "Collections of the cyclic garbage "
                                           "collector in an engine worker process, per generation, at the last "
                                           "instance count (its current process)", labels=["worker", "generation"])
+        parts = CounterMetricFamily("cayuga_engine_worker_batch_cpu_seconds", "CPU time of an engine worker's "
+                                    "batches by part: decode (its events made from the message), engine (the "
+                                    "feed), witnesses (theirs and the result's encoding); at the last instance "
+                                    "count (its current process)", labels=["worker", "part"])
         oldest = GaugeMetricFamily("cayuga_engine_worker_oldest_batch_seconds", "Seconds since an engine worker was "
                                    "sent the oldest batch it has not answered (0: it owes none); /health says "
                                    "not_answering past 15 s", labels=["worker"])
@@ -57,8 +61,10 @@ class HealthCollector:
             restarts.add_metric(label, w["restarts"])
             for generation, n in enumerate(w["gc_collections"] or ()):
                 collections.add_metric([*label, str(generation)], n)
+            for part, seconds in (w["cpu_parts"] or {}).items():
+                parts.add_metric([*label, part], seconds)
             stopped.add_metric(label, 1 if w["state"] == "stopped" else 0)
-        yield from (up, flight, batches, events, instances, cpu, restarts, stopped, collections, oldest)
+        yield from (up, flight, batches, events, instances, cpu, restarts, stopped, collections, parts, oldest)
         yield CounterMetricFamily("cayuga_engine_errors", "Events the engine raised an error on (the thread "
                                   "survived; /health reports the last one and says degraded)",
                                   value=d.counters.get(Count.ENGINE_ERRORS))

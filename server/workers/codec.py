@@ -74,6 +74,9 @@ from server.delivery.encoding import Columns, LocalNumbers, pack_columns, pack_f
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
 RESULT, ANSWER, SNAPSHOT, WHERE = b"R", b"A", b"S", b"W"
+#: The parts of a worker's CPU time on batches (``counts``' answer, server/workers/worker.py's ``cpu_parts``):
+#: making the batch's events, the engine's feed, the witnesses' and the result's encoding.
+CPU_PARTS = ("decode", "engine", "witnesses")
 
 _encode = msgspec.msgpack.Encoder().encode
 _batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],

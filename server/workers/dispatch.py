@@ -111,6 +111,8 @@ class WorkerEngineThread(EngineThread):
         #: instances each worker held at the last count (a row-scaled subscription's share on each)
         self.instances_of = [0] * len(links)
         self.gc_of: dict[int, list[int]] = {}  # worker -> its collector's collections per generation, at the last count
+        #: worker -> the CPU seconds of its batches by part (codec.CPU_PARTS), at the last count (its current process)
+        self.cpu_parts_of: dict[int, dict[str, float]] = {}
         from server.workers.restart import Restarter
 
         self.restarter = Restarter(self)  # a worker that dies is started again (server/workers/restart.py)
@@ -156,15 +158,17 @@ class WorkerEngineThread(EngineThread):
 
         def done(fut, w: int) -> None:
             with lock:  # one that died meanwhile (restart.py) counts nothing this pass: the pass still ends
-                answers[w] = fut.result() if fut.exception() is None else ({}, 0.0, None)
+                answers[w] = fut.result() if fut.exception() is None else ({}, 0.0, None, None)
                 if answers[w][2] is not None:
                     self.gc_of[w] = answers[w][2]
+                if answers[w][3] is not None:
+                    self.cpu_parts_of[w] = dict(zip(codec.CPU_PARTS, answers[w][3]))
                 self.instances_of[w] = sum(answers[w][0].values())
                 if len(answers) < len(self.links):
                     return
             merged: dict[str, int] = {}
             several: set[str] = set()  # counted by more than one worker (row-scaled)
-            for counts, _cost, _gc in answers.values():  # a row-scaled subscription's: summed over its workers
+            for counts, _cost, _gc, _parts in answers.values():  # a row-scaled subscription's: summed over its workers
                 for sid, n in counts.items():
                     if sid in merged:
                         several.add(sid)
@@ -261,7 +265,8 @@ class WorkerEngineThread(EngineThread):
                         "subscriptions": self.placement.count_on(w),
                         "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
                         "events": self.events_of[w], "instances": instances[w],
-                        "cpu_seconds": link.cpu_seconds(), "gc_collections": self.gc_of.get(w),
+                        "cpu_seconds": link.cpu_seconds(), "cpu_parts": self.cpu_parts_of.get(w),
+                        "gc_collections": self.gc_of.get(w),
                         **self.restarter.about(w)})
         return out
 

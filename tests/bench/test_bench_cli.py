@@ -154,6 +154,10 @@ def test_server_end_to_end_matches_cayuga_run_through_real_processes():
     assert out["events"] == 3000 and out["send_exit"] == 0
     assert out["witnesses_printed"] > 3000  # all matches every event; two watchers watch it
     assert out["delivered_total"] == out["witnesses_printed"]
+    # the worker's batches by part, each something, together within its whole CPU time
+    parts = out["workers_cpu_parts_s"]
+    assert set(parts) == {"decode", "engine", "witnesses"} and all(v > 0 for v in parts.values())
+    assert sum(parts.values()) <= out["workers_cpu_s"] + 0.05
 
 
 def test_server_two_queries_two_watchers_says_every_witness_was_delivered(tmp_path):
@@ -369,6 +373,9 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
         else:  # (no CPU time counted: nothing to divide by)
             assert r["main_events_per_cpu_s"] is None
         assert r["watched"] == r["watched_made"] > 0  # (100 quotes a symbol: some rise ten times in a row)
+        # the workers' batches by part, an event (what a device run shows beside main_cpu_us_per_event)
+        assert set(r["workers_us_per_event"]) == {"decode", "engine", "witnesses"}
+        assert r["workers_us_per_event"]["engine"] > 0
     (tmp_path / "workers10k.json").write_text(out_line := result.output.strip().splitlines()[-1])
     many = rows.summarize(tmp_path)[2]  # clients/bench/rows.py: 2 over 1, issue 32's row
     one, two = json.loads(out_line)["runs"]

@@ -291,6 +291,14 @@ def test_health_metrics_and_the_api_say_where_the_automata_run(start_server, tmp
                              "cayuga_engine_worker_restarts_total", "cayuga_engine_worker_stopped"):
                     assert f'{name}{{worker="0"}}' in metrics, name
                 assert 'cayuga_engine_worker_events_total{worker="0"} 2.0' in metrics
+                # where its batches' CPU time went, by part, as the next count tells it
+                parts = wait_until(lambda: (p := c.http.get("/stats").json()["workers"][0]["cpu_parts"])
+                                   and all(p[k] > 0 for k in ("decode", "engine", "witnesses")) and p,
+                                   what="the worker's CPU by part, counted after its batch")
+                assert sum(parts.values()) <= c.health()["workers"][0]["cpu_seconds"]
+                metrics = c.http.get("/metrics").text
+                for part in ("decode", "engine", "witnesses"):
+                    assert f'cayuga_engine_worker_batch_cpu_seconds_total{{part="{part}",worker="0"}}' in metrics
             else:
                 assert "cayuga_engine_worker_up{" not in metrics
         srv.stop()
