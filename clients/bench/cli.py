@@ -246,12 +246,15 @@ def workers(workers, queries, events, n_symbols, length, seed, query, row_scalin
 @click.option("--queries", type=int, default=10_000, show_default=True, help="Per-symbol increasing queries.")
 @click.option("--events", type=int, default=100_000, show_default=True, help="Ticks fed.")
 @click.option("--batch", type=int, default=1024, show_default=True, help="Events a batch (batch_size).")
-def worker_path(queries, events, batch):
-    """The increasing workload of `workers` on one engine worker run in this process,
-    its batches' CPU, then the main process's CPU for their results (decoded,
-    numbered, logged), each half apart."""
+@click.option("--workload", type=click.Choice(["increasing", "rising"]), default="increasing", show_default=True,
+              help="increasing: --queries per-symbol queries; rising: the README's Rising once over bench "
+                   "server's random walk, beside cayuga run's loop over the same events.")
+def worker_path(queries, events, batch, workload):
+    """The increasing workload of `workers` (or Rising) on one engine worker run in this
+    process, its batches' CPU (and by part), then the main process's CPU for their
+    results (decoded, numbered, logged), each half apart."""
     from clients.bench.workerpath import run
-    _emit(run(queries, events, batch=batch))
+    _emit(run(queries, events, batch=batch, workload=workload))
 
 
 @bench.command("ingest-path")

@@ -19,9 +19,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 from air.engine.memory import raise_young_threshold
-from clients.testing.market import STOCK, increasing_query, increasing_stream, symbols
+from clients.testing.market import STOCK, increasing_query, increasing_stream, random_walk, symbols
 from server.config import Settings
 from server.delivery.hub import NotifierHub
 from server.delivery.encoding import EncodedBatch
@@ -31,6 +32,8 @@ from server.observability.counters import Counters
 from server.workers import codec
 from server.workers.link import worker_settings
 from server.workers.worker import Worker
+
+QUERIES = Path(__file__).resolve().parent / "queries"
 
 
 class _Pipe:
@@ -46,7 +49,12 @@ class _Pipe:
     send = send_bytes  # (server/workers/channel.py's ResultWriter)
 
 
-def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, seed: int = 1) -> dict:
+def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, seed: int = 1,
+        workload: str = "increasing") -> dict:
+    """``workload``: ``increasing`` (``queries`` per-symbol queries), or ``rising`` (the README's
+    Rising once, over the random walk ``cayuga bench server`` sends; ``queries`` is then 1), which
+    also times the loop ``cayuga run`` feeds the same events with (air/engine's feed, witnesses
+    encoded a block at a time: clients/offline.py), for the worker's loop beside it."""
     names = symbols(n_symbols)
     old = gc.get_threshold()
     raise_young_threshold()  # as the worker's process and cayuga serve run
@@ -54,10 +62,16 @@ def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, see
         pipe = _Pipe()
         worker = Worker(pipe, worker_settings(Settings(engine_workers=1)), pipe)
         worker.cmd_declare(STOCK)
-        for i in range(queries):
-            worker.cmd_add(f"s{i}", (increasing_query(names[i % n_symbols]),))
+        offline = None
+        if workload == "rising":
+            queries, ticks, outputs = 1, list(random_walk(n_symbols, events, seed)), _rising(worker)
+            offline = _offline_loop(ticks)
+        else:
+            for i in range(queries):
+                worker.cmd_add(f"s{i}", (increasing_query(names[i % n_symbols]),))
+            outputs = {f"s{i}": {f"Up_{names[i % n_symbols]}"} for i in range(queries)}
+            ticks = increasing_stream(n_symbols, events, seed)
         worker.loaded = True  # (as the commands that add mark it: frozen before the first batch)
-        ticks = increasing_stream(n_symbols, events, seed)
         # (with their events per stream, as the engine thread sends one worker's batches)
         parts = [ticks[k:k + batch] for k in range(0, events, batch)]
         sent = [codec.encode_batch(k + batch, [], part, Counter(e.stream for e in part))[1:]
@@ -67,25 +81,61 @@ def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, see
             worker._batch(body)
         worker_s = time.process_time() - start
         results = [r[1:] for r in pipe.sent]
-        main_s, witnesses = _main_side(queries, names, results)
+        main_s, witnesses = _main_side(outputs, results)
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
-    return {"benchmark": "worker_path", "queries": queries, "events": events, "batch": batch,
+    return {"benchmark": "worker_path", "workload": workload, "queries": queries, "events": events, "batch": batch,
             "witnesses": witnesses, "result_bytes": sum(map(len, results)),
             "worker_cpu_s": round(worker_s, 3), "main_cpu_s": round(main_s, 3),
+            # the worker's batches by part (Worker.cpu_parts: what /metrics gives of a running one)
+            "worker_cpu_parts_s": dict(zip(codec.CPU_PARTS, (round(x, 3) for x in worker.cpu_parts))),
+            **({"offline_loop_cpu_s": round(offline, 3)} if offline is not None else {}),
             "worker_events_per_cpu_s": round(events / max(worker_s, 1e-9)),
             "main_events_per_cpu_s": round(events / max(main_s, 1e-9))}
 
 
-def _main_side(queries: int, names: list[str], results: list[bytes]) -> tuple[float, int]:
+def _rising(worker: Worker) -> dict[str, set[str]]:
+    """The README's Rising (clients/bench/queries/rising.cel) on ``worker`` as ``s1``; its outputs."""
+    from air.cel import compile_cel
+
+    text = (QUERIES / "rising.cel").read_text(encoding="utf-8")
+    compiled = compile_cel(text, {STOCK.name: STOCK}, name_prefix="s1")
+    worker.cmd_add("s1", tuple(compiled.automata))
+    return {"s1": set(compiled.outputs)}
+
+
+def _offline_loop(ticks: list) -> float:
+    """CPU seconds of ``cayuga run``'s loop over ``ticks`` (clients/offline.py, ``out`` given): a
+    fresh engine with Rising, fed, its witnesses encoded WITNESS_BLOCK at a time."""
+    from air.engine import Engine
+    from air.formats import encode_emissions
+    from clients.offline import WITNESS_BLOCK, fewer_collections, load_engine
+
+    engine: Engine = load_engine([STOCK], [QUERIES / "rising.cel"], freeze=True)[0]
+    pending: list = []
+    engine.on_emit = pending.append
+    feed, schema = engine.feed, engine.schema
+    start = time.process_time()
+    with fewer_collections():
+        for ev in ticks:
+            feed(ev)
+            if len(pending) >= WITNESS_BLOCK:
+                encode_emissions(pending, schema, False)
+                pending.clear()
+        engine.flush()
+        encode_emissions(pending, schema, False)
+    return time.process_time() - start
+
+
+def _main_side(outputs: dict[str, set[str]], results: list[bytes]) -> tuple[float, int]:
     """The main process's CPU for the results: decoded, numbered, logged (no client watches)."""
 
     class Sub:  # what Witnesses asks of a subscription: its output streams
         def __init__(self, outputs: set[str]) -> None:
             self.outputs = outputs
 
-    subs = {f"s{i}": Sub({f"Up_{names[i % len(names)]}"}) for i in range(queries)}
+    subs = {sid: Sub(out) for sid, out in outputs.items()}
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-worker-path-") as tmp:
         log = WitnessLog(tmp)
         wit = Witnesses(lambda _s: None, NotifierHub(), Counters(), subs, threading.Event(), lambda: 0)

@@ -323,6 +323,32 @@ def test_worker_path_times_both_halves_and_logs_every_witness_the_worker_made():
     assert summary["witnesses"] == sum(max(n - 9, 0) for s, n in seen.items() if s in names) > 0
 
 
+def test_worker_path_rising_logs_cayuga_runs_witnesses_and_times_each_part():
+    """``--workload rising``: the README's Rising on the worker over bench server's random walk;
+    the witness log gets as many witnesses as the engine makes of the same events alone, the
+    worker's batches are timed by part, and cayuga run's loop over the same events beside them."""
+    from air.engine import Engine
+    from air.cel import compile_cel
+    from clients.bench.workerpath import QUERIES
+    from clients.testing.market import STOCK, random_walk
+
+    result = CliRunner().invoke(main, ["bench", "worker-path", "--workload", "rising", "--events", "5000"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    eng = Engine()
+    eng.declare(STOCK)
+    eng.add(compile_cel((QUERIES / "rising.cel").read_text(), {"Stock": STOCK}).automata, owner="q")
+    made: list = []
+    eng.on_emit = made.append
+    for ev in random_walk(1000, 5000, 1):
+        eng.feed(ev)
+    eng.flush()
+    assert summary["workload"] == "rising" and summary["queries"] == 1
+    assert summary["witnesses"] == sum(1 for m in made if m.kind == "OUT") > 0
+    assert set(summary["worker_cpu_parts_s"]) == {"decode", "engine", "witnesses"}
+    assert summary["offline_loop_cpu_s"] > 0 and summary["worker_cpu_parts_s"]["engine"] > 0
+
+
 def test_ingest_path_takes_every_tick_through_the_queue_and_journal_once():
     """``cayuga bench ingest-path``: the receivers' and the engine thread's half of each tick at the
     shipped settings -- each block one journal record, every tick taken out once and encoded for a
