@@ -347,6 +347,7 @@ def test_worker_path_rising_logs_cayuga_runs_witnesses_and_times_each_part():
     assert summary["witnesses"] == sum(1 for m in made if m.kind == "OUT") > 0
     assert set(summary["worker_cpu_parts_s"]) == {"decode", "engine", "witnesses"}
     assert summary["offline_loop_cpu_s"] > 0 and summary["worker_cpu_parts_s"]["engine"] > 0
+    assert set(summary["offline_loop_parts_s"]) == {"engine", "witnesses"}
 
 
 def test_ingest_path_takes_every_tick_through_the_queue_and_journal_once():
