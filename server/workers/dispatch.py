@@ -211,12 +211,30 @@ class WorkerEngineThread(EngineThread):
                                         for w in range(1, n)]
         futures = [link.command("import_snapshot", str(p)) for link, p in zip(self.links, paths)]
         counts = []
-        for fut in futures:
+        for link, fut in zip(self.links, futures):
             try:
-                counts.append(fut.result(timeout=600))
+                counts.append(self._loaded(link, fut))
             except WorkerGone:  # it died: the engine thread starts it again from this snapshot (restart.py)
                 pass
         return {k: sum(c[k] for c in counts) for k in ("instances", "skipped", "clashes")}
+
+    def _loaded(self, link: WorkerLink, fut, timeout: float = 600.0) -> dict:
+        """A worker's answer to ``import_snapshot``: ``timeout`` seconds of its running, not of its
+        being stopped (SIGSTOP, a debugger: a start waited 600 s for one, then failed its recovery).
+        While it stays stopped the start waits for it, said once in the log (and on /health, which
+        names it): the snapshot is its state, and nothing runs without it. A stop meanwhile ends the
+        wait (the engine thread is then never started, and nothing of this start is kept)."""
+        said = False
+        while True:
+            try:
+                return link.result(fut, timeout)
+            except WorkerStopped as exc:
+                if self.stopping.is_set():
+                    return {"instances": 0, "skipped": 0, "clashes": 0}
+                if not said:
+                    log.warning("%s: the start waits for it to load the snapshot's partial matches; continue it "
+                                "(SIGCONT)", exc)
+                    said = True
 
     def state_counts(self, sid: str, timeout: float) -> dict[str, int]:
         out: dict[str, int] = {}

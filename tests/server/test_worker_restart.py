@@ -22,7 +22,7 @@ import pytest
 from clients.client import CayugaClient, is_control
 from clients.testing import RISING, ServerProcess, logged_witnesses, wait_until, write_ticks
 from server.serve import RunningServer
-from server.workers import restart
+from server.workers import dispatch, restart
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
 from tests.server.test_crash import BIG, BIG_PAIR, CLIMB, expected_witnesses
 
@@ -749,3 +749,98 @@ def test_a_sigterm_to_the_whole_group_is_the_servers_graceful_stop(tmp_path, wor
         assert [n for n, _ in got] == list(range(1, want + 1))
         assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got) == expected
     assert "replaying" not in (tmp_path / "server2.log").read_text()  # (the shutdown snapshot holds it all)
+
+
+def test_a_start_waits_for_a_worker_stopped_before_it_loads_the_snapshot(tmp_path, monkeypatch, caplog):
+    """A start whose engine worker is stopped (SIGSTOP, a debugger) before it has loaded the
+    snapshot's partial matches waited 600 s, then its recovery failed. Now it waits as long as the
+    worker stays stopped, saying so in the log and on /health ("starting", the worker named);
+    continued, the worker loads the snapshot, and the witnesses across both lives are cayuga
+    run's, numbered 1..n, each once (Rising's partial matches from before the stop complete after it)."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 4000, 30, seed=9)
+    sent = [json.loads(line) for line in ticks.read_text().splitlines()]
+    expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
+    want = sum(expected.values())
+    s = make_settings(tmp_path, time="event")
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel=RISING)["id"]
+        with c.sender() as snd:
+            snd.send_many(sent[:2000])
+        wait_until(lambda: srv.daemon.processing.processed == 2000, what="the first half through the worker")
+        assert srv.daemon.processing.instance_count(sid) > 0  # (partial matches the snapshot must carry)
+    stopped: list[int] = []
+    load = dispatch.WorkerEngineThread.import_snapshot
+
+    def stop_then_load(self, snap_file, snap):
+        stopped.append(self.links[0].process.pid)
+        os.kill(stopped[0], signal.SIGSTOP)
+        return load(self, snap_file, snap)
+
+    monkeypatch.setattr(dispatch.WorkerEngineThread, "import_snapshot", stop_then_load)
+    srv = RunningServer(s)
+    try:
+        with caplog.at_level("WARNING", logger="cayuga"):
+            srv.start(wait_ready=False)
+            with CayugaClient(srv.base_url) as c:
+                wait_until(lambda: any(f"(pid {stopped[0]}) is stopped" in m and "SIGCONT" in m for m in _said(caplog)),
+                           what="the wait for the stopped worker said in the log")
+                health = c.health()
+                assert health["status"] == "starting" and f"(pid {stopped[0]}) is stopped" in health["reason"], health
+                assert not srv.daemon.ready.is_set()
+                os.kill(stopped[0], signal.SIGCONT)
+                wait_until(srv.daemon.ready.is_set, what="the start, once the worker is continued")
+                with c.sender() as snd:
+                    snd.send_many(sent[2000:])
+                wait_until(lambda: c.subscription(sid)["last_seq"] >= want, what="every witness")
+                got = logged_witnesses(srv.base_url, sid, want)
+                assert [n for n, _ in got] == list(range(1, want + 1))
+                assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got) == expected
+                assert c.subscription(sid)["exact"] and c.health()["status"] == "ok"
+    finally:
+        for pid in stopped:
+            _continue(pid)
+        srv.stop(timeout=60)
+    assert sum(f"(pid {stopped[0]}) is stopped" in m for m in _said(caplog)) == 1  # (said once, not each second)
+    assert_no_cayuga_threads()
+
+
+def test_a_stop_while_the_start_waits_for_a_stopped_worker_ends_and_loses_nothing(tmp_path, monkeypatch, caplog):
+    """SIGTERM while the start waits for a worker stopped before it loaded the snapshot: the wait
+    ends, the engine thread is never started, the stopped worker is ended (SIGKILL) and nothing of
+    this start is kept; the next start loads the same snapshot: cayuga run's witnesses, each once."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 3000, 30, seed=11)
+    sent = [json.loads(line) for line in ticks.read_text().splitlines()]
+    expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
+    s = make_settings(tmp_path, time="event", shutdown_timeout=2.0)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel=RISING)["id"]
+        with c.sender() as snd:
+            snd.send_many(sent)
+        wait_until(lambda: srv.daemon.processing.processed == len(sent), what="every event through the worker")
+    stopped: list[int] = []
+    load = dispatch.WorkerEngineThread.import_snapshot
+
+    def stop_then_load(self, snap_file, snap):
+        stopped.append(self.links[0].process.pid)
+        os.kill(stopped[0], signal.SIGSTOP)
+        return load(self, snap_file, snap)
+
+    monkeypatch.setattr(dispatch.WorkerEngineThread, "import_snapshot", stop_then_load)
+    srv = RunningServer(s)
+    proc = None
+    try:
+        with caplog.at_level("WARNING", logger="cayuga"):
+            srv.start(wait_ready=False)
+            proc = srv.daemon.links[0].process
+            wait_until(lambda: any(f"(pid {stopped[0]}) is stopped" in m for m in _said(caplog)),
+                       what="the wait for the stopped worker said in the log")
+            srv.stop(timeout=60)  # (raises if it does not end)
+    finally:
+        for pid in stopped:
+            _continue(pid)
+    assert proc is not None and proc.poll() is not None and srv.daemon.processing.thread is None
+    monkeypatch.undo()
+    _replayed_exactly(s, sid, expected)
+    assert_no_cayuga_threads()
