@@ -198,6 +198,11 @@ class Journal(RetainedHistory):
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._closed = False  # no more appends; the flusher stops
+        #: The flusher waits for an append (all synced): the one time an append must wake it. Not
+        #: between two rounds: an append's notify woke it then only to wait again, a wake-up of
+        #: another thread (a cross-CPU interrupt on a VM) per record: 14% of the main process's
+        #: time holding the interpreter lock in `bench server` (BENCHMARKS.md, round 20)
+        self._flusher_idle = False
         self._done = False  # closed and synced: waiters give up
         self._retired: list[int] = []  # fds of finished segments the flusher must sync, then close
         self._written: list[Path] = []  # with "write": finished segments not synced yet (see sync)
@@ -405,7 +410,7 @@ class Journal(RetainedHistory):
                 self.senders[sender] = lines_done
             self.records += 1
             self.bytes += len(record)
-            if self._flusher is not None:
+            if self._flusher_idle:
                 self._cond.notify_all()
             return self.appended
 
@@ -540,7 +545,9 @@ class Journal(RetainedHistory):
         while True:
             with self._cond:
                 while not self._closed and self.appended == self._synced and not self._retired:
+                    self._flusher_idle = True
                     self._cond.wait()
+                self._flusher_idle = False
                 pause = began + self.sync_interval - time.monotonic()
                 if pause > 0 and not self._waiters:  # what comes meanwhile joins the round
                     self._cond.wait_for(lambda: self._closed or self._waiters, pause)
