@@ -422,6 +422,12 @@ class Watch:
     def _run(self) -> None:
         told = None
         while not self._stop.wait(WATCH_SECONDS):
+            if _terminated:  # (set by the SIGTERM handler: said here, not in the handler)
+                del _terminated[:]
+                log.info("engine worker (pid %d): SIGTERM ignored: the server stops its engine workers itself, "
+                         "after its drain and the shutdown snapshot; to stop the server send SIGTERM to it (pid %d). "
+                         "A worker ended with SIGKILL is started again from the snapshot and the journal",
+                         os.getpid(), os.getppid())
             where = self.look()
             if where != told:
                 try:
@@ -446,6 +452,17 @@ def _places(ems: list, marks: list[int], rows: set[str]) -> list:
     return [[sid, places] for sid, places in out.items()]
 
 
+#: When SIGTERM came (and has not been said yet): the watch thread says it, once a second at most.
+_terminated: list[float] = []
+
+
+def _on_sigterm(_signum, _frame) -> None:
+    """SIGTERM is ignored (the server stops its workers), and said: a worker that took it
+    without a word looked like one that did not hear it."""
+    if not _terminated:
+        _terminated.append(time.monotonic())
+
+
 def _portable(exc: BaseException) -> BaseException:
     """An exception the main process can unpickle (the engine's own, or one that says what it was)."""
     try:
@@ -464,9 +481,9 @@ def main(fd: int, results_fd: int) -> None:
     # the main process stops it: a Ctrl-C reaches the whole process group, and so does systemd's stop
     # (SIGTERM to every process of the unit: KillMode=control-group) or kill -TERM -- -PGID; a worker
     # that ended on it was started again mid-drain and fed the whole journal (its forked snapshot
-    # writers inherit this too, and finish the shutdown snapshot)
+    # writers inherit this too, and finish the shutdown snapshot). A SIGTERM is said in the log
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     from server.durability.snapshot import PR_SET_PDEATHSIG, _prctl
 
     if _prctl is not None:  # killed with the main process (kill -9 included): never an orphan holding state

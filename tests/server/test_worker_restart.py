@@ -844,3 +844,33 @@ def test_a_stop_while_the_start_waits_for_a_stopped_worker_ends_and_loses_nothin
     monkeypatch.undo()
     _replayed_exactly(s, sid, expected)
     assert_no_cayuga_threads()
+
+
+def test_a_sigterm_to_one_worker_is_ignored_and_said(tmp_path):
+    """``kill PID`` of one engine worker: it goes on (the server stops its workers itself, after
+    its drain), and the log says so and how to stop the server instead; events still reach it,
+    each witness once, and /health stays ok with the same pid."""
+    ticks = tmp_path / "ticks.jsonl"
+    write_ticks(ticks, 3000, 30, seed=13)
+    sent = [json.loads(line) for line in ticks.read_text().splitlines()]
+    expected = expected_witnesses(ticks, _queries(tmp_path)[:1])["Rising"]
+    want = sum(expected.values())
+    srv = ServerProcess(tmp_path / "data", tmp_path / "server.log", {"CAYUGA_TIME": "event"})
+    with srv, CayugaClient(srv.base_url) as c:
+        sid = c.subscribe(cel=RISING)["id"]
+        with c.sender() as snd:
+            snd.send_many(sent[:1500])
+        pid = c.health()["workers"][0]["pid"]
+        os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: f"engine worker (pid {pid}): SIGTERM ignored" in srv.log.read_text(),
+                   what="the SIGTERM said in the log")
+        assert f"send SIGTERM to it (pid {srv.proc.pid})" in srv.log.read_text()
+        with c.sender() as snd:
+            snd.send_many(sent[1500:])
+        wait_until(lambda: c.subscription(sid)["last_seq"] >= want, what="every witness")
+        got = logged_witnesses(srv.base_url, sid, want)
+        assert Counter(json.dumps(json.loads(w), sort_keys=True) for _, w in got) == expected
+        health = c.health()
+        assert health["status"] == "ok" and health["workers"][0]["pid"] == pid and \
+            health["workers"][0]["restarts"] == 0, health
+    assert "starting it again" not in srv.log.read_text()
