@@ -751,6 +751,20 @@ def test_a_sigterm_to_the_whole_group_is_the_servers_graceful_stop(tmp_path, wor
     assert "replaying" not in (tmp_path / "server2.log").read_text()  # (the shutdown snapshot holds it all)
 
 
+def _stopped_before_it_loads(monkeypatch) -> list[int]:
+    """Worker 0 stopped (SIGSTOP) just before a start asks it to load the snapshot; its pid, once it is."""
+    stopped: list[int] = []
+    load = dispatch.WorkerEngineThread.import_snapshot
+
+    def stop_then_load(self, snap_file, snap):
+        stopped.append(self.links[0].process.pid)
+        os.kill(stopped[0], signal.SIGSTOP)
+        return load(self, snap_file, snap)
+
+    monkeypatch.setattr(dispatch.WorkerEngineThread, "import_snapshot", stop_then_load)
+    return stopped
+
+
 def test_a_start_waits_for_a_worker_stopped_before_it_loads_the_snapshot(tmp_path, monkeypatch, caplog):
     """A start whose engine worker is stopped (SIGSTOP, a debugger) before it has loaded the
     snapshot's partial matches waited 600 s, then its recovery failed. Now it waits as long as the
@@ -769,15 +783,7 @@ def test_a_start_waits_for_a_worker_stopped_before_it_loads_the_snapshot(tmp_pat
             snd.send_many(sent[:2000])
         wait_until(lambda: srv.daemon.processing.processed == 2000, what="the first half through the worker")
         assert srv.daemon.processing.instance_count(sid) > 0  # (partial matches the snapshot must carry)
-    stopped: list[int] = []
-    load = dispatch.WorkerEngineThread.import_snapshot
-
-    def stop_then_load(self, snap_file, snap):
-        stopped.append(self.links[0].process.pid)
-        os.kill(stopped[0], signal.SIGSTOP)
-        return load(self, snap_file, snap)
-
-    monkeypatch.setattr(dispatch.WorkerEngineThread, "import_snapshot", stop_then_load)
+    stopped = _stopped_before_it_loads(monkeypatch)
     srv = RunningServer(s)
     try:
         with caplog.at_level("WARNING", logger="cayuga"):
@@ -819,15 +825,7 @@ def test_a_stop_while_the_start_waits_for_a_stopped_worker_ends_and_loses_nothin
         with c.sender() as snd:
             snd.send_many(sent)
         wait_until(lambda: srv.daemon.processing.processed == len(sent), what="every event through the worker")
-    stopped: list[int] = []
-    load = dispatch.WorkerEngineThread.import_snapshot
-
-    def stop_then_load(self, snap_file, snap):
-        stopped.append(self.links[0].process.pid)
-        os.kill(stopped[0], signal.SIGSTOP)
-        return load(self, snap_file, snap)
-
-    monkeypatch.setattr(dispatch.WorkerEngineThread, "import_snapshot", stop_then_load)
+    stopped = _stopped_before_it_loads(monkeypatch)
     srv = RunningServer(s)
     proc = None
     try:
