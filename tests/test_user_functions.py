@@ -93,7 +93,8 @@ def test_running_in_names_the_registered_function_on_a_threads_stack():
         go.set()
         t.join(30)
     assert where["function"] == "LOOKUP"
-    assert where["at"].endswith(", in wait") and "threading.py:" in where["at"]  # the innermost place: the helper's wait
+    # the innermost place outside Python's library: the helper's line that waits, not threading.py's inside
+    assert where["at"].endswith(", in helper") and "test_user_functions.py:" in where["at"], where
     assert seen["out"] == 1.0
     here = reg.running_in(sys._getframe())
     assert here["function"] is None and here["at"].endswith(", in test_running_in_names_the_registered_function_on_a_threads_stack")

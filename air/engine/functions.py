@@ -8,6 +8,8 @@ compiler can type-check expressions that use it.
 from __future__ import annotations
 
 import importlib
+import os
+import sysconfig
 from collections import Counter
 from dataclasses import dataclass
 from types import FrameType
@@ -79,11 +81,12 @@ class FunctionRegistry:
     def running_in(self, frame: FrameType | None) -> dict[str, str | None]:
         """Where the thread whose innermost frame is ``frame`` runs (``sys._current_frames()``
         gives it): the registered function on its stack nearest to it (``function``, None when
-        none is: the engine's own work), and the innermost place (``at``: file, line, function).
+        none is: the engine's own work), and the innermost place outside Python's own library
+        (``at``: file, line, function: the user's line that waits, not the inside of the wait).
         What names a function that does not return (server/workers/worker.py's watch)."""
         codes = {getattr(f.fn, "__code__", None): name for name, f in self._fns.items()}
         codes.pop(None, None)
-        at = None if frame is None else _place(frame)
+        at = None if frame is None else _place(_outside_python(frame))
         function = None
         while frame is not None:
             function = codes.get(frame.f_code)
@@ -95,6 +98,23 @@ class FunctionRegistry:
 
 def _place(frame: FrameType) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}, in {frame.f_code.co_name}"
+
+
+#: Where Python's own library lives (its frozen modules are named ``<frozen ...>``).
+_STDLIB = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
+
+
+def _outside_python(frame: FrameType) -> FrameType:
+    """The innermost frame of ``frame``'s stack that is not in Python's own library (the user's
+    line that called ``time.sleep``, ``socket.recv`` or ``os.path.exists``, not that function's
+    inside), or ``frame`` where every one is."""
+    f: FrameType | None = frame
+    while f is not None:
+        name = f.f_code.co_filename
+        if not (name.startswith("<frozen ") or (name.startswith(_STDLIB) and "-packages" not in name)):
+            return f
+        f = f.f_back
+    return frame
 
 
 class FunctionImportError(EngineError):
