@@ -422,8 +422,8 @@ class Watch:
     def _run(self) -> None:
         told = None
         while not self._stop.wait(WATCH_SECONDS):
-            if _terminated:  # (set by the SIGTERM handler: said here, not in the handler)
-                del _terminated[:]
+            if _terminated.is_set():  # (set by the SIGTERM handler: said here, not in the handler)
+                _terminated.clear()
                 log.info("engine worker (pid %d): SIGTERM ignored: the server stops its engine workers itself, "
                          "after its drain and the shutdown snapshot; to stop the server send SIGTERM to it (pid %d). "
                          "A worker ended with SIGKILL is started again from the snapshot and the journal",
@@ -452,15 +452,14 @@ def _places(ems: list, marks: list[int], rows: set[str]) -> list:
     return [[sid, places] for sid, places in out.items()]
 
 
-#: When SIGTERM came (and has not been said yet): the watch thread says it, once a second at most.
-_terminated: list[float] = []
+#: A SIGTERM came and has not been said yet: the watch thread says it, once a second at most.
+_terminated = threading.Event()
 
 
 def _on_sigterm(_signum, _frame) -> None:
     """SIGTERM is ignored (the server stops its workers), and said: a worker that took it
     without a word looked like one that did not hear it."""
-    if not _terminated:
-        _terminated.append(time.monotonic())
+    _terminated.set()
 
 
 def _portable(exc: BaseException) -> BaseException:
