@@ -23,6 +23,11 @@
 #   main16       where the main process spends its lock at 16 workers: py-spy (--gil, raw) of
 #                `cayuga serve` while `cayuga send` runs, in main16.raw (needs py-spy: carry
 #                it with `bash ../shared/tools/devkit.sh py-spy`; skipped without it)
+#   main_rising4 (not run by default) the same for the README's Rising row-scaled over 4 workers
+# SPY_MODE (default --gil: who holds the lock) is --idle for every thread's samples, waits included
+# (whether the engine thread waits for events or for the workers).
+# STEPS (names above, space-separated; default: all but main_rising4) picks the steps, COUNTS the
+# worker counts of workers16 (0,1,2,4,8,16), EVENTS its events (200000), TICKS rising's (1000000).
 # BUDGET (seconds, default unlimited) stops starting benchmarks once spent, and cuts each to what is
 # left, so a device run that must end by a deadline still brings back what finished.
 set -u
@@ -37,10 +42,12 @@ pack() {  # what is done so far, in two files of DEST
   cp "$OUT/log.txt" "$DEST/log.txt" 2>/dev/null
 }
 if [ "${SMALL:-0}" = 1 ]; then
-  QUERIES=200 EVENTS=5000 TICKS=20000 PER_RATE=1
+  QUERIES=200 EVENTS=${EVENTS:-5000} TICKS=${TICKS:-20000} PER_RATE=1
 else
-  QUERIES=10000 EVENTS=200000 TICKS=1000000 PER_RATE=5
+  QUERIES=10000 EVENTS=${EVENTS:-200000} TICKS=${TICKS:-1000000} PER_RATE=5
 fi
+STEPS=${STEPS:-workers16 rising8 latency_1 latency_write latency_spy main16 server latency_auto}
+COUNTS=${COUNTS:-0,1,2,4,8,16}
 { echo "cores: $(nproc)"; "$PY" --version; uname -a; uptime; } > "$OUT/machine.txt" 2>&1
 
 left() {  # seconds this run may still take, at most LIMIT
@@ -64,23 +71,24 @@ run() {  # run NAME [ENV=VALUE ...] -- BENCH ARGS...
   pack
 }
 
-profile() {  # main16: the main process's lock holders while 16 workers take the 10,000 queries' events
-  local spy cut bench serve i
+profile() {  # profile NAME BENCH ARGS...: the main process's lock holders while `cayuga send` runs
+  local name=$1 spy cut bench serve i
+  shift
   spy=$(command -v py-spy || find /tmp/site -name py-spy -type f 2>/dev/null | head -1)
   cut=$(left)
-  if [ -z "$spy" ] || [ "$cut" -lt 60 ]; then echo "== main16 skipped (py-spy '$spy', ${cut}s left)" >> "$OUT/log.txt"; return; fi
-  echo "== main16 start $(date -u +%T)" >> "$OUT/log.txt"
-  timeout "$cut" "$PY" -m clients.cli bench workers --workers 16 --queries "$QUERIES" --events "$EVENTS" \
-    > "$OUT/main16.json" 2> "$OUT/main16.err" &
+  if [ -z "$spy" ] || [ "$cut" -lt 60 ]; then echo "== $name skipped (py-spy '$spy', ${cut}s left)" >> "$OUT/log.txt"; return; fi
+  echo "== $name start $(date -u +%T)" >> "$OUT/log.txt"
+  timeout "$cut" "$PY" -m clients.cli bench "$@" > "$OUT/$name.json" 2> "$OUT/$name.err" &
   bench=$!
   for i in $(seq 1 $((cut * 20))); do pgrep -f "clients.cli send" > /dev/null && break; sleep 0.05; done
   serve=$(pgrep -f "clients.cli serve" | head -1)
   if [ -n "$serve" ]; then
-    timeout 30 "$spy" record --pid "$serve" --rate 200 --gil --threads --format raw --nonblocking \
-      --duration "${SPY_SECONDS:-6}" --output "$OUT/main16.raw" > "$OUT/main16.spy" 2>&1
+    # shellcheck disable=SC2086  # (SPY_MODE: words)
+    timeout 30 "$spy" record --pid "$serve" --rate 200 ${SPY_MODE:---gil} --threads --format raw --nonblocking \
+      --duration "${SPY_SECONDS:-6}" --output "$OUT/$name.raw" > "$OUT/$name.spy" 2>&1
   fi
   wait "$bench"
-  echo "== main16 rc=$? end $(date -u +%T)" >> "$OUT/log.txt"
+  echo "== $name rc=$? end $(date -u +%T)" >> "$OUT/log.txt"
   pack
 }
 
@@ -103,13 +111,15 @@ spy_latency() {  # latency_spy: see above
   pack
 }
 
-run workers16 -- workers --workers 0,1,2,4,8,16 --queries "$QUERIES" --events "$EVENTS"
-run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
-run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
-run latency_write CAYUGA_DURABILITY=write -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
-spy_latency
-profile
-run server -- server --queries rising --events "$TICKS"
-run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+wants() { [[ " $STEPS " == *" $1 "* ]]; }
+wants workers16 && run workers16 -- workers --workers "$COUNTS" --queries "$QUERIES" --events "$EVENTS"
+wants rising8 && run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
+wants latency_1 && run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+wants latency_write && run latency_write CAYUGA_DURABILITY=write -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
+wants latency_spy && spy_latency
+wants main16 && profile main16 workers --workers 16 --queries "$QUERIES" --events "$EVENTS"
+wants main_rising4 && profile main_rising4 workers --query rising --queries 1 --workers 4 --events "$TICKS"
+wants server && run server -- server --queries rising --events "$TICKS"
+wants latency_auto && run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 echo "done $(date -u +%T)" >> "$OUT/log.txt"
 pack

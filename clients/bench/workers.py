@@ -5,9 +5,11 @@ with ``CAYUGA_ENGINE_WORKERS`` set, ``--queries`` per-symbol queries of the
 ``increasing`` workload (10 rising quotes of one symbol; each symbol's events
 go to one worker, so the work splits by symbol) registered in batches, then
 ``--events`` ticks sent with ``cayuga send``; the clock runs from the first
-line sent until ``/health`` says every event went through the engine. Prints
-one JSON object: events/s per worker count, and each count's rate over the
-first one's.
+line sent until ``/health`` says every event went through the engine
+(``events_per_second``), and again from the first time ``/health`` (polled
+every 10 ms until then, every 25 ms after) saw an event taken (``taking_events_per_second``: the server's
+rate without the sender's start). Prints one JSON object: events/s per worker
+count, and each count's rates over the first one's.
 
 ``--query rising``: instead, ``--queries`` subscriptions of the README's Rising
 kind (the first is the README's, the others ask 0.1% more each: no two share
@@ -84,13 +86,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 cpu = _cpu(client, client.health())
                 parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
                 start = time.perf_counter()
-                send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
-                                      capture_output=True, text=True, timeout=3600)
-                if send.returncode != 0:
-                    raise RuntimeError(f"cayuga send failed: {send.stderr[-2000:]}")
-                while client.health()["events_taken"] < events:
-                    time.sleep(0.02)
-                seconds = time.perf_counter() - start
+                seconds, steady = _send_and_wait(client, ticks, events, start)
                 h = client.health()
                 after = _cpu(client, h)
                 main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
@@ -104,6 +100,10 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 subs = [client.subscription(x["id"]) for x in client.subscriptions()] if query == "rising" else []
                 out["runs"].append({"engine_workers": w, "register_s": round(registered, 2),
                                     "seconds": round(seconds, 2), "events_per_second": round(events / seconds),
+                                # from the first event the server took, not the sender's start: the
+                                # server's own rate (a short run at many workers is otherwise much the
+                                # sender's process start-up and connection)
+                                "taking_s": round(steady[1], 2), "taking_events_per_second": round(steady[0] / steady[1]),
                                     "status": h["status"],
                                     "per_worker_subscriptions": [x["subscriptions"] for x in h["workers"]],
                                     # cores each process used while the events went through: the main
@@ -120,10 +120,45 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                     **({"watched": sum(watched), "watched_made": made} if watchers else {}),
                                     **({"runs_on": subs[0]["runs_on"], "witnesses": sum(x["last_seq"] for x in subs)}
                                        if subs else {})})
-    base = out["runs"][0]["events_per_second"]
+    base, steady = out["runs"][0]["events_per_second"], out["runs"][0]["taking_events_per_second"]
     for r in out["runs"]:
         r["over_first"] = round(r["events_per_second"] / base, 2)
+        r["taking_over_first"] = round(r["taking_events_per_second"] / steady, 2)
     return out
+
+
+def _send_and_wait(client, ticks: Path, events: int, start: float) -> tuple[float, tuple[int, float]]:
+    """``cayuga send`` of ``ticks``, polling ``/health`` meanwhile, until every event went through
+    the engine. Returns the seconds since ``start`` and (events, seconds) from the first poll
+    that saw an event taken: the rate once the sender is running."""
+    first: tuple[int, float] | None = None
+    with tempfile.TemporaryFile("w+") as err:  # (a file, not a pipe: a full pipe would stall the sender)
+        send = subprocess.Popen(cayuga_command("send", str(ticks), "--url", client.base_url), env=cayuga_env(),
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            while True:
+                taken, now = client.health()["events_taken"], time.perf_counter()
+                if first is None and taken > 0:
+                    first = (taken, now)
+                if taken >= events:
+                    break
+                if send.poll() not in (None, 0):
+                    break
+                # often until the first event is seen, then less: each /health costs the server's
+                # main process 0.6 ms of its lock at 16 workers (BENCHMARKS.md, round 21)
+                time.sleep(0.01 if first is None else 0.025)
+            send.wait(timeout=3600)
+        finally:
+            if send.poll() is None:
+                send.kill()
+                send.wait()
+        if send.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"cayuga send failed: {err.read()[-2000:]}")
+    seconds = now - start
+    if first is None or now <= first[1]:  # every event taken before the first poll: no steady part to time
+        return seconds, (events, seconds)
+    return seconds, (events - first[0], now - first[1])
 
 
 def _watch(client, n: int, stack: ExitStack) -> tuple[list[int], list[str]]:

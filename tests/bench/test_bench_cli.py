@@ -389,8 +389,11 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
     assert result.exit_code == 0, result.output
     out = json.loads(result.output.strip().splitlines()[-1])
     assert [r["engine_workers"] for r in out["runs"]] == [1, 2] and out["runs"][0]["over_first"] == 1.0
+    assert out["runs"][0]["taking_over_first"] == 1.0
     for r in out["runs"]:
         assert r["status"] == "ok" and r["events_per_second"] > 0 and sum(r["per_worker_subscriptions"]) == 40
+        # and from the first event the server took (the sender's start left out): no longer, no slower
+        assert 0 < r["taking_s"] <= r["seconds"] and r["taking_events_per_second"] > 0
         assert r["main_cores"] >= 0 and len(r["worker_cores"]) == r["engine_workers"]
         assert all(c >= 0 for c in r["worker_cores"])
         # the main process's CPU an event, and the events/s a core of it carries at that cost
