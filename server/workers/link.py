@@ -44,6 +44,10 @@ COMMAND_TIMEOUT = 60.0
 #: an answer that only its continuing would bring (a snapshot's): then it is waited for no longer.
 STOPPED_SECONDS = 1.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: Seconds a reading of /proc/PID/stat answers for: one ``/health`` asks each worker's state
+#: and CPU three times (43 µs a worker a call at 16 workers, read anew each time: BENCHMARKS.md,
+#: "Engine workers, round 21").
+STAT_FRESH = 0.02
 
 
 def worker_settings(settings: Settings, **changes) -> dict:
@@ -87,6 +91,7 @@ class WorkerLink:
         #: where its engine is while a batch has run a second or more (``W``; None otherwise): the
         #: registered function on its stack, if any, and the innermost place
         self.where: dict | None = None
+        self._stat_at: tuple[float, list[bytes] | None] = (-1.0, None)  # (when, fields): :meth:`_stat`
 
     def start(self) -> None:
         """Start ``python -m server.workers.worker`` on one end of a socket pair (a
@@ -120,15 +125,22 @@ class WorkerLink:
 
     def _stat(self) -> list[bytes] | None:
         """The fields of /proc/PID/stat after the command's name (None where there is no /proc, or
-        once the worker has ended)."""
+        once the worker has ended); a reading STAT_FRESH seconds old at most is answered again."""
+        now = time.monotonic()
+        at, fields = self._stat_at
+        if now - at < STAT_FRESH:
+            return fields
         proc = self.process
         if proc is None or proc.poll() is not None:
-            return None
-        try:
-            with open(f"/proc/{proc.pid}/stat", "rb") as f:
-                return f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            return None
+            fields = None
+        else:
+            try:
+                with open(f"/proc/{proc.pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                fields = None
+        self._stat_at = (now, fields)
+        return fields
 
     def cpu_seconds(self) -> float | None:
         """CPU time the worker process has used (user and system, from /proc; None where there is no
