@@ -117,7 +117,7 @@ wants rising8 && run rising8 -- workers --query rising --queries 1 --workers 1,2
 wants latency_1 && run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 wants latency_write && run latency_write CAYUGA_DURABILITY=write -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 wants latency_spy && spy_latency
-wants main16 && profile main16 workers --workers 16 --queries "$QUERIES" --events "$EVENTS"
+wants main16 && profile main16 workers --workers ${MAINW:-16} --queries "$QUERIES" --events "$EVENTS"
 wants main_rising4 && profile main_rising4 workers --query rising --queries 1 --workers 4 --events "$TICKS"
 wants server && run server -- server --queries rising --events "$TICKS"
 wants latency_auto && run latency_auto CAYUGA_ENGINE_WORKERS=auto -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
