@@ -26,6 +26,7 @@
 #   main_rising4 (not run by default) the same for the README's Rising row-scaled over 4 workers
 # SPY_MODE (default --gil: who holds the lock) is --idle for every thread's samples, waits included
 # (whether the engine thread waits for events or for the workers).
+# MAINW (16) is main16's worker count.
 # STEPS (names above, space-separated; default: all but main_rising4) picks the steps, COUNTS the
 # worker counts of workers16 (0,1,2,4,8,16), EVENTS its events (200000), TICKS rising's (1000000).
 # BUDGET (seconds, default unlimited) stops starting benchmarks once spent, and cuts each to what is
