@@ -91,7 +91,7 @@ class WorkerLink:
         #: where its engine is while a batch has run a second or more (``W``; None otherwise): the
         #: registered function on its stack, if any, and the innermost place
         self.where: dict | None = None
-        self._stat_at: tuple[float, list[bytes] | None] = (-1.0, None)  # (when, fields): :meth:`_stat`
+        self._stat_at: tuple[float, list[bytes] | None] = (-float("inf"), None)  # (when, fields): :meth:`_stat`
 
     def start(self) -> None:
         """Start ``python -m server.workers.worker`` on one end of a socket pair (a
@@ -123,12 +123,13 @@ class WorkerLink:
     def alive(self) -> bool:
         return self.gone is None and self.process is not None and self.process.poll() is None
 
-    def _stat(self) -> list[bytes] | None:
+    def _stat(self, fresh: bool = False) -> list[bytes] | None:
         """The fields of /proc/PID/stat after the command's name (None where there is no /proc, or
-        once the worker has ended); a reading STAT_FRESH seconds old at most is answered again."""
+        once the worker has ended); a reading STAT_FRESH seconds old at most is answered again,
+        unless ``fresh``."""
         now = time.monotonic()
         at, fields = self._stat_at
-        if now - at < STAT_FRESH:
+        if now - at < STAT_FRESH and not fresh:
             return fields
         proc = self.process
         if proc is None or proc.poll() is not None:
@@ -150,10 +151,11 @@ class WorkerLink:
             return None
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime (fields 14 and 15)
 
-    def stopped(self) -> bool:
+    def stopped(self, fresh: bool = False) -> bool:
         """The worker process is stopped (SIGSTOP, a terminal's ^Z, a debugger's stop): it answers
-        nothing until it is continued (the state field of /proc/PID/stat, T or t)."""
-        fields = self._stat()
+        nothing until it is continued (the state field of /proc/PID/stat, T or t; read anew with
+        ``fresh``, else a reading of the last STAT_FRESH seconds)."""
+        fields = self._stat(fresh)
         return fields is not None and fields[0] in (b"T", b"t")
 
     # ------------------------------------------------------------------ sending
@@ -271,7 +273,7 @@ class WorkerLink:
         proc = self.process
         if proc is None:
             return
-        if self.stopped():
+        if self.stopped(fresh=True):  # (one stopped a moment ago would wait out the timeout below)
             log.warning("engine worker %s (pid %d) is stopped (a signal or a debugger): ended with SIGKILL",
                         self.name, proc.pid)
             self.kill()

@@ -10,6 +10,7 @@ marked everywhere a user looks: never silent."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ import pytest
 from clients.client import CayugaClient, is_control
 from clients.testing import RISING, ServerProcess, logged_witnesses, wait_until, write_ticks
 from server.serve import RunningServer
-from server.workers import dispatch, restart
+from server.workers import dispatch, link as worker_link, restart
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
 from tests.server.test_crash import BIG, BIG_PAIR, CLIMB, expected_witnesses
 
@@ -872,3 +873,27 @@ def test_a_sigterm_to_one_worker_is_ignored_and_said(tmp_path):
         assert health["status"] == "ok" and health["workers"][0]["pid"] == pid and \
             health["workers"][0]["restarts"] == 0, health
     assert "starting it again" not in srv.log.read_text()
+
+
+def test_a_stop_reads_a_workers_state_anew_though_health_reads_a_recent_one(tmp_path, monkeypatch, caplog):
+    """``/health`` asks each worker's state and CPU three times a call: a reading of its
+    /proc/PID/stat answers for STAT_FRESH seconds (1.05 -> 0.58 ms of the main process a call at 16
+    workers). A stop reads it anew: a worker stopped (SIGSTOP) since the last reading is ended with
+    SIGKILL at once, as one stopped long ago, not asked to stop and waited for."""
+    monkeypatch.setattr(worker_link, "STAT_FRESH", 3600.0)  # (every later reading is the first one's)
+    link = worker_link.WorkerLink(worker_link.worker_settings(make_settings(tmp_path, engine_workers=1)))
+    link.start()
+    try:
+        assert link.call("stats", timeout=120) is not None  # (its interpreter is up and answers)
+        assert not link.stopped() and link.cpu_seconds() is not None
+        os.kill(link.process.pid, signal.SIGSTOP)
+        assert not link.stopped()  # the reading of a moment ago, as /health gets it
+        assert link.stopped(fresh=True)
+        with caplog.at_level(logging.WARNING, logger="cayuga.daemon"):
+            link.stop()
+        assert "is stopped (a signal or a debugger): ended with SIGKILL" in caplog.text
+        assert link.process.returncode == -signal.SIGKILL
+    finally:
+        if link.process.poll() is None:
+            link.process.kill()
+            link.process.wait()
