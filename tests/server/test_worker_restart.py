@@ -886,9 +886,15 @@ def test_a_stop_reads_a_workers_state_anew_though_health_reads_a_recent_one(tmp_
     try:
         assert link.call("stats", timeout=120) is not None  # (its interpreter is up and answers)
         assert not link.stopped() and link.cpu_seconds() is not None
-        os.kill(link.process.pid, signal.SIGSTOP)
-        assert not link.stopped()  # the reading of a moment ago, as /health gets it
-        assert link.stopped(fresh=True)
+        pid = link.process.pid
+        os.kill(pid, signal.SIGSTOP)
+
+        def state() -> bytes:  # (read here, not through the link: its reading stays the one from before)
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                return f.read().rsplit(b")", 1)[1].split()[0]
+
+        wait_until(lambda: state() in (b"T", b"t"), timeout=60, what="the worker stopped")
+        assert not link.stopped()  # the reading from before the stop, as /health gets it meanwhile
         with caplog.at_level(logging.WARNING, logger="cayuga.daemon"):
             link.stop()
         assert "is stopped (a signal or a debugger): ended with SIGKILL" in caplog.text
