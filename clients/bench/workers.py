@@ -7,9 +7,10 @@ go to one worker, so the work splits by symbol) registered in batches, then
 ``--events`` ticks sent with ``cayuga send``; the clock runs from the first
 line sent until ``/health`` says every event went through the engine
 (``events_per_second``), and again from the first time ``/health`` (polled
-every 10 ms until then, every 25 ms after) saw an event taken (``taking_events_per_second``: the server's
-rate without the sender's start). Prints one JSON object: events/s per worker
-count, and each count's rates over the first one's.
+every 10 ms until then, every 25 ms after) saw an event taken
+(``taking_events_per_second``: the server's rate without the sender's start).
+Prints one JSON object: events/s per worker count, and each count's rates over
+the first one's.
 
 ``--query rising``: instead, ``--queries`` subscriptions of the README's Rising
 kind (the first is the README's, the others ask 0.1% more each: no two share
@@ -100,10 +101,11 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 subs = [client.subscription(x["id"]) for x in client.subscriptions()] if query == "rising" else []
                 out["runs"].append({"engine_workers": w, "register_s": round(registered, 2),
                                     "seconds": round(seconds, 2), "events_per_second": round(events / seconds),
-                                # from the first event the server took, not the sender's start: the
-                                # server's own rate (a short run at many workers is otherwise much the
-                                # sender's process start-up and connection)
-                                "taking_s": round(steady[1], 2), "taking_events_per_second": round(steady[0] / steady[1]),
+                                    # from the first event the server took, not the sender's start: the
+                                    # server's own rate (a short run at many workers is otherwise much
+                                    # the sender's process start-up and connection)
+                                    "taking_s": round(steady[1], 2),
+                                    "taking_events_per_second": round(steady[0] / steady[1]),
                                     "status": h["status"],
                                     "per_worker_subscriptions": [x["subscriptions"] for x in h["workers"]],
                                     # cores each process used while the events went through: the main
