@@ -5,11 +5,14 @@ The ``increasing`` workload of ``cayuga bench workers`` (``--queries``
 per-symbol queries of 10 rising quotes over 1,000 symbols) on one engine worker
 (server/workers/worker.py's ``Worker``, run in this process: what it would send
 down its results channel is kept), fed batches of ``batch_size`` events as the engine
-thread sends them. Then what the main process does with each result: decode
-it, number, log and offer its witnesses (server/delivery/witnesses.py, a real
-witness log in a temporary directory, no client watching). Prints the CPU
-seconds of each half (``time.process_time``; the worker's under the collector
-settings its process runs with), the witnesses, and the bytes that crossed.
+thread sends them, writing the payloads of its batches of several subscriptions
+beside the witness log itself as a server's workers do (server/durability/witside.py).
+Then what the main process does with each result: decode it, number, log and
+offer its witnesses (server/delivery/witnesses.py, a real witness log in a
+temporary directory, no client watching). Prints the CPU seconds of each half
+(``time.process_time``; the worker's under the collector settings its process
+runs with), the witnesses, the bytes that crossed and the bytes written beside
+the log.
 """
 
 from __future__ import annotations
@@ -76,17 +79,23 @@ def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, see
         parts = [ticks[k:k + batch] for k in range(0, events, batch)]
         sent = [codec.encode_batch(k + batch, [], part, Counter(e.stream for e in part))[1:]
                 for k, part in zip(range(0, events, batch), parts)]
-        start = time.process_time()
-        for body in sent:
-            worker._batch(body)
-        worker_s = time.process_time() - start
-        results = [r[1:] for r in pipe.sent]
-        main_s, witnesses = _main_side(outputs, results)
+        with tempfile.TemporaryDirectory(prefix="cayuga-bench-worker-path-") as tmp:
+            # the witness log's directory: the worker writes its payloads beside it, as a server's
+            # workers do (server/workers/dispatch.py's tell_side_files), then the main half logs them
+            worker.cmd_side_files(tmp, 0)
+            start = time.process_time()
+            for body in sent:
+                worker._batch(body)
+            worker_s = time.process_time() - start
+            worker.side.close()
+            side_bytes = sum(f.stat().st_size for f in Path(tmp).glob("side-*.dat"))
+            results = [r[1:] for r in pipe.sent]
+            main_s, witnesses = _main_side(outputs, results, tmp)
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
     return {"benchmark": "worker_path", "workload": workload, "queries": queries, "events": events, "batch": batch,
-            "witnesses": witnesses, "result_bytes": sum(map(len, results)),
+            "witnesses": witnesses, "result_bytes": sum(map(len, results)), "side_bytes": side_bytes,
             "worker_cpu_s": round(worker_s, 3), "main_cpu_s": round(main_s, 3),
             # the worker's batches by part (Worker.cpu_parts: what /metrics gives of a running one)
             "worker_cpu_parts_s": dict(zip(codec.CPU_PARTS, (round(x, 3) for x in worker.cpu_parts))),
@@ -136,25 +145,25 @@ def _offline_loop(ticks: list) -> tuple[float, dict[str, float]]:
     return whole, {"engine": whole - encoding, "witnesses": encoding}
 
 
-def _main_side(outputs: dict[str, set[str]], results: list[bytes]) -> tuple[float, int]:
-    """The main process's CPU for the results: decoded, numbered, logged (no client watches)."""
+def _main_side(outputs: dict[str, set[str]], results: list[bytes], tmp: str) -> tuple[float, int]:
+    """The main process's CPU for the results: decoded, numbered, logged (no client watches), the
+    witness log in ``tmp`` (where the worker wrote its payloads)."""
 
     class Sub:  # what Witnesses asks of a subscription: its output streams
         def __init__(self, outputs: set[str]) -> None:
             self.outputs = outputs
 
     subs = {sid: Sub(out) for sid, out in outputs.items()}
-    with tempfile.TemporaryDirectory(prefix="cayuga-bench-worker-path-") as tmp:
-        log = WitnessLog(tmp)
-        wit = Witnesses(lambda _s: None, NotifierHub(), Counters(), subs, threading.Event(), lambda: 0)
-        wit.open(log)
-        known = NumberMap()  # (the worker's numbers, as the engine thread keeps them: server/workers/dispatch.py)
-        try:
-            start = time.process_time()
-            for body in results:
-                out = codec.decode_result(body)
-                wit.deliver_columns(out[9], known)
-                wit.deliver_encoded(EncodedBatch(out[1], out[2]))
-            return time.process_time() - start, log.appended
-        finally:
-            log.close()
+    log = WitnessLog(tmp)
+    wit = Witnesses(lambda _s: None, NotifierHub(), Counters(), subs, threading.Event(), lambda: 0)
+    wit.open(log)
+    known = NumberMap()  # (the worker's numbers, as the engine thread keeps them: server/workers/dispatch.py)
+    try:
+        start = time.process_time()
+        for body in results:
+            out = codec.decode_result(body)
+            wit.deliver_columns(out[9], known)
+            wit.deliver_encoded(EncodedBatch(out[1], out[2]))
+        return time.process_time() - start, log.appended
+    finally:
+        log.close()

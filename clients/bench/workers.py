@@ -84,13 +84,16 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                     client.subscribe_many(texts[k:k + 5000])
                 registered = time.perf_counter() - start
                 watched, watched_sids = _watch(client, watchers, watching)
-                cpu = _cpu(client, client.health())
                 parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
+                threads_before = metric_by(client, "cayuga_thread_cpu_seconds_total", "thread")
+                cpu = _cpu(client, client.health())  # (last: the scrapes above not in the main process's figure)
                 start = time.perf_counter()
                 seconds, steady = _send_and_wait(client, ticks, events, start)
                 h = client.health()
                 after = _cpu(client, h)
                 main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
+                threads = {k: v - threads_before.get(k, 0.0)
+                           for k, v in metric_by(client, "cayuga_thread_cpu_seconds_total", "thread").items()}
                 parts = {k: v - parts_before.get(k, 0.0) for k, v in worker_cpu_parts(client).items()}
                 made = 0
                 if watched_sids:  # (after the clock: what the watchers get of their subscriptions' witnesses)
@@ -115,6 +118,11 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                     # of it carries at that cost: its ceiling, at any number of workers
                                     "main_cpu_us_per_event": round(main_cpu / events * 1e6, 2),
                                     "main_events_per_cpu_s": round(events / main_cpu) if main_cpu > 0 else None,
+                                    # the main process's CPU by thread, µs an event (the one that carries
+                                    # most is its ceiling; MainThread's includes this benchmark's /health polls)
+                                    "main_threads_us_per_event": {k: round(v / events * 1e6, 2) for k, v in
+                                                                  sorted(threads.items(), key=lambda kv: -kv[1])
+                                                                  if v / events * 1e6 >= 0.01},
                                     "worker_cores": [round(c / seconds, 2) for c in workers_cpu],
                                     # the workers' batches, all of them together, by part: µs an event
                                     # (decode, engine, witnesses; BENCHMARKS.md, round 19)
@@ -146,9 +154,12 @@ def _send_and_wait(client, ticks: Path, events: int, start: float) -> tuple[floa
                     break
                 if send.poll() not in (None, 0):
                     break
-                # often until the first event is seen, then less: each /health costs the server's
-                # main process 0.6 ms of its lock at 16 workers (BENCHMARKS.md, round 21)
-                time.sleep(0.01 if first is None else 0.025)
+                # often until the first event is seen, then as seldom as the end's time allows: half
+                # the time the rate so far says is left, 5-100 ms. Each /health costs the server's main
+                # thread 0.4 ms back to back and 1.0-1.8 ms at 25-100 ms apart, its caches cold
+                # (BENCHMARKS.md, round 22): at 25 ms, 1.5 of the 6.1 µs an event the main process
+                # spent on the 10,000 queries at one worker on 2 cores (4.7 without polling).
+                time.sleep(0.01 if first is None else _poll_pause(first, taken, now, events))
             send.wait(timeout=3600)
         finally:
             if send.poll() is None:
@@ -161,6 +172,13 @@ def _send_and_wait(client, ticks: Path, events: int, start: float) -> tuple[floa
     if first is None or now <= first[1]:  # every event taken before the first poll: no steady part to time
         return seconds, (events, seconds)
     return seconds, (events - first[0], now - first[1])
+
+
+def _poll_pause(first: tuple[int, float], taken: int, now: float, events: int) -> float:
+    """Seconds to the next poll: half what is left at the rate since ``first`` (events, when), 5-100 ms."""
+    rate = (taken - first[0]) / (now - first[1]) if now > first[1] and taken > first[0] else 0.0
+    left = (events - taken) / rate if rate > 0 else 0.1
+    return min(0.1, max(0.005, left / 2))
 
 
 def _watch(client, n: int, stack: ExitStack) -> tuple[list[int], list[str]]:

@@ -34,6 +34,7 @@ from server.config import Settings
 from server.delivery.encoding import Columns, pack_columns
 from server.durability.history import resolve_from
 from server.durability.store import StoredSubscription
+from server.observability.threadcpu import thread_ended
 from server.subscriptions.registry import (Pending, Registered, Registrar, Subscription, SubscriptionError,
                                            add_unmerged)
 
@@ -280,6 +281,7 @@ class Backfills:
             with self._lock:
                 if self._threads.get(bf.sid, (None,))[0] is threading.current_thread():
                     del self._threads[bf.sid]
+            thread_ended()  # (its CPU kept by role: server/observability/threadcpu.py)
 
     def _handed(self, bf: Backfill, cols: Columns, delivering):
         """Hand a batch's witnesses to the engine thread once the last delivery is done (one in

@@ -31,6 +31,7 @@ from server.ingest.limits import AddressSlots, refusals, without
 from server.ingest.protocol import HEADERS, SENDER_ID
 from server.ingest.queue import DelayQueue, QueueClosed
 from server.observability.counters import TCP_REFUSED, TLS_HANDSHAKE_FAILED, TLS_PLAINTEXT, Count, Counters
+from server.observability.threadcpu import thread_ended
 from server.security import AuthRefused
 from server.security.tls import (LINGER_SECONDS, PlainText, accept_tls, close_gently, force_shutdown,
                                  read_more, write_nowait)
@@ -254,6 +255,7 @@ class TcpReceiver:
                         self._senders.discard(st.sender)
                 self._slots.release()
                 self._addresses.release(addr[0])
+                thread_ended()  # (its CPU kept by role: server/observability/threadcpu.py)
 
     def _refuse(self, conn: socket.socket, reason: str, message: str) -> None:
         """Count a refusal, tell the client why (in plain text: not on a TLS

@@ -35,6 +35,7 @@ from server.observability.counters import (AUTH_FAILURES, CLIENT_DROPS, DISK_FUL
                                            RECEIVED, REJECTED, TCP_REFUSED, TLS_HANDSHAKE_FAILED, TLS_PLAINTEXT,
                                            Count, Counters)
 from server.observability.healthmetrics import HealthCollector
+from server.observability.threadcpu import ThreadCpuCollector
 from server.version import version
 
 #: Quantiles of live instances per subscription (``cayuga_subscription_instances_quantile``).
@@ -356,6 +357,7 @@ def make_registry(source: MetricsSource) -> tuple[CollectorRegistry, Histogram]:
     reg = CollectorRegistry()
     reg.register(_Collector(source))
     reg.register(HealthCollector(source))  # engine up, engine errors, queue capacity and stall (alerts)
+    reg.register(ThreadCpuCollector())  # the main process's CPU by thread (threadcpu.py)
     ProcessCollector(registry=reg)
     PlatformCollector(registry=reg)
     GCCollector(registry=reg)  # python_gc_*: the cyclic collector's passes per generation

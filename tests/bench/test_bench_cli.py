@@ -314,6 +314,9 @@ def test_worker_path_times_both_halves_and_logs_every_witness_the_worker_made():
     (line,) = result.output.strip().splitlines()
     summary = json.loads(line)
     assert summary["worker_cpu_s"] >= 0 and summary["main_cpu_s"] >= 0 and summary["result_bytes"] > 0
+    # the payloads of batches of several subscriptions went beside the witness log, as a server's workers
+    # write them (server/durability/witside.py), not through the result
+    assert summary["side_bytes"] > 0
     from clients.testing.market import increasing_stream, symbols
 
     names = set(symbols(1000)[:40])
@@ -406,6 +409,9 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
         # the workers' batches by part, an event (what a device run shows beside main_cpu_us_per_event)
         assert set(r["workers_us_per_event"]) == {"decode", "engine", "witnesses"}
         assert r["workers_us_per_event"]["engine"] > 0
+        # and the main process's by thread: the engine thread and the (ended) connection's among them
+        threads = r["main_threads_us_per_event"]
+        assert {"cayuga-engine", "cayuga-tcp"} <= set(threads) and all(v > 0 for v in threads.values())
     (tmp_path / "workers10k.json").write_text(out_line := result.output.strip().splitlines()[-1])
     many = rows.summarize(tmp_path)[2]  # clients/bench/rows.py: 2 over 1, issue 32's row
     one, two = json.loads(out_line)["runs"]
