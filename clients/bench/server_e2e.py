@@ -172,6 +172,7 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
             cpu_before = metric(client, "process_cpu_seconds_total")
             workers_before = metric(client, "cayuga_engine_worker_cpu_seconds_total")
             parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
+            threads_before = metric_by(client, "cayuga_thread_cpu_seconds_total", "thread")
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = perf()
             send = subprocess.run(cayuga_command("send", str(ticks), "--url", client.base_url, *tls_args),
@@ -198,6 +199,8 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
             workers_cpu = metric(client, "cayuga_engine_worker_cpu_seconds_total") - workers_before
             parts = worker_cpu_parts(client)
             parts = {k: round(v - parts_before.get(k, 0.0), 4) for k, v in parts.items()}
+            threads = {k: v - threads_before.get(k, 0.0)
+                       for k, v in metric_by(client, "cayuga_thread_cpu_seconds_total", "thread").items()}
             drops = metric(client, "cayuga_client_drops_total")
             delivered = metric(client, "cayuga_witnesses_delivered_total")
             health = client.health()
@@ -228,6 +231,9 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
         # witnesses: theirs and the result's encoding), at a count after the last batch: beside
         # offline_cpu_s, what the workers spend that `cayuga run` does not
         "workers_cpu_parts_s": parts,
+        # the server's own process by thread (its threads share one interpreter lock: the engine
+        # thread's, the TCP connection's, the event loop's for HTTP and the WebSocket frames)
+        "server_threads_cpu_s": {k: round(v, 3) for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0},
         "send_cpu_s": round(send_cpu, 2),
         "offline_cpu_s": round(offline_cpu, 2),
         "end_to_end_s": round(e2e_s, 3),

@@ -158,6 +158,8 @@ def test_server_end_to_end_matches_cayuga_run_through_real_processes():
     parts = out["workers_cpu_parts_s"]
     assert set(parts) == {"decode", "engine", "witnesses"} and all(v > 0 for v in parts.values())
     assert sum(parts.values()) <= out["workers_cpu_s"] + 0.05
+    # and the server's own process by thread: its engine thread's and the (ended) TCP connection's among them
+    assert {"cayuga-engine", "cayuga-tcp"} <= set(out["server_threads_cpu_s"])
 
 
 def test_server_two_queries_two_watchers_says_every_witness_was_delivered(tmp_path):
