@@ -42,6 +42,8 @@ class EncodedBatch(NamedTuple):
 
 #: The array type of :attr:`Columns.sizes` (4 bytes an item).
 SIZE_CODE = next(code for code in "IL" if array(code).itemsize == 4)
+#: An ``array`` type code of a 32-bit signed int (:meth:`Columns.counts_packed`).
+COUNT_CODE = next(code for code in "il" if array(code).itemsize == 4)
 
 #: How many places of a batch's subscriptions the names are checked at (witnesses.py's ``NumberMap.take``).
 CHECKS = 8
@@ -56,7 +58,8 @@ class Columns:
     """A batch's witnesses as an engine worker sends them (server/workers/codec.py):
     the witness log's batch record's columns, ready to be numbered and written.
     Per subscription, in the order they first emitted, three parallel lists (no
-    object per subscription): ``owners``, ``counts`` (its witnesses) and
+    object per subscription): ``owners``, ``counts`` (its witnesses; from a worker's
+    result int32 bytes, :meth:`counts_packed`, a list when first read) and
     ``streams`` (the stream they are on, or a list of each one's where not all
     are on one); ``sids`` each witness's sid as a packed MessagePack array,
     ``rest`` the packed pair of the arrays of their streams and of their payloads.
@@ -80,14 +83,14 @@ class Columns:
     otherwise): where they are in the file, so that the main process reads only those of the
     few subscriptions a client watches (witnesses.py's ``read_parts``)."""
 
-    __slots__ = ("_owners", "counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
+    __slots__ = ("_owners", "_counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
                  "checks", "ref", "sizes", "reader", "_unpacked")
 
-    def __init__(self, owners: list | msgspec.Raw, counts: list, streams: list | msgspec.Raw,
+    def __init__(self, owners: list | msgspec.Raw, counts: list | bytes, streams: list | msgspec.Raw,
                  sids: bytes | msgspec.Raw, rest: bytes | msgspec.Raw, nums: bytes = b"", stream_nums: bytes = b"",
                  fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = (),
                  ref: tuple | list | None = None, sizes: bytes = b"") -> None:
-        self._owners, self.counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
+        self._owners, self._counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
         self.nums, self.stream_nums, self.fresh, self.fresh_streams = nums, stream_nums, fresh, fresh_streams
         self.checks, self.ref, self.sizes = checks, ref, sizes
         self.reader: Callable | None = None
@@ -101,6 +104,25 @@ class Columns:
         return got
 
     @property
+    def counts(self) -> list[int]:
+        got = self._counts
+        if type(got) is not list:  # (as a worker's result sends them: int32, the machine's order)
+            a = array(COUNT_CODE)
+            a.frombytes(got)
+            got = self._counts = a.tolist()
+        return got
+
+    def counts_packed(self) -> bytes:
+        """``counts`` as int32 (the machine's order): one C-level read of the main process's
+        (``numpy.frombuffer``), not a list of thousands of ints decoded and converted."""
+        got = self._counts
+        return array(COUNT_CODE, got).tobytes() if type(got) is list else bytes(got)
+
+    def owner_count(self) -> int:
+        got = self._counts
+        return len(got) if type(got) is list else len(got) // 4
+
+    @property
     def streams(self) -> list:
         got = self._streams
         if type(got) is msgspec.Raw:
@@ -110,7 +132,7 @@ class Columns:
     def packed(self) -> tuple:
         """Its fields as a worker's result sends them: the lists packed in place (``msgspec.Raw``)."""
         owners, streams = self._owners, self._streams
-        return (owners if type(owners) is msgspec.Raw else msgspec.Raw(_pack(owners)), self.counts,
+        return (owners if type(owners) is msgspec.Raw else msgspec.Raw(_pack(owners)), self.counts_packed(),
                 streams if type(streams) is msgspec.Raw else msgspec.Raw(_pack(streams)),
                 msgspec.Raw(self.sids), msgspec.Raw(self.rest), self.nums, self.stream_nums, self.fresh,
                 self.fresh_streams, self.checks, self.ref, self.sizes)

@@ -36,7 +36,7 @@ from server.durability.diskfull import DiskFull
 from server.durability.framing import FRAME, BadRecord
 from server.durability.seqmap import Numbers, SeqMap, grown
 from server.durability.witlog import WitnessLog
-from server.durability.witrecords import pack_batch as _pack
+from server.durability.witrecords import pack_batch as _pack, pack_seqs
 from server.durability.witside import SideReader
 from server.observability.counters import CLIENT_DROPS, Count
 
@@ -299,18 +299,18 @@ class Witnesses:
         general way, which drops what the log holds. ``known``: the numbers of the
         worker that packed ``cols`` (:class:`NumberMap`), to number by. Payloads the
         worker wrote itself (``cols.ref``) are read only where a client watches some."""
-        counts = cols.counts
-        if not counts:
+        owners = cols.owner_count()
+        if not owners:
             return True
         if cols.ref is not None:
             cols.reader = self._side.payloads
-        if len(counts) == 1 and type(cols.streams[0]) is str:  # (a server of few subscriptions: most batches)
+        if owners == 1 and type(cols.streams[0]) is str:  # (a server of few subscriptions: most batches)
             return self._deliver_one(cols, known)
         # array operations over the batch's subscriptions (thousands a batch, a few witnesses each)
         wlog = self.witlog
         told = known.take(cols, wlog) if known is not None else None
         nums, kinds = told if told is not None else (self.numbers.array(cols.owners), None)
-        ns = np.array(counts, np.int64)
+        ns = np.frombuffer(cols.counts_packed(), np.int32).astype(np.int64)  # (no list of thousands of ints)
         befores = self.seq.take(nums)
         starts = befores + 1
         if wlog.holds_any(nums, starts):
@@ -326,18 +326,19 @@ class Witnesses:
                      for s in ((st,) if type(st) is str else st)]
             pair_nums = np.array([p[0] for p in pairs], np.intp)
             pair_streams = wlog.stream_numbers.array([p[1] for p in pairs])
-        return self._log_columns(cols, numbers.tolist(), nums, kinds, starts, ends, pair_nums, pair_streams)
+        return self._log_columns(cols, numbers, nums, kinds, starts, ends, pair_nums, pair_streams)
 
-    def _log_columns(self, cols: Columns, seqs: list[int], nums: np.ndarray, kinds: np.ndarray | None,
+    def _log_columns(self, cols: Columns, seqs: np.ndarray, nums: np.ndarray, kinds: np.ndarray | None,
                      starts: np.ndarray, ends: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray) -> bool:
         """Write ``cols`` numbered ``seqs`` as the record the worker packed, with the index's
         numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups
-        (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None: by the names)."""
+        (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None: by the names).
+        The seqs are packed from their array (witrecords.py's ``pack_seqs``), not made a list first."""
         wlog, side = self.witlog, cols.ref
         if side is None:
-            body = (b"\x94", cols.sids, _pack(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
+            body = (b"\x94", cols.sids, pack_seqs(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
         else:  # ([sids, seqs, streams, where the worker wrote the payloads]: witrecords.py's kind 3)
-            body = (b"\x94", cols.sids, _pack(seqs), memoryview(cols.rest), _pack(side))
+            body = (b"\x94", cols.sids, pack_seqs(seqs), memoryview(cols.rest), _pack(side))
 
         def append() -> dict[str, int]:
             wlog.append_packed(body, len(seqs), nums, starts, ends, pair_nums, pair_streams, side)
@@ -363,7 +364,7 @@ class Witnesses:
         self.seq[sid] = last
         self.owner_witnesses[sid] = self.owner_witnesses.get(sid, 0) + n
         num, kind = np.array([self.numbers.number(sid)]), np.array([wlog.stream_numbers.number(cols.streams[0])])
-        return self._log_columns(cols, list(range(first, last + 1)), num, kind, np.array([first]), np.array([last]),
+        return self._log_columns(cols, np.arange(first, last + 1), num, kind, np.array([first]), np.array([last]),
                                  num, kind)
 
     def _watched_masks(self) -> tuple[np.ndarray, np.ndarray]:

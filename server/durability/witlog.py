@@ -76,7 +76,7 @@ from server.durability.witholes import Holes
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
                                           MAX_RECORD, NAMES, SIDE as _SIDE, Gap, Gone, Record, Segment as _Segment,
                                           Sub as _Sub, body_of as _body, dump_json as _json, encode as _encode,
-                                          encode_parts as _encode_parts, pack_batch as _pack, parse as _parse,
+                                          encode_parts as _encode_parts, pack_batch as _pack, pack_seqs, parse as _parse,
                                           unpack_batch as _unpack, unpack_side as _unpack_side)
 from server.durability.witside import SideFiles, SideReader
 
@@ -344,7 +344,9 @@ class WitnessLog(Holes):
             lasts = dict(zip(sids, seqs))
             firsts = dict(zip(reversed(sids), reversed(seqs)))
             nums = self.numbers.array(list(lasts))
-        rec = _encode(_BATCH, len(sids), b"", b"", _pack((sids, seqs, streams, payloads)))
+        # (the seqs packed as an engine worker's batch has them: the same record, byte for byte)
+        rec = _encode_parts(_BATCH, len(sids), (b"\x94", _pack(sids), pack_seqs(np.array(seqs, np.int64)),
+                                                _pack(streams), _pack(payloads)))
         self._write(rec, len(sids), nums, np.array(list(map(firsts.__getitem__, lasts))),
                     np.array(list(lasts.values())), self.numbers.array(sids), self.stream_numbers.array(streams))
         return dropped

@@ -38,7 +38,8 @@ which the engine thread reads; the rest on the pipe, which the link's reader thr
          neither splits nor re-packs them (server/delivery/witnesses.py's
          ``Columns``): per subscription, in the order they first emitted, its
          sid, its number of witnesses and their stream (a list of each one's
-         where not all are on one), as three arrays; ``sids`` the array of each
+         where not all are on one), as three arrays (the numbers as int32 bin,
+         the machine's order: read by one ``numpy.frombuffer``); ``sids`` the array of each
          witness's sid; ``rest`` the pair of the arrays of their streams and of
          their payloads. All but the counts come as MessagePack in place, not
          as bin, and the main process takes them as ``msgspec.Raw``: no copy,
@@ -84,8 +85,8 @@ _batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tu
 _STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", "t1"))
 #: the columns' ``owners``, ``streams`` (thousands of names), ``sids`` and ``rest`` (megabytes of
 #: witnesses) are taken as ``msgspec.Raw``: no copy until the witness log's record is made of them,
-#: the names unpacked only when read (sent as such: MessagePack arrays in place)
-_result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (msgspec.Raw, list[int], msgspec.Raw, msgspec.Raw, msgspec.Raw)
+#: the names unpacked only when read (sent as such: MessagePack arrays in place); ``counts`` as int32 bytes
+_result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (msgspec.Raw, bytes, msgspec.Raw, msgspec.Raw, msgspec.Raw)
                                        + (Any,) * 7])
 
 
