@@ -64,10 +64,11 @@ class Columns:
     are on one); ``sids`` each witness's sid as a packed MessagePack array,
     ``rest`` the packed pair of the arrays of their streams and of their payloads.
     Both are any bytes-like object: the main process takes them from a worker's
-    result without a copy (``msgspec.Raw``), and copies them once, into the record.
-    ``owners`` and ``streams`` may come packed too (``msgspec.Raw``): unpacked when
-    first read, which the main process does only for a client that watches some, or
-    when its numbers do not hold (:class:`NumberMap`): thousands of names a batch.
+    result without a copy (a ``memoryview`` of it: they cross as bin, which the
+    decoder steps over by its length, not item by item), and copies them once, into
+    the record. ``owners`` and ``streams`` may come packed too (bytes-like): unpacked
+    when first read, which the main process does only for a client that watches some,
+    or when its numbers do not hold (:class:`NumberMap`): thousands of names a batch.
 
     ``nums``, ``stream_nums``: the owners' numbers and those of their streams (-1:
     several) in the packer's :class:`LocalNumbers`, as int32 arrays; ``fresh``,
@@ -86,8 +87,8 @@ class Columns:
     __slots__ = ("_owners", "_counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
                  "checks", "ref", "sizes", "reader", "_unpacked")
 
-    def __init__(self, owners: list | msgspec.Raw, counts: list | bytes, streams: list | msgspec.Raw,
-                 sids: bytes | msgspec.Raw, rest: bytes | msgspec.Raw, nums: bytes = b"", stream_nums: bytes = b"",
+    def __init__(self, owners: list | bytes | memoryview, counts: list | bytes, streams: list | bytes | memoryview,
+                 sids: bytes | memoryview, rest: bytes | memoryview, nums: bytes = b"", stream_nums: bytes = b"",
                  fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = (),
                  ref: tuple | list | None = None, sizes: bytes = b"") -> None:
         self._owners, self._counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
@@ -99,7 +100,7 @@ class Columns:
     @property
     def owners(self) -> list[str]:
         got = self._owners
-        if type(got) is msgspec.Raw:
+        if type(got) is not list:  # (packed)
             got = self._owners = _owners(got)
         return got
 
@@ -125,16 +126,16 @@ class Columns:
     @property
     def streams(self) -> list:
         got = self._streams
-        if type(got) is msgspec.Raw:
+        if type(got) is not list:  # (packed)
             got = self._streams = _kinds(got)
         return got
 
     def packed(self) -> tuple:
-        """Its fields as a worker's result sends them: the lists packed in place (``msgspec.Raw``)."""
+        """Its fields as a worker's result sends them: the lists packed, as bin (server/workers/codec.py)."""
         owners, streams = self._owners, self._streams
-        return (owners if type(owners) is msgspec.Raw else msgspec.Raw(_pack(owners)), self.counts_packed(),
-                streams if type(streams) is msgspec.Raw else msgspec.Raw(_pack(streams)),
-                msgspec.Raw(self.sids), msgspec.Raw(self.rest), self.nums, self.stream_nums, self.fresh,
+        return (_pack(owners) if type(owners) is list else owners, self.counts_packed(),
+                _pack(streams) if type(streams) is list else streams,
+                self.sids, self.rest, self.nums, self.stream_nums, self.fresh,
                 self.fresh_streams, self.checks, self.ref, self.sizes)
 
     def _replace(self, **changes) -> "Columns":

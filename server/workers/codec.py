@@ -41,8 +41,8 @@ which the engine thread reads; the rest on the pipe, which the link's reader thr
          where not all are on one), as three arrays (the numbers as int32 bin,
          the machine's order: read by one ``numpy.frombuffer``); ``sids`` the array of each
          witness's sid; ``rest`` the pair of the arrays of their streams and of
-         their payloads. All but the counts come as MessagePack in place, not
-         as bin, and the main process takes them as ``msgspec.Raw``: no copy,
+         their payloads. All but the counts are MessagePack arrays, each sent
+         packed, as bin, and the main process takes them as memoryviews: no copy,
          and the names unpacked only when it needs them (a client watches some).
          ``nums``, ``stream_nums``, ``fresh``, ``fresh_streams``: the owners and
          their streams as the worker numbers them (server/delivery/witnesses.py's
@@ -84,9 +84,12 @@ _batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tu
                                        Optional[dict[str, int]]])
 _STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", "t1"))
 #: the columns' ``owners``, ``streams`` (thousands of names), ``sids`` and ``rest`` (megabytes of
-#: witnesses) are taken as ``msgspec.Raw``: no copy until the witness log's record is made of them,
-#: the names unpacked only when read (sent as such: MessagePack arrays in place); ``counts`` as int32 bytes
-_result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (msgspec.Raw, bytes, msgspec.Raw, msgspec.Raw, msgspec.Raw)
+#: witnesses) are taken as memoryviews of the message: no copy until the witness log's record is made
+#: of them, the names unpacked only when read. They cross as bin holding the packed arrays: the decoder
+#: steps over each by its length (taken in place, as ``msgspec.Raw``, each of its thousands of items was
+#: parsed to find the end: 81 us of a batch of 6,400 subscriptions, 4 as bin; BENCHMARKS.md, round 22).
+#: ``counts`` as int32 bytes
+_result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (memoryview, bytes, memoryview, memoryview, memoryview)
                                        + (Any,) * 7])
 
 
