@@ -12,6 +12,10 @@ import sys
 import threading
 from collections import Counter
 
+import msgspec
+import numpy as np
+import pytest
+
 from clients.client import CayugaClient
 from clients.offline import run_offline
 from clients.testing.market import STOCK
@@ -19,8 +23,10 @@ from server.delivery.hub import ClientChannel, NotifierHub
 from server.delivery.encoding import EncodedBatch, LocalNumbers, pack_columns
 from server.delivery.witnesses import NumberMap, Witnesses
 from server.durability.witlog import WitnessLog
+from server.durability.witrecords import pack_seqs, unpack_batch
 from server.observability.counters import Counters
 from server.serve import RunningServer
+from server.workers import codec
 from tests.server.conftest import make_settings
 
 PAIRS = "SELECT Name, Price_1 AS First, Price AS Second FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH Pairs"
@@ -360,3 +366,33 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
         assert [told[0][k] for k in nums] == b.owners
         assert [told[1][t] if t >= 0 else None for t in stream_nums] == [
             k if type(k) is str else None for k in b.streams]
+
+
+def test_seqs_packed_from_their_array_read_back_as_the_list_and_past_four_billion_too():
+    """witrecords.pack_seqs: what the witness log's readers decode is the list of seqs, for every
+    length MessagePack heads an array by differently (up to 15, 65,535, more) and for seqs past
+    a uint32; a negative seq is refused, not written wrapped."""
+    for seqs in ([], [7], list(range(1, 16)), list(range(1, 17)), list(range(5, 70_005)),
+                 [2**32 - 1, 2**32, 2**40 + 3]):
+        packed = pack_seqs(np.array(seqs, np.int64))
+        assert msgspec.msgpack.decode(packed) == seqs
+        record = b"\x94" + msgspec.msgpack.encode(["s"] * len(seqs)) + packed + msgspec.msgpack.encode(
+            [["A"] * len(seqs), [b"{}"] * len(seqs)])[1:]
+        assert unpack_batch(record)[1] == seqs
+    with pytest.raises(ValueError):
+        pack_seqs(np.array([3, -1]))
+
+
+def test_a_workers_columns_cross_the_pipe_as_bin_and_their_counts_as_int32():
+    """What an engine worker's result carries of its columns (server/workers/codec.py): the main
+    process reads the counts as an array without a list, and the packed columns as views of the
+    message that decode to what was packed."""
+    cols = pack_columns(_batch(2), LocalNumbers())
+    msg = codec.encode_result(9, type("E", (), {"groups": _batch(2), "flat": None, "internal": []})(),
+                              (), 0, [], None, [])
+    got = codec.decode_result(msg[1:])[9]
+    assert np.frombuffer(got.counts_packed(), np.int32).tolist() == cols.counts == [3, 3, 1]
+    assert got.counts == [3, 3, 1] and got.owner_count() == 3
+    assert type(got.sids) is memoryview and bytes(got.sids) == bytes(cols.sids)
+    assert got.owners == ["s1", "s2", "s3"] and got.streams == ["A", ["B", "C", "B"], "D"]
+    assert got.groups() == pack_columns(_batch(2)).groups()
