@@ -7,8 +7,9 @@ go to one worker, so the work splits by symbol) registered in batches, then
 ``--events`` ticks sent with ``cayuga send``; the clock runs from the first
 line sent until ``/health`` says every event went through the engine
 (``events_per_second``), and again from the first time ``/health`` (polled
-every 10 ms until then, every 25 ms after) saw an event taken
-(``taking_events_per_second``: the server's rate without the sender's start).
+every 10 ms until then, after as seldom as the end's time allows: ``_poll_pause``)
+saw an event taken (``taking_events_per_second``: the server's rate without the
+sender's start).
 Prints one JSON object: events/s per worker count, and each count's rates over
 the first one's.
 
