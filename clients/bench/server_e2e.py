@@ -171,6 +171,8 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                 time.sleep(0.02)
             cpu_before = metric(client, "process_cpu_seconds_total")
             workers_before = metric(client, "cayuga_engine_worker_cpu_seconds_total")
+            waits_before = metric(client, "cayuga_engine_worker_cpu_wait_seconds_total")
+            thread_waits_before = metric_by(client, "cayuga_thread_cpu_wait_seconds_total", "thread")
             parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
             threads_before = metric_by(client, "cayuga_thread_cpu_seconds_total", "thread")
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -187,6 +189,9 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                     p.wait(max(600 - (perf() - start), 1))
                     done.append(perf() - start)
             e2e_s = max(done)
+            # the watchers that stop at their count have ended and been waited for: their CPU
+            watched = resource.getrusage(resource.RUSAGE_CHILDREN)
+            watch_cpu = watched.ru_utime + watched.ru_stime - after.ru_utime - after.ru_stime
             deadline = time.monotonic() + 10  # the server has processed everything before the idle watchers stop
             while metric(client, "cayuga_events_processed_total") < events and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -197,6 +202,9 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
                 out.close()
             server_cpu = metric(client, "process_cpu_seconds_total") - cpu_before
             workers_cpu = metric(client, "cayuga_engine_worker_cpu_seconds_total") - workers_before
+            workers_wait = metric(client, "cayuga_engine_worker_cpu_wait_seconds_total") - waits_before
+            thread_waits = {k: v - thread_waits_before.get(k, 0.0)
+                            for k, v in metric_by(client, "cayuga_thread_cpu_wait_seconds_total", "thread").items()}
             parts = worker_cpu_parts(client)
             parts = {k: round(v - parts_before.get(k, 0.0), 4) for k, v in parts.items()}
             threads = {k: v - threads_before.get(k, 0.0)
@@ -234,7 +242,15 @@ def throughput(events: int = 1_000_000, symbols: int = 1000, queries: tuple[str,
         # the server's own process by thread (its threads share one interpreter lock: the engine
         # thread's, the TCP connection's, the event loop's for HTTP and the WebSocket frames)
         "server_threads_cpu_s": {k: round(v, 3) for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0},
+        # how long the workers, and each of those threads, were ready to run and waited for a core (Linux's
+        # schedstat): the workers' wait beside their CPU is what the two cores' sharing cost them
+        "workers_cpu_wait_s": round(workers_wait, 3),
+        "server_threads_cpu_wait_s": {k: round(v, 3) for k, v in sorted(thread_waits.items(), key=lambda kv: -kv[1])
+                                      if round(v, 3) > 0},
         "send_cpu_s": round(send_cpu, 2),
+        # the watchers' that stopped at their count (cayuga watch: WebSocket frames read, each
+        # witness printed as a JSON line)
+        "watchers_cpu_s": round(watch_cpu, 2),
         "offline_cpu_s": round(offline_cpu, 2),
         "end_to_end_s": round(e2e_s, 3),
         "events_per_second": round(events / e2e_s),

@@ -87,12 +87,14 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 watched, watched_sids = _watch(client, watchers, watching)
                 parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
                 threads_before = metric_by(client, "cayuga_thread_cpu_seconds_total", "thread")
-                cpu = _cpu(client, client.health())  # (last: the scrapes above not in the main process's figure)
+                h0 = client.health()
+                cpu, waits = _cpu(client, h0), _waits(h0)  # (last: the scrapes above not in the main process's figure)
                 start = time.perf_counter()
                 seconds, steady = _send_and_wait(client, ticks, events, start)
                 h = client.health()
                 after = _cpu(client, h)
                 main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
+                workers_wait = [b - a for a, b in zip(waits, _waits(h))]
                 threads = {k: v - threads_before.get(k, 0.0)
                            for k, v in metric_by(client, "cayuga_thread_cpu_seconds_total", "thread").items()}
                 parts = {k: v - parts_before.get(k, 0.0) for k, v in worker_cpu_parts(client).items()}
@@ -125,6 +127,10 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                                                   sorted(threads.items(), key=lambda kv: -kv[1])
                                                                   if v / events * 1e6 >= 0.01},
                                     "worker_cores": [round(c / seconds, 2) for c in workers_cpu],
+                                    # the share of the run each worker was ready to run and waited for a
+                                    # core (Linux's schedstat): beside worker_cores, whether the workers
+                                    # were short of cores or of work
+                                    "worker_waiting": [round(c / seconds, 2) for c in workers_wait],
                                     # the workers' batches, all of them together, by part: µs an event
                                     # (decode, engine, witnesses; BENCHMARKS.md, round 19)
                                     "workers_us_per_event": {k: round(v / events * 1e6, 2) for k, v in parts.items()},
@@ -204,6 +210,11 @@ def _watch(client, n: int, stack: ExitStack) -> tuple[list[int], list[str]]:
         threading.Thread(target=count, daemon=True, name=f"bench-watch-{i}").start()
     wait_until(lambda: client.health()["clients"] >= n, timeout=60, what="the watchers registered")
     return got, sids
+
+
+def _waits(health: dict) -> list[float]:
+    """Seconds each engine worker has waited for a core so far, from ``health`` (0 where not known)."""
+    return [w.get("cpu_wait_seconds") or 0.0 for w in health["workers"]]
 
 
 def _cpu(client, health: dict) -> tuple[float, list[float]]:

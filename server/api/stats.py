@@ -76,8 +76,10 @@ def get_stats(d: DaemonDep, who: Watch, offset: int = Query(0, ge=0, description
         "inexact": len(inexact),
         # the engine worker processes (engine_workers), each: events taken (totals: the client makes a rate),
         # instances, batches in flight and the oldest one's age, where its engine is on a batch that has run a
-        # second or more (busy_in), CPU seconds (and those of its batches by part: cpu_parts), restarts and state (server/workers/restart.py)
+        # second or more (busy_in), CPU seconds (and those of its batches by part: cpu_parts), the seconds it was
+        # ready to run and waited for a CPU (cpu_wait_seconds), restarts and state (server/workers/restart.py)
         "workers": [{k: w[k] for k in ("worker", "state", "events", "instances", "in_flight_batches",
-                                       "oldest_batch_s", "busy_in", "cpu_seconds", "cpu_parts", "restarts")}
+                                       "oldest_batch_s", "busy_in", "cpu_seconds", "cpu_wait_seconds", "cpu_parts",
+                                       "restarts")}
                     for w in d.workers()],
     }

@@ -33,6 +33,10 @@ class HealthCollector:
                                       "subscriptions at the last count", labels=["worker"])
         cpu = CounterMetricFamily("cayuga_engine_worker_cpu_seconds", "CPU time an engine worker process has used "
                                   "(its current process: a restart starts it again)", labels=["worker"])
+        waited = CounterMetricFamily("cayuga_engine_worker_cpu_wait_seconds", "Time an engine worker process was "
+                                     "ready to run and waited for a CPU (Linux's schedstat run delay; its current "
+                                     "process): high beside its CPU, the machine has fewer free cores than the "
+                                     "workers and the main process need", labels=["worker"])
         restarts = CounterMetricFamily("cayuga_engine_worker_restarts", "Times an engine worker that died was "
                                        "started again (server/workers/restart.py)", labels=["worker"])
         stopped = GaugeMetricFamily("cayuga_engine_worker_stopped", "1 once an engine worker died too often to be "
@@ -58,13 +62,15 @@ class HealthCollector:
             instances.add_metric(label, w["instances"])
             if w["cpu_seconds"] is not None:
                 cpu.add_metric(label, w["cpu_seconds"])
+            if w.get("cpu_wait_seconds") is not None:
+                waited.add_metric(label, w["cpu_wait_seconds"])
             restarts.add_metric(label, w["restarts"])
             for generation, n in enumerate(w["gc_collections"] or ()):
                 collections.add_metric([*label, str(generation)], n)
             for part, seconds in (w["cpu_parts"] or {}).items():
                 parts.add_metric([*label, part], seconds)
             stopped.add_metric(label, 1 if w["state"] == "stopped" else 0)
-        yield from (up, flight, batches, events, instances, cpu, restarts, stopped, collections, parts, oldest)
+        yield from (up, flight, batches, events, instances, cpu, waited, restarts, stopped, collections, parts, oldest)
         yield CounterMetricFamily("cayuga_engine_errors", "Events the engine raised an error on (the thread "
                                   "survived; /health reports the last one and says degraded)",
                                   value=d.counters.get(Count.ENGINE_ERRORS))

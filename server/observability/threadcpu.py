@@ -14,10 +14,18 @@ a thread made per connection or per backfill adds its own CPU to its role's
 total as it ends (:func:`thread_ended`), so a connection's CPU is not lost with
 it. Threads are named by role: a per-item thread's name without its item
 (``cayuga-tcp-41522`` -> ``cayuga-tcp``).
+
+Beside each thread's CPU, its **wait for a CPU** (Linux's schedstat "run delay": the
+time it was ready to run and no core was free), and the same for each engine
+worker process (server/workers/link.py): high beside the CPU, the machine has
+fewer free cores than the server's threads and workers (and whatever else runs
+there) need; low, a thread that is not running is waiting for work, or for the
+interpreter lock (a thread waiting for that sleeps: it is not counted here).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -31,6 +39,7 @@ _PER_ITEM = re.compile(r"^(cayuga-tcp)-\d+$|^(cayuga-backfill)-.")
 
 _lock = threading.Lock()
 _ended: Counter = Counter()  # role -> CPU seconds of its threads that have ended
+_ended_wait: Counter = Counter()  # role -> seconds its ended threads waited for a CPU
 _reported: weakref.WeakSet = weakref.WeakSet()  # threads that added theirs (not read again while they end)
 
 
@@ -40,11 +49,37 @@ def role(name: str) -> str:
     return (m.group(1) or m.group(2)) if m else name
 
 
+def cpu_wait(path: str) -> float | None:
+    """Seconds the thread of a ``schedstat`` file (``/proc/PID/task/TID/schedstat``) has waited for a
+    CPU while ready to run (its second field, in nanoseconds); None where there is none (not Linux, a
+    kernel without it, or the thread has ended)."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_cpu_wait(pid: int) -> float | None:
+    """Seconds every live thread of process ``pid`` has waited for a CPU while ready to run (None where
+    /proc says nothing of it)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    waits = [w for w in (cpu_wait(f"/proc/{pid}/task/{tid}/schedstat") for tid in tids) if w is not None]
+    return sum(waits) if waits else None
+
+
 def thread_ended() -> None:
-    """Add the calling thread's CPU to its role's total: the last thing a per-item thread does."""
+    """Add the calling thread's CPU (and its wait for a CPU) to its role's total: the last thing a
+    per-item thread does."""
     me = threading.current_thread()
+    waited = cpu_wait("/proc/thread-self/schedstat")
     with _lock:
         _ended[role(me.name)] += time.thread_time()
+        if waited is not None:
+            _ended_wait[role(me.name)] += waited
         _reported.add(me)
 
 
@@ -64,6 +99,22 @@ def by_role() -> dict[str, float]:
     return dict(totals)
 
 
+def wait_by_role() -> dict[str, float]:
+    """Seconds this process's threads have waited for a CPU while ready to run, by role (as
+    :func:`by_role`); empty where /proc says nothing of it."""
+    with _lock:
+        totals = Counter(_ended_wait)
+        reported = set(_reported)
+    pid = os.getpid()
+    for t in threading.enumerate():
+        if t in reported or t.native_id is None:
+            continue
+        waited = cpu_wait(f"/proc/{pid}/task/{t.native_id}/schedstat")
+        if waited is not None:
+            totals[role(t.name)] += waited
+    return dict(totals)
+
+
 class ThreadCpuCollector:
     """``cayuga_thread_cpu_seconds_total{thread=ROLE}`` from :func:`by_role`."""
 
@@ -75,3 +126,11 @@ class ThreadCpuCollector:
         for name, seconds in sorted(by_role().items()):
             cpu.add_metric([name], seconds)
         yield cpu
+        wait = CounterMetricFamily("cayuga_thread_cpu_wait_seconds", "Time a thread of the server's main process "
+                                   "was ready to run and waited for a CPU (Linux's schedstat run delay; by role, "
+                                   "as cayuga_thread_cpu_seconds): high beside its CPU, the machine has fewer "
+                                   "free cores than the server needs. A wait for the interpreter lock is not in it",
+                                   labels=["thread"])
+        for name, seconds in sorted(wait_by_role().items()):
+            wait.add_metric([name], seconds)
+        yield wait

@@ -283,7 +283,8 @@ class WorkerEngineThread(EngineThread):
                         "subscriptions": self.placement.count_on(w),
                         "in_flight_batches": len(mine), "in_flight_events": sum(f.events for f in mine),
                         "events": self.events_of[w], "instances": instances[w],
-                        "cpu_seconds": link.cpu_seconds(), "cpu_parts": self.cpu_parts_of.get(w),
+                        "cpu_seconds": link.cpu_seconds(), "cpu_wait_seconds": link.cpu_wait_seconds(),
+                        "cpu_parts": self.cpu_parts_of.get(w),
                         "gc_collections": self.gc_of.get(w),
                         **self.restarter.about(w)})
         return out

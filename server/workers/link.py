@@ -30,6 +30,7 @@ from concurrent.futures import Future, InvalidStateError
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable
 
+from server.observability.threadcpu import process_cpu_wait
 from server.workers import codec
 from server.workers.channel import ResultReader
 
@@ -92,6 +93,7 @@ class WorkerLink:
         #: registered function on its stack, if any, and the innermost place
         self.where: dict | None = None
         self._stat_at: tuple[float, list[bytes] | None] = (-float("inf"), None)  # (when, fields): :meth:`_stat`
+        self._wait_at: tuple[float, float | None] = (-float("inf"), None)  # (when, seconds): :meth:`cpu_wait_seconds`
 
     def start(self) -> None:
         """Start ``python -m server.workers.worker`` on one end of a socket pair (a
@@ -150,6 +152,19 @@ class WorkerLink:
         if fields is None:
             return None
         return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime (fields 14 and 15)
+
+    def cpu_wait_seconds(self) -> float | None:
+        """Seconds the worker process's threads have waited for a CPU while ready to run (Linux's
+        schedstat run delay: server/observability/threadcpu.py); None where /proc says nothing of
+        it, or once it has ended. A reading STAT_FRESH seconds old at most is answered again."""
+        now = time.monotonic()
+        at, waited = self._wait_at
+        if now - at < STAT_FRESH:
+            return waited
+        proc = self.process
+        waited = None if proc is None or proc.poll() is not None else process_cpu_wait(proc.pid)
+        self._wait_at = (now, waited)
+        return waited
 
     def stopped(self, fresh: bool = False) -> bool:
         """The worker process is stopped (SIGSTOP, a terminal's ^Z, a debugger's stop): it answers

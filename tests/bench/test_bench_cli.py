@@ -160,6 +160,10 @@ def test_server_end_to_end_matches_cayuga_run_through_real_processes():
     assert sum(parts.values()) <= out["workers_cpu_s"] + 0.05
     # and the server's own process by thread: its engine thread's and the (ended) TCP connection's among them
     assert {"cayuga-engine", "cayuga-tcp"} <= set(out["server_threads_cpu_s"])
+    # and the CPU of the clients beside it on the same cores (the watchers that stopped at their count),
+    # and how long the workers and those threads waited for a core (zero or more: seconds, not a guess)
+    assert out["watchers_cpu_s"] > 0 and out["workers_cpu_wait_s"] >= 0
+    assert all(v > 0 for v in out["server_threads_cpu_wait_s"].values())
 
 
 def test_server_two_queries_two_watchers_says_every_witness_was_delivered(tmp_path):
@@ -401,6 +405,7 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
         assert 0 < r["taking_s"] <= r["seconds"] and r["taking_events_per_second"] > 0
         assert r["main_cores"] >= 0 and len(r["worker_cores"]) == r["engine_workers"]
         assert all(c >= 0 for c in r["worker_cores"])
+        assert len(r["worker_waiting"]) == r["engine_workers"] and all(c >= 0 for c in r["worker_waiting"])
         # the main process's CPU an event, and the events/s a core of it carries at that cost
         assert r["main_cpu_us_per_event"] >= 0
         if r["main_cpu_us_per_event"]:

@@ -1,19 +1,25 @@
 """The main process's CPU by thread (issue 32, server/observability/threadcpu.py):
 which of its threads, sharing one interpreter lock, carries the load, on /metrics,
-a TCP connection's CPU kept once it has ended."""
+a TCP connection's CPU kept once it has ended; and each thread's (and each engine
+worker's) wait for a CPU, seen when a real busy process shares its core."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 
 import httpx
 
+from clients.client import CayugaClient
 from clients.testing import wait_until
-from server.observability.threadcpu import by_role, role, thread_ended
+from server.observability.threadcpu import by_role, cpu_wait, process_cpu_wait, role, thread_ended, wait_by_role
+from tests.conftest import unavailable
 from tests.server.conftest import stock
 
 
@@ -60,10 +66,49 @@ def test_a_live_threads_cpu_is_read_and_an_ended_ones_kept_once():
     assert burnt["end"] <= by_role()[name] == kept  # ended: what it added, no more
 
 
-def _thread_cpu(base_url: str) -> dict[str, float]:
+def test_a_thread_that_shares_its_core_with_a_busy_process_is_seen_waiting_for_it():
+    """A thread pinned to one core beside a real process spinning on the same core: both are ready
+    to run and one core takes turns, so each waits for it, and says so (schedstat's run delay);
+    the thread's wait is kept once it ends, once."""
+    if cpu_wait("/proc/thread-self/schedstat") is None:
+        unavailable("no schedstat in /proc: this kernel does not say how long a thread waited for a CPU")
+    core = min(os.sched_getaffinity(0))
+    name = "test-threadcpu-waiter"
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    waited: dict[str, float] = {}
+    stop, ended = threading.Event(), threading.Event()
+
+    def work() -> None:
+        os.sched_setaffinity(0, {core})  # (this thread only)
+        while not stop.is_set():
+            sum(range(1000))
+        thread_ended()
+        ended.set()
+
+    t = threading.Thread(target=work, name=name)
+    try:
+        os.sched_setaffinity(spinner.pid, {core})
+        before = process_cpu_wait(spinner.pid)
+        t.start()
+        wait_until(lambda: wait_by_role().get(name, 0.0) > 0.05, timeout=60,
+                   what="the pinned thread's wait for its core")
+        wait_until(lambda: process_cpu_wait(spinner.pid) > before + 0.05, timeout=60,
+                   what="the spinning process's wait for the same core")
+        stop.set()
+        wait_until(ended.is_set, timeout=30)
+        waited["kept"] = wait_by_role()[name]
+    finally:
+        stop.set()
+        spinner.kill()
+        spinner.wait(30)
+        t.join(30)
+    assert wait_by_role()[name] == waited["kept"] > 0.05  # ended: what it added, read no more
+
+
+def _thread_cpu(base_url: str, name: str = "cayuga_thread_cpu_seconds_total") -> dict[str, float]:
     text = httpx.get(base_url + "/metrics", timeout=10).text
     return {m.group(1): float(m.group(2))
-            for m in re.finditer(r'^cayuga_thread_cpu_seconds_total\{thread="([^"]+)"\} (\S+)$', text, re.M)}
+            for m in re.finditer(rf'^{name}\{{thread="([^"]+)"\}} (\S+)$', text, re.M)}
 
 
 def _received(base_url: str) -> float:
@@ -86,3 +131,43 @@ def test_metrics_say_each_threads_cpu_and_keep_an_ended_connections(start_server
     after = _thread_cpu(srv.base_url)
     assert after["cayuga-tcp"] >= during["cayuga-tcp"]  # ended: its CPU kept (a counter never goes back)
     assert after["cayuga-engine"] > 0
+    # and each thread's wait for a CPU beside it, the ended connection's kept (where the kernel says it)
+    if cpu_wait("/proc/thread-self/schedstat") is not None:
+        waits = _thread_cpu(srv.base_url, "cayuga_thread_cpu_wait_seconds_total")
+        assert {"cayuga-engine", "cayuga-tcp", "MainThread"} <= set(waits) and min(waits.values()) >= 0, waits
+
+
+def test_an_engine_worker_that_shares_its_core_is_seen_waiting_for_it(start_server):
+    """The worker process pinned to one core beside a real process spinning there: as events keep
+    coming, it waits for its core each time it has a batch, and /health, /stats and /metrics say how
+    long (the sum over its threads' schedstat run delay)."""
+    if cpu_wait("/proc/thread-self/schedstat") is None:
+        unavailable("no schedstat in /proc: this kernel does not say how long a process waited for a CPU")
+    srv = start_server(engine_workers=1)
+    link = srv.daemon.links[0]
+    core = min(os.sched_getaffinity(link.process.pid))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(spinner.pid, {core})
+        for tid in os.listdir(f"/proc/{link.process.pid}/task"):
+            os.sched_setaffinity(int(tid), {core})
+        with CayugaClient(srv.base_url) as c:
+            c.subscribe(cel="SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Up")
+            start = c.health()["workers"][0]["cpu_wait_seconds"]
+            sent = [0]
+
+            def waited() -> bool:  # (another batch each time: the worker wakes for it and waits for its core)
+                sent[0] += 1
+                c.post_events([stock("A", 2.0, 1, sent[0])])
+                return c.health()["workers"][0]["cpu_wait_seconds"] > start + 0.01
+
+            wait_until(waited, timeout=120, what="the pinned worker's wait for its core")
+            (st,) = c.http.get("/stats").json()["workers"]
+            assert st["cpu_wait_seconds"] > start
+            text = c.http.get("/metrics").text
+            got = float(re.search(r'^cayuga_engine_worker_cpu_wait_seconds_total\{worker="0"\} (\S+)$',
+                                  text, re.M).group(1))
+            assert got > start
+    finally:
+        spinner.kill()
+        spinner.wait(30)

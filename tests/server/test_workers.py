@@ -283,8 +283,10 @@ def test_health_metrics_and_the_api_say_where_the_automata_run(start_server, tmp
                 (w,) = c.health()["workers"]
                 assert w["state"] == "running" and w["restarts"] == 0 and w["in_flight_batches"] == 0
                 assert w["cpu_seconds"] > 0 and w["instances"] == 0
+                assert w["cpu_wait_seconds"] is None or w["cpu_wait_seconds"] >= 0  # (None: no schedstat in /proc)
                 (st,) = c.http.get("/stats").json()["workers"]
                 assert st["events"] == 2 and st["worker"] == 0 and st["restarts"] == 0 and st["cpu_seconds"] > 0
+                assert "cpu_wait_seconds" in st
                 metrics = c.http.get("/metrics").text
                 for name in ("cayuga_engine_worker_events_total", "cayuga_engine_worker_instances",
                              "cayuga_engine_worker_in_flight_batches", "cayuga_engine_worker_cpu_seconds_total",

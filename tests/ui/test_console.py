@@ -283,12 +283,18 @@ def test_a_stopped_engine_worker_is_named_in_the_health_pill(start_server, page,
     import re
     import signal
 
+    from server.observability.threadcpu import cpu_wait
     from server.workers.restart import MAX_DEATHS
 
     srv = start_server(engine_workers=1)
     d = srv.daemon
     with CayugaClient(srv.base_url) as c:
         c.subscribe(cel="SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Up")
+        # running: its CPU, and how long it waited for a core (where the kernel says: schedstat)
+        page.goto(srv.base_url + "/")
+        waits = r" \(\d+\.\d s waiting for a core\)" if cpu_wait("/proc/thread-self/schedstat") is not None else ""
+        expect(page.locator("#health")).to_have_attribute("title", re.compile(
+            rf"worker 0: running, \d+ events, \d+ instances, 0 batches in flight, \d+\.\d s CPU{waits}, 0 restarts"))
         for k in range(MAX_DEATHS):
             pid = d.links[0].process.pid
             os.kill(pid, signal.SIGKILL)

@@ -454,7 +454,9 @@ async function health() {
         + (w.state === "not_answering" && w.busy_in && w.busy_in.function ? ` in ${w.busy_in.function}` : ""))).join("");
     const perWorker = workers.map((w) => `worker ${w.worker}: ${w.state.replace("_", " ")}, ${w.events} events, `
       + `${w.instances} instances, ${w.in_flight_batches} batches in flight, `
-      + `${w.cpu_seconds == null ? "?" : w.cpu_seconds.toFixed(1)} s CPU, ${w.restarts} restart${w.restarts === 1 ? "" : "s"}`);
+      + `${w.cpu_seconds == null ? "?" : w.cpu_seconds.toFixed(1)} s CPU`
+      + `${w.cpu_wait_seconds == null ? "" : ` (${w.cpu_wait_seconds.toFixed(1)} s waiting for a core)`}`
+      + `, ${w.restarts} restart${w.restarts === 1 ? "" : "s"}`);
     $("#health").textContent = `${h.status}${odd}${inexact}${broken}${held} · ${h.engine_build} engine · ${h.clients} client${h.clients === 1 ? "" : "s"}`;
     $("#health").title = [h.reason, ...perWorker].filter(Boolean).join("\n");
     $("#health").className = `pill ${h.status}`;
