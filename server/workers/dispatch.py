@@ -382,11 +382,18 @@ class WorkerEngineThread(EngineThread):
                 by_worker.setdefault(w, []).append(r)
                 parts.setdefault(w, [])
         workers = tuple(w for w in sorted(parts) if w not in self.restarter.abandoned)
-        sent = {}
+        sent: dict[int, bytes] = {}
+        same: dict[int, bytes] = {}  # the message of a part several workers get whole, nothing recorded for them
         for w in workers:
             mine = by_worker.get(w, [])
-            sent[w] = codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
-                                         parts[w], counted if n == 1 else None)  # (one worker: its counts)
+            part = parts[w]
+            msg = None if mine else same.get(id(part))  # (column scaling: every reader of the stream gets the batch)
+            if msg is None:
+                msg = codec.encode_batch(self.fed, [(e.sid, e.keep, e.reason, e.shared, e.seq) for e in mine],
+                                         part, counted if n == 1 else None)  # (one worker: its counts)
+                if not mine:
+                    same[id(part)] = msg
+            sent[w] = msg
             try:
                 self.links[w].send(sent[w])
             except WorkerGone:  # it has just died: sent again once it is restarted

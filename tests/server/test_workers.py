@@ -247,6 +247,31 @@ def test_with_n_workers_a_batch_holds_n_times_batch_size(tmp_path, monkeypatch):
     assert sum(sizes) == 100 and max(sizes) == 8 and sizes.count(8) >= 10
 
 
+def test_workers_that_read_the_whole_batch_are_sent_one_message_made_once(tmp_path):
+    """Column scaling: every worker that reads a stream gets each batch of it whole, so the
+    engine thread encodes a batch once and sends those bytes to each of them (it encoded it
+    once per worker: BENCHMARKS.md, "Engine workers, round 23"); the witnesses are still
+    every one, in order, from both workers."""
+    s = make_settings(tmp_path, engine_workers=2, row_scaling="off")
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        ids = [c.subscribe(cel=f"SELECT * FROM FILTER{{Price > {k}}}(Stock) PUBLISH Up{k}")["id"] for k in (0, 1)]
+        d = srv.daemon
+        assert {c.subscription(i)["runs_on"] for i in ids} == {"worker 0", "worker 1"}
+        sent: list[list] = [[], []]
+        for w, link in enumerate(d.links):  # (what each link sends, recorded as it goes out)
+            def recording(data, w=w, send=link.send):
+                sent[w].append(data)
+                send(data)
+            link.send = recording
+        c.post_events([stock(f"S{i}", 1.5 + i, 1, i + 1) for i in range(50)])
+        wait_until(lambda: [c.subscription(i)["last_seq"] for i in ids] == [50, 50], what="every witness")
+        got = [logged_witnesses(srv.base_url, i, 50) for i in ids]
+    batches = [[m for m in mine if m[:1] == b"B"] for mine in sent]
+    assert batches[0] and len(batches[0]) == len(batches[1])
+    assert all(a is b for a, b in zip(*batches))  # the same bytes, made once
+    assert [[json.loads(w)["Name"] for _, w in g] for g in got] == [[f"S{i}" for i in range(50)]] * 2
+
+
 def test_cayuga_serve_with_a_worker_stops_cleanly_and_leaves_no_process(tmp_path):
     from clients.testing import ServerProcess
 
