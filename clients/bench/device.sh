@@ -24,10 +24,12 @@
 #                `cayuga serve` while `cayuga send` runs, in main16.raw (needs py-spy: carry
 #                it with `bash ../shared/tools/devkit.sh py-spy`; skipped without it)
 #   main_rising4 (not run by default) the same for the README's Rising row-scaled over 4 workers
+#   columns16    (not run by default) the 10,000 queries at 1, 2, 4, 8, 16 workers with row_scaling off:
+#                column scaling alone, every worker sent every event (one message made once for all)
 # SPY_MODE (default --gil: who holds the lock) is --idle for every thread's samples, waits included
 # (whether the engine thread waits for events or for the workers).
 # MAINW (16) is main16's worker count.
-# STEPS (names above, space-separated; default: all but main_rising4) picks the steps, COUNTS the
+# STEPS (names above, space-separated; default: all but main_rising4 and columns16) picks the steps, COUNTS the
 # worker counts of workers16 (0,1,2,4,8,16), EVENTS its events (200000), TICKS rising's (1000000).
 # BUDGET (seconds, default unlimited) stops starting benchmarks once spent, and cuts each to what is
 # left, so a device run that must end by a deadline still brings back what finished.
@@ -114,6 +116,8 @@ spy_latency() {  # latency_spy: see above
 
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
 wants workers16 && run workers16 -- workers --workers "$COUNTS" --queries "$QUERIES" --events "$EVENTS"
+wants columns16 && run columns16 -- workers --workers "${COUNTS#0,}" --queries "$QUERIES" --events "$EVENTS" \
+  --row-scaling off
 wants rising8 && run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
 wants latency_1 && run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 wants latency_write && run latency_write CAYUGA_DURABILITY=write -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
