@@ -60,15 +60,40 @@ def cpu_wait(path: str) -> float | None:
         return None
 
 
+class ProcessCpuWait:
+    """Seconds the threads of process ``pid`` have waited for a CPU while ready to run, as a counter
+    that never goes back: a thread that has ended (an engine worker's results writer comes and goes)
+    keeps what it had at its last reading, and one that took an ended one's id is told apart by
+    its smaller figure. Read from any thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}  # thread id -> its figure at the last reading
+        self._ended = 0.0  # what the threads that ended had at their last reading
+
+    def read(self) -> float | None:
+        """The total so far (None where /proc says nothing of the process: not Linux, or it has ended)."""
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return None
+        now = {tid: w for tid in tids if (w := cpu_wait(f"/proc/{self.pid}/task/{tid}/schedstat")) is not None}
+        if not now:
+            return None
+        with self._lock:
+            last = self._last
+            for tid, before in last.items():
+                if tid not in now or now[tid] < before:  # ended (or its id taken by a new thread)
+                    self._ended += before
+            self._last = now
+            return self._ended + sum(now.values())
+
+
 def process_cpu_wait(pid: int) -> float | None:
-    """Seconds every live thread of process ``pid`` has waited for a CPU while ready to run (None where
-    /proc says nothing of it)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    waits = [w for w in (cpu_wait(f"/proc/{pid}/task/{tid}/schedstat") for tid in tids) if w is not None]
-    return sum(waits) if waits else None
+    """Seconds the live threads of process ``pid`` have waited for a CPU while ready to run, read
+    once (None where /proc says nothing of it)."""
+    return ProcessCpuWait(pid).read()
 
 
 def thread_ended() -> None:

@@ -30,7 +30,7 @@ from concurrent.futures import Future, InvalidStateError
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable
 
-from server.observability.threadcpu import process_cpu_wait
+from server.observability.threadcpu import ProcessCpuWait
 from server.workers import codec
 from server.workers.channel import ResultReader
 
@@ -94,6 +94,7 @@ class WorkerLink:
         self.where: dict | None = None
         self._stat_at: tuple[float, list[bytes] | None] = (-float("inf"), None)  # (when, fields): :meth:`_stat`
         self._wait_at: tuple[float, float | None] = (-float("inf"), None)  # (when, seconds): :meth:`cpu_wait_seconds`
+        self._waits: ProcessCpuWait | None = None  # its process's threads' waits, kept as they end
 
     def start(self) -> None:
         """Start ``python -m server.workers.worker`` on one end of a socket pair (a
@@ -155,14 +156,21 @@ class WorkerLink:
 
     def cpu_wait_seconds(self) -> float | None:
         """Seconds the worker process's threads have waited for a CPU while ready to run (Linux's
-        schedstat run delay: server/observability/threadcpu.py); None where /proc says nothing of
-        it, or once it has ended. A reading STAT_FRESH seconds old at most is answered again."""
+        schedstat run delay: server/observability/threadcpu.py), an ended thread's kept; None where
+        /proc says nothing of it, or once it has ended. A reading STAT_FRESH seconds old at most is
+        answered again."""
         now = time.monotonic()
         at, waited = self._wait_at
         if now - at < STAT_FRESH:
             return waited
         proc = self.process
-        waited = None if proc is None or proc.poll() is not None else process_cpu_wait(proc.pid)
+        if proc is None or proc.poll() is not None:
+            waited = None
+        else:
+            waits = self._waits
+            if waits is None or waits.pid != proc.pid:  # (a restarted worker's counter starts again)
+                waits = self._waits = ProcessCpuWait(proc.pid)
+            waited = waits.read()
         self._wait_at = (now, waited)
         return waited
 

@@ -18,7 +18,8 @@ import httpx
 
 from clients.client import CayugaClient
 from clients.testing import wait_until
-from server.observability.threadcpu import by_role, cpu_wait, process_cpu_wait, role, thread_ended, wait_by_role
+from server.observability.threadcpu import (ProcessCpuWait, by_role, cpu_wait, process_cpu_wait, role, thread_ended,
+                                            wait_by_role)
 from tests.conftest import unavailable
 from tests.server.conftest import stock
 
@@ -103,6 +104,43 @@ def test_a_thread_that_shares_its_core_with_a_busy_process_is_seen_waiting_for_i
         spinner.wait(30)
         t.join(30)
     assert wait_by_role()[name] == waited["kept"] > 0.05  # ended: what it added, read no more
+
+
+def test_a_process_wait_keeps_what_an_ended_thread_waited():
+    """A process's wait as a counter (what /metrics gives of a worker): a thread that waited for
+    its core and then ended keeps its part, so the total never goes back (a plain sum of the live
+    threads' would drop by it)."""
+    if cpu_wait("/proc/thread-self/schedstat") is None:
+        unavailable("no schedstat in /proc: this kernel does not say how long a thread waited for a CPU")
+    core = min(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    waits = ProcessCpuWait(os.getpid())
+    stop = threading.Event()
+
+    def work() -> None:
+        os.sched_setaffinity(0, {core})
+        while not stop.is_set():
+            sum(range(1000))
+
+    t = threading.Thread(target=work, name="test-threadcpu-ends")
+    try:
+        os.sched_setaffinity(spinner.pid, {core})
+        before = waits.read()
+        t.start()
+        wait_until(lambda: waits.read() > before + 0.1, timeout=60, what="the pinned thread's wait")
+        during = waits.read()
+        stop.set()
+        t.join(30)
+        tid = str(t.native_id)  # (gone from /proc a moment after join() returns)
+        wait_until(lambda: tid not in os.listdir("/proc/self/task"), timeout=30, what="the thread gone from /proc")
+        after = waits.read()
+        assert after >= during  # kept
+        assert process_cpu_wait(os.getpid()) < during - 0.05  # (a sum of the live threads' drops by it)
+    finally:
+        stop.set()
+        spinner.kill()
+        spinner.wait(30)
+        t.join(30)
 
 
 def _thread_cpu(base_url: str, name: str = "cayuga_thread_cpu_seconds_total") -> dict[str, float]:
