@@ -12,7 +12,8 @@ loop (``MainThread``), the journal's flusher.
 Each live thread's CPU clock is read by its ident (``pthread_getcpuclockid``);
 a thread made per connection or per backfill adds its own CPU to its role's
 total as it ends (:func:`thread_ended`), so a connection's CPU is not lost with
-it. Threads are named by role: a per-item thread's name without its item
+it; any other thread that ends (a pool's idle worker) keeps its last reading: each
+role's figure is a counter that never goes back. Threads are named by role: a per-item thread's name without its item
 (``cayuga-tcp-41522`` -> ``cayuga-tcp``).
 
 Beside each thread's CPU, its **wait for a CPU** (Linux's schedstat "run delay": the
@@ -38,8 +39,6 @@ from prometheus_client.core import CounterMetricFamily
 _PER_ITEM = re.compile(r"^(cayuga-tcp)-\d+$|^(cayuga-backfill)-.")
 
 _lock = threading.Lock()
-_ended: Counter = Counter()  # role -> CPU seconds of its threads that have ended
-_ended_wait: Counter = Counter()  # role -> seconds its ended threads waited for a CPU
 _reported: weakref.WeakSet = weakref.WeakSet()  # threads that added theirs (not read again while they end)
 
 
@@ -96,48 +95,81 @@ def process_cpu_wait(pid: int) -> float | None:
     return ProcessCpuWait(pid).read()
 
 
+class _ByRole:
+    """A per-thread counter of this process's threads summed by role, that never goes back: a
+    thread that ends without saying so (a pool's idle worker, a snapshot's thread) keeps what it
+    had at its last reading; one that says so (:func:`thread_ended`) adds its own figure at its end
+    instead. One that took an ended one's id is told apart by its name or its smaller figure."""
+
+    def __init__(self, read) -> None:
+        self._read = read  # Thread -> its figure now (None: not known)
+        self._last: dict[tuple, tuple[str, float]] = {}  # (ident, native_id, name) -> (role, last figure)
+        self.ended: Counter = Counter()  # role -> what its ended threads had (under _lock)
+
+    def forget(self, me: threading.Thread) -> None:
+        """``me`` adds its own as it ends: its last reading is not kept too (under _lock)."""
+        self._last.pop((me.ident, me.native_id, me.name), None)
+
+    def totals(self) -> dict[str, float]:
+        with _lock:  # (one reading at a time: each is compared with the one before it)
+            now: dict[tuple, tuple[str, float]] = {}
+            for t in threading.enumerate():
+                if t in _reported or t.ident is None:
+                    continue
+                got = self._read(t)
+                if got is not None:
+                    now[(t.ident, t.native_id, t.name)] = (role(t.name), got)
+            for key, (r, before) in self._last.items():
+                got = now.get(key)
+                if got is None or got[1] < before:  # ended (or its id taken by a new thread)
+                    self.ended[r] += before
+            self._last = now
+            totals = Counter(self.ended)
+        for r, got in now.values():
+            totals[r] += got
+        return dict(totals)
+
+
+def _thread_cpu(t: threading.Thread) -> float | None:
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+    except (OSError, AttributeError):  # it ended since enumerate(), or no such clock on this platform
+        return None
+
+
+def _thread_wait(t: threading.Thread) -> float | None:
+    return None if t.native_id is None else cpu_wait(f"/proc/{os.getpid()}/task/{t.native_id}/schedstat")
+
+
+_cpu = _ByRole(_thread_cpu)
+_wait = _ByRole(_thread_wait)
+
+
 def thread_ended() -> None:
     """Add the calling thread's CPU (and its wait for a CPU) to its role's total: the last thing a
     per-item thread does."""
     me = threading.current_thread()
     waited = cpu_wait("/proc/thread-self/schedstat")
     with _lock:
-        _ended[role(me.name)] += time.thread_time()
+        _cpu.ended[role(me.name)] += time.thread_time()
         if waited is not None:
-            _ended_wait[role(me.name)] += waited
+            _wait.ended[role(me.name)] += waited
         _reported.add(me)
+        _cpu.forget(me)
+        _wait.forget(me)
 
 
 def by_role() -> dict[str, float]:
-    """CPU seconds of this process's threads so far, by role: the live ones' and the ended ones' that
-    said so. A thread running code outside Python's ``threading`` (none here) is not seen."""
-    with _lock:
-        totals = Counter(_ended)
-        reported = set(_reported)
-    for t in threading.enumerate():
-        if t in reported or t.ident is None:
-            continue
-        try:
-            totals[role(t.name)] += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-        except (OSError, AttributeError):  # it ended since enumerate(), or no such clock on this platform
-            pass
-    return dict(totals)
+    """CPU seconds of this process's threads so far, by role: the live ones', and the ended ones'
+    (what they said as they ended, or had at their last reading). A thread running code outside
+    Python's ``threading`` (none here) is not seen."""
+    return _cpu.totals()
 
 
 def wait_by_role() -> dict[str, float]:
     """Seconds this process's threads have waited for a CPU while ready to run, by role (as
     :func:`by_role`); empty where /proc says nothing of it."""
-    with _lock:
-        totals = Counter(_ended_wait)
-        reported = set(_reported)
-    pid = os.getpid()
-    for t in threading.enumerate():
-        if t in reported or t.native_id is None:
-            continue
-        waited = cpu_wait(f"/proc/{pid}/task/{t.native_id}/schedstat")
-        if waited is not None:
-            totals[role(t.name)] += waited
-    return dict(totals)
+    return _wait.totals()
 
 
 class ThreadCpuCollector:

@@ -67,6 +67,30 @@ def test_a_live_threads_cpu_is_read_and_an_ended_ones_kept_once():
     assert burnt["end"] <= by_role()[name] == kept  # ended: what it added, no more
 
 
+def test_a_thread_that_ends_without_saying_so_keeps_its_last_reading():
+    """A thread that ends without :func:`thread_ended` (an idle pool worker, a snapshot's thread)
+    keeps, in its role's total, what it had at the last reading: a counter never goes back."""
+    name = "test-threadcpu-quiet"
+    burnt: dict[str, float] = {}
+    go_on = threading.Event()
+
+    def work() -> None:
+        burnt["live"] = _burn(0.05)
+        go_on.wait(30)
+
+    t = threading.Thread(target=work, name=name)
+    t.start()
+    try:
+        wait_until(lambda: "live" in burnt, timeout=30)
+        seen = by_role()[name]
+        assert seen >= burnt["live"]
+    finally:
+        go_on.set()
+        t.join(30)
+    assert by_role()[name] == seen  # ended unannounced: its last reading kept, once
+    assert by_role()[name] == seen
+
+
 def test_a_thread_that_shares_its_core_with_a_busy_process_is_seen_waiting_for_it():
     """A thread pinned to one core beside a real process spinning on the same core: both are ready
     to run and one core takes turns, so each waits for it, and says so (schedstat's run delay);
