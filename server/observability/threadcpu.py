@@ -13,8 +13,8 @@ Each live thread's CPU clock is read by its ident (``pthread_getcpuclockid``);
 a thread made per connection or per backfill adds its own CPU to its role's
 total as it ends (:func:`thread_ended`), so a connection's CPU is not lost with
 it; any other thread that ends (a pool's idle worker) keeps its last reading: each
-role's figure is a counter that never goes back. Threads are named by role: a per-item thread's name without its item
-(``cayuga-tcp-41522`` -> ``cayuga-tcp``).
+role's figure is a counter that never goes back. Threads are named by role: a
+per-item thread's name without its item (``cayuga-tcp-41522`` -> ``cayuga-tcp``).
 
 Beside each thread's CPU, its **wait for a CPU** (Linux's schedstat "run delay": the
 time it was ready to run and no core was free), and the same for each engine
