@@ -37,15 +37,25 @@ from prometheus_client.core import CounterMetricFamily
 
 #: Threads made per item (a TCP connection by its port, a backfill by its subscription): one role each.
 _PER_ITEM = re.compile(r"^(cayuga-tcp)-\d+$|^(cayuga-backfill)-.")
+#: The number Python (``Thread-12 (run)``), a thread pool (``ThreadPoolExecutor-0_3``) or asyncio
+#: (``asyncio_0``) gives each thread: not part of its role.
+_NUMBERED = re.compile(r"-\d+(?:_\d+)?(?= |$)|_\d+$")
+#: Roles at most of other threads than the server's own (``cayuga-*``, ``MainThread``: a fixed set)
+#: whose ended threads are kept by name; those of more go into ENDED_OTHERS (the series a scrape
+#: gives stay bounded however many threads of other names a process has started and ended).
+MAX_ENDED_ROLES = 32
+ENDED_OTHERS = "(ended, others)"
+_OWN = re.compile(r"^cayuga-|^MainThread$")
 
 _lock = threading.Lock()
 _reported: weakref.WeakSet = weakref.WeakSet()  # threads that added theirs (not read again while they end)
 
 
 def role(name: str) -> str:
-    """A thread's role: its name, less the item of a per-item thread."""
+    """A thread's role: its name, less the item of a per-item thread, and less the number Python,
+    a thread pool or asyncio gave it."""
     m = _PER_ITEM.match(name)
-    return (m.group(1) or m.group(2)) if m else name
+    return (m.group(1) or m.group(2)) if m else _NUMBERED.sub("", name)
 
 
 def cpu_wait(path: str) -> float | None:
@@ -106,6 +116,14 @@ class _ByRole:
         self._last: dict[tuple, tuple[str, float]] = {}  # (ident, native_id, name) -> (role, last figure)
         self.ended: Counter = Counter()  # role -> what its ended threads had (under _lock)
 
+    def add_ended(self, r: str, figure: float) -> None:
+        """An ended thread's figure, to its role's (under _lock; one of other names than the server's
+        own past MAX_ENDED_ROLES of them, to ENDED_OTHERS)."""
+        if r not in self.ended and not _OWN.match(r):
+            if sum(1 for k in self.ended if not _OWN.match(k)) >= MAX_ENDED_ROLES:
+                r = ENDED_OTHERS
+        self.ended[r] += figure
+
     def forget(self, me: threading.Thread) -> None:
         """``me`` adds its own as it ends: its last reading is not kept too (under _lock)."""
         self._last.pop((me.ident, me.native_id, me.name), None)
@@ -122,7 +140,7 @@ class _ByRole:
             for key, (r, before) in self._last.items():
                 got = now.get(key)
                 if got is None or got[1] < before:  # ended (or its id taken by a new thread)
-                    self.ended[r] += before
+                    self.add_ended(r, before)
             self._last = now
             totals = Counter(self.ended)
         for r, got in now.values():
@@ -151,9 +169,9 @@ def thread_ended() -> None:
     me = threading.current_thread()
     waited = cpu_wait("/proc/thread-self/schedstat")
     with _lock:
-        _cpu.ended[role(me.name)] += time.thread_time()
+        _cpu.add_ended(role(me.name), time.thread_time())
         if waited is not None:
-            _wait.ended[role(me.name)] += waited
+            _wait.add_ended(role(me.name), waited)
         _reported.add(me)
         _cpu.forget(me)
         _wait.forget(me)

@@ -18,8 +18,8 @@ import httpx
 
 from clients.client import CayugaClient
 from clients.testing import wait_until
-from server.observability.threadcpu import (ProcessCpuWait, by_role, cpu_wait, process_cpu_wait, role, thread_ended,
-                                            wait_by_role)
+from server.observability.threadcpu import (ENDED_OTHERS, MAX_ENDED_ROLES, ProcessCpuWait, by_role, cpu_wait, process_cpu_wait,
+                                            role, thread_ended, wait_by_role)
 from tests.conftest import unavailable
 from tests.server.conftest import stock
 
@@ -37,10 +37,53 @@ def test_per_item_threads_are_counted_by_role():
     assert role("cayuga-backfill-s3") == "cayuga-backfill"
     assert role("cayuga-engine") == "cayuga-engine"
     assert role("MainThread") == "MainThread"
+    # the number Python, a thread pool or asyncio gives a thread is not its role
+    assert role("Thread-12 (run)") == "Thread (run)" and role("Thread-7") == "Thread"
+    assert role("ThreadPoolExecutor-0_3") == "ThreadPoolExecutor" and role("asyncio_0") == "asyncio"
+    assert role("AnyIO worker thread") == "AnyIO worker thread"
+
+
+def test_the_ended_threads_roles_stay_bounded_however_many_end():
+    """Threads of names of their own that end keep their figures, but at most MAX_ENDED_ROLES roles
+    by name besides the server's own threads' (``cayuga-*``, ``MainThread``: a fixed set): the rest
+    under ENDED_OTHERS, so a scrape's series stay bounded; nothing is lost. (The other tests' threads
+    are named as the server's are: what they check is kept by name whatever ran before.)"""
+    names = [f"test-threadcpu-many-{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(MAX_ENDED_ROLES + 8)]
+    go = threading.Event()
+
+    def work() -> None:
+        _burn(0.002)
+        go.wait(30)
+
+    threads = [threading.Thread(target=work, name=n) for n in names]
+    for t in threads:  # (each read alive, then ended: its last reading kept)
+        t.start()
+    before = by_role()
+    assert set(names) <= set(before)
+    go.set()
+    for t in threads:
+        t.join(30)
+    for n in names:
+        wait_until(lambda: not any(t.name == n for t in threading.enumerate()), timeout=30)
+    after = by_role()
+    live = {role(t.name) for t in threading.enumerate()}
+    foreign = {r for r in set(after) - live if not (r.startswith("cayuga-") or r == "MainThread")}
+    assert len(foreign) <= MAX_ENDED_ROLES + 1, sorted(foreign)
+    assert ENDED_OTHERS in after and not set(names) <= set(after)
+    assert sum(after.values()) >= sum(before.values())  # kept, by name or among the others
+    # past the bound, a thread of the server's own names that ends is still kept by its name
+    hold = threading.Event()
+    own = threading.Thread(target=hold.wait, args=(30,), name="cayuga-test-threadcpu-own")
+    own.start()
+    assert "cayuga-test-threadcpu-own" in by_role()
+    hold.set()
+    own.join(30)
+    wait_until(lambda: not any(t.name == "cayuga-test-threadcpu-own" for t in threading.enumerate()), timeout=30)
+    assert "cayuga-test-threadcpu-own" in by_role()
 
 
 def test_a_live_threads_cpu_is_read_and_an_ended_ones_kept_once():
-    name = "test-threadcpu-burner"
+    name = "cayuga-test-threadcpu-burner"
     burnt: dict[str, float] = {}
     go_on, ended = threading.Event(), threading.Event()
 
@@ -70,7 +113,7 @@ def test_a_live_threads_cpu_is_read_and_an_ended_ones_kept_once():
 def test_a_thread_that_ends_without_saying_so_keeps_its_last_reading():
     """A thread that ends without :func:`thread_ended` (an idle pool worker, a snapshot's thread)
     keeps, in its role's total, what it had at the last reading: a counter never goes back."""
-    name = "test-threadcpu-quiet"
+    name = "cayuga-test-threadcpu-quiet"
     burnt: dict[str, float] = {}
     go_on = threading.Event()
 
@@ -98,7 +141,7 @@ def test_a_thread_that_shares_its_core_with_a_busy_process_is_seen_waiting_for_i
     if cpu_wait("/proc/thread-self/schedstat") is None:
         unavailable("no schedstat in /proc: this kernel does not say how long a thread waited for a CPU")
     core = min(os.sched_getaffinity(0))
-    name = "test-threadcpu-waiter"
+    name = "cayuga-test-threadcpu-waiter"
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     waited: dict[str, float] = {}
     stop, ended = threading.Event(), threading.Event()
