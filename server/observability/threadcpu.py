@@ -69,17 +69,40 @@ def cpu_wait(path: str) -> float | None:
         return None
 
 
+class _Kept:
+    """Per-thread figures (a CPU clock, a wait) summed by group, as counters that never go back: a
+    thread gone since the last reading keeps the figure it had then, and one that took a gone one's
+    key is told apart by its smaller figure. Its caller reads one reading at a time (its lock)."""
+
+    def __init__(self) -> None:
+        self._last: dict = {}  # thread's key -> (group, figure) at the last reading
+        self.ended: Counter = Counter()  # group -> what its gone threads had at their last reading
+
+    def add_ended(self, group: str, figure: float) -> None:
+        self.ended[group] += figure
+
+    def update(self, now: dict) -> Counter:
+        """The totals by group, given each live thread's ``(group, figure)`` by its key now."""
+        for key, (group, before) in self._last.items():
+            got = now.get(key)
+            if got is None or got[1] < before:  # gone (or its key taken by a new thread)
+                self.add_ended(group, before)
+        self._last = now
+        totals = Counter(self.ended)
+        for group, figure in now.values():
+            totals[group] += figure
+        return totals
+
+
 class ProcessCpuWait:
-    """Seconds the threads of process ``pid`` have waited for a CPU while ready to run, as a counter
-    that never goes back: a thread that has ended (an engine worker's results writer comes and goes)
-    keeps what it had at its last reading, and one that took an ended one's id is told apart by
-    its smaller figure. Read from any thread."""
+    """Seconds the threads of process ``pid`` have waited for a CPU while ready to run, a counter
+    that never goes back (an engine worker's results writer comes and goes: :class:`_Kept`). Read
+    from any thread."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self._lock = threading.Lock()
-        self._last: dict[str, float] = {}  # thread id -> its figure at the last reading
-        self._ended = 0.0  # what the threads that ended had at their last reading
+        self._kept = _Kept()
 
     def read(self) -> float | None:
         """The total so far (None where /proc says nothing of the process: not Linux, or it has ended)."""
@@ -87,65 +110,45 @@ class ProcessCpuWait:
             tids = os.listdir(f"/proc/{self.pid}/task")
         except OSError:
             return None
-        now = {tid: w for tid in tids if (w := cpu_wait(f"/proc/{self.pid}/task/{tid}/schedstat")) is not None}
+        now = {tid: ("", w) for tid in tids if (w := cpu_wait(f"/proc/{self.pid}/task/{tid}/schedstat")) is not None}
         if not now:
             return None
         with self._lock:
-            last = self._last
-            for tid, before in last.items():
-                if tid not in now or now[tid] < before:  # ended (or its id taken by a new thread)
-                    self._ended += before
-            self._last = now
-            return self._ended + sum(now.values())
+            return self._kept.update(now)[""]
 
 
-def process_cpu_wait(pid: int) -> float | None:
-    """Seconds the live threads of process ``pid`` have waited for a CPU while ready to run, read
-    once (None where /proc says nothing of it)."""
-    return ProcessCpuWait(pid).read()
-
-
-class _ByRole:
-    """A per-thread counter of this process's threads summed by role, that never goes back: a
-    thread that ends without saying so (a pool's idle worker, a snapshot's thread) keeps what it
-    had at its last reading; one that says so (:func:`thread_ended`) adds its own figure at its end
-    instead. One that took an ended one's id is told apart by its name or its smaller figure."""
+class _ByRole(_Kept):
+    """A per-thread figure of this process's threads summed by role (:class:`_Kept`): a thread
+    that ends without saying so (a pool's idle worker, a snapshot's thread) keeps what it had at
+    its last reading; one that says so (:func:`thread_ended`) adds its own figure at its end
+    instead. Its readings and changes are under _lock."""
 
     def __init__(self, read) -> None:
+        super().__init__()
         self._read = read  # Thread -> its figure now (None: not known)
-        self._last: dict[tuple, tuple[str, float]] = {}  # (ident, native_id, name) -> (role, last figure)
-        self.ended: Counter = Counter()  # role -> what its ended threads had (under _lock)
 
-    def add_ended(self, r: str, figure: float) -> None:
-        """An ended thread's figure, to its role's (under _lock; one of other names than the server's
-        own past MAX_ENDED_ROLES of them, to ENDED_OTHERS)."""
-        if r not in self.ended and not _OWN.match(r):
+    def add_ended(self, group: str, figure: float) -> None:
+        """An ended thread's figure, to its role's (one of other names than the server's own past
+        MAX_ENDED_ROLES of them, to ENDED_OTHERS)."""
+        if group not in self.ended and not _OWN.match(group):
             if sum(1 for k in self.ended if not _OWN.match(k)) >= MAX_ENDED_ROLES:
-                r = ENDED_OTHERS
-        self.ended[r] += figure
+                group = ENDED_OTHERS
+        super().add_ended(group, figure)
 
     def forget(self, me: threading.Thread) -> None:
-        """``me`` adds its own as it ends: its last reading is not kept too (under _lock)."""
+        """``me`` adds its own as it ends: its last reading is not kept too."""
         self._last.pop((me.ident, me.native_id, me.name), None)
 
     def totals(self) -> dict[str, float]:
-        with _lock:  # (one reading at a time: each is compared with the one before it)
-            now: dict[tuple, tuple[str, float]] = {}
+        with _lock:
+            now = {}
             for t in threading.enumerate():
                 if t in _reported or t.ident is None:
                     continue
                 got = self._read(t)
                 if got is not None:
                     now[(t.ident, t.native_id, t.name)] = (role(t.name), got)
-            for key, (r, before) in self._last.items():
-                got = now.get(key)
-                if got is None or got[1] < before:  # ended (or its id taken by a new thread)
-                    self.add_ended(r, before)
-            self._last = now
-            totals = Counter(self.ended)
-        for r, got in now.values():
-            totals[r] += got
-        return dict(totals)
+            return dict(self.update(now))
 
 
 def _thread_cpu(t: threading.Thread) -> float | None:
@@ -191,21 +194,22 @@ def wait_by_role() -> dict[str, float]:
 
 
 class ThreadCpuCollector:
-    """``cayuga_thread_cpu_seconds_total{thread=ROLE}`` from :func:`by_role`."""
+    """``cayuga_thread_cpu_seconds_total{thread=ROLE}`` from :func:`by_role`, and
+    ``cayuga_thread_cpu_wait_seconds_total{thread=ROLE}`` from :func:`wait_by_role`."""
+
+    FAMILIES = (
+        ("cayuga_thread_cpu_seconds", "CPU time of the server's main process by thread (per-item threads by "
+         "role: cayuga-tcp is every TCP connection's, ended ones included); all share one interpreter lock: "
+         "the one near a core is its ceiling", by_role),
+        ("cayuga_thread_cpu_wait_seconds", "Time a thread of the server's main process was ready to run and "
+         "waited for a CPU (Linux's schedstat run delay; by role, as cayuga_thread_cpu_seconds): high beside "
+         "its CPU, the machine has fewer free cores than the server needs. A wait for the interpreter lock is "
+         "not in it", wait_by_role),
+    )
 
     def collect(self):
-        cpu = CounterMetricFamily("cayuga_thread_cpu_seconds", "CPU time of the server's main process by thread "
-                                  "(per-item threads by role: cayuga-tcp is every TCP connection's, ended ones "
-                                  "included); all share one interpreter lock: the one near a core is its ceiling",
-                                  labels=["thread"])
-        for name, seconds in sorted(by_role().items()):
-            cpu.add_metric([name], seconds)
-        yield cpu
-        wait = CounterMetricFamily("cayuga_thread_cpu_wait_seconds", "Time a thread of the server's main process "
-                                   "was ready to run and waited for a CPU (Linux's schedstat run delay; by role, "
-                                   "as cayuga_thread_cpu_seconds): high beside its CPU, the machine has fewer "
-                                   "free cores than the server needs. A wait for the interpreter lock is not in it",
-                                   labels=["thread"])
-        for name, seconds in sorted(wait_by_role().items()):
-            wait.add_metric([name], seconds)
-        yield wait
+        for name, doc, totals in self.FAMILIES:
+            family = CounterMetricFamily(name, doc, labels=["thread"])
+            for thread, seconds in sorted(totals().items()):
+                family.add_metric([thread], seconds)
+            yield family

@@ -18,7 +18,7 @@ import httpx
 
 from clients.client import CayugaClient
 from clients.testing import wait_until
-from server.observability.threadcpu import (ENDED_OTHERS, MAX_ENDED_ROLES, ProcessCpuWait, by_role, cpu_wait, process_cpu_wait,
+from server.observability.threadcpu import (ENDED_OTHERS, MAX_ENDED_ROLES, ProcessCpuWait, by_role, cpu_wait,
                                             role, thread_ended, wait_by_role)
 from tests.conftest import unavailable
 from tests.server.conftest import stock
@@ -156,11 +156,11 @@ def test_a_thread_that_shares_its_core_with_a_busy_process_is_seen_waiting_for_i
     t = threading.Thread(target=work, name=name)
     try:
         os.sched_setaffinity(spinner.pid, {core})
-        before = process_cpu_wait(spinner.pid)
+        before = ProcessCpuWait(spinner.pid).read()
         t.start()
         wait_until(lambda: wait_by_role().get(name, 0.0) > 0.05, timeout=60,
                    what="the pinned thread's wait for its core")
-        wait_until(lambda: process_cpu_wait(spinner.pid) > before + 0.05, timeout=60,
+        wait_until(lambda: ProcessCpuWait(spinner.pid).read() > before + 0.05, timeout=60,
                    what="the spinning process's wait for the same core")
         stop.set()
         wait_until(ended.is_set, timeout=30)
@@ -201,7 +201,7 @@ def test_a_process_wait_keeps_what_an_ended_thread_waited():
         tid = str(t.native_id)  # (gone from /proc a moment after join() returns)
         wait_until(lambda: tid not in os.listdir("/proc/self/task"), timeout=30, what="the thread gone from /proc")
         after = waits.read()
-        live = process_cpu_wait(os.getpid())  # (a sum of the live threads' alone, read just after)
+        live = ProcessCpuWait(os.getpid()).read()  # (a fresh reading: the live threads' alone, just after)
         assert after >= during  # kept
         assert after - live > 0.05  # the ended thread's part, which the live threads' sum has lost
     finally:
