@@ -51,6 +51,15 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 STAT_FRESH = 0.02
 
 
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command's name (None where there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def worker_settings(settings: Settings, **changes) -> dict:
     """What a worker takes of the server's ``settings`` (with ``changes``), as plain values: it
     need not import the settings' model, a quarter of its start (BENCHMARKS.md, "Engine
@@ -126,25 +135,23 @@ class WorkerLink:
     def alive(self) -> bool:
         return self.gone is None and self.process is not None and self.process.poll() is None
 
+    def _reading(self, slot: str, read: Callable[[int], object], fresh: bool = False):
+        """``read(pid)`` of the live worker process (None once it has ended, or before it started),
+        kept in attribute ``slot`` as ``(when, value)``: a reading STAT_FRESH seconds old at most is
+        answered again, unless ``fresh``."""
+        now = time.monotonic()
+        at, value = getattr(self, slot)
+        if now - at < STAT_FRESH and not fresh:
+            return value
+        proc = self.process
+        value = None if proc is None or proc.poll() is not None else read(proc.pid)
+        setattr(self, slot, (now, value))
+        return value
+
     def _stat(self, fresh: bool = False) -> list[bytes] | None:
         """The fields of /proc/PID/stat after the command's name (None where there is no /proc, or
-        once the worker has ended); a reading STAT_FRESH seconds old at most is answered again,
-        unless ``fresh``."""
-        now = time.monotonic()
-        at, fields = self._stat_at
-        if now - at < STAT_FRESH and not fresh:
-            return fields
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            fields = None
-        else:
-            try:
-                with open(f"/proc/{proc.pid}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                fields = None
-        self._stat_at = (now, fields)
-        return fields
+        once the worker has ended); see :meth:`_reading`."""
+        return self._reading("_stat_at", _stat_fields, fresh)
 
     def cpu_seconds(self) -> float | None:
         """CPU time the worker process has used (user and system, from /proc; None where there is no
@@ -157,22 +164,14 @@ class WorkerLink:
     def cpu_wait_seconds(self) -> float | None:
         """Seconds the worker process's threads have waited for a CPU while ready to run (Linux's
         schedstat run delay: server/observability/threadcpu.py), an ended thread's kept; None where
-        /proc says nothing of it, or once it has ended. A reading STAT_FRESH seconds old at most is
-        answered again."""
-        now = time.monotonic()
-        at, waited = self._wait_at
-        if now - at < STAT_FRESH:
-            return waited
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            waited = None
-        else:
-            waits = self._waits
-            if waits is None or waits.pid != proc.pid:  # (a restarted worker's counter starts again)
-                waits = self._waits = ProcessCpuWait(proc.pid)
-            waited = waits.read()
-        self._wait_at = (now, waited)
-        return waited
+        /proc says nothing of it, or once it has ended; see :meth:`_reading`."""
+        return self._reading("_wait_at", self._waits_of)
+
+    def _waits_of(self, pid: int) -> float | None:
+        waits = self._waits
+        if waits is None or waits.pid != pid:  # (a restarted worker's counter starts again)
+            waits = self._waits = ProcessCpuWait(pid)
+        return waits.read()
 
     def stopped(self, fresh: bool = False) -> bool:
         """The worker process is stopped (SIGSTOP, a terminal's ^Z, a debugger's stop): it answers
