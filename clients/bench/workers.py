@@ -87,6 +87,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 watched, watched_sids = _watch(client, watchers, watching)
                 parts_before = metric_by(client, "cayuga_engine_worker_batch_cpu_seconds_total", "part")
                 threads_before = metric_by(client, "cayuga_thread_cpu_seconds_total", "thread")
+                batches = metric(client, "cayuga_engine_latency_seconds_count")
                 h0 = client.health()
                 cpu, waits = _cpu(client, h0), _waits(h0)  # (last: the scrapes above not in the main process's figure)
                 start = time.perf_counter()
@@ -98,6 +99,7 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 threads = {k: v - threads_before.get(k, 0.0)
                            for k, v in metric_by(client, "cayuga_thread_cpu_seconds_total", "thread").items()}
                 parts = {k: v - parts_before.get(k, 0.0) for k, v in worker_cpu_parts(client).items()}
+                batches = metric(client, "cayuga_engine_latency_seconds_count") - batches
                 made = 0
                 if watched_sids:  # (after the clock: what the watchers get of their subscriptions' witnesses)
                     made = sum(client.subscription(s)["last_seq"] for s in watched_sids)
@@ -117,6 +119,9 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                     # cores each process used while the events went through: the main
                                     # process near 1.0 is the ceiling that more workers cannot lift
                                     "main_cores": round(main_cpu / seconds, 2),
+                                    # the events a batch the engine thread handed out, on average (what a
+                                    # batch costs apart from its events is paid this much less often)
+                                    "events_per_batch": round(events / batches, 1) if batches else None,
                                     # what the main process spent an event, and the events/s one core
                                     # of it carries at that cost: its ceiling, at any number of workers
                                     "main_cpu_us_per_event": round(main_cpu / events * 1e6, 2),

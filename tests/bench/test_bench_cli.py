@@ -11,6 +11,8 @@ from click.testing import CliRunner
 
 from clients.bench import rows
 from clients.cli import main
+from server.config import Settings
+from server.workers.dispatch import batch_limit
 
 KEYS = {"events_per_second", "events", "subscriptions", "matches", "peak_rss_mb", "wall_s"}
 
@@ -413,6 +415,8 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
         else:  # (no CPU time counted: nothing to divide by)
             assert r["main_events_per_cpu_s"] is None
         assert r["watched"] == r["watched_made"] > 0  # (100 quotes a symbol: some rise ten times in a row)
+        # the engine thread's batches: at least an event each, at most the loop's limit (1,024 a worker)
+        assert 1 <= r["events_per_batch"] <= batch_limit(Settings().batch_size, r["engine_workers"])
         # the workers' batches by part, an event (what a device run shows beside main_cpu_us_per_event)
         assert set(r["workers_us_per_event"]) == {"decode", "engine", "witnesses"}
         assert r["workers_us_per_event"]["engine"] > 0
