@@ -4,7 +4,9 @@
 import cython
 
 from cpython.ref cimport PyObject, Py_INCREF
-from libc.string cimport memchr
+from libc.string cimport memchr, memcpy
+from libc.stdint cimport uint32_t
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_ITEM, PyTuple_CheckExact, PyTuple_GET_SIZE
 
 from air.engine.runtime cimport Event
@@ -98,6 +100,66 @@ cdef inline Py_ssize_t _count_nonblank(bytes data):
     return count
 
 
+cdef inline char *_put_be(char *q, Py_ssize_t v, int nbytes):
+    """``v`` as ``nbytes`` big-endian bytes at ``q``; where they end."""
+    cdef int i
+    for i in range(nbytes):
+        q[i] = <char>((v >> (8 * (nbytes - 1 - i))) & 0xFF)
+    return q + nbytes
+
+
+cdef inline tuple _pack_lines(bytes data):
+    """convert.py's ``pack_lines``: a pass that counts the lines and the bytes packed, one that writes."""
+    cdef const char *p = data
+    cdef const char *nl
+    cdef char *q
+    cdef char *z
+    cdef Py_ssize_t size = len(data), i = 0, n = 0, total = 0, k, ln
+    cdef uint32_t u
+    while i < size:
+        nl = <const char *>memchr(p + i, b'\n', size - i)
+        if nl == NULL:
+            break
+        ln = nl - (p + i)
+        total += ln + (2 if ln < 0x100 else (3 if ln < 0x10000 else 5))
+        n += 1
+        i += ln + 1
+    total += 1 if n < 16 else (3 if n < 0x10000 else 5)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    sizes = PyBytes_FromStringAndSize(NULL, n * 4)
+    q = PyBytes_AS_STRING(out)
+    z = PyBytes_AS_STRING(sizes)
+    if n < 16:
+        q[0] = <char>(0x90 | n)
+        q += 1
+    elif n < 0x10000:
+        q[0] = <char>0xdc
+        q = _put_be(q + 1, n, 2)
+    else:
+        q[0] = <char>0xdd
+        q = _put_be(q + 1, n, 4)
+    i = 0
+    for k in range(n):
+        nl = <const char *>memchr(p + i, b'\n', size - i)
+        ln = nl - (p + i)
+        if ln < 0x100:
+            q[0] = <char>0xc4
+            q[1] = <char>ln
+            q += 2
+        elif ln < 0x10000:
+            q[0] = <char>0xc5
+            q = _put_be(q + 1, ln, 2)
+        else:
+            q[0] = <char>0xc6
+            q = _put_be(q + 1, ln, 4)
+        memcpy(q, p + i, ln)
+        q += ln
+        u = <uint32_t>ln
+        memcpy(z + 4 * k, &u, 4)
+        i += ln + 1
+    return out, sizes
+
+
 cdef inline object _t1_of(Event ev):
     return ev.t1
 
@@ -119,3 +181,5 @@ cpdef list emissions_to_records(list emissions, dict makers, maker, bint include
 cpdef Py_ssize_t nonblank_lines(bytes data)
 
 cpdef sort_by_t1(list events)
+
+cpdef tuple pack_lines(bytes data)

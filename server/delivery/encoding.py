@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple, Union
 
 import msgspec
 
+from air.engine.convert import pack_lines
 from air.formats import encode_emissions
 from air.model import StreamSchema
 
@@ -202,23 +203,34 @@ def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
 def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable | None = None) -> Columns:
     """:func:`pack_columns` of witnesses given as :attr:`EncodedBatch.flat`: ``(owners, counts,
     kinds, sids, streams, payloads)``, per subscription and per witness, in one order: packed
-    as they are, no pass per subscription. ``side``: what writes the packed payloads to a file
-    of the worker's own and says where (server/durability/witside.py's ``SideWriter.write``),
-    for a batch of several subscriptions (one's batches are few witnesses); where it raises
-    OSError (a full disk) they go in ``rest`` as without it."""
+    as they are, no pass per subscription. ``payloads``: a list, or already packed with their
+    sizes (:class:`PackedLines`, what :meth:`WitnessEncoder.encode` gives). ``side``: what
+    writes the packed payloads to a file of the worker's own and says where
+    (server/durability/witside.py's ``SideWriter.write``), for a batch of several
+    subscriptions (one's batches are few witnesses); where it raises OSError (a full disk)
+    they go in ``rest`` as without it."""
     owners, counts, kinds, sids, streams, payloads = flat
+    if not isinstance(payloads, PackedLines):
+        payloads = PackedLines(_pack(payloads), array(SIZE_CODE, map(len, payloads)).tobytes())
+    packed = payloads.packed
     if side is not None and len(owners) > 1:
-        packed = _pack(payloads)
         try:
             ref = side(packed)
         except OSError:
             cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
         else:
-            cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams), ref=tuple(ref),
-                           sizes=array(SIZE_CODE, map(len, payloads)).tobytes())
-    else:
-        cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
+            cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams), ref=tuple(ref), sizes=payloads.sizes)
+    else:  # (the pair [streams, payloads] as msgspec packs it: an array of two, then each)
+        cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
     return cols if local is None else local.number(cols)
+
+
+class PackedLines(NamedTuple):
+    """A batch's witness payloads packed as the MessagePack array of bin (``packed``) and each
+    one's length (``sizes``: :data:`SIZE_CODE` items): air/engine/convert.py's ``pack_lines``
+    of their JSON lines, made without a bytes object a witness."""
+    packed: bytes
+    sizes: bytes
 
 
 class LocalNumbers:
@@ -329,7 +341,8 @@ class WitnessEncoder:
         :attr:`EncodedBatch.flat`; None when there are none."""
         if not outs:
             return None
-        payloads, streams = self._encode(outs, False)
+        payloads = PackedLines(*pack_lines(self._json(outs, False)))
+        streams = list(map(_STREAM, outs))
         n = len(outs)
         if len(owners) == 1:  # (a heavy query's batch: no pass to count them)
             sid, first = next(iter(owners)), streams[0]
@@ -347,15 +360,20 @@ class WitnessEncoder:
                 at += k
         return list(counted), list(counted.values()), kinds, sids, streams, payloads
 
+    def _json(self, emissions: list, include_resub: bool) -> bytes:
+        """The witnesses of ``emissions`` (kind OUT, or all) as JSON lines, a newline after
+        each, by the batch encoder ``cayuga run`` uses (one call)."""
+        data, _n = encode_emissions(emissions, self._schema, include_resub)
+        if self.replay and not include_resub:  # (one JSON object a line, no raw newline inside)
+            data = data.replace(b"}\n", _REPLAY)
+        return data
+
     def _encode(self, emissions: list, include_resub: bool) -> tuple[list[bytes], list[str]]:
         """The witnesses of ``emissions`` (kind OUT, or all) as one JSON line
         each, by the batch encoder ``cayuga run`` uses (one call), and their streams."""
-        data, n = encode_emissions(emissions, self._schema, include_resub)
-        if self.replay and not include_resub:  # (one JSON object a line, no raw newline inside)
-            data = data.replace(b"}\n", _REPLAY)
-        payloads = data.split(b"\n")
+        payloads = self._json(emissions, include_resub).split(b"\n")
         payloads.pop()  # after the last newline
-        if include_resub or n == len(emissions):
+        if include_resub or len(payloads) == len(emissions):
             streams = list(map(_STREAM, emissions))
         else:
             streams = [em[0] for em in emissions if em[2] == "OUT"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -192,6 +193,23 @@ def test_nonblank_lines_counts_the_lines_with_more_than_blanks(data):
 
     expected = sum(1 for line in data.split(b"\n") if line.strip(b" \t\r"))
     assert nonblank_lines(data) == expected
+
+
+@pytest.mark.parametrize("count, length", [(0, 1), (1, 0), (15, 3), (16, 3), (65535, 1), (65536, 1), (2, 255),
+                                           (2, 256), (2, 65535), (2, 65536), (1, 300_000)])
+def test_lines_are_packed_as_msgpack_packs_their_list(count, length):
+    """``pack_lines`` (compiled: two passes over the JSON lines, no object a line) against its
+    definition: msgspec's MessagePack of the list of the lines, and their lengths, at every
+    boundary of MessagePack's array and bin headers."""
+    from array import array
+
+    from air.engine.convert import pack_lines
+
+    lines = [bytes([65 + i % 26]) * (length + i % 2) for i in range(count)]
+    packed, sizes = pack_lines(b"".join(line + b"\n" for line in lines))
+    assert packed == msgspec.msgpack.encode(lines)
+    assert array("I" if array("I").itemsize == 4 else "L", sizes).tolist() == [len(x) for x in lines]
+    assert pack_lines(b"a\nbc") == pack_lines(b"a\n")  # (what follows the last newline is no line)
 
 
 def test_emissions_are_encoded_as_each_witness_would_be():
