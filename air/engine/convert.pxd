@@ -108,6 +108,15 @@ cdef inline char *_put_be(char *q, Py_ssize_t v, int nbytes):
     return q + nbytes
 
 
+cdef inline char *_put_long(char *q, Py_ssize_t n, char tag16, char tag32):
+    """A MessagePack header of ``n`` past its one-byte form: ``tag16`` and two bytes, or ``tag32`` and four."""
+    if n < 0x10000:
+        q[0] = tag16
+        return _put_be(q + 1, n, 2)
+    q[0] = tag32
+    return _put_be(q + 1, n, 4)
+
+
 cdef inline tuple _pack_lines(bytes data):
     """convert.py's ``pack_lines``: a pass that counts the lines and the bytes packed, one that writes."""
     cdef const char *p = data
@@ -129,29 +138,21 @@ cdef inline tuple _pack_lines(bytes data):
     sizes = PyBytes_FromStringAndSize(NULL, n * 4)
     q = PyBytes_AS_STRING(out)
     z = PyBytes_AS_STRING(sizes)
-    if n < 16:
+    if n < 16:  # (an array: fixarray, array 16, array 32)
         q[0] = <char>(0x90 | n)
         q += 1
-    elif n < 0x10000:
-        q[0] = <char>0xdc
-        q = _put_be(q + 1, n, 2)
     else:
-        q[0] = <char>0xdd
-        q = _put_be(q + 1, n, 4)
+        q = _put_long(q, n, <char>0xdc, <char>0xdd)
     i = 0
     for k in range(n):
         nl = <const char *>memchr(p + i, b'\n', size - i)
         ln = nl - (p + i)
-        if ln < 0x100:
+        if ln < 0x100:  # (a bin: bin 8, bin 16, bin 32)
             q[0] = <char>0xc4
             q[1] = <char>ln
             q += 2
-        elif ln < 0x10000:
-            q[0] = <char>0xc5
-            q = _put_be(q + 1, ln, 2)
         else:
-            q[0] = <char>0xc6
-            q = _put_be(q + 1, ln, 4)
+            q = _put_long(q, ln, <char>0xc5, <char>0xc6)
         memcpy(q, p + i, ln)
         q += ln
         u = <uint32_t>ln
