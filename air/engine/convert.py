@@ -144,12 +144,12 @@ def pack_lines(data: bytes) -> tuple:
         return _pack_lines(data)  # noqa: F821 - C only (convert.pxd)
     lines = data.split(b"\n")
     lines.pop()  # (after the last newline)
-    return _msgpack(lines), array(_SIZE_CODE, map(len, lines)).tobytes()
+    return _msgpack(lines), array(SIZE_CODE, map(len, lines)).tobytes()
 
 
 _msgpack = msgspec.msgpack.Encoder().encode
 #: an ``array`` type code of a 4-byte unsigned int (the lengths :func:`pack_lines` gives)
-_SIZE_CODE = next(code for code in "IL" if array(code).itemsize == 4)
+SIZE_CODE = next(code for code in "IL" if array(code).itemsize == 4)
 
 
 _NONBLANK = re.compile(rb"^[ \t\r]*[^ \t\r\n]", re.M)

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple, Union
 
 import msgspec
 
-from air.engine.convert import pack_lines
+from air.engine.convert import SIZE_CODE, pack_lines
 from air.formats import encode_emissions
 from air.model import StreamSchema
 
@@ -41,8 +41,6 @@ class EncodedBatch(NamedTuple):
     flat: tuple | None = None
 
 
-#: The array type of :attr:`Columns.sizes` (4 bytes an item).
-SIZE_CODE = next(code for code in "IL" if array(code).itemsize == 4)
 #: An ``array`` type code of a 32-bit signed int (:meth:`Columns.counts_packed`).
 COUNT_CODE = next(code for code in "il" if array(code).itemsize == 4)
 
