@@ -120,7 +120,7 @@ class Daemon:
             # where each subscription runs (server/workers/placement.py): stored, so a restart places each
             # where its snapshot's instances are (one worker: always there)
             placement = Placement(n, self.store.placements(n) if n > 1 else None,
-                                  (lambda sid, w: self.store.save_placement(sid, w, n)) if n > 1 else None,
+                                  (lambda placed: self.store.save_placements(placed, n)) if n > 1 else None,
                                   rows=settings.row_scaling)
             self.engine: Engine = MirroredEngine(self.links, placement, functions=settings.function_registry())
             placement.schema = self.engine.schema  # the catalogue's streams, for the planner (row scaling)

@@ -367,10 +367,11 @@ class Store:
                                     "ORDER BY seq", (after,)).fetchall()
 
     # -- where each subscription runs (engine workers)
-    def save_placement(self, sid: str, worker: int, workers: int) -> None:
+    def save_placements(self, placed: list[tuple[str, int]], workers: int) -> None:
+        """Where each ``(sid, worker)`` of ``placed`` runs, with ``workers`` engine workers: one transaction."""
         with self._tx():
-            self._db.execute("INSERT OR REPLACE INTO placement (sid, worker, workers) VALUES (?, ?, ?)",
-                             (sid, worker, workers))
+            self._db.executemany("INSERT OR REPLACE INTO placement (sid, worker, workers) VALUES (?, ?, ?)",
+                                 [(sid, worker, workers) for sid, worker in placed])
 
     def placements(self, workers: int) -> dict[str, int]:
         """sid -> worker of the subscriptions placed when there were ``workers`` engine workers."""

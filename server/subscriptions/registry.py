@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections import ChainMap
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Mapping, NamedTuple, Protocol
 
@@ -283,6 +284,11 @@ class Registrar:
         removes what this chunk added and is raised with its index."""
         done = []
         mirror = getattr(eng, "mirror_bound", None)
+        with getattr(eng, "saving_placements", nullcontext)():  # (engine workers: stored once, for the chunk)
+            self._add_each(eng, chunk, strict, mirror, done)
+        return done
+
+    def _add_each(self, eng: Engine, chunk: list[tuple[int, Pending]], strict: bool, mirror, done: list) -> None:
         for i, p in chunk:
             try:
                 if p.unmerged:
@@ -301,7 +307,6 @@ class Registrar:
                     self.forget(eng, [q.id for _, q, _ in done])
                     raise SubscriptionError(str(exc), [_bind_error(i, exc)]) from None
                 done.append((i, p, exc))
-        return done
 
     def forget(self, eng: Engine, ids: list[str]) -> None:
         """On the engine thread: remove subscriptions of a batch that failed

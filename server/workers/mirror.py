@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
@@ -109,6 +109,10 @@ class MirroredEngine(Engine):
         key, n = self.placement.rows[owner], len(self.links)
         for w in range(n):  # each worker's copy starts instances only for its key group's values
             self._mirror(w, "add", owner, restrict_to_group(autos, key, n, w), True)
+
+    def saving_placements(self) -> ContextManager[None]:
+        """Placements made inside are stored once, as it ends (placement.py's ``saving_once``)."""
+        return self.placement.saving_once()
 
     @contextmanager
     def unmirrored(self) -> Iterator[None]:

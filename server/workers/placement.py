@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Sequence
 
 from air.engine import EngineError
 from air.model import Automaton, StreamSchema
@@ -61,11 +62,12 @@ AFFINITY_SLACK = 1 / 16
 
 class Placement:
     """See the module's docstring. ``saved``: sid -> worker of a previous run
-    (used when it is still a valid choice); ``schema``: a stream's schema (the
+    (used when it is still a valid choice); ``save``: stores ``[(sid, worker), ...]``
+    (each placement at once, or those of a :meth:`saving_once` as it ends); ``schema``: a stream's schema (the
     catalogue's), for the planner; ``rows``: the ``row_scaling`` setting."""
 
     def __init__(self, workers: int, saved: dict[str, int] | None = None,
-                 save: Callable[[str, int], None] | None = None,
+                 save: Callable[[list[tuple[str, int]]], None] | None = None,
                  schema: Callable[[str], StreamSchema | None] | None = None, rows: str = "auto") -> None:
         self.workers = max(workers, 1)
         self.worker_of: dict[str, int] = {}
@@ -85,6 +87,8 @@ class Placement:
         self._placed = 0
         self._saved = dict(saved or {})
         self._save = save
+        self._unsaved: dict[str, int] = {}  # placed, not stored yet (inside :meth:`saving_once`)
+        self._holding = 0
         self.version = 0  # bumped by every change (the routes are made again)
         self._routes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._routes_version = -1
@@ -169,12 +173,35 @@ class Placement:
         self._order[sid] = self._placed = self._placed + 1
         self.version += 1
         if self._save is not None:
-            try:
-                self._save(sid, worker)
-            except Exception as exc:  # noqa: BLE001 - a full disk: the registration's own write says so
-                log.warning("where subscription %s runs (worker %d) could not be stored (%s): a restart places "
-                            "it afresh", sid, worker, exc)
+            self._unsaved[sid] = worker
+            if not self._holding:
+                self._store()
         return worker
+
+    @contextmanager
+    def saving_once(self) -> Iterator[None]:
+        """What is placed inside is stored once, as it ends (one transaction of the store's):
+        a registration's chunk of thousands of subscriptions placed one by one, each in a
+        transaction of its own, held the engine thread (and so every worker's events) 0.47 ms a
+        subscription (BENCHMARKS.md, "Engine workers, round 25")."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding:
+                self._store()
+
+    def _store(self) -> None:
+        unsaved, self._unsaved = self._unsaved, {}
+        if not unsaved or self._save is None:
+            return
+        try:
+            self._save(list(unsaved.items()))
+        except Exception as exc:  # noqa: BLE001 - a full disk: the registration's own write says so
+            named = ", ".join(f"{sid} (worker {w})" for sid, w in list(unsaved.items())[:5])
+            log.warning("where %d subscriptions run could not be stored (%s): a restart places them afresh: %s%s",
+                        len(unsaved), exc, named, ", ..." if len(unsaved) > 5 else "")
 
     def _least(self, cost: int, const: tuple | None) -> int:
         """The worker for a subscription placed whole and linked to none: the least loaded
@@ -239,6 +266,7 @@ class Placement:
                           "step (e.g. $1.Name = $2.Name), or run with engine_workers: 1 or row_scaling: off")
 
     def remove(self, sid: str) -> int | None:
+        self._unsaved.pop(sid, None)  # (placed and removed inside :meth:`saving_once`: nothing to store)
         worker = self.worker_of.pop(sid, None)
         if worker is not None:
             cost = self._costs.pop(sid)
