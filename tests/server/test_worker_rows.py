@@ -23,7 +23,7 @@ from air.partitioning import key_group
 from clients.client import CayugaClient
 from clients.offline import run_offline
 from clients.testing import RISING, ServerProcess, logged_witnesses, wait_until
-from clients.testing.market import STOCK, random_walk
+from clients.testing.market import STOCK, increasing_cel, random_walk
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, kept_by_cap, make_settings, stock
 
@@ -150,6 +150,45 @@ def _wait_for_a_snapshot(tmp_path) -> None:
     snaps = tmp_path / "data" / "snapshots"
     wait_until(lambda: snaps.exists() and any(p.name.endswith(".w1") for p in snaps.iterdir()),
                what="a snapshot with worker 1's part")
+
+
+def test_per_symbol_queries_of_one_shape_are_planned_once_and_routed_by_their_own_symbol(tmp_path, monkeypatch):
+    """Queries of one shape whose symbol is written at every step (``increasing_cel``: a
+    place a step holds it) are planned from the first one's plan, each routed by its own
+    symbol; one of the same shape whose steps name two symbols is planned afresh (it has no
+    route: it is sent both symbols' events); the witnesses are ``cayuga run``'s."""
+    import server.workers.placement as placement_module
+
+    planned = []
+    real = placement_module.constant_route
+    monkeypatch.setattr(placement_module, "constant_route", lambda autos, schemas: planned.append(1) or
+                        real(autos, schemas))
+    events = _events(1800, symbols=12)
+    names = sorted({e["Name"] for e in events})[:8]
+    queries = {name: increasing_cel(name, 3) for name in names}
+    mixed = increasing_cel(names[0], 3).replace(f"$2.Name = '{names[0]}'", f"$2.Name = '{names[1]}'", 1)
+    assert mixed != queries[names[0]]
+    queries["mixed"] = mixed.replace(f"Up_{names[0]}", "Up_mixed")
+    expected = _offline(tmp_path, queries, events)
+    s = make_settings(tmp_path, time="event", engine_workers=2)
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        ids = {names[0]: c.subscribe(cel=queries[names[0]])["id"]}
+        first = len(planned)  # (the first of the shape: planned from its automata)
+        assert first > 0
+        ids.update(zip(names[1:], (sub["id"] for sub in c.subscribe_many([queries[n] for n in names[1:]]))))
+        assert len(planned) == first  # the others: from its plan
+        ids["mixed"] = c.subscribe(cel=queries["mixed"])["id"]
+        assert len(planned) > first  # two symbols: planned afresh
+        consts = srv.daemon.engine.placement.consts
+        assert {n: consts.get(ids[n]) for n in names} == {n: ({"Stock": "Name"}, n) for n in names}
+        assert ids["mixed"] not in consts
+        c.post_events(events)
+        wait_until(lambda: srv.daemon.events_taken == len(events), what="every event through the workers")
+        got = {n: logged_witnesses(srv.base_url, i, c.subscription(i)["last_seq"]) for n, i in ids.items()}
+    for name in [*names, "mixed"]:
+        assert _multiset(got[name]) == expected.get(f"Up_{name}", Counter()), name
+    assert sum(len(got[n]) for n in names) > 0 and got["mixed"]  # (it needs both symbols' events: sent both)
+    assert_no_cayuga_threads()
 
 
 def test_kill_9_with_a_row_scaled_subscription_loses_nothing_and_repeats_nothing(tmp_path):
