@@ -115,8 +115,13 @@ def _cel_text(operator: str, state: State, has_pred: bool) -> tuple[str, str]:
 
 
 #: What may hold the word NEXT or FOLD without it being an operator: comments and
-#: strings (as air/expr.py tokenizes them), then words.
-_WORDS = re.compile(r"(--[^\n]*|//[^\n]*|/\*.*?\*/|'(?:[^']|'')*')|([A-Za-z_][A-Za-z_0-9]*)", re.S)
+#: strings (as air/expr.py tokenizes them).
+_QUOTED = re.compile(r"--[^\n]*|//[^\n]*|/\*.*?\*/|'(?:[^']|'')*'", re.S)
+#: NEXT or FOLD in any case, as part of a word or not (a text that is not ASCII, whose
+#: ``upper()`` may not keep its length).
+_CANDIDATE = re.compile(r"[Nn][Ee][Xx][Tt]|[Ff][Oo][Ll][Dd]")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789")
+_DIGITS = frozenset("0123456789")
 
 
 def operator_positions(text: str, count: int | None = None) -> list[tuple[int, int]]:
@@ -124,16 +129,53 @@ def operator_positions(text: str, count: int | None = None) -> list[tuple[int, i
     order: a scan of the words outside comments and strings, far cheaper than
     parsing (a query bound from a cached shape is not parsed at all). Should
     the scan not find the ``count`` operators the compiler saw, the parser
-    decides."""
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    decides. A word is a run of letters, digits and ``_`` less the digits it
+    starts with (the tokenizer's names: ``9NEXT`` holds the word NEXT, ``a9NEXT``
+    does not). C-level searches for the two words, then a look at each place
+    found: a Python step a word made this scan 40% of the CPU of registering
+    10,000 per-symbol queries (BENCHMARKS.md, "Engine workers, round 25")."""
+    if text.isascii():
+        upper = text.upper()
+        places = [i for word in ("NEXT", "FOLD") for i in _finds(upper, word)]
+        places.sort()
+    else:
+        places = [m.start() for m in _CANDIDATE.finditer(text)]
     found: list[tuple[int, int]] = []
-    for m in _WORDS.finditer(text):
-        if m.group(2) is not None and m.group(2).upper() in ("NEXT", "FOLD"):
-            line = bisect_right(starts, m.start())
-            found.append((line, m.start() - starts[line - 1] + 1))
+    if places:
+        quoted = [m.span() for m in _QUOTED.finditer(text)] if "'" in text or "-" in text or "/" in text else []
+        starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        for at in places:
+            if not _is_word(text, at) or _inside(quoted, at):
+                continue
+            line = bisect_right(starts, at)
+            found.append((line, at - starts[line - 1] + 1))
     if count is None or len(found) == count:
         return found
     return _parsed_positions(text)
+
+
+def _finds(text: str, word: str) -> list[int]:
+    out, i = [], text.find(word)
+    while i >= 0:
+        out.append(i)
+        i = text.find(word, i + len(word))
+    return out
+
+
+def _is_word(text: str, at: int) -> bool:
+    """Whether the four letters at ``at`` are a word of their own."""
+    end = at + 4
+    if end < len(text) and text[end] in _NAME_CHARS:
+        return False
+    while at > 0 and text[at - 1] in _DIGITS:
+        at -= 1
+    return at == 0 or text[at - 1] not in _NAME_CHARS
+
+
+def _inside(spans: list[tuple[int, int]], at: int) -> bool:
+    """Whether ``at`` lies in one of ``spans`` (sorted, apart)."""
+    k = bisect_right(spans, (at, 1 << 62)) - 1  # (the last span starting at or before it)
+    return k >= 0 and spans[k][0] <= at < spans[k][1]
 
 
 def _parsed_positions(text: str) -> list[tuple[int, int]]:

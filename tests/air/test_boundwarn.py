@@ -3,7 +3,12 @@ automaton instances without a time bound, where it is written, and the fix."""
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_right
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from air.airxml import load_air_many
 from air.boundwarn import UNBOUNDED, air_warnings, cel_warnings, keeps_unbounded, operator_positions
@@ -130,6 +135,32 @@ def test_operator_positions_skip_comments_and_strings_and_fall_back_to_the_parse
     assert operator_positions(text) == want
     assert operator_positions(text, 2) == want
     assert operator_positions("Stock NEXT Stock", 5) == [(1, 7)]  # the parser decides when the count is off
+
+
+#: The scan operator_positions made before (a Python step a word): the reference the regex scan must equal.
+_WORDS = re.compile(r"(--[^\n]*|//[^\n]*|/\*.*?\*/|'(?:[^']|'')*')|([A-Za-z_][A-Za-z_0-9]*)", re.S)
+
+
+def _word_by_word(text: str) -> list[tuple[int, int]]:
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    out = []
+    for m in _WORDS.finditer(text):
+        if m.group(2) is not None and m.group(2).upper() in ("NEXT", "FOLD"):
+            line = bisect_right(starts, m.start())
+            out.append((line, m.start() - starts[line - 1] + 1))
+    return out
+
+
+_PIECES = ["NEXT", "next", "FoLd", "fold", "FOLD{", "NEXT_1", "9NEXT", "a9NEXT", "xNEXT", "NEXTx", "NEXT9", "_FOLD", "é",
+           "NEXTé", "\u212aNEXT", " ", "\n", "{", "}", "(", "$2.", "'", "''", "'NEXT'", "--", "-", "/", "//", "/*",
+           "*/", "*", "Stock", "1.5", "9", "_"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=40))
+def test_operator_positions_find_what_a_scan_word_by_word_finds(pieces):
+    text = "".join(pieces)
+    assert operator_positions(text) == _word_by_word(text)
 
 
 def test_air_states_warn_with_the_automaton_state_and_xml_line():
