@@ -273,10 +273,13 @@ def ingest_path(events, n_symbols):
 @click.option("--rates", default="10000,50000,100000", show_default=True, help="Comma-separated events/s.")
 @click.option("--seconds", type=float, default=5.0, show_default=True, help="Per rate.")
 @click.option("--delay", type=float, default=0.0, show_default=True, help="The server's T in ms.")
-def latency(rates, seconds, delay):
+@click.option("--registering", type=int, default=0, show_default=True,
+              help="Per-symbol queries registered in one request while the probes flow "
+                   "(`during_registration`: the probes' latency meanwhile).")
+def latency(rates, seconds, delay, registering):
     """TCP in -> WebSocket out latency at fixed rates, through a server process."""
     from clients.bench.server_e2e import latency as run_latency
-    runs = [run_latency(float(r), seconds, delay) for r in rates.split(",")]
+    runs = [run_latency(float(r), seconds, delay, registering) for r in rates.split(",")]
     _emit({"benchmark": "latency_tcp_to_websocket", "runs": runs})
 
 

@@ -42,9 +42,11 @@ import platform
 import resource
 import subprocess
 import tempfile
+import threading
 import time
 from array import array
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 
@@ -344,10 +346,12 @@ def _spread(values: list[float]) -> dict:
 
 
 def probe_round(client, sub_id: str, rate: float, n: int, unit_ms: float, ctx,
-                clients_before: int = 0) -> tuple[bytes, bytes, bytes, list[float]]:
+                clients_before: int = 0, on_sending: Callable[[float], None] | None = None
+                ) -> tuple[bytes, bytes, bytes, list[float]]:
     """``n`` probes sent over TCP at ``rate`` and read back on ``sub_id``'s WebSocket by a
     receiver process of its own (started once the WebSocket is registered, so no witness
-    goes unseen): the receiver's ``(index, to_server, total)`` arrays and the sender's lag."""
+    goes unseen): the receiver's ``(index, to_server, total)`` arrays and the sender's lag.
+    ``on_sending(start)``: called as the first probe is due (``time.perf_counter``)."""
     ours, theirs = ctx.Pipe()
     receiver = ctx.Process(target=_receive, args=(client.ws_url(sub_id, batch=RECEIVER_BATCH), n, unit_ms, theirs),
                            name="cayuga-latency-receiver")
@@ -360,7 +364,7 @@ def probe_round(client, sub_id: str, rate: float, n: int, unit_ms: float, ctx,
             if time.monotonic() > deadline or not receiver.is_alive():
                 raise RuntimeError("the latency receiver's WebSocket was not registered")
             time.sleep(0.02)
-        lag = _send_at_rate(client, rate, n)
+        lag = _send_at_rate(client, rate, n, on_sending)
         if not ours.poll(RECEIVER_IDLE_SECONDS + 60):
             raise RuntimeError("the latency receiver sent no result")
         index, to_server, total = ours.recv()
@@ -371,7 +375,7 @@ def probe_round(client, sub_id: str, rate: float, n: int, unit_ms: float, ctx,
             receiver.join(10)
     return index, to_server, total, lag
 
-def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
+def latency(rate: float, seconds: float, delay: float = 0.0, registering: int = 0) -> dict:
     """One subscription matching every event; p50/p90/p99 of TCP in -> WebSocket out.
 
     The sender (this process) and the receiver (a process of its own) share no
@@ -381,7 +385,13 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
     ``time.time()``, one clock for every process of the machine, so a latency
     also splits into the part before the server stamped the event (the
     sender's write, TCP, the server's read) and the part after (queue, engine,
-    delivery, the WebSocket)."""
+    delivery, the WebSocket).
+
+    ``registering``: that many per-symbol queries (``increasing_cel``, ten steps) are
+    registered in one request while the probes flow, from a thread of this process
+    (its HTTP client waits on the server, not on this process's lock); ``registration``
+    says when it ran (seconds into the round) and ``during_registration`` the latency
+    of the probes sent meanwhile: what a large registration holds the live events."""
     n = int(rate * seconds)
     unit_ms = 1.0
     load = os.getloadavg()[0]  # the machine's, as the run starts: the figures depend on it
@@ -390,7 +400,18 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
         with server_process(Path(tmp), delay=delay, time_unit_ms=unit_ms) as client:
             sub = client.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH All")
             before = _pauses(client)
-            index, to_server, total, lag = probe_round(client, sub["id"], rate, n, unit_ms, ctx)
+            registration: dict = {}
+            reg = threading.Thread(target=_register_during, args=(client, registering, registration),
+                                   name="bench-register") if registering else None
+
+            def sending(start: float) -> None:
+                registration["sending"] = start
+                reg.start()
+
+            index, to_server, total, lag = probe_round(client, sub["id"], rate, n, unit_ms, ctx,
+                                                       on_sending=sending if reg is not None else None)
+            if reg is not None:
+                reg.join(120)
             after = _pauses(client)
     index = array("q", index).tolist()
     received = len(set(index))
@@ -413,9 +434,47 @@ def latency(rate: float, seconds: float, delay: float = 0.0) -> dict:
         # where the tail sits in the run (its start, or all along), and what the server did meanwhile
         "worst_windows": _worst_windows(index, total, rate),
         "server_pauses": {k: after[k] - before[k] for k in after},
+        **(_during(registration, index, total, rate) if registering else {}),
         **_latency_target(rate, whole["p99_ms"] if total else None, received == n),
         "python": platform.python_version(),
     }
+
+
+#: Seconds into the probes a ``registering`` batch is sent (the probes flowing steadily by then).
+REGISTER_AFTER_S = 0.5
+
+
+def _register_during(client: CayugaClient, n: int, out: dict) -> None:
+    """Register ``n`` per-symbol queries in one request, ``REGISTER_AFTER_S`` after it is started;
+    ``out``: when it began and ended (``time.perf_counter``), or its error."""
+    from clients.testing.market import increasing_cel, symbols
+    texts = [increasing_cel(s, 10) for s in symbols(n)]
+    time.sleep(REGISTER_AFTER_S)
+    out["began"] = time.perf_counter()
+    try:
+        with CayugaClient(client.base_url, token=client.token, timeout=600) as c:
+            c.subscribe_many(texts)
+    except Exception as exc:  # noqa: BLE001 - reported in the result
+        out["error"] = repr(exc)
+    out["ended"] = time.perf_counter()
+
+
+def _during(registration: dict, index: list[int], total: list[float], rate: float) -> dict:
+    """The registration's span (seconds after the first probe was due) and the latency of the probes due in it."""
+    start = registration.get("sending")
+    began, ended = registration.get("began"), registration.get("ended")
+    if start is None or began is None or ended is None:
+        return {"registration": registration}
+    a, b = began - start, ended - start
+    inside = [t for i, t in zip(index, total) if a <= i / rate <= b]
+    worst: dict[int, float] = {}  # the worst latency of the probes due in each half second of the round
+    for i, t in zip(index, total):
+        k = int(i / rate * 2)
+        worst[k] = max(worst.get(k, 0.0), t)
+    return {"registration": {"from_s": round(a, 2), "to_s": round(b, 2), "seconds": round(b - a, 2),
+                             **({"error": registration["error"]} if "error" in registration else {})},
+            "during_registration": {"probes": len(inside), **(_spread(inside) if inside else {})},
+            "worst_ms_each_half_second": [round(worst.get(k, 0.0), 1) for k in range(max(worst, default=-1) + 1)]}
 
 
 #: The tail's place in time: the run cut in windows of this many seconds of the send schedule ...
@@ -456,7 +515,8 @@ def _pauses(client) -> dict[str, float]:
     return out
 
 
-def _send_at_rate(client: CayugaClient, rate: float, n: int) -> list[float]:
+def _send_at_rate(client: CayugaClient, rate: float, n: int, on_start: Callable[[float], None] | None = None
+                  ) -> list[float]:
     """Write ``n`` probes over TCP at ``rate`` a second: every millisecond the
     ones due by then, in one write, stamped just before it. Returns how late
     each write was against the schedule (ms)."""
@@ -464,6 +524,8 @@ def _send_at_rate(client: CayugaClient, rate: float, n: int) -> list[float]:
     lag: list[float] = []
     with client.sender() as s:
         start = perf()
+        if on_start is not None:
+            on_start(start)
         i = 0
         while i < n:
             now = perf()

@@ -38,11 +38,36 @@ from server.observability.counters import Count
 
 log = logging.getLogger("cayuga.daemon")
 
-#: Registrations and restores install subscriptions on the engine thread this
-#: many at a time (≈0.2 s each), so that events keep flowing during a large batch.
+#: Registrations and restores install subscriptions on the engine thread at most
+#: this many at a time ...
 INSTALL_CHUNK = 500
+#: ... and for at most this long (seconds; the one it is installing then is finished),
+#: so that events keep flowing during a large batch: a chunk of 500 per-symbol queries
+#: held them 0.2-0.3 s, and 10,000 registered while 10,000 events/s flowed held the
+#: live events up to 2.5 s (BENCHMARKS.md, "Engine workers, round 25").
+INSTALL_SLICE_S = 0.01
 #: A batch reports at most this many errors.
 MAX_BATCH_ERRORS = 100
+
+
+class Courtesy:
+    """Called between two steps of a long piece of work on a request's thread: gives the
+    interpreter's lock away (``time.sleep(0)``) once ``every`` seconds have passed since it
+    last did. Without it the receivers, the engine thread and the event loop waited a switch
+    interval (20 ms) each time they wanted the lock back, and compiling 10,000 queries held
+    the live events up to 1.2 s; after every query, it cost 60 us a query even with nothing
+    else to run (BENCHMARKS.md, "Engine workers, round 25")."""
+
+    __slots__ = ("every", "_next")
+
+    def __init__(self, every: float = 0.0005) -> None:
+        self.every = every
+        self._next = time.perf_counter() + every
+
+    def __call__(self) -> None:
+        if time.perf_counter() >= self._next:
+            time.sleep(0)
+            self._next = time.perf_counter() + self.every
 
 
 class SubscriptionError(ValueError):
@@ -228,7 +253,9 @@ class Registrar:
         streams = ChainMap(published, self.engine.stream_view)
         functions, unit = self.functions(), self.settings.time_unit_ms
         errors: list[dict] = []
+        courtesy = Courtesy()
         for i, p in enumerate(batch):
+            courtesy()
             if p.binding is not None:
                 bq = self.shapes.bound(p.binding, streams, functions=functions, time_unit_ms=unit, name_prefix=p.id)
                 if bq is not None:  # a restore: the automata are built only if something reads them
@@ -278,18 +305,24 @@ class Registrar:
                     published.setdefault(out.name, StreamSchema(out.name, st.schema))
         return errors
 
-    def add_chunk(self, eng: Engine, chunk: list[tuple[int, Pending]], strict: bool) -> list:
-        """On the engine thread: add each of ``chunk``; returns (index, pending,
-        published streams or the EngineError). Strict: the first error
-        removes what this chunk added and is raised with its index."""
+    def add_chunk(self, eng: Engine, chunk: list[tuple[int, Pending]], strict: bool,
+                  seconds: float | None = None) -> list:
+        """On the engine thread: add each of ``chunk`` (``seconds``: only those begun
+        within that long, at least one); returns (index, pending, published
+        streams or the EngineError) of each added, in order. Strict: the first
+        error removes what this call added and is raised with its index."""
         done = []
         mirror = getattr(eng, "mirror_bound", None)
+        until = None if seconds is None else time.perf_counter() + seconds
         with getattr(eng, "saving_placements", nullcontext)():  # (engine workers: stored once, for the chunk)
-            self._add_each(eng, chunk, strict, mirror, done)
+            self._add_each(eng, chunk, strict, mirror, done, until)
         return done
 
-    def _add_each(self, eng: Engine, chunk: list[tuple[int, Pending]], strict: bool, mirror, done: list) -> None:
+    def _add_each(self, eng: Engine, chunk: list[tuple[int, Pending]], strict: bool, mirror, done: list,
+                  until: float | None) -> None:
         for i, p in chunk:
+            if until is not None and done and time.perf_counter() > until:
+                return
             try:
                 if p.unmerged:
                     done.append((i, p, add_unmerged(eng, p.automata, p.id)))
@@ -340,10 +373,13 @@ class Registrar:
             todo = [(i, p) for i, p in enumerate(batch) if p.automata]
             added: list = []
             try:
-                for k in range(0, len(todo), INSTALL_CHUNK):
+                k = 0
+                while k < len(todo):  # a slice of the engine thread's time at a time, events between
                     chunk = todo[k:k + INSTALL_CHUNK]
-                    fut = self.submit(lambda eng, c=chunk: self.add_chunk(eng, c, persist))
-                    added += self._installed(fut, 60) if persist else fut.result(timeout=60)
+                    fut = self.submit(lambda eng, c=chunk: self.add_chunk(eng, c, persist, INSTALL_SLICE_S))
+                    got = self._installed(fut, 60) if persist else fut.result(timeout=60)
+                    added += got
+                    k += len(got)
             except (SubscriptionError, DiskFull):
                 for k in range(0, len(added), INSTALL_CHUNK):
                     ids = [p.id for _, p, _ in added[k:k + INSTALL_CHUNK]]
@@ -480,9 +516,9 @@ class Registrar:
         consecutive, in the order given; a query may read the output of an
         earlier one in the same batch. CEL queries of one shape are compiled
         once (:class:`~air.cel.shapes.ShapeCache`). The engine thread installs
-        a large batch INSTALL_CHUNK at a time and runs events in between: a
-        subscription of the batch starts empty when its chunk is installed,
-        as if registered alone at that moment. Each comes back with its
+        a large batch INSTALL_SLICE_S of its time at a time and runs events in
+        between: a subscription of the batch starts empty when its slice is
+        installed, as if registered alone at that moment. Each comes back with its
         warnings (air/boundwarn.py), which are not kept."""
         with self.lock:
             self._require_ready()

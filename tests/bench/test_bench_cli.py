@@ -251,6 +251,22 @@ def test_worst_windows_find_a_stall_and_when_it_was():
     assert all(w["worst_ms"] == 0.5 and w["over_10ms"] == 0 for w in rest)
 
 
+def test_latency_while_registering_says_when_the_batch_ran_and_the_latency_meanwhile(monkeypatch):
+    from clients.bench import server_e2e
+
+    monkeypatch.setattr(server_e2e, "REGISTER_AFTER_S", 0.2)
+    result = CliRunner().invoke(main, ["bench", "latency", "--rates", "400", "--seconds", "2", "--registering", "60"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.output)["runs"]
+    assert run["received"] == run["events"] == 800
+    reg, during = run["registration"], run["during_registration"]
+    assert "error" not in reg and 0.2 <= reg["from_s"] < reg["to_s"]
+    assert reg["seconds"] == round(reg["to_s"] - reg["from_s"], 2)
+    assert 0 < during["probes"] <= 800 and during["max_ms"] <= run["max_ms"]
+    halves = run["worst_ms_each_half_second"]
+    assert len(halves) == 4 and max(halves) == round(run["max_ms"], 1)
+
+
 def test_latency_receiver_is_a_process_of_its_own(monkeypatch):
     """The receiver's stamps never wait for the sender's GIL (nor the sender's for the
     receiver's JSON decoding): it runs in its own process, stamps raw messages and

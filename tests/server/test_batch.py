@@ -35,6 +35,31 @@ def test_a_batch_gets_consecutive_ids_and_its_subscriptions_deliver(client):
     assert client.subscription(subs[0]["id"])["text"] == UP.format(s="IBM")
 
 
+def test_a_batchs_answer_is_its_response_models_json_with_each_ones_warnings(client):
+    """The answer is made off the event loop a subscription at a time (server/api/subscriptions.py's
+    ``_batch_body``): still :class:`SubscriptionBatchOut` exactly, each with what GET says of it and
+    its warnings, as POST /subscriptions gives them."""
+    from server.api.schemas import SubscriptionBatchOut
+
+    texts = [UP.format(s=s) for s in ("IBM", "MSFT")] + ["SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Over"]
+    r = client.http.post("/subscriptions/batch", json={"subscriptions": [{"cel": t} for t in texts]})
+    assert r.status_code == 201 and r.headers["content-type"] == "application/json"
+    got = r.json()
+    assert SubscriptionBatchOut.model_validate(got).model_dump(mode="json", by_alias=True) == got
+    one = client.http.post("/subscriptions", json={"cel": UP.format(s="IBM")}).json()  # (the same again)
+    for sub, text in zip(got["subscriptions"], texts):
+        described = client.subscription(sub["id"])
+        assert {k: sub[k] for k in ("id", "kind", "name", "outputs", "internal_streams", "created", "websocket",
+                                    "exact", "limits")} == {k: described[k] for k in ("id", "kind", "name", "outputs",
+                                                                                     "internal_streams", "created",
+                                                                                     "websocket", "exact", "limits")}
+    first = got["subscriptions"][0]["warnings"]
+    assert [w["code"] for w in first] == ["unbounded_instances"] and first[0]["line"] == 1
+    assert [{k: v for k, v in w.items() if k != "automaton"} for w in first] == \
+        [{k: v for k, v in w.items() if k != "automaton"} for w in one["warnings"]]
+    assert got["subscriptions"][2]["warnings"] == []
+
+
 def test_a_batch_with_errors_registers_nothing_and_takes_no_id(server, client):
     before = client.subscribe(cel=UP.format(s="A"))["id"]
     bad = ["SELECT Name FROM FILTER{Name = 'B'}(Stock)",
