@@ -256,8 +256,21 @@ class Store:
                                  [(s.id, s.kind, s.text, s.name, s.created, s.shape, s.constants, s.installed_at)
                                   for s in subs])
             if taken:
-                self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
-                                 "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)", (taken,))
+                self._take_ids(taken)
+
+    def retire_ids(self, ids: list[str]) -> None:
+        """Take ``ids`` for good without storing a subscription under them: those of a refused
+        batch that events had already reached (their witnesses are in the log under them), so that
+        no later subscription is given one of them and its witnesses."""
+        taken = max((int(sid[1:]) for sid in ids if sid[:1] == "s" and sid[1:].isdigit()), default=0)
+        if taken:
+            with self._tx():
+                self._take_ids(taken)
+
+    def _take_ids(self, last: int) -> None:
+        """(In a transaction) the ids up to ``sN``, ``N`` = ``last``, are taken."""
+        self._db.execute("INSERT INTO counters VALUES ('subscription', ?) "
+                         "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)", (last,))
 
     def save_bindings(self, rows: list[tuple[tuple[str | None, str | None], str]]) -> None:
         """Store ``((shape, constants), id)`` of subscriptions restored from their text."""

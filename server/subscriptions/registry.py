@@ -341,9 +341,24 @@ class Registrar:
                     raise SubscriptionError(str(exc), [_bind_error(i, exc)]) from None
                 done.append((i, p, exc))
 
+    def _undo(self, ran: list[str], persist: bool) -> None:
+        """Take out of the engine the subscriptions ``ran`` of a batch that fails after they were
+        installed (in earlier slices: events may have reached them, and their witnesses be in the
+        log under their ids), and retire those ids (a registration's: ``persist``), so that a later
+        subscription is not given one and its witnesses (issue 32, round 25)."""
+        for k in range(0, len(ran), INSTALL_CHUNK):
+            ids = ran[k:k + INSTALL_CHUNK]
+            self.submit(lambda eng, ids=ids: self.forget(eng, ids)).result(timeout=60)
+        if ran and persist:
+            try:
+                self.store.retire_ids(ran)
+            except sqlite3.Error as exc:  # (a full disk: the refusal's own cause)
+                log.error("the ids %s..%s of a refused batch that had run could not be retired (%s): the next "
+                          "registration may be given one, with the witnesses it logged", ran[0], ran[-1], exc)
+
     def forget(self, eng: Engine, ids: list[str]) -> None:
         """On the engine thread: remove subscriptions of a batch that failed
-        (their ids are not taken: nothing of them may stay behind)."""
+        (nothing of them may stay behind in the engine: see :meth:`_undo` for their ids)."""
         for sid in ids:
             eng.remove(sid)
             self._on_removed(sid)
@@ -381,9 +396,7 @@ class Registrar:
                     added += got
                     k += len(got)
             except (SubscriptionError, DiskFull):
-                for k in range(0, len(added), INSTALL_CHUNK):
-                    ids = [p.id for _, p, _ in added[k:k + INSTALL_CHUNK]]
-                    self.submit(lambda eng, ids=ids: self.forget(eng, ids)).result(timeout=60)
+                self._undo([p.id for _, p, _ in added], persist)
                 raise
         subs = self.adopt(added, errors, batch, persist)
         try:
@@ -414,9 +427,7 @@ class Registrar:
                                                                       installed_at=installed_at[s.id])
                                                    for s in subs])
             except DiskFull:
-                for k in range(0, len(subs), INSTALL_CHUNK):
-                    ids = [s.id for s in subs[k:k + INSTALL_CHUNK]]
-                    self.submit(lambda eng, ids=ids: self.forget(eng, ids)).result(timeout=60)
+                self._undo([s.id for s in subs], persist)
                 raise
         for sub in subs:
             self.subscriptions[sub.id] = sub
@@ -511,7 +522,9 @@ class Registrar:
 
     def register(self, items: list[tuple[str, str, str | None]]) -> list[Registered]:
         """Register many subscriptions (kind, text, name) at once, all or
-        nothing: on any error none is registered, no id is taken, and the
+        nothing: on any error none is registered, no id is taken (but those of
+        a batch's subscriptions installed in slices before one refused at
+        install: events may have reached them, and their ids are retired), and the
         :class:`SubscriptionError` lists each error with its index. Ids are
         consecutive, in the order given; a query may read the output of an
         earlier one in the same batch. CEL queries of one shape are compiled

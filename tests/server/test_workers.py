@@ -401,6 +401,52 @@ def test_two_workers_give_one_engines_witnesses_with_the_linked_subscriptions_to
     assert_no_cayuga_threads()
 
 
+def test_a_batch_refused_after_events_reached_part_of_it_leaves_no_witness_to_a_later_subscription(tmp_path):
+    """A large batch is installed a slice of the engine thread's time at a time, events between
+    (server/subscriptions/registry.py's INSTALL_SLICE_S): when a query late in it is refused at
+    install (it would link two workers), none of the batch is registered, and the ids of those
+    that events already reached are not given again: a later subscription's numbers and
+    witnesses are its own, not those of a refused one that ran a while."""
+    import threading
+
+    from clients.testing.market import increasing_cel, symbols
+
+    s = make_settings(tmp_path, time="event", engine_workers=2, row_scaling="off")
+    with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
+        first = c.subscribe(cel="SELECT * FROM FILTER{Volume < 0}(Stock) PUBLISH Nothing")["id"]
+        batch = ["SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH EveryX",  # worker 0, every event
+                 "SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH EveryY"]  # worker 1
+        batch += [increasing_cel(sym, 10) for sym in symbols(400)]  # several slices of the engine thread
+        batch.append("SELECT * FROM EveryX NEXT{$2.Volume > $1.Volume} EveryY PUBLISH Both")  # links the two
+        stop = threading.Event()
+
+        def send() -> None:
+            with CayugaClient(srv.base_url) as feeder:
+                k = 0
+                while not stop.is_set():
+                    feeder.post_events([stock("IBM", 10.0 + i % 7, i, i) for i in range(k, k + 20)])
+                    k += 20
+
+        feeder = threading.Thread(target=send, name="test-feeder")
+        feeder.start()
+        try:
+            r = c.http.post("/subscriptions/batch", json={"subscriptions": [{"cel": q} for q in batch]}, timeout=120)
+        finally:
+            stop.set()
+            feeder.join(30)
+        assert r.status_code == 400 and "different engine workers" in r.text
+        assert [sub["id"] for sub in c.subscriptions()] == [first]
+        d = srv.daemon
+        wait_until(lambda: d.events_taken == d.queue.accepted, what="every event through the workers")
+        later = c.subscribe(cel="SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH Later")["id"]
+        assert later not in (f"s{int(first[1:]) + k}" for k in (1, 2))  # (EveryX's and EveryY's ran)
+        assert c.subscription(later)["last_seq"] == 0
+        c.post_events([stock("IBM", 99.0, 1, 10**9)])
+        wait_until(lambda: c.subscription(later)["last_seq"] == 1, what="the later subscription's one witness")
+        assert [json.loads(w)["Price"] for _n, w in logged_witnesses(srv.base_url, later, 1)] == [99.0]
+    assert_no_cayuga_threads()
+
+
 @pytest.mark.parametrize("before, after", [(2, 2), (1, 2), (2, 1)])
 def test_a_restart_keeps_the_partial_matches_across_worker_counts_or_says_it_did_not(tmp_path, before, after):
     """A snapshot of two workers (the file and a part) restores into two workers
