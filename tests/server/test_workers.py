@@ -401,7 +401,8 @@ def test_two_workers_give_one_engines_witnesses_with_the_linked_subscriptions_to
     assert_no_cayuga_threads()
 
 
-def test_a_batch_refused_after_events_reached_part_of_it_leaves_no_witness_to_a_later_subscription(tmp_path):
+def test_a_batch_refused_after_events_reached_part_of_it_leaves_no_witness_to_a_later_subscription(tmp_path,
+                                                                                                 monkeypatch):
     """A large batch is installed a slice of the engine thread's time at a time, events between
     (server/subscriptions/registry.py's INSTALL_SLICE_S): when a query late in it is refused at
     install (it would link two workers), none of the batch is registered, and the ids of those
@@ -409,14 +410,16 @@ def test_a_batch_refused_after_events_reached_part_of_it_leaves_no_witness_to_a_
     witnesses are its own, not those of a refused one that ran a while."""
     import threading
 
+    import server.subscriptions.registry as registry
     from clients.testing.market import increasing_cel, symbols
 
+    monkeypatch.setattr(registry, "INSTALL_SLICE_S", 0.0)  # one query a slice, whatever the machine's speed
     s = make_settings(tmp_path, time="event", engine_workers=2, row_scaling="off")
     with RunningServer(s) as srv, CayugaClient(srv.base_url) as c:
         first = c.subscribe(cel="SELECT * FROM FILTER{Volume < 0}(Stock) PUBLISH Nothing")["id"]
         batch = ["SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH EveryX",  # worker 0, every event
                  "SELECT * FROM FILTER{Volume >= 0}(Stock) PUBLISH EveryY"]  # worker 1
-        batch += [increasing_cel(sym, 10) for sym in symbols(400)]  # several slices of the engine thread
+        batch += [increasing_cel(sym, 10) for sym in symbols(200)]  # (while events flow)
         batch.append("SELECT * FROM EveryX NEXT{$2.Volume > $1.Volume} EveryY PUBLISH Both")  # links the two
         stop = threading.Event()
 
