@@ -314,7 +314,7 @@ class Registrar:
         done = []
         mirror = getattr(eng, "mirror_bound", None)
         until = None if seconds is None else time.perf_counter() + seconds
-        with getattr(eng, "saving_placements", nullcontext)():  # (engine workers: stored once, for the chunk)
+        with getattr(eng, "together", nullcontext)():  # (engine workers: one message each, placements stored once)
             self._add_each(eng, chunk, strict, mirror, done, until)
         return done
 

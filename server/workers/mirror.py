@@ -55,6 +55,7 @@ class MirroredEngine(Engine):
         self.stopped: dict[int, str] = {}  # workers no longer started again (restart.py), and why
         # id(shape) -> (shape, key, constant route's attributes, place, type, streams read)
         self._plans: dict[int, tuple] = {}
+        self._held: dict[int, list[tuple[str, tuple]]] | None = None  # inside together(): per worker, in order
 
     @property
     def link(self) -> WorkerLink:
@@ -110,9 +111,28 @@ class MirroredEngine(Engine):
         for w in range(n):  # each worker's copy starts instances only for its key group's values
             self._mirror(w, "add", owner, restrict_to_group(autos, key, n, w), True)
 
-    def saving_placements(self) -> ContextManager[None]:
-        """Placements made inside are stored once, as it ends (placement.py's ``saving_once``)."""
-        return self.placement.saving_once()
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """The changes made inside reach each worker as one message, as it ends (in their order,
+        before anything sent after it), and where each subscription runs is stored once
+        (placement.py's ``saving_once``): a registration's slice of a few dozen subscriptions was a
+        command and an answer each, the answers read by the link's thread on the main process's lock
+        (issue 32, round 25). A change the worker refuses is said as one sent alone is."""
+        if self._held is not None:  # (nested: the outer one sends)
+            with self.placement.saving_once():
+                yield
+            return
+        self._held = {}
+        try:
+            with self.placement.saving_once():
+                yield
+        finally:
+            held, self._held = self._held, None
+            for worker, changes in held.items():
+                if len(changes) == 1:
+                    self._send(worker, *changes[0])
+                else:
+                    self._send(worker, "many", changes)
 
     @contextmanager
     def unmirrored(self) -> Iterator[None]:
@@ -228,12 +248,20 @@ class MirroredEngine(Engine):
                     self._mirror(worker, name, *args)
 
     def _mirror(self, worker: int, name: str, *args) -> None:
-        self.links[worker].command(name, *args).add_done_callback(lambda fut: self._check(fut, name, args))
+        if self._held is not None:
+            self._held.setdefault(worker, []).append((name, args))
+        else:
+            self._send(worker, name, args)
 
-    def _check(self, fut: Future, name: str, args: tuple) -> None:
+    def _send(self, worker: int, name: str, args) -> None:
+        self.links[worker].command(name, *((args,) if name == "many" else args)).add_done_callback(
+            lambda fut: self._check(fut, name, args))
+
+    def _check(self, fut: Future, name: str, args) -> None:
         exc = fut.exception()
         if exc is None or isinstance(exc, WorkerGone):  # a worker that died is rebuilt with it (restart.py)
             return
-        what = f"{name} {args[0] if args else ''}".strip()
+        what = (f"one of {len(args)} changes sent together" if name == "many"
+                else f"{name} {args[0] if args else ''}".strip())
         self.diverged = f"an engine worker refused a change this process made ({what}): {exc}"
         log.error("%s; restart the server", self.diverged)

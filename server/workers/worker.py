@@ -239,6 +239,22 @@ class Worker:
             self.rows.add(owner)
         return got
 
+    def cmd_many(self, changes: list[tuple[str, tuple]]) -> None:
+        """Changes the main process sent together (server/workers/mirror.py's ``together``), each made
+        as if sent alone, in order; one that fails does not stop the others, and the first failure is
+        raised with its place once all were made."""
+        failed: list[str] = []
+        first: Exception | None = None
+        for name, args in changes:
+            self.loaded |= name.startswith(("add", "import"))
+            try:
+                getattr(self, "cmd_" + name)(*args)
+            except Exception as exc:  # noqa: BLE001 - said once all are made
+                failed.append(f"{name} {args[0] if args else ''}".strip())
+                first = first or exc
+        if first is not None:
+            raise EngineError(f"{len(failed)} of {len(changes)} changes failed, the first ({failed[0]}): {first}")
+
     def cmd_shape(self, number: int, form: str) -> None:
         """A cached CEL shape (air/cel/shapes.py), as the main process compiled it."""
         from air.cel.shapes import _Shape

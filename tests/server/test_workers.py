@@ -162,6 +162,28 @@ def test_a_crash_after_a_workers_snapshot_recovers_exactly(tmp_path):
     assert_no_cayuga_threads()
 
 
+def test_changes_sent_together_are_each_made_and_a_failure_is_said_with_its_place(tmp_path):
+    """A registration's slice reaches a worker as one ``many`` message (server/workers/mirror.py's
+    ``together``): each change made in order as if sent alone; one that fails does not stop the
+    others and is raised, with how many failed and the first, once all were made."""
+    from air.cel import compile_cel
+    from air.engine import EngineError
+    from clients.testing.market import STOCK
+
+    autos = compile_cel("SELECT * FROM FILTER{Price > 1}(Stock) PUBLISH Over", [STOCK]).automata
+    with RunningServer(make_settings(tmp_path, engine_workers=1)) as srv:
+        link = srv.daemon.links[0]
+        with pytest.raises(EngineError) as err:
+            link.call("many", [("shape", (99, "not a shape")), ("add", ("probe1", autos)),
+                               ("remove", ("probe1",)), ("add", ("probe2", autos))])
+        assert "1 of 4 changes failed, the first (shape 99)" in str(err.value)
+        assert link.call("instance_count", "probe2") == 0  # (made after the failure)
+        with pytest.raises(EngineError, match="no automata loaded for owner 'probe1'"):
+            link.call("instance_count", "probe1")  # (added, then removed: in their order)
+        link.call("remove", "probe2")
+    assert_no_cayuga_threads()
+
+
 def test_the_workers_death_is_said_and_nothing_is_left_running(tmp_path):
     """A worker killed is started again (tests/server/test_worker_restart.py has the rest), and
     counted; the dead one and the new one are both gone once the server stops."""
