@@ -15,7 +15,7 @@ from air.boundwarn import UNBOUNDED, air_warnings, cel_warnings, keeps_unbounded
 from air.cel import compile_cel
 from air.cel.shapes import ShapeCache
 from air.model import Predicate, State, parse_stream_decl
-from tests.conftest import ROOT
+from tests.conftest import ROOT, examples
 
 STOCK = parse_stream_decl("Stock(Name string, Price float, Volume int)")
 STREAMS = {"Stock": STOCK}
@@ -156,7 +156,7 @@ _PIECES = ["NEXT", "next", "FoLd", "fold", "FOLD{", "NEXT_1", "9NEXT", "a9NEXT",
            "*/", "*", "Stock", "1.5", "9", "_"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(examples(4, deadline=None))
 @given(st.lists(st.sampled_from(_PIECES), max_size=40))
 def test_operator_positions_find_what_a_scan_word_by_word_finds(pieces):
     text = "".join(pieces)
