@@ -249,7 +249,7 @@ class Store:
 
     def save_subscriptions(self, subs: list[StoredSubscription]) -> None:
         """Store ``subs`` in one transaction, and take their ids (``sN``) for good."""
-        taken = max((int(s.id[1:]) for s in subs if s.id[:1] == "s" and s.id[1:].isdigit()), default=0)
+        taken = _last_number(s.id for s in subs)
         with self._tx():
             self._db.executemany("INSERT INTO subscriptions (id, kind, text, name, created, shape, constants, "
                                  "installed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -262,7 +262,7 @@ class Store:
         """Take ``ids`` for good without storing a subscription under them: those of a refused
         batch that events had already reached (their witnesses are in the log under them), so that
         no later subscription is given one of them and its witnesses."""
-        taken = max((int(sid[1:]) for sid in ids if sid[:1] == "s" and sid[1:].isdigit()), default=0)
+        taken = _last_number(ids)
         if taken:
             with self._tx():
                 self._take_ids(taken)
@@ -448,3 +448,8 @@ class Store:
         if gone:
             with self._tx():
                 self._db.executemany("DELETE FROM shapes WHERE key = ?", gone)
+
+
+def _last_number(ids) -> int:
+    """The largest ``N`` of the ids ``sN`` among ``ids`` (0: none)."""
+    return max((int(sid[1:]) for sid in ids if sid[:1] == "s" and sid[1:].isdigit()), default=0)

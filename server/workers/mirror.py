@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import ContextManager, Iterator
+from typing import Iterator
 
 from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
@@ -118,21 +118,24 @@ class MirroredEngine(Engine):
         (placement.py's ``saving_once``): a registration's slice of a few dozen subscriptions was a
         command and an answer each, the answers read by the link's thread on the main process's lock
         (issue 32, round 25). A change the worker refuses is said as one sent alone is."""
-        if self._held is not None:  # (nested: the outer one sends)
-            with self.placement.saving_once():
-                yield
-            return
-        self._held = {}
+        outer = self._held is None  # (nested: the outer one sends)
+        if outer:
+            self._held = {}
         try:
             with self.placement.saving_once():
                 yield
         finally:
-            held, self._held = self._held, None
-            for worker, changes in held.items():
-                if len(changes) == 1:
-                    self._send(worker, *changes[0])
-                else:
-                    self._send(worker, "many", changes)
+            if outer:
+                self._flush()
+
+    def _flush(self) -> None:
+        """Send what :meth:`together` held: each worker's changes as one message, in order."""
+        held, self._held = self._held, None
+        for worker, changes in held.items():
+            if len(changes) == 1:
+                self._send(worker, *changes[0])
+            else:
+                self._send(worker, "many", changes)
 
     @contextmanager
     def unmirrored(self) -> Iterator[None]:
