@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Mapping
 
 from air.engine import Engine
-from server.budgetcheck import (CAP_CHECK_EVENTS, CHECK_EVENTS, RUNAWAY_GROWTH, RUNAWAY_VISITS, SHED_TO,
-                                BudgetCheck, Cap, CheckResult, Decision, Outcome)
+from server.budgetcheck import (CAP_CHECK_EVENTS, CHECK_EVENTS, COUNT_BUDGET_SECONDS, RUNAWAY_GROWTH,
+                                RUNAWAY_VISITS, SHED_TO, BudgetCheck, Cap, CheckResult, Decision, Outcome)
 from server.config import Settings
 from server.durability.diskfull import DiskFull
 from server.durability.store import Store
@@ -61,8 +61,7 @@ SHED_LOG_SECONDS = 10.0
 
 #: Instance counts per subscription (API, /metrics): a full pass at most this often ...
 COUNT_PASS_SECONDS = 1.0
-#: ... taking at most this much engine-thread time per loop iteration ...
-COUNT_BUDGET_SECONDS = 0.002
+#: ... taking at most COUNT_BUDGET_SECONDS of engine-thread time per loop iteration ...
 #: ... and at most this share of the engine thread's time overall (with 100K
 #: subscriptions a pass costs ~0.2 s, so passes then come every ~4 s).
 COUNT_SHARE = 0.05

@@ -32,6 +32,10 @@ SHED_TO = 0.9
 RUNAWAY_VISITS = 1000
 #: ... and a runaway when it also grows by at least this many instances per such event.
 RUNAWAY_GROWTH = 0.5
+#: Instance counts per subscription for the API and /metrics are made at most this many
+#: seconds at a time, between events (the engine thread's, server/budget.py, and an engine
+#: worker's, server/workers/worker.py).
+COUNT_BUDGET_SECONDS = 0.002
 
 
 class Cap(NamedTuple):

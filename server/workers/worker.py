@@ -47,7 +47,7 @@ from pathlib import Path
 from air.engine import Engine, EngineError, LateEvent
 from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
-from server.budgetcheck import BudgetCheck, Cap, Decision
+from server.budgetcheck import COUNT_BUDGET_SECONDS, BudgetCheck, Cap, Decision
 from server.delivery.encoding import LocalNumbers, WitnessEncoder
 from server.workers import codec
 from server.workers.channel import ResultWriter
@@ -57,6 +57,35 @@ _cpu = time.thread_time
 #: Seconds a batch runs before the worker says where its engine is (:class:`Watch`), and how often it looks.
 WATCH_SECONDS = 1.0
 _STREAM = attrgetter("stream")
+
+
+class Counting:
+    """A pass of instance counts over a worker's subscriptions (command ``counts``: /health,
+    /metrics, the API), made a slice of at most COUNT_BUDGET_SECONDS at a time between the loop's
+    messages, as the engine thread makes its own (server/budget.py): counted at once, 10,000
+    subscriptions held the worker's events 40-60 ms every second (BENCHMARKS.md, "Engine
+    workers, round 26"). Each count is its subscription's when it was counted; one removed
+    meanwhile is left out, one added meanwhile waits for the next pass."""
+
+    def __init__(self, number: int, owners: list[str]) -> None:
+        self.number = number  # the command's, for its answer
+        self.todo = owners[::-1]
+        self.counts: dict[str, int] = {}
+        self.cost = 0.0  # seconds of counting so far
+
+    def step(self, eng: Engine, budget: float) -> bool:
+        """Count for about ``budget`` seconds at most (a subscription at least); True when the pass is done."""
+        perf = time.perf_counter
+        start = perf()
+        deadline, todo, counts = start + budget, self.todo, self.counts
+        while todo:
+            owner = todo.pop()
+            if eng.has_owner(owner):
+                counts[owner] = eng.instance_count(owner)
+            if perf() > deadline:
+                break
+        self.cost += perf() - start
+        return not todo
 
 
 class Worker:
@@ -105,6 +134,8 @@ class Worker:
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
         self.side = None  # writes the payloads of its batches beside the witness log (cmd_side_files)
         self.side_failed = False  # the last write of them failed (said once; they go in the result meanwhile)
+        #: the pass of instance counts under way (``counts``), made a slice at a time between messages
+        self.counting: Counting | None = None
         from server.subscriptions.prepared import Preparer
 
         self.preparer = Preparer()
@@ -114,6 +145,10 @@ class Worker:
     def run(self) -> None:
         conn = self.conn
         while True:
+            if self.counting is not None:  # a slice of the counts between two messages
+                self._count_slice()
+                if self.counting is not None and not conn.poll(0) and not (self.held and not self.waiting):
+                    continue
             if self.held and not self.waiting:
                 msg = self.held.popleft()
             else:
@@ -141,6 +176,9 @@ class Worker:
                     self._reap(wait=True)
                     self.send(codec.ANSWER + pickle.dumps((number, True, None)))
                     return
+                if name == "counts":  # answered when the pass is done (:class:`Counting`)
+                    self._start_counting(number)
+                    continue
                 try:
                     value, ok = getattr(self, "cmd_" + name)(*args), True
                 except Exception as exc:  # noqa: BLE001 - handed to the caller
@@ -299,12 +337,25 @@ class Worker:
     def cmd_instances(self, owner: str, pending: bool) -> dict:
         return self.engine.instances(owner, pending)
 
-    def cmd_counts(self) -> tuple[dict[str, int], float, list[int], list[float]]:
-        """Every subscription's instance count, what counting them cost (seconds), the garbage
-        collector's collections of each generation so far, and :attr:`cpu_parts` (/health, /metrics)."""
-        eng, start = self.engine, time.perf_counter()
-        counts = {o: eng.instance_count(o) for o in eng.owners}
-        return counts, time.perf_counter() - start, [g["collections"] for g in gc.get_stats()], list(self.cpu_parts)
+    def _start_counting(self, number: int) -> None:
+        """Command ``counts`` (number ``number``): a pass over every subscription begins; the loop
+        makes it a slice at a time (:meth:`_count_slice`) and answers when it is done."""
+        if self.counting is not None:  # (the main process asks once a pass: an earlier one is finished first)
+            self.counting.step(self.engine, float("inf"))
+            self._count_answer()
+        self.counting = Counting(number, list(self.engine.owners))
+
+    def _count_slice(self) -> None:
+        if self.counting.step(self.engine, COUNT_BUDGET_SECONDS):
+            self._count_answer()
+
+    def _count_answer(self) -> None:
+        """The answer to ``counts``: every subscription's instance count, what counting them cost
+        (seconds), the garbage collector's collections of each generation so far, and
+        :attr:`cpu_parts` (/health, /metrics)."""
+        done, self.counting = self.counting, None
+        value = (done.counts, done.cost, [g["collections"] for g in gc.get_stats()], list(self.cpu_parts))
+        self.send(codec.ANSWER + pickle.dumps((done.number, True, value)))
 
     def cmd_stats(self) -> tuple:
         return self._stats(self.engine.stats)

@@ -1,0 +1,110 @@
+"""What an engine worker does besides events holds them little: its instance counts (/health,
+/metrics, the API) are made a slice at a time between the messages of its pipe
+(server/workers/worker.py's ``Counting``: counted at once, 10,000 subscriptions held the
+worker's events 40-60 ms every second), and a large registration's slices wait for it
+(server/subscriptions/registry.py's WORKER_SLICE_WAIT_S)."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+from multiprocessing import Pipe
+
+from air.cel import compile_cel
+from air.engine import Engine
+from clients.client import CayugaClient
+from clients.testing import wait_until
+from clients.testing.market import STOCK, random_walk
+from server.serve import RunningServer
+from server.workers import codec, worker
+from server.workers.channel import ResultWriter
+from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
+
+RISING = "SELECT * FROM FILTER{{Name = '{s}'}}(Stock) NEXT{{$1.Name = $2.Name AND $2.Price > $1.Price}} Stock"
+SYMBOLS = [f"S{i:05d}" for i in range(12)]  # random_walk's names
+
+
+def _automata(symbol: str):
+    return compile_cel(RISING.format(s=symbol), {"Stock": STOCK}).automata
+
+
+def test_a_pass_counts_a_slice_at_a_time_each_as_it_was_when_counted():
+    """With no time to spare, each step counts one subscription: events between two steps
+    change the counts still to come, not those made; one removed before its turn is left
+    out, one added after the pass began waits for the next."""
+    eng = Engine()
+    eng.declare(STOCK)
+    for s in SYMBOLS:
+        eng.add(_automata(s), s)
+    walk = random_walk(len(SYMBOLS), 3000, seed=3)
+    for e in walk[:1000]:
+        eng.feed(e)
+    counting = worker.Counting(7, list(eng.owners))
+    eng.remove(SYMBOLS[5])
+    eng.add(_automata("LATE"), "LATE")
+    seen: dict[str, int] = {}
+    for step in range(len(SYMBOLS)):
+        before = set(counting.counts)
+        done = counting.step(eng, 0.0)
+        new = set(counting.counts) - before
+        assert done == (step == len(SYMBOLS) - 1)
+        if step == 5:
+            assert new == set()  # removed before its turn
+        else:
+            (owner,) = new
+            assert counting.counts[owner] == eng.instance_count(owner)  # as it is now
+            seen[owner] = counting.counts[owner]
+        for e in walk[1000 + 100 * step:1100 + 100 * step]:
+            eng.feed(e)
+    assert counting.counts == seen and set(seen) == set(SYMBOLS) - {SYMBOLS[5]}
+    assert all(seen.values()) and counting.cost > 0 and counting.number == 7
+
+
+def _command(number: int, name: str, *args) -> bytes:
+    return codec.COMMAND + pickle.dumps((number, name, args))
+
+
+def test_the_worker_answers_other_messages_while_its_count_goes_on_and_then_the_count(monkeypatch):
+    """A real worker loop on a real pipe, one subscription counted a slice: a command sent
+    after ``counts`` is answered first, between the count's slices, and the count's answer
+    then has every subscription's count, the engine's own."""
+    monkeypatch.setattr(worker, "COUNT_BUDGET_SECONDS", 0.0)
+    ours, theirs = Pipe()
+    a, b = socket.socketpair()
+    settings = {"functions": {}, "engine_workers": 1, "max_state_bytes": 1 << 30,
+                "max_instances_per_subscription": 0}
+    w = worker.Worker(theirs, settings, ResultWriter(b))
+    ours.send_bytes(_command(0, "declare", STOCK))
+    for i, s in enumerate(SYMBOLS, 1):
+        ours.send_bytes(_command(i, "add", s, _automata(s)))
+    n = len(SYMBOLS) + 1
+    # sent before the loop runs: the pass is under way when the next two are taken
+    ours.send_bytes(_command(n, "counts"))
+    ours.send_bytes(_command(n + 1, "instance_count", SYMBOLS[0]))
+    ours.send_bytes(_command(n + 2, "remove", SYMBOLS[-1]))
+    loop = threading.Thread(target=w.run, name="test-worker-loop")
+    loop.start()
+    try:
+        answers = []
+        while len(answers) < n + 3:
+            assert ours.poll(30), f"the worker answered {len(answers)} of {n + 3} commands"
+            msg = ours.recv_bytes()
+            assert msg[:1] == codec.ANSWER
+            answers.append(pickle.loads(msg[1:]))
+        assert all(ok for _n, ok, _v in answers), answers
+        assert [a[0] for a in answers] == [*range(n), n + 1, n + 2, n]
+        counts, cost, collections, cpu_parts = answers[-1][2]
+        # the last was removed before its turn (one a slice: the remove was taken after the first)
+        assert counts == {s: w.engine.instance_count(s) for s in SYMBOLS[:-1]}
+        assert cost >= 0 and len(collections) == 3 and len(cpu_parts) == 3
+        assert w.counting is None
+        ours.send_bytes(_command(n + 3, "stop"))
+        loop.join(30)
+        assert not loop.is_alive()
+    finally:
+        ours.close()
+        loop.join(30)
+        a.close()
+        b.close()
+
