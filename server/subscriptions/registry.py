@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections import ChainMap
+from concurrent.futures import wait as futures_wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Mapping, NamedTuple, Protocol
@@ -46,6 +47,10 @@ INSTALL_CHUNK = 500
 #: held them 0.2-0.3 s, and 10,000 registered while 10,000 events/s flowed held the
 #: live events up to 2.5 s (BENCHMARKS.md, "Engine workers, round 25").
 INSTALL_SLICE_S = 0.01
+#: ... and waits before its next slice but one until the engine workers have installed the one
+#: before (so that events queue behind at most two slices in a worker's pipe), at most this long
+#: once (a worker stopped in a debugger: the rest goes on without waiting).
+WORKER_SLICE_WAIT_S = 1.0
 #: A batch reports at most this many errors.
 MAX_BATCH_ERRORS = 100
 
@@ -240,6 +245,7 @@ class Registrar:
         self.broken_rows: dict[str, BrokenRow] = {}  # the store's, as a restore found them
         self.shapes = ShapeCache()  # compiled CEL query shapes (registrations and restores)
         self.preparer = Preparer()  # installs restored CEL queries without building their automata
+        self.slice_sent: list = []  # the engine workers' answers to the last slice installed (add_chunk)
         self.lock = threading.Lock()  # guards subscriptions and stream declarations
         self._readers: dict[str, set[str]] = {}  # stream -> subscriptions whose automata read it
 
@@ -316,6 +322,7 @@ class Registrar:
         until = None if seconds is None else time.perf_counter() + seconds
         with getattr(eng, "together", nullcontext)():  # (engine workers: one message each, placements stored once)
             self._add_each(eng, chunk, strict, mirror, done, until)
+        self.slice_sent = getattr(eng, "sent", [])  # (read by the request's thread once this call's answer came)
         return done
 
     def _add_each(self, eng: Engine, chunk: list[tuple[int, Pending]], strict: bool, mirror, done: list,
@@ -388,13 +395,17 @@ class Registrar:
             todo = [(i, p) for i, p in enumerate(batch) if p.automata]
             added: list = []
             try:
-                k = 0
+                k, before = 0, []
                 while k < len(todo):  # a slice of the engine thread's time at a time, events between
                     chunk = todo[k:k + INSTALL_CHUNK]
                     fut = self.submit(lambda eng, c=chunk: self.add_chunk(eng, c, persist, INSTALL_SLICE_S))
                     got = self._installed(fut, 60) if persist else fut.result(timeout=60)
                     added += got
                     k += len(got)
+                    if before is not None and futures_wait(before, WORKER_SLICE_WAIT_S).not_done:
+                        before = None  # (a worker that does not answer: not waited for again)
+                    elif before is not None:
+                        before = self.slice_sent
             except (SubscriptionError, DiskFull):
                 self._undo([p.id for _, p, _ in added], persist)
                 raise

@@ -56,6 +56,9 @@ class MirroredEngine(Engine):
         # id(shape) -> (shape, key, constant route's attributes, place, type, streams read)
         self._plans: dict[int, tuple] = {}
         self._held: dict[int, list[tuple[str, tuple]]] | None = None  # inside together(): per worker, in order
+        #: the workers' answers to what the last :meth:`together` sent (a registration waits for them
+        #: before its next slice but one: server/subscriptions/registry.py)
+        self.sent: list[Future] = []
 
     @property
     def link(self) -> WorkerLink:
@@ -131,11 +134,8 @@ class MirroredEngine(Engine):
     def _flush(self) -> None:
         """Send what :meth:`together` held: each worker's changes as one message, in order."""
         held, self._held = self._held, None
-        for worker, changes in held.items():
-            if len(changes) == 1:
-                self._send(worker, *changes[0])
-            else:
-                self._send(worker, "many", changes)
+        self.sent = [self._send(worker, *changes[0]) if len(changes) == 1 else self._send(worker, "many", changes)
+                     for worker, changes in held.items()]
 
     @contextmanager
     def unmirrored(self) -> Iterator[None]:
@@ -256,9 +256,10 @@ class MirroredEngine(Engine):
         else:
             self._send(worker, name, args)
 
-    def _send(self, worker: int, name: str, args) -> None:
-        self.links[worker].command(name, *((args,) if name == "many" else args)).add_done_callback(
-            lambda fut: self._check(fut, name, args))
+    def _send(self, worker: int, name: str, args) -> Future:
+        fut = self.links[worker].command(name, *((args,) if name == "many" else args))
+        fut.add_done_callback(lambda fut: self._check(fut, name, args))
+        return fut
 
     def _check(self, fut: Future, name: str, args) -> None:
         exc = fut.exception()

@@ -108,3 +108,71 @@ def test_the_worker_answers_other_messages_while_its_count_goes_on_and_then_the_
         a.close()
         b.close()
 
+
+def _recording_waits(monkeypatch) -> list[tuple[int, bool]]:
+    """Each wait of a registration for its worker's answers: how many it waited for, and
+    whether they had all come when it returned."""
+    from server.subscriptions import registry
+
+    calls: list[tuple[int, bool]] = []
+    real = registry.futures_wait
+
+    def recorded(futures, timeout):
+        got = real(futures, timeout)
+        calls.append((len(futures), not got.not_done))
+        return got
+
+    monkeypatch.setattr(registry, "futures_wait", recorded)
+    monkeypatch.setattr(registry, "INSTALL_SLICE_S", 0.0)  # one query a slice, whatever the machine's speed
+    return calls
+
+
+def test_a_registration_waits_for_the_worker_before_its_next_slice_but_one(tmp_path, monkeypatch):
+    """A large registration is installed a slice at a time, events between; the engine thread
+    sends each slice on to the worker and takes the next at once, so a worker slower than it
+    had slice after slice queued before the events sent between them (40-140 ms at 10,000
+    queries). The request's thread now waits, before each slice, for the worker to have
+    installed the slice before the last: every wait found it done, and every query runs."""
+    from clients.testing.market import increasing_cel, symbols
+
+    calls = _recording_waits(monkeypatch)
+    with RunningServer(make_settings(tmp_path, time="event", engine_workers=1)) as srv, \
+            CayugaClient(srv.base_url) as c:
+        got = c.subscribe_many([{"cel": increasing_cel(sym, 3)} for sym in symbols(12)])
+        assert len(got) == 12
+        assert calls[0] == (0, True) and calls[1:] == [(1, True)] * 11  # one wait a slice, for one message each
+        with c.sender() as snd:
+            snd.send_many([stock(sym, 10.0 + k, 1, 12 * k + i) for k in range(3)
+                           for i, sym in enumerate(symbols(12))])
+        for sub in got:
+            wait_until(lambda: c.subscription(sub["id"])["last_seq"] == 1, what="each query's one witness")
+    assert_no_cayuga_threads()
+
+
+def test_a_registration_waits_once_for_a_worker_that_does_not_answer(tmp_path, monkeypatch):
+    """A worker stopped in a debugger (SIGSTOP) is waited for once, WORKER_SLICE_WAIT_S; the
+    rest of the registration goes on without waiting, and the worker installs it all once
+    it runs again."""
+    import os
+    import signal
+
+    from clients.testing.market import increasing_cel, symbols
+    from server.subscriptions import registry
+
+    calls = _recording_waits(monkeypatch)
+    monkeypatch.setattr(registry, "WORKER_SLICE_WAIT_S", 0.2)
+    with RunningServer(make_settings(tmp_path, time="event", engine_workers=1)) as srv, \
+            CayugaClient(srv.base_url) as c:
+        link = srv.daemon.links[0]
+        os.kill(link.process.pid, signal.SIGSTOP)
+        try:
+            got = c.subscribe_many([{"cel": increasing_cel(sym, 3)} for sym in symbols(6)])
+        finally:
+            os.kill(link.process.pid, signal.SIGCONT)
+        assert len(got) == 6
+        assert calls == [(0, True), (1, False)]  # waited once, in vain; not again
+        with c.sender() as snd:
+            snd.send_many([stock(sym, 10.0 + k, 1, 6 * k + i) for k in range(3) for i, sym in enumerate(symbols(6))])
+        for sub in got:
+            wait_until(lambda: c.subscription(sub["id"])["last_seq"] == 1, what="each query's one witness")
+    assert_no_cayuga_threads()
