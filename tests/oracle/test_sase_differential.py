@@ -93,8 +93,11 @@ def test_random_sase_both_engine_builds_and_the_air_oracle_agree_with_the_sase_o
                 found = Counter((tuple(w[3]), w[4], w[5]) for w in got["witnesses"] if w[1] == "q")
                 assert found == want, f"{build} build, switches {config!r}, {where}; {replay()}"
     print(f"{len(todo)} queries ({dict(kinds)}), {total} matches")
-    assert kinds["negation between"] > len(todo) // 8 and kinds["negated end"] > len(todo) // 10
-    assert kinds["matches"] > len(todo) // 3 and total > len(todo)  # not vacuous
+    # not vacuous, whatever the seed: over 40 seeds of 150 cases, 48-79 had matches (mean 63, sd 6.4),
+    # 39-61 a negation between (51, 5.6), 21-47 a negated end (29, 5.2); each floor is 5 sd below its mean
+    # (a floor of a third for matches failed a CI run at 50 of 150, 2 sd below)
+    assert kinds["negation between"] > len(todo) // 8 and kinds["negated end"] > len(todo) // 30
+    assert kinds["matches"] > len(todo) // 5 and total > len(todo)
 
 
 # --------------------------------------------------------------------------- 2. server and cayuga run
