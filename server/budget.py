@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Mapping
 
 from air.engine import Engine
-from server.budgetcheck import (CAP_CHECK_EVENTS, CHECK_EVENTS, COUNT_BUDGET_SECONDS, RUNAWAY_GROWTH,
-                                RUNAWAY_VISITS, SHED_TO, BudgetCheck, Cap, CheckResult, Decision, Outcome)
+from server.budgetcheck import (CAP_CHECK_EVENTS, CHECK_EVENTS, COUNT_BUDGET_SECONDS, COUNT_SHARE,
+                                RUNAWAY_GROWTH, RUNAWAY_VISITS, SHED_TO, BudgetCheck, Cap, CheckResult, Decision, Outcome)
 from server.config import Settings
 from server.durability.diskfull import DiskFull
 from server.durability.store import Store
@@ -62,9 +62,8 @@ SHED_LOG_SECONDS = 10.0
 #: Instance counts per subscription (API, /metrics): a full pass at most this often ...
 COUNT_PASS_SECONDS = 1.0
 #: ... taking at most COUNT_BUDGET_SECONDS of engine-thread time per loop iteration ...
-#: ... and at most this share of the engine thread's time overall (with 100K
+#: ... and at most COUNT_SHARE of the engine thread's time overall (with 100K
 #: subscriptions a pass costs ~0.2 s, so passes then come every ~4 s).
-COUNT_SHARE = 0.05
 
 
 @dataclass
@@ -361,8 +360,8 @@ class StateBudget:
         def got(answer: tuple[dict[str, int], float, dict[str, dict[int, int]]]) -> None:
             counts, cost, parts = answer  # what the counting cost the worker: it keeps to COUNT_SHARE of its time
             self.instances, self._parts = counts, parts
-            top = max(counts.items(), key=lambda kv: kv[1], default=None)
-            self.heaviest = top if top and top[1] else None
+            top = max(counts, key=counts.__getitem__, default=None)  # (C-level: no Python step a subscription)
+            self.heaviest = (top, counts[top]) if top is not None and counts[top] else None
             self.counted_at = time.monotonic()
             self._count_next_pass = time.monotonic() + max(COUNT_PASS_SECONDS, cost * (1 - COUNT_SHARE) / COUNT_SHARE)
             self._count_queue.clear()

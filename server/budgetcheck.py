@@ -36,6 +36,8 @@ RUNAWAY_GROWTH = 0.5
 #: seconds at a time, between events (the engine thread's, server/budget.py, and an engine
 #: worker's, server/workers/worker.py).
 COUNT_BUDGET_SECONDS = 0.002
+#: ... and take at most this share of that thread's time, or that worker's.
+COUNT_SHARE = 0.05
 
 
 class Cap(NamedTuple):

@@ -166,14 +166,16 @@ class WorkerEngineThread(EngineThread):
                 self.instances_of[w] = sum(answers[w][0].values())
                 if len(answers) < len(self.links):
                     return
+            # C-level passes (this runs on the link's thread, under the main process's lock: a Python
+            # step a subscription was 3 ms at 10,000, BENCHMARKS.md, "Engine workers, round 26")
             merged: dict[str, int] = {}
             several: set[str] = set()  # counted by more than one worker (row-scaled)
-            for counts, _cost, _gc, _parts in answers.values():  # a row-scaled subscription's: summed over its workers
-                for sid, n in counts.items():
-                    if sid in merged:
-                        several.add(sid)
-                    merged[sid] = merged.get(sid, 0) + n
+            for counts, _cost, _gc, _parts in answers.values():
+                several |= merged.keys() & counts.keys()
+                merged.update(counts)
             parts = {sid: {w: a[0][sid] for w, a in answers.items() if sid in a[0]} for sid in several}
+            for sid, of in parts.items():  # a row-scaled subscription's: summed over its workers
+                merged[sid] = sum(of.values())
             got((merged, max(a[1] for a in answers.values()), parts))
 
         for w, link in enumerate(self.links):

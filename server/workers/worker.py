@@ -47,7 +47,7 @@ from pathlib import Path
 from air.engine import Engine, EngineError, LateEvent
 from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
-from server.budgetcheck import COUNT_BUDGET_SECONDS, BudgetCheck, Cap, Decision
+from server.budgetcheck import COUNT_BUDGET_SECONDS, COUNT_SHARE, BudgetCheck, Cap, Decision
 from server.delivery.encoding import LocalNumbers, WitnessEncoder
 from server.workers import codec
 from server.workers.channel import ResultWriter
@@ -61,17 +61,21 @@ _STREAM = attrgetter("stream")
 
 class Counting:
     """A pass of instance counts over a worker's subscriptions (command ``counts``: /health,
-    /metrics, the API), made a slice of at most COUNT_BUDGET_SECONDS at a time between the loop's
-    messages, as the engine thread makes its own (server/budget.py): counted at once, 10,000
-    subscriptions held the worker's events 40-60 ms every second (BENCHMARKS.md, "Engine
-    workers, round 26"). Each count is its subscription's when it was counted; one removed
-    meanwhile is left out, one added meanwhile waits for the next pass."""
+    /metrics, the API), made as the engine thread makes its own (server/budget.py): a slice of
+    at most COUNT_BUDGET_SECONDS at a time between the loop's messages, and the next slice not
+    before the worker has had (1 - COUNT_SHARE) / COUNT_SHARE times this one's time to itself.
+    Counted at once, 10,000 subscriptions held the worker's events 40-60 ms every second; in
+    slices back to back, the pass took the worker's core for 50 ms, and on two cores the main
+    process's threads waited for one (BENCHMARKS.md, "Engine workers, round 26"). Each count is
+    its subscription's when it was counted; one removed meanwhile is left out, one added
+    meanwhile waits for the next pass."""
 
     def __init__(self, number: int, owners: list[str]) -> None:
         self.number = number  # the command's, for its answer
         self.todo = owners[::-1]
         self.counts: dict[str, int] = {}
         self.cost = 0.0  # seconds of counting so far
+        self.next_at = 0.0  # time.perf_counter() when the next slice is due
 
     def step(self, eng: Engine, budget: float) -> bool:
         """Count for about ``budget`` seconds at most (a subscription at least); True when the pass is done."""
@@ -84,7 +88,9 @@ class Counting:
                 counts[owner] = eng.instance_count(owner)
             if perf() > deadline:
                 break
-        self.cost += perf() - start
+        took = perf() - start
+        self.cost += took
+        self.next_at = start + took / COUNT_SHARE
         return not todo
 
 
@@ -145,9 +151,12 @@ class Worker:
     def run(self) -> None:
         conn = self.conn
         while True:
-            if self.counting is not None:  # a slice of the counts between two messages
-                self._count_slice()
-                if self.counting is not None and not conn.poll(0) and not (self.held and not self.waiting):
+            if self.counting is not None:  # a slice of the counts when due, messages between
+                wait = self.counting.next_at - time.perf_counter()
+                if wait <= 0:
+                    self._count_slice()
+                    wait = None if self.counting is None else self.counting.next_at - time.perf_counter()
+                if wait is not None and not (self.held and not self.waiting) and not conn.poll(max(wait, 0)):
                     continue
             if self.held and not self.waiting:
                 msg = self.held.popleft()
