@@ -47,6 +47,10 @@ INSTALL_CHUNK = 500
 #: held them 0.2-0.3 s, and 10,000 registered while 10,000 events/s flowed held the
 #: live events up to 2.5 s (BENCHMARKS.md, "Engine workers, round 25").
 INSTALL_SLICE_S = 0.01
+#: ... and, while events flow, leaves the engine thread this long to them before the next slice:
+#: slices back to back took two cores' worth with the worker installing them too, and the live
+#: events waited 40-150 ms (BENCHMARKS.md, "Engine workers, round 26") ...
+INSTALL_GAP_S = 0.01
 #: ... and waits before its next slice but one until the engine workers have installed the one
 #: before (so that events queue behind at most two slices in a worker's pipe), at most this long
 #: once (a worker stopped in a debugger: the rest goes on without waiting).
@@ -395,9 +399,11 @@ class Registrar:
             todo = [(i, p) for i, p in enumerate(batch) if p.automata]
             added: list = []
             try:
-                k, before = 0, []
+                k, before, fed = 0, [], [-1, -1]  # (events taken when the last two slices were sent)
                 while k < len(todo):  # a slice of the engine thread's time at a time, events between
-                    chunk = todo[k:k + INSTALL_CHUNK]
+                    if self.progress.fed != fed[0] >= 0:  # events flow: the engine thread is theirs a while
+                        time.sleep(INSTALL_GAP_S)
+                    fed, chunk = [fed[1], self.progress.fed], todo[k:k + INSTALL_CHUNK]
                     fut = self.submit(lambda eng, c=chunk: self.add_chunk(eng, c, persist, INSTALL_SLICE_S))
                     got = self._installed(fut, 60) if persist else fut.result(timeout=60)
                     added += got

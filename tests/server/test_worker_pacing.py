@@ -109,12 +109,26 @@ def test_the_worker_answers_other_messages_while_its_count_goes_on_and_then_the_
         b.close()
 
 
+GAP = 0.0123  # INSTALL_GAP_S in these tests: the sleeps of this length are the registration's gaps
+
+
 def _recording_waits(monkeypatch) -> list[tuple[int, bool]]:
     """Each wait of a registration for its worker's answers: how many it waited for, and
-    whether they had all come when it returned."""
+    whether they had all come when it returned; and each of its gaps for events (``(GAP, True)``)."""
+    import time
+
     from server.subscriptions import registry
 
     calls: list[tuple[int, bool]] = []
+    sleep = time.sleep
+
+    def recorded_sleep(seconds: float) -> None:
+        if seconds == GAP:
+            calls.append((GAP, True))
+        sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", recorded_sleep)
+    monkeypatch.setattr(registry, "INSTALL_GAP_S", GAP)
     real = registry.futures_wait
 
     def recorded(futures, timeout):
@@ -132,7 +146,8 @@ def test_a_registration_waits_for_the_worker_before_its_next_slice_but_one(tmp_p
     sends each slice on to the worker and takes the next at once, so a worker slower than it
     had slice after slice queued before the events sent between them (40-140 ms at 10,000
     queries). The request's thread now waits, before each slice, for the worker to have
-    installed the slice before the last: every wait found it done, and every query runs."""
+    installed the slice before the last: every wait found it done, and every query runs. With
+    no events flowing, no slice waits for them (INSTALL_GAP_S)."""
     from clients.testing.market import increasing_cel, symbols
 
     calls = _recording_waits(monkeypatch)
@@ -141,6 +156,7 @@ def test_a_registration_waits_for_the_worker_before_its_next_slice_but_one(tmp_p
         got = c.subscribe_many([{"cel": increasing_cel(sym, 3)} for sym in symbols(12)])
         assert len(got) == 12
         assert calls[0] == (0, True) and calls[1:] == [(1, True)] * 11  # one wait a slice, for one message each
+        # (and no gap for events: none flowed)
         with c.sender() as snd:
             snd.send_many([stock(sym, 10.0 + k, 1, 12 * k + i) for k in range(3)
                            for i, sym in enumerate(symbols(12))])
@@ -175,4 +191,38 @@ def test_a_registration_waits_once_for_a_worker_that_does_not_answer(tmp_path, m
             snd.send_many([stock(sym, 10.0 + k, 1, 6 * k + i) for k in range(3) for i, sym in enumerate(symbols(6))])
         for sub in got:
             wait_until(lambda: c.subscription(sub["id"])["last_seq"] == 1, what="each query's one witness")
+    assert_no_cayuga_threads()
+
+
+def test_while_events_flow_a_registration_leaves_the_engine_thread_to_them_between_slices(tmp_path, monkeypatch):
+    """Slices back to back took both cores of a 2-core machine (the engine thread installing, the
+    worker installing what it sent) and the live events waited 40-150 ms: while events flow, a
+    registration leaves the engine thread INSTALL_GAP_S to them before each next slice."""
+    import threading
+
+    from clients.testing.market import increasing_cel, symbols
+
+    calls = _recording_waits(monkeypatch)
+    with RunningServer(make_settings(tmp_path, time="event", engine_workers=1)) as srv, \
+            CayugaClient(srv.base_url) as c:
+        d, stop = srv.daemon, threading.Event()
+
+        def send() -> None:
+            with CayugaClient(srv.base_url) as feeder:
+                k = 0
+                while not stop.is_set():
+                    feeder.post_events([stock("IBM", 10.0, 1, t) for t in range(k, k + 20)])
+                    k += 20
+
+        feeder = threading.Thread(target=send, name="test-feeder")
+        feeder.start()
+        try:
+            wait_until(lambda: d.processing.fed > 100, what="events flowing through the engine")
+            got = c.subscribe_many([{"cel": increasing_cel(sym, 3)} for sym in symbols(40)])
+        finally:
+            stop.set()
+            feeder.join(30)
+        assert len(got) == 40 and not feeder.is_alive()
+        gaps = calls.count((GAP, True))
+        assert 1 <= gaps <= 40 - 2, calls  # (none before the third slice: events are judged over two)
     assert_no_cayuga_threads()
