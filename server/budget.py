@@ -43,7 +43,8 @@ from typing import Callable, Mapping
 
 from air.engine import Engine
 from server.budgetcheck import (CAP_CHECK_EVENTS, CHECK_EVENTS, COUNT_BUDGET_SECONDS, COUNT_SHARE,
-                                RUNAWAY_GROWTH, RUNAWAY_VISITS, SHED_TO, BudgetCheck, Cap, CheckResult, Decision, Outcome)
+                                RUNAWAY_GROWTH, RUNAWAY_VISITS, SHED_TO, BudgetCheck, Cap, CheckResult, Counting, Decision,
+                                Outcome)
 from server.config import Settings
 from server.durability.diskfull import DiskFull
 from server.durability.store import Store
@@ -128,11 +129,10 @@ class StateBudget:
         #: per subscription counted in several engine workers (row-scaled), each one's share at the
         #: last count or cut: a cut in one worker changes its share, and the sum is the count
         self._parts: dict[str, dict[int, int]] = {}
-        self._count_queue: list[str] = []
+        self._counting: Counting | None = None  # the engine thread's pass under way
+        self._asked = False  # an engine worker's counts asked for, not yet answered
         self._count_next_pass = 0.0  # monotonic time
-        self._count_pass_cost = 0.0
         self.counted_at = time.monotonic()  # when the last full pass of instance counts ended
-        self._pass_heaviest: tuple[str, int] = ("", 0)
         self.heaviest: tuple[str, int] | None = None  # the most instances the last full pass found
 
     # ------------------------------------------------------------------ subscriptions come and go
@@ -323,39 +323,25 @@ class StateBudget:
         if self.local is None:
             self._refresh_remote(now)
             return
-        eng = self.engine
-        todo = self._count_queue
-        if not todo:
+        counting = self._counting
+        if counting is None:
             if now < self._count_next_pass:
                 return
             self._count_next_pass = now + COUNT_PASS_SECONDS
-            self._count_pass_cost = 0.0
-            self._pass_heaviest = ("", 0)
-            todo.extend(reversed(list(self._subscriptions)))
-        perf = time.perf_counter
-        start = perf()
-        deadline = start + COUNT_BUDGET_SECONDS
-        counts = self.instances
-        while todo:
-            sid = todo.pop()
-            if eng.has_owner(sid):
-                counts[sid] = n = eng.instance_count(sid)
-                if n > self._pass_heaviest[1]:
-                    self._pass_heaviest = (sid, n)
-            if perf() > deadline:
-                break
-        self._count_pass_cost += perf() - start
-        if not todo:  # pass done: keep the counting's share of the engine thread small
-            self.counted_at = time.monotonic()
-            self.heaviest = self._pass_heaviest if self._pass_heaviest[1] else None
-            self._count_next_pass = max(self._count_next_pass,
-                                        now + self._count_pass_cost * (1 - COUNT_SHARE) / COUNT_SHARE)
+            self._counting = counting = Counting(self._subscriptions, self.instances)
+        if not counting.step(self.engine, COUNT_BUDGET_SECONDS):
+            return
+        self._counting = None  # pass done: keep the counting's share of the engine thread small
+        self.counted_at = time.monotonic()
+        self.heaviest = counting.heaviest
+        self._count_next_pass = max(self._count_next_pass,
+                                    now + counting.cost * (1 - COUNT_SHARE) / COUNT_SHARE)
 
     def _refresh_remote(self, now: float) -> None:
         """The counts from an engine worker: one request a pass, its answer taken as it comes."""
-        if self.remote is None or now < self._count_next_pass or self._count_queue:
+        if self.remote is None or now < self._count_next_pass or self._asked:
             return
-        self._count_queue.append("")  # a request is out
+        self._asked = True  # a request is out
 
         def got(answer: tuple[dict[str, int], float, dict[str, dict[int, int]]]) -> None:
             counts, cost, parts = answer  # what the counting cost the worker: it keeps to COUNT_SHARE of its time
@@ -364,13 +350,13 @@ class StateBudget:
             self.heaviest = (top, counts[top]) if top is not None and counts[top] else None
             self.counted_at = time.monotonic()
             self._count_next_pass = time.monotonic() + max(COUNT_PASS_SECONDS, cost * (1 - COUNT_SHARE) / COUNT_SHARE)
-            self._count_queue.clear()
+            self._asked = False
 
         self._count_next_pass = now + COUNT_PASS_SECONDS
         self.remote.counts(got)
 
     def idle(self, now: float) -> float:
         """How long the engine thread may wait for events before the next count is due."""
-        if self._count_queue and self.local is not None:
+        if self._counting is not None:
             return 0.0
         return min(max(self._count_next_pass - now, 0.001), COUNT_PASS_SECONDS)

@@ -14,6 +14,7 @@ events taken, never on a clock.
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from air.engine import Engine
@@ -38,6 +39,50 @@ RUNAWAY_GROWTH = 0.5
 COUNT_BUDGET_SECONDS = 0.002
 #: ... and take at most this share of that thread's time, or that worker's.
 COUNT_SHARE = 0.05
+
+
+class Counting:
+    """A pass of instance counts over subscriptions (/health, /metrics, the API), made a slice
+    at a time between events: the engine thread's (server/budget.py) and an engine worker's
+    (command ``counts``, server/workers/worker.py). Counted at once, 10,000 subscriptions held
+    a worker's events 40-60 ms every second; in slices back to back, the pass took the worker's
+    core for 50 ms (BENCHMARKS.md, "Engine workers, round 26"). Each count is its
+    subscription's when it was counted; one removed meanwhile is left out, one added meanwhile
+    waits for the next pass. ``counts``: the table the counts go into (a new one if None)."""
+
+    def __init__(self, owners: Iterable[str], counts: dict[str, int] | None = None) -> None:
+        self.todo = list(owners)[::-1]
+        self.counts: dict[str, int] = {} if counts is None else counts
+        self.cost = 0.0  # seconds of counting so far
+        self.top: tuple[str, int] = ("", 0)  # the most instances counted in this pass, and whose (the first of equals)
+        #: time.perf_counter() when the next slice is due: the counting's own time over COUNT_SHARE after
+        #: the last slice began, so that it takes at most that share of its thread
+        self.next_at = 0.0
+
+    def step(self, eng: Engine, budget: float) -> bool:
+        """Count for about ``budget`` seconds at most (a subscription at least); True when the pass is done."""
+        perf = time.perf_counter
+        start = perf()
+        deadline, todo, counts = start + budget, self.todo, self.counts
+        top = self.top
+        while todo:
+            owner = todo.pop()
+            if eng.has_owner(owner):
+                counts[owner] = n = eng.instance_count(owner)
+                if n > top[1]:
+                    top = (owner, n)
+            if perf() > deadline:
+                break
+        took = perf() - start
+        self.top = top
+        self.cost += took
+        self.next_at = start + took / COUNT_SHARE
+        return not todo
+
+    @property
+    def heaviest(self) -> tuple[str, int] | None:
+        """The subscription with the most instances this pass counted, and how many; None if none had any."""
+        return self.top if self.top[1] else None
 
 
 class Cap(NamedTuple):

@@ -47,7 +47,7 @@ from pathlib import Path
 from air.engine import Engine, EngineError, LateEvent
 from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
-from server.budgetcheck import COUNT_BUDGET_SECONDS, COUNT_SHARE, BudgetCheck, Cap, Decision
+from server.budgetcheck import COUNT_BUDGET_SECONDS, BudgetCheck, Cap, Counting, Decision
 from server.delivery.encoding import LocalNumbers, WitnessEncoder
 from server.workers import codec
 from server.workers.channel import ResultWriter
@@ -57,41 +57,6 @@ _cpu = time.thread_time
 #: Seconds a batch runs before the worker says where its engine is (:class:`Watch`), and how often it looks.
 WATCH_SECONDS = 1.0
 _STREAM = attrgetter("stream")
-
-
-class Counting:
-    """A pass of instance counts over a worker's subscriptions (command ``counts``: /health,
-    /metrics, the API), made as the engine thread makes its own (server/budget.py): a slice of
-    at most COUNT_BUDGET_SECONDS at a time between the loop's messages, and the next slice not
-    before the worker has had (1 - COUNT_SHARE) / COUNT_SHARE times this one's time to itself.
-    Counted at once, 10,000 subscriptions held the worker's events 40-60 ms every second; in
-    slices back to back, the pass took the worker's core for 50 ms, and on two cores the main
-    process's threads waited for one (BENCHMARKS.md, "Engine workers, round 26"). Each count is
-    its subscription's when it was counted; one removed meanwhile is left out, one added
-    meanwhile waits for the next pass."""
-
-    def __init__(self, number: int, owners: list[str]) -> None:
-        self.number = number  # the command's, for its answer
-        self.todo = owners[::-1]
-        self.counts: dict[str, int] = {}
-        self.cost = 0.0  # seconds of counting so far
-        self.next_at = 0.0  # time.perf_counter() when the next slice is due
-
-    def step(self, eng: Engine, budget: float) -> bool:
-        """Count for about ``budget`` seconds at most (a subscription at least); True when the pass is done."""
-        perf = time.perf_counter
-        start = perf()
-        deadline, todo, counts = start + budget, self.todo, self.counts
-        while todo:
-            owner = todo.pop()
-            if eng.has_owner(owner):
-                counts[owner] = eng.instance_count(owner)
-            if perf() > deadline:
-                break
-        took = perf() - start
-        self.cost += took
-        self.next_at = start + took / COUNT_SHARE
-        return not todo
 
 
 class Worker:
@@ -140,8 +105,10 @@ class Worker:
         self.shapes: dict[int, object] = {}  # cached CEL shapes by their number (cmd_shape)
         self.side = None  # writes the payloads of its batches beside the witness log (cmd_side_files)
         self.side_failed = False  # the last write of them failed (said once; they go in the result meanwhile)
-        #: the pass of instance counts under way (``counts``), made a slice at a time between messages
+        #: the pass of instance counts under way (``counts``), made a slice at a time between messages,
+        #: and its command's number (for the answer)
         self.counting: Counting | None = None
+        self.counting_number = 0
         from server.subscriptions.prepared import Preparer
 
         self.preparer = Preparer()
@@ -352,7 +319,7 @@ class Worker:
         if self.counting is not None:  # (the main process asks once a pass: an earlier one is finished first)
             self.counting.step(self.engine, float("inf"))
             self._count_answer()
-        self.counting = Counting(number, list(self.engine.owners))
+        self.counting, self.counting_number = Counting(self.engine.owners), number
 
     def _count_slice(self) -> None:
         if self.counting.step(self.engine, COUNT_BUDGET_SECONDS):
@@ -364,7 +331,7 @@ class Worker:
         :attr:`cpu_parts` (/health, /metrics)."""
         done, self.counting = self.counting, None
         value = (done.counts, done.cost, [g["collections"] for g in gc.get_stats()], list(self.cpu_parts))
-        self.send(codec.ANSWER + pickle.dumps((done.number, True, value)))
+        self.send(codec.ANSWER + pickle.dumps((self.counting_number, True, value)))
 
     def cmd_stats(self) -> tuple:
         return self._stats(self.engine.stats)

@@ -1,6 +1,6 @@
 """What an engine worker does besides events holds them little: its instance counts (/health,
 /metrics, the API) are made a slice at a time between the messages of its pipe
-(server/workers/worker.py's ``Counting``: counted at once, 10,000 subscriptions held the
+(server/budgetcheck.py's ``Counting``, as the engine thread's: counted at once, 10,000 subscriptions held the
 worker's events 40-60 ms every second), and a large registration's slices wait for it
 (server/subscriptions/registry.py's WORKER_SLICE_WAIT_S)."""
 
@@ -16,6 +16,7 @@ from air.engine import Engine
 from clients.client import CayugaClient
 from clients.testing import wait_until
 from clients.testing.market import STOCK, random_walk
+from server.budgetcheck import Counting
 from server.serve import RunningServer
 from server.workers import codec, worker
 from server.workers.channel import ResultWriter
@@ -40,7 +41,7 @@ def test_a_pass_counts_a_slice_at_a_time_each_as_it_was_when_counted():
     walk = random_walk(len(SYMBOLS), 3000, seed=3)
     for e in walk[:1000]:
         eng.feed(e)
-    counting = worker.Counting(7, list(eng.owners))
+    counting = Counting(eng.owners)
     eng.remove(SYMBOLS[5])
     eng.add(_automata("LATE"), "LATE")
     seen: dict[str, int] = {}
@@ -58,7 +59,9 @@ def test_a_pass_counts_a_slice_at_a_time_each_as_it_was_when_counted():
         for e in walk[1000 + 100 * step:1100 + 100 * step]:
             eng.feed(e)
     assert counting.counts == seen and set(seen) == set(SYMBOLS) - {SYMBOLS[5]}
-    assert all(seen.values()) and counting.cost > 0 and counting.number == 7
+    assert all(seen.values()) and counting.cost > 0
+    top = max(seen.values())
+    assert counting.heaviest == (next(o for o in SYMBOLS if seen.get(o) == top), top)
 
 
 def _command(number: int, name: str, *args) -> bytes:
