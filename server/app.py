@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.api.bodies import with_bodies
 from server.api.bodylimit import BodyLimit
 from server.api import automaton, console, events, security, stats, streams, subscriptions, system, ws
 from server.config import Settings
@@ -53,13 +54,14 @@ UNAUTHENTICATED = ("missing or wrong token: send 'Authorization: Bearer <token>'
                    "server's auth_tokens setting")
 
 
-def _scopes_in_descriptions(app: FastAPI) -> None:
-    """Say in each operation's description which scope its token needs (its security requirement says it too)."""
+def _finish_document(app: FastAPI) -> None:
+    """Say in each operation's description which scope its token needs (its security requirement says it too),
+    and put the bodies the API parses itself in the components (server/api/bodies.py)."""
     build = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
-            doc = build()
+            doc = with_bodies(build())
             for ops in doc.get("paths", {}).values():
                 for op in ops.values():
                     for requirement in op.get("security", ()):
@@ -80,7 +82,7 @@ def _problem(e: dict, content_type: str) -> dict:
     if e["type"] == "json_invalid":  # FastAPI's "JSON decode error", the position in the loc
         where, problem = "body", (f"not JSON: {e.get('ctx', {}).get('error', 'cannot be read')} at character "
                                   f"{e['loc'][-1]} of the body")
-    elif e["loc"] == ("body",) and e["type"] in ("model_attributes_type", "dict_type", "missing"):
+    elif e["loc"] == ("body",) and e["type"] in ("model_attributes_type", "model_type", "dict_type", "missing"):
         problem = ("the body must be a JSON object, sent with content-type: application/json" + (
             f" (this one came as {content_type or 'no content-type'})" if "json" not in content_type else
             " (this one is empty)" if e["type"] == "missing" else ""))
@@ -158,7 +160,7 @@ def create_app(settings: Settings, daemon: Daemon | None = None) -> FastAPI:
               security.router, ws.router, console.router):
         app.include_router(r)
     app.mount(console.STATIC_URL, console.static_files(), name="console")
-    _scopes_in_descriptions(app)
+    _finish_document(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, counters=d.counters)
     # HTTP only: WebSockets pass through untouched. Level 6: most of 9's gain at a fraction of its
     # time, on the event loop (/metrics is compressed too when Prometheus asks: a few KB, microseconds)
