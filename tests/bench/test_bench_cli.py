@@ -252,11 +252,24 @@ def test_worst_windows_find_a_stall_and_when_it_was():
 
 
 def test_latency_while_registering_says_when_the_batch_ran_and_the_latency_meanwhile(monkeypatch):
+    """The batch goes from a process of its own (from a thread of the sender's, its JSON held the
+    sender between a probe's stamp and its write)."""
+    from multiprocessing.context import SpawnProcess
+
     from clients.bench import server_e2e
 
+    started = []
+    start = SpawnProcess.start
+
+    def spying(self):
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(SpawnProcess, "start", spying)
     monkeypatch.setattr(server_e2e, "REGISTER_AFTER_S", 0.2)
     result = CliRunner().invoke(main, ["bench", "latency", "--rates", "400", "--seconds", "2", "--registering", "60"])
     assert result.exit_code == 0, result.output
+    assert sorted(started) == ["cayuga-bench-register", "cayuga-latency-receiver"]
     (run,) = json.loads(result.output)["runs"]
     assert run["received"] == run["events"] == 800
     reg, during = run["registration"], run["during_registration"]
