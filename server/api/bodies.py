@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from server.api.schemas import BETWEEN_ITEMS
-from server.subscriptions.registry import Courtesy
+from server.courtesy import Courtesy
 
 M = TypeVar("M", bound=BaseModel)
 

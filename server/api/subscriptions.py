@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.api import bodies
 from server.api.deps import AUTH_ERRORS, DaemonDep, Manage, Watch, client_address, operation, require_reach
@@ -17,7 +17,7 @@ from server.config import parse_bytes
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
 from server.durability.history import FromError
 from server.subscriptions.broken import Broken
-from server.subscriptions.registry import Courtesy
+from server.courtesy import Courtesy
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=errors(*AUTH_ERRORS))
 #: What POST /subscriptions and /subscriptions/batch may answer besides their success.
@@ -185,16 +185,19 @@ async def create_subscriptions(d: DaemonDep, who: Manage, request: Request):
     Each carries its own ``warnings`` (as POST /subscriptions)."""
     raw, content_type = await request.body(), request.headers.get("content-type")
 
-    def add() -> bytes:
+    def add() -> list[bytes]:
         # off the event loop, the body's validation too (server/api/bodies.py): 10,000 queries held it 100 ms
         body = bodies.validate(SubscriptionBatchIn, raw, content_type)
         with_from = [i for i, s in enumerate(body.subscriptions) if s.from_ is not None]
         if with_from:
             raise HTTPException(422, detail=f"subscriptions[{with_from[0]}].from: a subscription with history is "
                                             "registered alone, with POST /subscriptions")
-        items = [(s.kind, s.text, s.name) for s in body.subscriptions]
-        caps = [_cap(d, s, f"subscriptions[{i}].") for i, s in enumerate(body.subscriptions)]
-        _may_name(d, who, request, [s.name for s in body.subscriptions])
+        items, caps, courtesy = [], [], Courtesy()
+        for i, s in enumerate(body.subscriptions):
+            items.append((s.kind, s.text, s.name))
+            caps.append(_cap(d, s, f"subscriptions[{i}]."))
+            courtesy()
+        _may_name(d, who, request, [name for _kind, _text, name in items])
         done = d.register_subscriptions(items)
         subs = [sub for sub, _w in done]
         d.security.own(who, subs)
@@ -209,20 +212,32 @@ async def create_subscriptions(d: DaemonDep, who: Manage, request: Request):
         answer = await run_in_threadpool(add)
     except SubscriptionError as exc:
         return JSONResponse(status_code=400, content={"detail": str(exc), "errors": exc.errors})
-    return Response(answer, status_code=status.HTTP_201_CREATED, media_type="application/json")
+    return StreamingResponse(iter(answer), status_code=status.HTTP_201_CREATED, media_type="application/json")
 
 
-def _batch_body(d, done: list) -> bytes:
-    """:class:`SubscriptionBatchOut`'s JSON, made on the request's thread a subscription at a time,
-    letting the other threads have the interpreter's lock between two: made by the response model
-    on the event loop, 10,000 per-symbol queries' answer (46 MB with their warnings) held the
-    loop, hence every WebSocket, 0.7 s (BENCHMARKS.md, "Engine workers, round 25")."""
-    parts = []
+#: A batch's answer goes out in pieces of this many subscriptions (about 2 MB for per-symbol queries with warnings).
+ANSWER_PIECE = 500
+
+
+def _batch_body(d, done: list) -> list[bytes]:
+    """:class:`SubscriptionBatchOut`'s JSON in pieces, made on the request's thread a subscription at a
+    time, letting the other threads have the interpreter's lock between two: made by the response model
+    on the event loop, 10,000 per-symbol queries' answer (46 MB with their warnings) held the loop,
+    hence every WebSocket, 0.7 s (BENCHMARKS.md, "Engine workers, round 25"); joined into one string
+    and encoded, it held the lock 60-80 ms more, and the live events waited ("round 27")."""
+    pieces, part = [b'{"subscriptions":['], []
     courtesy = Courtesy()
     for sub, warnings in done:
-        parts.append(SubscriptionRegistered(**_common(d, sub), warnings=warnings).model_dump_json(by_alias=True))
+        part.append(SubscriptionRegistered(**_common(d, sub), warnings=warnings).model_dump_json(by_alias=True)
+                    .encode())
+        if len(part) == ANSWER_PIECE:
+            pieces.append((b"," if len(pieces) > 1 else b"") + b",".join(part))
+            part = []
         courtesy()
-    return ('{"subscriptions":[' + ",".join(parts) + "]}").encode()
+    if part:
+        pieces.append((b"," if len(pieces) > 1 else b"") + b",".join(part))
+    pieces.append(b"]}")
+    return pieces
 
 
 @router.post("/preview", response_model=PreviewOut, response_model_by_alias=True,

@@ -30,6 +30,7 @@ from air.engine.memory import paused_gc
 from air.errors import CayugaError
 from air.model import Automaton, StreamSchema
 from server.config import Settings
+from server.courtesy import Courtesy
 from server.durability.diskfull import DiskFull
 from server.durability.store import BrokenRow, Store, StoredSubscription
 from server.ingest.limits import automaton_size_errors
@@ -57,26 +58,6 @@ INSTALL_GAP_S = 0.01
 WORKER_SLICE_WAIT_S = 1.0
 #: A batch reports at most this many errors.
 MAX_BATCH_ERRORS = 100
-
-
-class Courtesy:
-    """Called between two steps of a long piece of work on a request's thread: gives the
-    interpreter's lock away (``time.sleep(0)``) once ``every`` seconds have passed since it
-    last did. Without it the receivers, the engine thread and the event loop waited a switch
-    interval (20 ms) each time they wanted the lock back, and compiling 10,000 queries held
-    the live events up to 1.2 s; after every query, it cost 60 us a query even with nothing
-    else to run (BENCHMARKS.md, "Engine workers, round 25")."""
-
-    __slots__ = ("every", "_next")
-
-    def __init__(self, every: float = 0.0005) -> None:
-        self.every = every
-        self._next = time.perf_counter() + every
-
-    def __call__(self) -> None:
-        if time.perf_counter() >= self._next:
-            time.sleep(0)
-            self._next = time.perf_counter() + self.every
 
 
 class SubscriptionError(ValueError):
@@ -426,7 +407,9 @@ class Registrar:
         """Make Subscriptions of what :meth:`add_chunk` installed (and store them
         when ``persist``); a restore logs those that failed."""
         subs, installed_at = [], {}
+        courtesy = Courtesy()  # (10,000 of them: 0.4 s, the live events between)
         for i, p, published in added:
+            courtesy()
             if isinstance(published, EngineError):
                 errors.append(_bind_error(i, published))
                 continue
@@ -438,17 +421,21 @@ class Registrar:
         if persist:  # stored before they are known: what could not be stored is taken out of the engine again
             bindings = {p.id: p.binding for p in batch if p.binding is not None}
             try:
+                stored = []
+                for s in subs:
+                    stored.append(StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
+                                                     *(bindings.get(s.id) or (None, None)),
+                                                     installed_at=installed_at[s.id]))
+                    courtesy()
                 with self._storing(f"{len(subs)} subscription(s) could not be stored; none was registered"):
-                    self.store.save_subscriptions([StoredSubscription(s.id, s.kind, s.text, s.name, s.created,
-                                                                      *(bindings.get(s.id) or (None, None)),
-                                                                      installed_at=installed_at[s.id])
-                                                   for s in subs])
+                    self.store.save_subscriptions(stored)
             except DiskFull:
                 self._undo([s.id for s in subs], persist)
                 raise
         for sub in subs:
             self.subscriptions[sub.id] = sub
             self._index_readers(sub)
+            courtesy()
         if subs:
             self._invalidate_routes()  # routes of witnesses to clients depend on the subscriptions' outputs
         if not persist:  # rows stored before bindings were, or with a binding no longer valid
@@ -555,7 +542,10 @@ class Registrar:
             self.check_room(len(items))
             now = time.time()
             ids = self.store.peek_ids(len(items))
-            batch = [Pending(sid, kind, text, name, now) for sid, (kind, text, name) in zip(ids, items)]
+            batch, courtesy = [], Courtesy()
+            for sid, (kind, text, name) in zip(ids, items):
+                batch.append(Pending(sid, kind, text, name, now))
+                courtesy()
             subs = self.install(batch)
         warnings = {p.id: p.warnings for p in batch}
         return [Registered(s, warnings[s.id]) for s in subs]
