@@ -43,8 +43,8 @@ from typing import Callable, Mapping
 
 from air.engine import Engine
 from server.budgetcheck import (CAP_CHECK_EVENTS, CHECK_EVENTS, COUNT_BUDGET_SECONDS, COUNT_SHARE,
-                                RUNAWAY_GROWTH, RUNAWAY_VISITS, SHED_TO, BudgetCheck, Cap, CheckResult, Counting, Decision,
-                                Outcome)
+                                RUNAWAY_GROWTH, RUNAWAY_VISITS, SHED_TO, BudgetCheck, Cap, CheckResult, Counting,
+                                Decision, Outcome)
 from server.config import Settings
 from server.durability.diskfull import DiskFull
 from server.durability.store import Store

@@ -56,7 +56,7 @@ def _validate(model: type[M], raw: bytes, content_type: str | None) -> M:
     if not raw:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     try:
-        if not _is_json(content_type):  # FastAPI hands the bytes to the model, which refuses them (the 422 says to send JSON)
+        if not _is_json(content_type):  # FastAPI hands the bytes to the model, which refuses them (422: send JSON)
             return model.model_validate(raw)
         return model.model_validate_json(raw)  # (one pass: pydantic's parser, not a dict of it first)
     except ValidationError as exc:
@@ -68,7 +68,7 @@ def _validate(model: type[M], raw: bytes, content_type: str | None) -> M:
                 raise RequestValidationError([{"type": "json_invalid", "loc": ("body", bad.pos),
                                                "msg": "JSON decode error", "input": {},
                                                "ctx": {"error": bad.msg}}]) from None
-            except RecursionError:  # deeper than Python's parser goes (FastAPI answered a bare 400): where pydantic's stopped
+            except RecursionError:  # deeper than Python's parser goes (FastAPI: a bare 400): where pydantic's stopped
                 error = next(p for p in problems if p["type"] == "json_invalid")["ctx"]["error"]
                 raise RequestValidationError([{"type": "json_invalid", "loc": ("body", _offset(raw, error)),
                                                "msg": "JSON decode error", "input": {},

@@ -14,10 +14,10 @@ from server.api.schemas import (PreviewIn, PreviewOut, SubscriptionBatchIn, Subs
                                 ValidationOut)
 from server.budget import Cap
 from server.config import parse_bytes
+from server.courtesy import Courtesy
 from server.daemon import Subscription, SubscriptionError, SubscriptionInUse
 from server.durability.history import FromError
 from server.subscriptions.broken import Broken
-from server.courtesy import Courtesy
 
 router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], responses=errors(*AUTH_ERRORS))
 #: What POST /subscriptions and /subscriptions/batch may answer besides their success.
