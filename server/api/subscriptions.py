@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
 
 from server.api import bodies
 from server.api.deps import AUTH_ERRORS, DaemonDep, Manage, Watch, client_address, operation, require_reach
@@ -215,29 +218,35 @@ async def create_subscriptions(d: DaemonDep, who: Manage, request: Request):
     return StreamingResponse(iter(answer), status_code=status.HTTP_201_CREATED, media_type="application/json")
 
 
-#: A batch's answer goes out in pieces of this many subscriptions (about 2 MB for per-symbol queries with warnings).
+#: A long answer (a batch's, a list of subscriptions) goes out in pieces of this many subscriptions
+#: (about 2 MB of a batch of per-symbol queries with their warnings).
 ANSWER_PIECE = 500
 
 
-def _batch_body(d, done: list) -> list[bytes]:
-    """:class:`SubscriptionBatchOut`'s JSON in pieces, made on the request's thread a subscription at a
-    time, letting the other threads have the interpreter's lock between two: made by the response model
-    on the event loop, 10,000 per-symbol queries' answer (46 MB with their warnings) held the loop,
-    hence every WebSocket, 0.7 s (BENCHMARKS.md, "Engine workers, round 25"); joined into one string
-    and encoded, it held the lock 60-80 ms more, and the live events waited ("round 27")."""
-    pieces, part = [b'{"subscriptions":['], []
+def _pieces(models: Iterable[BaseModel], head: bytes, tail: bytes) -> list[bytes]:
+    """The JSON of ``models`` between ``head`` and ``tail``, comma-separated, in pieces of ANSWER_PIECE, made on
+    the request's thread a model at a time, letting the other threads have the interpreter's lock between two:
+    made by a response model on the event loop, 10,000 per-symbol queries' batch answer (46 MB with their
+    warnings) held the loop, hence every WebSocket, 0.7 s (BENCHMARKS.md, "Engine workers, round 25"); joined
+    into one string and encoded, it held the lock 60-80 ms more, and the live events waited ("round 27")."""
+    pieces, part = [head], []
     courtesy = Courtesy()
-    for sub, warnings in done:
-        part.append(SubscriptionRegistered(**_common(d, sub), warnings=warnings).model_dump_json(by_alias=True)
-                    .encode())
+    for model in models:  # (made as they are taken: the courtesy covers making them too)
+        part.append(model.model_dump_json(by_alias=True).encode())
         if len(part) == ANSWER_PIECE:
             pieces.append((b"," if len(pieces) > 1 else b"") + b",".join(part))
             part = []
         courtesy()
     if part:
         pieces.append((b"," if len(pieces) > 1 else b"") + b",".join(part))
-    pieces.append(b"]}")
+    pieces.append(tail)
     return pieces
+
+
+def _batch_body(d, done: list) -> list[bytes]:
+    """:class:`SubscriptionBatchOut`'s JSON, in pieces (:func:`_pieces`)."""
+    return _pieces((SubscriptionRegistered(**_common(d, sub), warnings=warnings) for sub, warnings in done),
+                   b'{"subscriptions":[', b"]}")
 
 
 @router.post("/preview", response_model=PreviewOut, response_model_by_alias=True,
@@ -280,7 +289,9 @@ def list_subscriptions(d: DaemonDep, who: Watch,
     if who.restricted:
         subs = [s for s in subs if d.security.reaches(who, s)]
     end = None if limit is None else offset + limit
-    return [_out(d, s) for s in subs[offset:end]]
+    # the response model's JSON, made here in pieces (:func:`_pieces`): 10,000 made on the event loop held it 22-31 ms
+    return StreamingResponse(iter(_pieces((_out(d, s) for s in subs[offset:end]), b"[", b"]")),
+                             media_type="application/json")
 
 
 @router.get("/{sid}", response_model=SubscriptionDetail, summary="Describe a subscription",

@@ -76,6 +76,18 @@ def test_a_batchs_answer_in_pieces_is_one_json_document(client, monkeypatch, pie
     assert SubscriptionBatchOut.model_validate(got).model_dump(mode="json", by_alias=True) == got
     assert [s["outputs"] for s in got["subscriptions"]] == [[s["id"]] for s in got["subscriptions"]]
     assert len(got["subscriptions"]) == 3 and len({s["id"] for s in got["subscriptions"]}) == 3
+    # the list of subscriptions goes out the same way: the response model's JSON, every page of it
+    from server.api.schemas import SubscriptionOut
+
+    listed = client.http.get("/subscriptions")
+    assert listed.status_code == 200 and listed.headers["content-type"] == "application/json"
+    every = json.loads(listed.content)
+    assert [SubscriptionOut.model_validate(s).model_dump(mode="json", by_alias=True) for s in every] == every
+    assert [s["id"] for s in every] == [s["id"] for s in got["subscriptions"]]
+    assert all(s["instances"] == 0 and s["exact"] and s["broken"] is None for s in every)
+    for offset, limit in ((0, 1), (1, 2), (2, 5), (3, 1)):
+        page = client.http.get("/subscriptions", params={"offset": offset, "limit": limit})
+        assert json.loads(page.content) == every[offset:offset + limit]
 
 
 def test_a_batch_with_errors_registers_nothing_and_takes_no_id(server, client):
