@@ -91,11 +91,13 @@ def run(queries: int, events: int, n_symbols: int = 1000, batch: int = 1024, see
             side_bytes = sum(f.stat().st_size for f in Path(tmp).glob("side-*.dat"))
             results = [r[1:] for r in pipe.sent]
             main_s, witnesses = _main_side(outputs, results, tmp)
+            log_bytes = sum(f.stat().st_size for f in Path(tmp).glob("wit-*.log"))
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
     return {"benchmark": "worker_path", "workload": workload, "queries": queries, "events": events, "batch": batch,
             "witnesses": witnesses, "result_bytes": sum(map(len, results)), "side_bytes": side_bytes,
+            "log_bytes": log_bytes,
             "worker_cpu_s": round(worker_s, 3), "main_cpu_s": round(main_s, 3),
             # the worker's batches by part (Worker.cpu_parts: what /metrics gives of a running one)
             "worker_cpu_parts_s": dict(zip(codec.CPU_PARTS, (round(x, 3) for x in worker.cpu_parts))),

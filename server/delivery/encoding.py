@@ -77,8 +77,10 @@ class Columns:
     it checks them by. Empty when packed without.
 
     ``ref``: where the worker wrote the payloads itself (server/durability/witside.py's
-    ``Ref``; None: they are in ``rest``); ``rest`` is then the packed array of the streams
-    alone, and the payloads are read by ``reader`` (``SideReader.payloads``) when asked.
+    ``Ref``; None: they are in ``rest``); ``sids`` and ``rest`` are then empty (each
+    witness's sid and stream are its owner's, which the witness log's record tells per
+    subscription: witrecords.py's kind 4), and the payloads are read by ``reader``
+    (``SideReader.payloads``) when asked.
     ``sizes``: with ``ref``, each payload's length (uint32, the machine's order; empty
     otherwise): where they are in the file, so that the main process reads only those of the
     few subscriptions a client watches (witnesses.py's ``read_parts``)."""
@@ -129,13 +131,20 @@ class Columns:
             got = self._streams = _kinds(got)
         return got
 
+    def owners_packed(self) -> bytes | memoryview:
+        """``owners`` as a MessagePack array (as a worker's result holds them: not unpacked)."""
+        got = self._owners
+        return _pack(got) if type(got) is list else got
+
+    def streams_packed(self) -> bytes | memoryview:
+        """``streams`` as a MessagePack array (as a worker's result holds them: not unpacked)."""
+        got = self._streams
+        return _pack(got) if type(got) is list else got
+
     def packed(self) -> tuple:
         """Its fields as a worker's result sends them: the lists packed, as bin (server/workers/codec.py)."""
-        owners, streams = self._owners, self._streams
-        return (_pack(owners) if type(owners) is list else owners, self.counts_packed(),
-                _pack(streams) if type(streams) is list else streams,
-                self.sids, self.rest, self.nums, self.stream_nums, self.fresh,
-                self.fresh_streams, self.checks, self.ref, self.sizes)
+        return (self.owners_packed(), self.counts_packed(), self.streams_packed(), self.sids, self.rest, self.nums,
+                self.stream_nums, self.fresh, self.fresh_streams, self.checks, self.ref, self.sizes)
 
     def _replace(self, **changes) -> "Columns":
         fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__[:-2]}
@@ -171,7 +180,9 @@ class Columns:
         if self._unpacked is None:
             if self.reader is None:
                 raise ValueError(f"the payloads are in an engine worker's file ({self.ref[0]}) and nothing reads it")
-            self._unpacked = (_owners(self.rest), self.reader(self.ref))
+            streams = list(chain.from_iterable(repeat(kind, n) if type(kind) is str else kind
+                                               for kind, n in zip(self.streams, self.counts)))
+            self._unpacked = (streams, self.reader(self.ref))
         return self._unpacked
 
 
@@ -216,8 +227,8 @@ def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable |
             ref = side(packed)
         except OSError:
             cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
-        else:
-            cols = Columns(owners, counts, kinds, _pack(sids), _pack(streams), ref=tuple(ref), sizes=payloads.sizes)
+        else:  # (each witness's sid and stream are the owners', counts' and kinds': the main process writes those)
+            cols = Columns(owners, counts, kinds, b"", b"", ref=tuple(ref), sizes=payloads.sizes)
     else:  # (the pair [streams, payloads] as msgspec packs it: an array of two, then each)
         cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
     return cols if local is None else local.number(cols)

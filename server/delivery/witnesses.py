@@ -333,12 +333,15 @@ class Witnesses:
         """Write ``cols`` numbered ``seqs`` as the record the worker packed, with the index's
         numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups
         (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None: by the names).
-        The seqs are packed from their array (witrecords.py's ``pack_seqs``), not made a list first."""
+        The seqs are packed from their array (witrecords.py's ``pack_seqs``), not made a list first;
+        where the worker wrote the payloads, the record is told per subscription (its first seq and
+        count, ``starts`` and ``ends``): nothing of it a witness."""
         wlog, side = self.witlog, cols.ref
         if side is None:
             body = (b"\x94", cols.sids, pack_seqs(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
-        else:  # ([sids, seqs, streams, where the worker wrote the payloads]: witrecords.py's kind 3)
-            body = (b"\x94", cols.sids, pack_seqs(seqs), memoryview(cols.rest), _pack(side))
+        else:  # ([owners, firsts, counts, streams, where the worker wrote the payloads]: witrecords.py's kind 4)
+            body = (b"\x95", cols.owners_packed(), pack_seqs(starts), pack_seqs(ends - starts + 1),
+                    cols.streams_packed(), _pack(side))
 
         def append() -> dict[str, int]:
             wlog.append_packed(body, len(seqs), nums, starts, ends, pair_nums, pair_streams, side)

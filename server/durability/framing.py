@@ -5,8 +5,9 @@ segments and snapshots -- and the segment-file handling the two logs share.
 one byte naming what the file holds (:data:`JOURNAL` ``J``, :data:`WITNESS_LOG`
 ``W``, :data:`SNAPSHOT` ``S``, :data:`PAYLOADS` ``P``: an engine worker's witness
 payloads, server/durability/witside.py) and the framing version (:data:`VERSION`, 2;
-a witness-log segment's is 3, :data:`VERSIONS`: it may hold records whose payloads
-are in a ``P`` file, which a Cayuga that reads only 2 would take for a torn tail).
+a witness-log segment's is 4, :data:`VERSIONS`: it may hold records whose payloads
+are in a ``P`` file (3), told per subscription (4), which a Cayuga that reads only
+2 or 3 would take for a torn tail).
 Records follow, each ``<u32 length><u32 CRC32 of the 4 length bytes and the
 payload><payload>`` (little-endian, ``zlib.crc32``): the length is under the
 CRC, so a flipped bit in a length is caught like one in a payload.
@@ -47,7 +48,7 @@ JOURNAL, WITNESS_LOG, SNAPSHOT, PAYLOADS = b"J", b"W", b"S", b"P"
 KINDS = {JOURNAL: "a journal segment", WITNESS_LOG: "a witness-log segment", SNAPSHOT: "a snapshot",
          PAYLOADS: "an engine worker's witness payloads"}
 #: The newest framing version of each kind, which new files are written in (read: 2 up to it).
-VERSIONS = {JOURNAL: VERSION, WITNESS_LOG: 3, SNAPSHOT: VERSION, PAYLOADS: VERSION}
+VERSIONS = {JOURNAL: VERSION, WITNESS_LOG: 4, SNAPSHOT: VERSION, PAYLOADS: VERSION}
 #: A record's frame: payload length, CRC32 of (length, payload) -- of the payload alone with ``legacy``.
 FRAME = struct.Struct("<II")
 _LEN = struct.Struct("<I")

@@ -17,8 +17,10 @@ from typing import Iterable
 import msgspec
 
 from server.durability.framing import FRAME, BadRecord
-from server.durability.witrecords import (BATCH, CHECKPOINT, GAP_MARK, SIDE, WITNESS, Gap, Gone, parse, unpack_batch,
-                                          unpack_side)
+from server.durability.witrecords import (BATCH, CHECKPOINT, GAP_MARK, RUNS, SIDE, WITNESS, Gap, Gone, parse,
+                                          runs_columns, unpack_batch, unpack_runs, unpack_side)
+
+_BATCHES = (BATCH, SIDE, RUNS)
 from server.durability.witside import SideReader
 
 log = logging.getLogger("cayuga.witlog")
@@ -154,10 +156,12 @@ class Cursor:
                         raise OSError(f"witness log {seg.path.name}: unreadable record at offset {pos}")
                     break
                 kind, seq, rsid, rstream, payload, p = rec
-                if (kind == BATCH or kind == SIDE) and buf.find(self._needle, p - len(payload), p) < 0:
+                if kind in _BATCHES and buf.find(self._needle, p - len(payload), p) < 0:
                     continue  # (not one of its witnesses in it)
                 if kind == BATCH:
                     entries = self._mine(unpack_batch(payload))
+                elif kind == RUNS:
+                    entries = self._runs_entries(unpack_runs(payload), seg)
                 elif kind == SIDE:
                     entries = self._side_entries(unpack_side(payload), seg)
                 elif kind == WITNESS:
@@ -201,20 +205,42 @@ class Cursor:
                 return zip(sids[first:end], *(col[first:end] for col in cols[1:]))
         return zip(*cols)
 
-    def _side_entries(self, cols: tuple, seg) -> list:
-        """A kind 3 record's witnesses: its payloads read from the worker's file only when this
-        cursor wants one of them; where they cannot be read (a power cut took the end of the file),
-        each wanted witness stands for itself with a :class:`Gap` of one for a payload."""
+    def _runs_entries(self, runs: tuple, seg) -> list:
+        """A kind 4 record's witnesses: a subscription's cursor takes its own run alone (found by
+        its name: not a column of the batch's thousands made); a stream's, the record's columns
+        (witrecords.py's ``runs_columns``)."""
+        if self.sid is None:
+            return self._side_entries(runs_columns(runs), seg)
+        owners, firsts, counts, kinds, ref = runs
+        try:
+            i = owners.index(self.sid)
+        except ValueError:
+            return []
+        n, first, kind = counts[i], firsts[i], kinds[i]
+        if n <= 0 or (type(kind) is not str and len(kind) != n):
+            raise OSError(f"witness log {seg.path.name}: a record's entry of {self.sid} is not whole")
+        mine = ([self.sid] * n, list(range(first, first + n)), [kind] * n if type(kind) is str else kind, ref)
+        return self._side_entries(mine, seg, (sum(counts[:i]), sum(counts)))
+
+    def _side_entries(self, cols: tuple, seg, span: tuple[int, int] | None = None) -> list:
+        """A kind 3 record's witnesses (or those of a kind 4's columns ``cols``; with ``span``,
+        ``(at, total)``, they are the batch's from ``at`` of ``total``): its payloads read from
+        the worker's file only when this cursor wants one of them; where they cannot be read (a
+        power cut took the end of the file), each wanted witness stands for itself with a
+        :class:`Gap` of one for a payload."""
         sids, seqs, streams, ref = cols
         want = self.sid if self.sid is not None else self.stream
         if want not in (sids if self.sid is not None else streams):
             return []
         if self._side is None:
             self._side = self.log.side_reader()
+        at, total = (0, len(sids)) if span is None else span
         try:
             payloads = self._side.payloads(ref)
-            if len(payloads) != len(sids):
-                raise BadRecord(f"{len(payloads)} payloads for {len(sids)} witnesses")
+            if len(payloads) != total:
+                raise BadRecord(f"{len(payloads)} payloads for {total} witnesses")
+            if span is not None:
+                payloads = payloads[at:at + len(sids)]
         except (OSError, BadRecord, msgspec.DecodeError) as exc:
             log.error("witness log %s: the payloads of %d witnesses in %s are lost (%s)", seg.path.name, len(sids),
                       ref[0], exc)

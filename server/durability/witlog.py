@@ -10,9 +10,10 @@ on other threads) read what is already appended, each with its own file handles.
 witnesses of one subscription 1, 2, 3, ... (the daemon gives them); the payload is the
 witness JSON exactly as clients get it. witrecords.py has the records: a batch of witnesses
 (one encoding and one CRC per batch), or one whose payloads an engine worker wrote to a file
-of its own (witside.py); every segment starts with a checkpoint, the last seq of every
-subscription so far (the numbers survive the deletion of old segments). Segments are framed
-by :mod:`server.durability.framing` (``CAYUGA W``, version 3; older ones are read, and the
+of its own (witside.py), told per subscription (its first seq, its count, its stream); every
+segment starts with a checkpoint, the last seq of every subscription so far (the numbers
+survive the deletion of old segments). Segments are framed by
+:mod:`server.durability.framing` (``CAYUGA W``, version 4; older ones are read, and the
 newest of them sealed when the log is opened).
 
 **Gaps.** The log may lack witnesses that were numbered: a segment cut short or damaged
@@ -74,10 +75,11 @@ from server.durability.seqmap import Numbers, SeqMap
 from server.durability.witcursor import Cursor
 from server.durability.witholes import Holes
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
-                                          MAX_RECORD, NAMES, SIDE as _SIDE, Gap, Gone, Record, Segment as _Segment,
-                                          Sub as _Sub, body_of as _body, dump_json as _json, encode as _encode,
-                                          encode_parts as _encode_parts, pack_batch as _pack, pack_seqs, parse as _parse,
-                                          unpack_batch as _unpack, unpack_side as _unpack_side)
+                                          MAX_RECORD, NAMES, RUNS as _RUNS, SIDE as _SIDE, Gap, Gone, Record,
+                                          Segment as _Segment, Sub as _Sub, body_of as _body, dump_json as _json,
+                                          encode as _encode, encode_parts as _encode_parts, pack_batch as _pack,
+                                          pack_seqs, parse as _parse, runs_checked, unpack_batch as _unpack,
+                                          unpack_runs as _unpack_runs, unpack_side as _unpack_side)
 from server.durability.witside import SideFiles, SideReader
 
 __all__ = ["Cursor", "Gap", "Gone", "MAX_RECORD", "NAMES", "Record", "WitnessLog"]
@@ -151,8 +153,9 @@ class WitnessLog(Holes):
             self._segments.pop()
             fsio.unlink(last.path)
             fsio.remove(last.index_path)
-        elif last is not None and not last.sealed and framing.file_version(last.path) < 3:  # an older framing:
-            self._seal()  # a new one (a reader of it would take a kind 3 record for a torn tail), synced by sync()
+        elif (last is not None and not last.sealed
+              and framing.file_version(last.path) < framing.VERSIONS[framing.WITNESS_LOG]):  # an older framing:
+            self._seal()  # a new one (a reader of it would take a kind 4 record for a torn tail), synced by sync()
             self._unsynced.append(last.path)
         self.side.drop_orphans({name for seg in self._segments for name in seg.side})  # (never logged)
         self._find_holes()
@@ -237,16 +240,24 @@ class WitnessLog(Holes):
                         self._merge_checkpoint(json.loads(bytes(payload)))
                 except (ValueError, AttributeError, TypeError):
                     break
-            elif kind == _BATCH or kind == _SIDE:
+            elif kind == _BATCH or kind == _SIDE or kind == _RUNS:
                 try:
-                    sids, seqs, streams, payloads = (_unpack if kind == _BATCH else _unpack_side)(payload)
-                except msgspec.DecodeError:
+                    if kind == _RUNS:
+                        runs = _unpack_runs(payload)
+                        runs_checked(runs)
+                        payloads = runs[4]
+                    else:
+                        sids, seqs, streams, payloads = (_unpack if kind == _BATCH else _unpack_side)(payload)
+                except (msgspec.DecodeError, ValueError):
                     break
-                if kind == _SIDE:
+                if kind != _BATCH:
                     name, off, length = payloads
                     if off + length > sizes.get(name, 0):
                         break  # what it refers to was lost with its file's end: cut off, as a torn tail
                     seg.refer(name, off, length)
+                if kind == _RUNS:
+                    self._index_runs(seg, runs, pos)
+                    continue
                 for esid, eseq, estream in zip(sids, seqs, streams):
                     self._index(seg, esid, eseq, estream, pos)
             else:
@@ -259,6 +270,28 @@ class WitnessLog(Holes):
             self.truncated += end - pos
             framing.cut_tail(seg.path, pos)
         seg.size = pos
+
+    def _index_runs(self, seg: _Segment, runs: tuple, off: int) -> None:
+        """:meth:`_index` of a kind 4 record's witnesses (``runs``: its columns, checked), a
+        subscription at a time (a record holds thousands, each a run of witnesses)."""
+        owners, firsts, counts, kinds, _ref = runs
+        subs, streams, known = seg.subs, seg.streams, self._last
+        for sid, first, n, kind in zip(owners, firsts, counts, kinds):
+            last = first + n - 1
+            sub = subs.get(sid)
+            if sub is None:
+                subs[sid] = _Sub(first, off, last)
+            else:
+                sub.last_seq = last
+            if last > known.get(sid, 0):
+                known[sid] = last
+            for stream in ((kind,) if type(kind) is str else set(kind)):
+                pubs = streams.get(stream)
+                if pubs is None:
+                    streams[stream] = {sid}
+                else:
+                    pubs.add(sid)
+        seg.records += sum(counts)
 
     def _index(self, seg: _Segment, sid: str, seq: int, stream: str, off: int) -> None:
         sub = seg.subs.get(sid)
@@ -357,16 +390,20 @@ class WitnessLog(Holes):
         return bool((self._last.take(nums) >= firsts).any())
 
     def append_packed(self, body: Sequence[bytes | memoryview], n: int, nums: np.ndarray, firsts: np.ndarray,
-                      lasts: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray, side=None) -> None:
+                      lasts: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray, side=None,
+                      kind: int | None = None) -> None:
         """Append a batch record whose ``body`` an engine worker packed (:meth:`append_columns`'s
         columns of ``n`` witnesses, none held already: :meth:`holds_any`; the parts of the body,
         joined once, into the record), with what the index
         needs: per subscription (numbered ``nums`` by :attr:`numbers`, each once) its first and
         last seq, and which subscriptions published on which streams (``pair_nums[i]`` on the
         stream :attr:`stream_numbers` numbers ``pair_streams[i]``; each pair once or more). ``side``:
-        the body's last part is where the worker wrote the payloads (witside.py's ``Ref``): a kind 3 record."""
-        self._write(_encode_parts(_BATCH if side is None else _SIDE, n, body), n, nums, firsts, lasts, pair_nums,
-                    pair_streams, side)
+        the body's last part is where the worker wrote the payloads (witside.py's ``Ref``): by
+        default a kind 4 record (witrecords.py: the body told per subscription), ``kind`` 3 where
+        the body is a witness's entry each (as the Cayuga before wrote them)."""
+        if kind is None:
+            kind = _BATCH if side is None else _RUNS
+        self._write(_encode_parts(kind, n, body), n, nums, firsts, lasts, pair_nums, pair_streams, side)
 
     def _write(self, rec: bytes, n_kept: int, nums: np.ndarray, firsts: np.ndarray, lasts: np.ndarray,
                pair_nums: np.ndarray, pair_streams: np.ndarray, side=None) -> None:  # (DiskFull: not written)

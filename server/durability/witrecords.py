@@ -15,7 +15,13 @@ takes a gap mark for a checkpoint, which is what it is for numbering; 2 a batch,
 whose payload is the batch's witnesses as msgpack, four arrays ``[sids, seqs,
 streams, payloads]``; 3 a batch whose payloads an engine worker wrote to a file of
 its own (witside.py): ``[sids, seqs, streams, [file, offset, length]]`` (a segment
-that may hold these is of framing version 3).
+that may hold these is of framing version 3); 4 such a batch told per subscription, not per
+witness: ``[owners, firsts, counts, streams, [file, offset, length]]``, each subscription's
+witnesses numbered ``first`` on, ``count`` of them, on ``stream`` (or a list of each one's),
+in the order of the payloads (:func:`runs_columns` makes the columns of a kind 3 of it; a
+segment that may hold these is of framing version 4). What the main process writes of an
+engine worker's batch of thousands of subscriptions: its numbers and names, never a sid,
+seq or stream a witness.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from __future__ import annotations
 import struct
 import threading
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Sequence, Union
 
 import msgspec
 import numpy as np
@@ -35,7 +42,7 @@ from server.durability.seqmap import grown
 
 NAMES = framing.SegmentNames("wit-", 12, ".log")
 BODY = struct.Struct("<BQHH")  # kind, seq, len(sid), len(stream)
-WITNESS, CHECKPOINT, BATCH, SIDE = 0, 1, 2, 3
+WITNESS, CHECKPOINT, BATCH, SIDE, RUNS = 0, 1, 2, 3, 4
 #: The ``seq`` of a checkpoint record that marks a gap (0: a segment's first checkpoint).
 GAP_MARK = 1
 pack_batch = msgspec.msgpack.Encoder().encode
@@ -45,6 +52,9 @@ _UINT64 = np.dtype([("tag", "u1"), ("value", ">u8")])
 unpack_batch = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], list[bytes]]).decode
 #: a kind 3 record's payload: the payloads' place in a worker's file (witside.py's ``Ref``) instead of them
 unpack_side = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[str], tuple[str, int, int]]).decode
+#: a kind 4 record's payload: per subscription its first seq, its number of witnesses and their stream(s)
+unpack_runs = msgspec.msgpack.Decoder(tuple[list[str], list[int], list[int], list[Union[str, list[str]]],
+                                            tuple[str, int, int]]).decode
 #: The JSON ``json.dumps(..., separators=(",", ":"))`` writes (letters beyond ASCII as UTF-8,
 #: not escaped: ``json.loads`` reads both), ten times as fast: a sealed segment's index and each
 #: segment's checkpoint name every subscription, and with 10,000 of them ``json`` held the
@@ -299,11 +309,54 @@ def _index_of(record: tuple) -> tuple[dict, dict]:
     return subs, streams
 
 
+def runs_columns(runs: tuple) -> tuple[list[str], list[int], list[str], tuple]:
+    """A kind 4 record's payload (:data:`unpack_runs`) as a kind 3's: ``(sids, seqs, streams,
+    ref)``, an entry a witness. Raises ValueError where they are not whole (:func:`runs_checked`)."""
+    runs_checked(runs)
+    owners, firsts, counts, kinds, ref = runs
+    if not owners:
+        return [], [], [], ref
+    # array passes (thousands of subscriptions a record: a Python loop over them cost five times the decoding)
+    n = np.asarray(counts, np.int64)
+    ends = np.cumsum(n)
+    sids = np.repeat(_objects(owners), n).tolist()
+    seqs = (np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(np.asarray(firsts, np.int64) - (ends - n), n)).tolist()
+    if list not in set(map(type, kinds)):
+        streams = np.repeat(_objects(kinds), n).tolist()
+    else:
+        streams = []
+        for k, kind in zip(counts, kinds):
+            streams += repeat(kind, k) if type(kind) is str else kind
+    return sids, seqs, streams, ref
+
+
+def runs_checked(runs: tuple) -> None:
+    """Raises ValueError where a kind 4 record's columns (:data:`unpack_runs`) are not whole: of
+    different lengths, a count not positive, or a subscription's list of streams not as long as
+    its count (not a record this module wrote)."""
+    owners, firsts, counts, kinds, _ref = runs
+    if not len(owners) == len(firsts) == len(counts) == len(kinds):
+        raise ValueError("a runs record's columns differ in length")
+    if owners and min(counts) <= 0:
+        raise ValueError("a runs record's count is not positive")
+    if list in set(map(type, kinds)):
+        for sid, k, kind in zip(owners, counts, kinds):
+            if type(kind) is not str and len(kind) != k:
+                raise ValueError(f"a runs record's streams of {sid} are not as many as its witnesses")
+
+
+def _objects(items: list) -> np.ndarray:
+    """``items`` as an array of the objects themselves (``np.array`` would make strings of them)."""
+    out = np.empty(len(items), object)
+    out[:] = items
+    return out
+
+
 def body_of(body: bytes | memoryview):
     """A record's body: (kind, seq, sid, stream, payload), or None when it is not one."""
     kind, seq, ls, lt = BODY.unpack_from(body, 0)
     o = BODY.size
-    if kind not in (WITNESS, CHECKPOINT, BATCH, SIDE) or o + ls + lt > len(body):
+    if kind not in (WITNESS, CHECKPOINT, BATCH, SIDE, RUNS) or o + ls + lt > len(body):
         return None
     try:
         sid = bytes(body[o:o + ls]).decode()

@@ -51,9 +51,10 @@ which the engine thread reads; the rest on the pipe, which the link's reader thr
          numbers them and writes ``0x94 + sids + seqs + rest[1:]``: the record
          ``pack_batch((sids, seqs, streams, payloads))`` makes, byte for byte.
          ``ref``: nil, or where the worker wrote the payloads itself (a file of
-         its own beside the witness log, server/durability/witside.py): ``rest``
-         is then the array of the streams alone, and the main process writes a
-         record that refers to them (``0x94 + sids + seqs + rest + ref``, kind 3); ``sizes``
+         its own beside the witness log, server/durability/witside.py): ``sids``
+         and ``rest`` are then empty, and the main process writes a record told
+         per subscription that refers to them (``0x95 + owners + firsts + counts
+         + streams + ref``, kind 4: nothing of it a witness); ``sizes``
          is then each payload's length (``Columns.sizes``), for reading only the watched ones.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.

@@ -90,7 +90,7 @@ def test_every_new_file_starts_with_the_header_of_its_kind_and_framing_version(t
     wl.append([wit("a", 1)])
     wl.close()
     (seg,) = (tmp_path / "w").glob("wit-*.log")
-    assert_new_framing(seg, b"W", 3)  # (it may refer to an engine worker's payloads: a reader of 2 would not know)
+    assert_new_framing(seg, b"W", 4)  # (it may tell a worker's batch per subscription: a reader of 3 would not know)
     (snap,) = SnapshotStore(tmp_path / "s").write({"fed": 1}, journal=1)
     assert_new_framing(snap.path, b"S")
     assert MAGIC == b"CAYUGAS\x02"
@@ -164,8 +164,8 @@ def test_a_file_of_another_kind_or_a_newer_framing_is_refused_with_what_it_is(tm
     with pytest.raises(FramingError, match="a witness-log segment, not a journal segment: move it out"):
         Journal(tmp_path / "j", "write")
     (tmp_path / "w").mkdir()
-    (tmp_path / "w" / "wit-000000000001.log").write_bytes(b"CAYUGAW\x04" + b"\0" * 20)
-    with pytest.raises(FramingError, match="framing version 4, which this Cayuga does not read"):
+    (tmp_path / "w" / "wit-000000000001.log").write_bytes(b"CAYUGAW\x05" + b"\0" * 20)
+    with pytest.raises(FramingError, match="framing version 5, which this Cayuga does not read"):
         WitnessLog(tmp_path / "w")
     with pytest.raises(SnapshotError, match="framing version 9"):
         decode(b"CAYUGAS\x09" + b"\0" * 20)
@@ -358,7 +358,7 @@ def to_older_framing(data_dir) -> int:
             done += 1
     for p in (data_dir / "witnesses").glob("wit-*.log"):
         data = p.read_bytes()
-        if data[:8] in (b"CAYUGAW\x02", b"CAYUGAW\x03"):  # (3: none of its records is of kind 3 here)
+        if data[:8] in (b"CAYUGAW\x02", b"CAYUGAW\x03", b"CAYUGAW\x04"):  # (none of its records of kind 3 or 4 here)
             p.write_bytes(data[8:])  # the same records, without the file header
             idx = p.with_suffix(".idx")
             if idx.exists():  # offsets as they were without the header

@@ -19,7 +19,7 @@ from server.delivery.witnesses import read_parts
 from server.durability import framing, fsio
 from server.durability.framing import FramingError
 from server.durability.witlog import Gap, WitnessLog
-from server.durability.witrecords import SIDE, parse
+from server.durability.witrecords import RUNS, SIDE, parse, unpack_runs
 from server.durability.witside import SideReader, SideWriter, listing
 from tests.server.tmpfs import fill, tmpfs
 
@@ -34,16 +34,26 @@ def witnesses(sids: list[str], first: dict[str, int], stream: str = "Out") -> tu
     return sids, seqs, [stream] * len(sids), payloads
 
 
-def append_side(wl: WitnessLog, writer: SideWriter, cols: tuple) -> None:
-    """Append ``cols`` as the main process does a worker's batch whose payloads the worker wrote."""
-    sids, seqs, streams, payloads = cols
+def append_side(wl: WitnessLog, writer: SideWriter, cols: tuple, kind: int = RUNS) -> None:
+    """Append ``cols`` as the main process does a worker's batch whose payloads the worker wrote:
+    each subscription's witnesses together (as a worker packs them), told per subscription (kind
+    4), or with ``kind`` 3 a sid, seq and stream a witness (as the Cayuga before wrote them)."""
+    first = list(dict.fromkeys(cols[0]))
+    order = sorted(range(len(cols[0])), key=lambda i: first.index(cols[0][i]))
+    sids, seqs, streams, payloads = ([col[i] for i in order] for col in cols)
     ref = tuple(writer.write(encode(payloads)))
     owners = list(dict.fromkeys(sids))
     firsts = [seqs[sids.index(s)] for s in owners]
     lasts = [seqs[len(sids) - 1 - sids[::-1].index(s)] for s in owners]
-    body = (b"\x94", encode(sids), encode(seqs), encode(streams), encode(ref))
+    if kind == SIDE:
+        body = (b"\x94", encode(sids), encode(seqs), encode(streams), encode(ref))
+    else:
+        kinds = [sts[0] if len(set(sts)) == 1 else sts
+                 for sts in ([t for s, t in zip(sids, streams) if s == o] for o in owners)]
+        counts = [b - a + 1 for a, b in zip(firsts, lasts)]
+        body = (b"\x95", encode(owners), encode(firsts), encode(counts), encode(kinds), encode(ref))
     wl.append_packed(body, len(sids), wl.numbers.array(owners), np.array(firsts), np.array(lasts),
-                     wl.numbers.array(sids), wl.stream_numbers.array(streams), ref)
+                     wl.numbers.array(sids), wl.stream_numbers.array(streams), ref, kind=kind)
 
 
 def read_all(wl: WitnessLog, sid: str) -> list:
@@ -73,35 +83,59 @@ def test_a_writer_frames_each_batch_and_starts_a_new_file_when_one_is_full(tmp_p
     assert SideWriter(tmp_path, 3).tag != w.tag  # a restarted worker never appends to its predecessor's files
 
 
-def test_side_records_read_back_as_batch_records_do_and_survive_reopening(tmp_path):
+@pytest.mark.parametrize("kind", [RUNS, SIDE])
+def test_side_records_read_back_as_batch_records_do_and_survive_reopening(tmp_path, kind):
+    """Both kinds of record that refer to a worker's payloads: told per subscription (kind 4,
+    what this Cayuga writes), and a witness each (kind 3, in a segment of the framing before,
+    sealed when the log is opened)."""
     wl = WitnessLog(tmp_path / "w")
     w = SideWriter(tmp_path / "w", 0)
     seqs: dict[str, int] = {}
     wl.append([("a", 1, "Out", b'{"inline":1}')])
     seqs["a"] = 1
-    append_side(wl, w, witnesses(["a", "b", "a", "c"], seqs))
-    append_side(wl, w, witnesses(["b", "c"], seqs, stream="Other"))
+    append_side(wl, w, witnesses(["a", "b", "a", "c"], seqs), kind)
+    append_side(wl, w, witnesses(["b", "c"], seqs, stream="Other"), kind)
+    append_side(wl, w, (["d", "d", "d"], [1, 2, 3], ["Out", "Other", "Out"], [b'{"d":1}', b'{"d":2}', b'{"d":3}']),
+                kind)  # (one subscription on two streams, in a batch of its own)
     expect_a = [(1, b'{"inline":1}'), (2, b'{"s":"a","n":2}'), (3, b'{"s":"a","n":3}')]
-    assert read_all(wl, "a") == expect_a
-    assert [(s, n) for s, n, _ in wl.read_stream("Other")] == [("b", 2), ("c", 2)]
-    assert wl.publishers("Other") == {"b", "c"}
+    expect_d = [(1, b'{"d":1}'), (2, b'{"d":2}'), (3, b'{"d":3}')]
+    assert read_all(wl, "a") == expect_a and read_all(wl, "d") == expect_d
+    assert read_all(wl, "c") == [(1, b'{"s":"c","n":1}'), (2, b'{"s":"c","n":2}')]  # (after others' in each batch)
+    assert [(s, n) for s, n, _ in wl.read_stream("Other")] == [("b", 2), ("c", 2), ("d", 2)]
+    assert wl.publishers("Other") == {"b", "c", "d"}
     # the record holds no payload: only where the worker wrote them
     (seg,) = sorted((tmp_path / "w").glob("wit-*.log"))
-    data = seg.read_bytes()
-    assert data[:8] == b"CAYUGAW\x03" and b'"s":"a"' not in data
-    kinds = []
+    data = bytearray(seg.read_bytes())
+    assert data[:8] == b"CAYUGAW\x04" and b'"s":"a"' not in data
+    kinds, runs = [], []
     pos = framing.file_kind(data, framing.WITNESS_LOG, "seg")
     while (rec := parse(data, pos, len(data))) is not None:
         kinds.append(rec[0])
+        if rec[0] == RUNS:
+            runs.append(unpack_runs(rec[4])[:4])
         pos = rec[-1]
-    assert kinds.count(SIDE) == 2
+    assert kinds.count(kind) == 3
+    if kind == RUNS:  # told per subscription: its sid, first seq, count and stream(s) once
+        assert runs == [(["a", "b", "c"], [2, 1, 1], [2, 1, 1], ["Out"] * 3),
+                        (["b", "c"], [2, 2], [1, 1], ["Other"] * 2),
+                        (["d"], [1], [3], [["Out", "Other", "Out"]])]
     weight = wl.bytes
     assert weight > len(data)  # the payloads referred to count as the log's
     w.close()
     wl.close()
-    wl = WitnessLog(tmp_path / "w")  # the active segment scanned again
-    assert read_all(wl, "a") == expect_a
-    assert wl.last_seqs() == {"a": 3, "b": 2, "c": 2} and wl.bytes == weight
+    if kind == SIDE:
+        data[7] = 3  # as the Cayuga before wrote them
+        seg.write_bytes(bytes(data))
+    wl = WitnessLog(tmp_path / "w")  # the active segment scanned again (one of the framing before: sealed)
+    assert read_all(wl, "a") == expect_a and read_all(wl, "d") == expect_d
+    assert [(s, n) for s, n, _ in wl.read_stream("Out")][-2:] == [("d", 1), ("d", 3)]
+    assert wl.last_seqs() == {"a": 3, "b": 2, "c": 2, "d": 3}
+    assert wl.publishers("Other") == {"b", "c", "d"} and wl.publishers("Out") == {"a", "b", "c", "d"}
+    assert wl.first_seq("a") == 1 and wl.first_seq("d") == 1
+    if kind == RUNS:
+        assert wl.bytes == weight and len(list((tmp_path / "w").glob("wit-*.log"))) == 1
+    else:  # sealed, and a new segment begun (its checkpoint)
+        assert wl.bytes > weight and len(list((tmp_path / "w").glob("wit-*.log"))) == 2
     assert listing(tmp_path / "w")  # referred to: kept
     wl.close()
 
@@ -372,7 +406,7 @@ def test_records_that_refer_past_the_end_of_a_payload_file_are_cut_off_as_a_torn
     wl.close()
 
 
-def test_a_segment_of_the_framing_before_is_sealed_and_the_log_goes_on_in_one_of_version_3(tmp_path):
+def test_a_segment_of_the_framing_before_is_sealed_and_the_log_goes_on_in_one_of_version_4(tmp_path):
     d = tmp_path / "w"
     wl = WitnessLog(d)
     wl.append([("a", 1, "Out", b"{}")])
@@ -385,13 +419,13 @@ def test_a_segment_of_the_framing_before_is_sealed_and_the_log_goes_on_in_one_of
     w = SideWriter(d, 0)
     append_side(wl, w, witnesses(["a", "b"], {"a": 1}))
     segs = sorted(d.glob("wit-*.log"))
-    assert len(segs) == 2 and segs[0].read_bytes()[7] == 2 and segs[1].read_bytes()[7] == 3
+    assert len(segs) == 2 and segs[0].read_bytes()[7] == 2 and segs[1].read_bytes()[7] == 4
     assert [n for n, _ in read_all(wl, "a")] == [1, 2]
     w.close()
     wl.close()
-    data[7] = 4
+    data[7] = 5
     seg.write_bytes(bytes(data))
-    with pytest.raises(FramingError, match="framing version 4"):
+    with pytest.raises(FramingError, match="framing version 5"):
         WitnessLog(d)
 
 
@@ -444,7 +478,7 @@ def test_a_worker_that_cannot_write_its_payloads_sends_them_as_before(tmp_path):
     with tmpfs(tmp_path, "1m") as mnt:
         w = SideWriter(mnt, 0)
         got = pack_flat(flat, side=w.write)
-        assert got.ref is not None and bytes(got.rest) == encode(["Out"] * 3)
+        assert got.ref is not None and bytes(got.rest) == bytes(got.sids) == b""  # (the owners' alone)
         reader = SideReader(mnt)
         got.reader = reader.payloads
         assert got.groups() == plain.groups()
