@@ -318,7 +318,6 @@ class Witnesses:
         ends = befores + ns
         self.seq.put(nums, ends)
         self.owner_witnesses.add(nums, ns)
-        numbers = np.arange(1, int(ns.sum()) + 1) + np.repeat(befores - (np.cumsum(ns) - ns), ns)
         if kinds is not None and int(kinds.min()) >= 0:
             pair_nums, pair_streams = nums, kinds
         else:  # by the names; some may publish on several streams: a pair each
@@ -326,25 +325,28 @@ class Witnesses:
                      for s in ((st,) if type(st) is str else st)]
             pair_nums = np.array([p[0] for p in pairs], np.intp)
             pair_streams = wlog.stream_numbers.array([p[1] for p in pairs])
-        return self._log_columns(cols, numbers, nums, kinds, starts, ends, pair_nums, pair_streams)
+        return self._log_columns(cols, nums, kinds, starts, ends, pair_nums, pair_streams)
 
-    def _log_columns(self, cols: Columns, seqs: np.ndarray, nums: np.ndarray, kinds: np.ndarray | None,
-                     starts: np.ndarray, ends: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray) -> bool:
-        """Write ``cols`` numbered ``seqs`` as the record the worker packed, with the index's
-        numbers (:meth:`WitnessLog.append_packed`), then offer the watched subscriptions' groups
-        (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None: by the names).
-        The seqs are packed from their array (witrecords.py's ``pack_seqs``), not made a list first;
-        where the worker wrote the payloads, the record is told per subscription (its first seq and
-        count, ``starts`` and ``ends``): nothing of it a witness."""
+    def _log_columns(self, cols: Columns, nums: np.ndarray, kinds: np.ndarray | None, starts: np.ndarray,
+                     ends: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray) -> bool:
+        """Write ``cols``, each owner's numbered ``starts[i]`` to ``ends[i]``, as the record the worker
+        packed, with the index's numbers (:meth:`WitnessLog.append_packed`), then offer the watched
+        subscriptions' groups (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None:
+        by the names). Where the worker wrote the payloads, the record is told per subscription (its
+        first seq and count): nothing of it a witness; else each witness's seq is packed from an array
+        (witrecords.py's ``pack_seqs``), not made a list first."""
         wlog, side = self.witlog, cols.ref
-        if side is None:
-            body = (b"\x94", cols.sids, pack_seqs(seqs), memoryview(cols.rest)[1:])  # ([sids, seqs, streams, payloads])
+        counts = ends - starts + 1
+        n = int(counts.sum())
+        if side is None:  # ([sids, seqs, streams, payloads])
+            seqs = np.arange(n) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+            body = (b"\x94", cols.sids, pack_seqs(seqs), memoryview(cols.rest)[1:])
         else:  # ([owners, firsts, counts, streams, where the worker wrote the payloads]: witrecords.py's kind 4)
-            body = (b"\x95", cols.owners_packed(), pack_seqs(starts), pack_seqs(ends - starts + 1),
-                    cols.streams_packed(), _pack(side))
+            body = (b"\x95", cols.owners_packed(), pack_seqs(starts), pack_seqs(counts), cols.streams_packed(),
+                    _pack(side))
 
         def append() -> dict[str, int]:
-            wlog.append_packed(body, len(seqs), nums, starts, ends, pair_nums, pair_streams, side)
+            wlog.append_packed(body, n, nums, starts, ends, pair_nums, pair_streams, side)
             return {}
 
         def groups(_cut) -> list:
@@ -352,7 +354,7 @@ class Witnesses:
                 return []
             return self._watched_groups(cols, nums, kinds, starts, ends)
 
-        return self._log_and_offer(append, groups, len(seqs))
+        return self._log_and_offer(append, groups, n)
 
     def _deliver_one(self, cols: Columns, known: NumberMap | None) -> bool:
         """:meth:`deliver_columns` of one subscription's witnesses on one stream, by scalar
@@ -367,8 +369,7 @@ class Witnesses:
         self.seq[sid] = last
         self.owner_witnesses[sid] = self.owner_witnesses.get(sid, 0) + n
         num, kind = np.array([self.numbers.number(sid)]), np.array([wlog.stream_numbers.number(cols.streams[0])])
-        return self._log_columns(cols, np.arange(first, last + 1), num, kind, np.array([first]), np.array([last]),
-                                 num, kind)
+        return self._log_columns(cols, num, kind, np.array([first]), np.array([last]), num, kind)
 
     def _watched_masks(self) -> tuple[np.ndarray, np.ndarray]:
         """By the witness log's numbers, whether a client watches that subscription, and that
