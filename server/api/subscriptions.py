@@ -229,18 +229,13 @@ def _pieces(models: Iterable[BaseModel], head: bytes, tail: bytes) -> list[bytes
     made by a response model on the event loop, 10,000 per-symbol queries' batch answer (46 MB with their
     warnings) held the loop, hence every WebSocket, 0.7 s (BENCHMARKS.md, "Engine workers, round 25"); joined
     into one string and encoded, it held the lock 60-80 ms more, and the live events waited ("round 27")."""
-    pieces, part = [head], []
+    made = []
     courtesy = Courtesy()
     for model in models:  # (made as they are taken: the courtesy covers making them too)
-        part.append(model.model_dump_json(by_alias=True).encode())
-        if len(part) == ANSWER_PIECE:
-            pieces.append((b"," if len(pieces) > 1 else b"") + b",".join(part))
-            part = []
+        made.append(model.model_dump_json(by_alias=True).encode())
         courtesy()
-    if part:
-        pieces.append((b"," if len(pieces) > 1 else b"") + b",".join(part))
-    pieces.append(tail)
-    return pieces
+    return [head, *((b"," if at else b"") + b",".join(made[at:at + ANSWER_PIECE])
+                    for at in range(0, len(made), ANSWER_PIECE)), tail]
 
 
 def _batch_body(d, done: list) -> list[bytes]:
