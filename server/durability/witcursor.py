@@ -19,11 +19,11 @@ import msgspec
 from server.durability.framing import FRAME, BadRecord
 from server.durability.witrecords import (BATCH, CHECKPOINT, GAP_MARK, RUNS, SIDE, WITNESS, Gap, Gone, parse,
                                           runs_columns, unpack_batch, unpack_runs, unpack_side)
-
-_BATCHES = (BATCH, SIDE, RUNS)
 from server.durability.witside import SideReader
 
 log = logging.getLogger("cayuga.witlog")
+#: the kinds of record that hold a batch of witnesses (witrecords.py)
+_BATCHES = (BATCH, SIDE, RUNS)
 
 
 class Cursor:

@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from msgspec.msgpack import encode
 
 from server.delivery.encoding import Columns, pack_flat
@@ -19,7 +21,7 @@ from server.delivery.witnesses import read_parts
 from server.durability import framing, fsio
 from server.durability.framing import FramingError
 from server.durability.witlog import Gap, WitnessLog
-from server.durability.witrecords import RUNS, SIDE, parse, unpack_runs
+from server.durability.witrecords import RUNS, SIDE, parse, runs_columns, unpack_runs
 from server.durability.witside import SideReader, SideWriter, listing
 from tests.server.tmpfs import fill, tmpfs
 
@@ -494,3 +496,31 @@ def test_a_worker_that_cannot_write_its_payloads_sends_them_as_before(tmp_path):
     one = pack_flat((["a"], [3], ["Out"], ["a"] * 3, ["Out"] * 3, [b"{1}", b"{2}", b"{3}"]), side=w.write)
     assert one.ref is None  # (one subscription's batch: a few witnesses, sent as they are)
     assert isinstance(one, Columns)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 1000), st.booleans()), max_size=30))
+def test_a_record_told_per_subscription_reads_as_a_witness_each(runs):
+    """witrecords.runs_columns: a kind 4 record's columns are, witness by witness, what a kind 3
+    record of the same batch holds (a subscription on several streams among them), by array passes."""
+    owners = [f"s{i}" for i in range(len(runs))]
+    firsts = [first for _, first, _ in runs]
+    counts = [n for n, _, _ in runs]
+    kinds = [[f"T{j % 2}" for j in range(n)] if several else "Out" for n, _, several in runs]
+    sids, seqs, streams = [], [], []
+    for sid, (n, first, several), kind in zip(owners, runs, kinds):
+        sids += [sid] * n
+        seqs += range(first, first + n)
+        streams += kind if several else [kind] * n
+    ref = ("side-w0-x.dat", 8, 100)
+    assert runs_columns(unpack_runs(encode((owners, firsts, counts, kinds, ref)))) == (sids, seqs, streams, ref)
+
+
+@pytest.mark.parametrize("runs, why", [
+    ((["a", "b"], [1], [1, 1], ["Out", "Out"]), "differ in length"),
+    ((["a"], [1], [0], ["Out"]), "not positive"),
+    ((["a"], [1], [2], [["Out"]]), "not as many as its witnesses"),
+])
+def test_a_record_told_per_subscription_that_is_not_whole_is_refused(runs, why):
+    with pytest.raises(ValueError, match=why):
+        runs_columns((*runs, ("side-w0-x.dat", 8, 100)))
