@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from msgspec.msgpack import encode
 
@@ -23,6 +23,7 @@ from server.durability.framing import FramingError
 from server.durability.witlog import Gap, WitnessLog
 from server.durability.witrecords import RUNS, SIDE, parse, runs_columns, unpack_runs
 from server.durability.witside import SideReader, SideWriter, listing
+from tests.conftest import examples
 from tests.server.tmpfs import fill, tmpfs
 
 
@@ -498,7 +499,7 @@ def test_a_worker_that_cannot_write_its_payloads_sends_them_as_before(tmp_path):
     assert isinstance(one, Columns)
 
 
-@settings(max_examples=200, deadline=None)
+@examples(2, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 1000), st.booleans()), max_size=30))
 def test_a_record_told_per_subscription_reads_as_a_witness_each(runs):
     """witrecords.runs_columns: a kind 4 record's columns are, witness by witness, what a kind 3
