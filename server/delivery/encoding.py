@@ -180,6 +180,7 @@ class Columns:
         if self._unpacked is None:
             if self.reader is None:
                 raise ValueError(f"the payloads are in an engine worker's file ({self.ref[0]}) and nothing reads it")
+            # (witrecords.runs_columns expands a record's streams so too, by numpy, which a worker does not import)
             streams = list(chain.from_iterable(repeat(kind, n) if type(kind) is str else kind
                                                for kind, n in zip(self.streams, self.counts)))
             self._unpacked = (streams, self.reader(self.ref))
