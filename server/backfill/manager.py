@@ -245,7 +245,7 @@ class Backfills:
             eng.start(list(self.inputs().values()), bf.sid, sub.automata)
             eng.open_history(self.journal, bf.start)  # read in its process (engine.py), pinned here
             # numbered from 1 again: what the witness log holds already (a restart) is neither logged nor offered
-            self.submit(lambda _e: self.witnesses.seq.__setitem__(bf.sid, 0)).result(ENGINE_TIMEOUT)
+            self.submit(lambda _e: self.witnesses.set_seq(bf.sid, 0)).result(ENGINE_TIMEOUT)
             delivering = None
             while not self._stopped(cancel):
                 while eng.room:  # IN_FLIGHT requests out: the engine process reads and feeds while this one delivers

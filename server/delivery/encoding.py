@@ -14,7 +14,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter, deque
 from itertools import accumulate, chain, groupby, repeat
-from operator import itemgetter
+from operator import add, itemgetter
 from typing import Callable, NamedTuple, Union
 
 import msgspec
@@ -43,6 +43,8 @@ class EncodedBatch(NamedTuple):
 
 #: An ``array`` type code of a 32-bit signed int (:meth:`Columns.counts_packed`).
 COUNT_CODE = next(code for code in "il" if array(code).itemsize == 4)
+#: An ``array`` type code of a 64-bit signed int (:attr:`Columns.firsts`: seqs).
+SEQ_CODE = next(code for code in "lq" if array(code).itemsize == 8)
 
 #: How many places of a batch's subscriptions the names are checked at (witnesses.py's ``NumberMap.take``).
 CHECKS = 8
@@ -83,18 +85,20 @@ class Columns:
     (``SideReader.payloads``) when asked.
     ``sizes``: with ``ref``, each payload's length (uint32, the machine's order; empty
     otherwise): where they are in the file, so that the main process reads only those of the
-    few subscriptions a client watches (witnesses.py's ``read_parts``)."""
+    few subscriptions a client watches (witnesses.py's ``read_parts``).
+    ``firsts``: each owner's first seq as the worker numbered it (int64, the machine's order;
+    empty where nothing numbered them: :attr:`LocalNumbers.last`)."""
 
     __slots__ = ("_owners", "_counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
-                 "checks", "ref", "sizes", "reader", "_unpacked")
+                 "checks", "ref", "sizes", "firsts", "reader", "_unpacked")
 
     def __init__(self, owners: list | bytes | memoryview, counts: list | bytes, streams: list | bytes | memoryview,
                  sids: bytes | memoryview, rest: bytes | memoryview, nums: bytes = b"", stream_nums: bytes = b"",
                  fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = (),
-                 ref: tuple | list | None = None, sizes: bytes = b"") -> None:
+                 ref: tuple | list | None = None, sizes: bytes = b"", firsts: bytes = b"") -> None:
         self._owners, self._counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
         self.nums, self.stream_nums, self.fresh, self.fresh_streams = nums, stream_nums, fresh, fresh_streams
-        self.checks, self.ref, self.sizes = checks, ref, sizes
+        self.checks, self.ref, self.sizes, self.firsts = checks, ref, sizes, firsts
         self.reader: Callable | None = None
         self._unpacked: tuple | None = None
 
@@ -144,7 +148,7 @@ class Columns:
     def packed(self) -> tuple:
         """Its fields as a worker's result sends them: the lists packed, as bin (server/workers/codec.py)."""
         return (self.owners_packed(), self.counts_packed(), self.streams_packed(), self.sids, self.rest, self.nums,
-                self.stream_nums, self.fresh, self.fresh_streams, self.checks, self.ref, self.sizes)
+                self.stream_nums, self.fresh, self.fresh_streams, self.checks, self.ref, self.sizes, self.firsts)
 
     def _replace(self, **changes) -> "Columns":
         fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__[:-2]}
@@ -247,16 +251,34 @@ class LocalNumbers:
     """A number for each subscription and stream an engine worker has sent
     results of, each told to the main process once, with the batch it first
     appears in (:attr:`Columns.fresh`). A restarted worker numbers afresh and
-    tells every number again before it uses it."""
+    tells every number again before it uses it.
+
+    It numbers the witnesses too: :attr:`last` holds the last seq of each
+    subscription placed whole on the worker (the main process tells it where each
+    stands, :meth:`seed`, before the batches that follow; one it was never told of
+    starts at 0, as a new subscription does), and each batch's columns carry each
+    owner's first seq (:attr:`Columns.firsts`), which the main process checks
+    against its own (witnesses.py's ``Witnesses.deliver_columns``): the step before a
+    worker writes its own subscriptions' witness log (docs/design/worker-witlog.md)."""
 
     def __init__(self) -> None:
         self.subs: dict[str, int] = {}
         self.streams: dict[str, int] = {}
+        self.last: dict[str, int] = {}
+
+    def seed(self, seqs: dict[str, int]) -> None:
+        """Where the main process says these subscriptions' numbering stands (their last seq)."""
+        self.last.update(seqs)
+
+    def forget(self, sid: str) -> None:
+        """A subscription removed from the worker: placed again, it is seeded again (0 unless told)."""
+        self.last.pop(sid, None)
 
     def number(self, cols: Columns) -> Columns:
-        """``cols`` with its owners' and streams' numbers (and those given now, to tell). Looked
-        up by C-level passes; a Python loop runs only over names not numbered before (a
-        subscription's first witnesses) and over a batch with subscriptions on several streams."""
+        """``cols`` with its owners' and streams' numbers (and those given now, to tell) and each
+        owner's first seq. Looked up by C-level passes; a Python loop runs only over names not
+        numbered before (a subscription's first witnesses) and over a batch with subscriptions on
+        several streams."""
         owners, kinds = cols.owners, cols.streams
         fresh: list = []
         fresh_streams: list = []
@@ -271,8 +293,11 @@ class LocalNumbers:
             stream_nums = [self._new(self.streams, kind, fresh_streams) if t is None else t
                            for kind, t in zip(kinds, stream_nums)]
         checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
+        befores = list(map(self.last.get, owners, repeat(0)))  # (an owner comes once a batch)
+        self.last.update(zip(owners, map(add, befores, cols.counts)))
         return cols._replace(nums=array("i", nums).tobytes(), stream_nums=array("i", stream_nums).tobytes(),
-                             fresh=fresh, fresh_streams=fresh_streams, checks=checks)
+                             fresh=fresh, fresh_streams=fresh_streams, checks=checks,
+                             firsts=array(SEQ_CODE, map((1).__add__, befores)).tobytes())
 
     @staticmethod
     def _new(numbers: dict[str, int], name: str, told: list) -> int:

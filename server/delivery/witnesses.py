@@ -164,6 +164,13 @@ class Witnesses:
         #: (the hub's version, by the witness log's numbers whether a client watches that subscription,
         #: and that stream): see :meth:`_watched_masks`
         self._watch: tuple[int, np.ndarray, np.ndarray] = (-1, np.zeros(0, np.bool_), np.zeros(0, np.bool_))
+        #: Where engine workers number their subscriptions' witnesses (server/workers/dispatch.py sets it to a
+        #: set; None: nothing numbers but this): the subscriptions whose numbering they must be told again,
+        #: set here other than by numbering their results (:meth:`set_seq`), or told wrong by one; and
+        #: whether all of them must be (:attr:`seq` replaced whole)
+        self.reseed: set[str] | None = None
+        self.reseed_all = False
+        self._said_wrong = 0  # batches whose told wrong numbers were logged (the first few)
 
     @property
     def seq(self) -> SeqMap:
@@ -173,6 +180,13 @@ class Witnesses:
     def seq(self, value: Mapping[str, int]) -> None:
         same = isinstance(value, SeqMap) and value.numbers is self.numbers
         self._seq = value if same else SeqMap(self.numbers, value)
+        self.reseed_all = True
+
+    def set_seq(self, sid: str, last: int) -> None:
+        """Number ``sid``'s next witness ``last + 1`` (an engine worker that numbers it is told so)."""
+        self._seq[sid] = last
+        if self.reseed is not None:
+            self.reseed.add(sid)
 
     def open(self, witlog: WitnessLog) -> None:
         """Number on from where ``witlog`` stands."""
@@ -313,6 +327,8 @@ class Witnesses:
         ns = np.frombuffer(cols.counts_packed(), np.int32).astype(np.int64)  # (no list of thousands of ints)
         befores = self.seq.take(nums)
         starts = befores + 1
+        if cols.firsts:
+            self._check_told(cols.firsts, starts, nums)
         if wlog.holds_any(nums, starts):
             return self.deliver_encoded(EncodedBatch(cols.groups(), []))
         ends = befores + ns
@@ -363,6 +379,8 @@ class Witnesses:
         if known is not None:
             known.learn(cols, wlog)
         before = self.seq.get(sid, 0)
+        if cols.firsts:
+            self._check_told(cols.firsts, np.array([before + 1]), None, sid)
         if wlog.last_seq(sid) > before:
             return self.deliver_encoded(EncodedBatch(cols.groups(), []))
         first, last = before + 1, before + n
@@ -370,6 +388,27 @@ class Witnesses:
         self.owner_witnesses[sid] = self.owner_witnesses.get(sid, 0) + n
         num, kind = np.array([self.numbers.number(sid)]), np.array([wlog.stream_numbers.number(cols.streams[0])])
         return self._log_columns(cols, num, kind, np.array([first]), np.array([last]), num, kind)
+
+    def _check_told(self, firsts: bytes, starts: np.ndarray, nums: np.ndarray | None, sid: str = "") -> None:
+        """Check the first seqs an engine worker gave its subscriptions (``firsts``: int64,
+        :attr:`Columns.firsts`) against this numbering's (``starts``, of the owners numbered
+        ``nums`` in the witness log, or of ``sid`` alone). This numbering stands; one told
+        otherwise is counted, logged, and the worker is told where it stands (:attr:`reseed`)."""
+        told = np.frombuffer(firsts, np.int64)
+        if len(told) == len(starts) and np.array_equal(told, starts):
+            return
+        wrong = np.flatnonzero(told != starts) if len(told) == len(starts) else np.arange(len(starts))
+        names = [sid] if nums is None else [self.witlog.numbers.names[k] for k in nums[wrong].tolist()]
+        self.counters.add(Count.WORKER_SEQS_TOLD_WRONG, len(names))
+        if self.reseed is not None:
+            self.reseed.update(names)
+        self._said_wrong += 1
+        if self._said_wrong <= 10:  # (a fault would say it every batch: counted in /stats after these)
+            told_at = int(told[wrong[0]]) if len(told) == len(starts) else None
+            log.warning("an engine worker numbered %d subscriptions' witnesses otherwise than the main process "
+                        "(%s: told %s, numbered %d); the main process's numbers stand, and the worker is told them "
+                        "(/stats' worker_seqs_told_wrong counts each)", len(names), names[0], told_at,
+                        int(starts[wrong[0]]))
 
     def _watched_masks(self) -> tuple[np.ndarray, np.ndarray]:
         """By the witness log's numbers, whether a client watches that subscription, and that

@@ -348,7 +348,7 @@ class Recovery:
                     if p.fresh:
                         self.started_fresh(p)
                     elif p.seq_base is not None:  # installed afresh here before: numbered on from there
-                        self.witnesses.seq[p.id] = p.seq_base
+                        self.witnesses.set_seq(p.id, p.seq_base)
             for x in items:
                 if isinstance(x, Eviction):
                     self.budget.apply(x.sid, x.keep, replayed=True, reason=x.reason, shared=bool(x.shared))
@@ -359,9 +359,8 @@ class Recovery:
         changed schemas): its witnesses are numbered on after what the witness
         log holds of it, and the store learns where, so that a later replay
         installs and numbers it the same."""
-        seqs = self.witnesses.seq
-        base = max(seqs.get(p.id, 0), self.witnesses.witlog.last_seq(p.id))
-        seqs[p.id] = base
+        base = max(self.witnesses.seq.get(p.id, 0), self.witnesses.witlog.last_seq(p.id))
+        self.witnesses.set_seq(p.id, base)
         self.registrar.broken_rows.pop(p.id, None)
         try:
             self.store.installed_fresh(p.id, self.progress.fed, base)

@@ -53,6 +53,9 @@ class Count(Enum):
     INSTANCES_EXPIRED = "instances_expired"  # past their filter's DUR bound (changes no witness)
     SNAPSHOT_FORKS = "snapshot_forks"
     ENGINE_ERRORS = "engine_errors"
+    #: a subscription's batches of witnesses whose first seq an engine worker told otherwise than the main
+    #: process numbered them (its numbers stand): none, unless the two fell out of step
+    WORKER_SEQS_TOLD_WRONG = "worker_seqs_told_wrong"
     # requests and connections refused for their token (server/security), per port and reason
     AUTH_HTTP_MISSING = "auth_http_missing"
     AUTH_HTTP_WRONG = "auth_http_wrong"

@@ -205,6 +205,10 @@ class _Collector:
                                   "engine held the batch and tried again)", value=c[Count.WITNESS_LOG_ERRORS])
         yield CounterMetricFamily("cayuga_witness_log_holds", "Times the engine thread began holding a batch "
                                   "because the witness log could not be written", value=c[Count.WITNESS_LOG_HOLDS])
+        yield CounterMetricFamily("cayuga_worker_seqs_told_wrong", "A subscription's batches of witnesses whose "
+                                  "first seq an engine worker told otherwise than the main process numbered them "
+                                  "(the main process's numbers stand): 0 unless the two fell out of step",
+                                  value=c[Count.WORKER_SEQS_TOLD_WRONG])
         yield CounterMetricFamily("cayuga_tcp_error_lines_muted", "TCP connections that stopped getting their "
                                   "error lines because they did not read them",
                                   value=c[Count.TCP_ERROR_LINES_MUTED])

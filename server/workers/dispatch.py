@@ -312,12 +312,45 @@ class WorkerEngineThread(EngineThread):
         if wlog is not None:
             (link or self.links[w]).command("side_files", str(wlog.dir), w)
 
+    def seed(self, w: int, sids=None) -> None:
+        """Tell worker ``w`` where the numbering of its subscriptions stands (``sids``: of those
+        only; None: all placed whole on it): the main process's last seq of each, with none of
+        their witnesses on their way (encoding.py's ``LocalNumbers``: it numbers on from them)."""
+        wit, worker_of = self.witnesses, self.placement.worker_of
+        if wit is None or w in self.restarter.abandoned:
+            return
+        seq = wit.seq
+        if sids is None:
+            seeds = {sid: n for sid, n in seq.items() if worker_of.get(sid) == w}
+        else:
+            seeds = {sid: seq.get(sid, 0) for sid in sids if worker_of.get(sid) == w}
+        if seeds:
+            self.links[w].command("seqs", seeds)
+
+    def _reseed(self) -> bool:
+        """The workers told where the numbering stands of the subscriptions whose seq was set here
+        other than by numbering their results (recovery's, a backfill's), or that one told wrong
+        (witnesses.py's ``reseed``): once the batches in flight are back (their witnesses would be
+        numbered after). False when the thread must stop."""
+        if self.in_flight and not self.quiesce():
+            return False
+        wit = self.witnesses
+        everything, sids = wit.reseed_all, wit.reseed
+        wit.reseed, wit.reseed_all = set(), False
+        for w in range(len(self.links)):
+            self.seed(w, None if everything else sids)
+        return True
+
     def _loop(self) -> None:
         queue, size = self.queue, batch_limit(self.settings.batch_size, len(self.links))
         recovery, budget, checkpoints = self.recovery, self.budget, self.checkpoints
         in_flight = self.in_flight
         for w in range(len(self.links)):
             self.tell_side_files(w)
+        wit = self.witnesses
+        if wit is not None:  # the workers number their subscriptions' witnesses; this process checks them
+            wit.reseed, wit.reseed_all = set(), True
+            self.engine.seq_of = lambda sid: wit.seq.get(sid, 0)
         while True:
             self._apply_commands()
             self._sync_watched()
@@ -329,6 +362,8 @@ class WorkerEngineThread(EngineThread):
                 recovery.install_due()
             recovery.check_done()
             if not self._take_results(block=False):
+                return
+            if wit is not None and (wit.reseed or wit.reseed_all) and not self._reseed():
                 return
             now = time.monotonic()
             budget.refresh(now)

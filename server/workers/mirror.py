@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 from air.engine import Engine, EngineError
 from air.model import Automaton, StreamSchema
@@ -59,6 +59,10 @@ class MirroredEngine(Engine):
         #: the workers' answers to what the last :meth:`together` sent (a registration waits for them
         #: before its next slice but one: server/subscriptions/registry.py)
         self.sent: list[Future] = []
+        #: where the witness numbering of a subscription stands (its last seq; server/workers/dispatch.py
+        #: sets it once its loop runs): one placed whole is told it after its automata, where it is not 0
+        #: (registered again under an id numbered before, a backfill's hand-over)
+        self.seq_of: Callable[[str], int] | None = None
 
     @property
     def link(self) -> WorkerLink:
@@ -102,13 +106,21 @@ class MirroredEngine(Engine):
             self.placement.remove(owner)
             raise
         self._mirror(worker, "add_unmerged", owner, autos)
+        self._seed(worker, owner)
         self.reads_of[owner] = frozenset(_reads_and_publishes(autos)[0])
         self.recipes[owner] = [("add_unmerged", (owner, autos))]
         return got
 
+    def _seed(self, worker: int, owner: str) -> None:
+        """After ``owner`` was sent to ``worker`` whole: where its numbering stands, unless at 0."""
+        last = self.seq_of(owner) if self.seq_of is not None else 0
+        if last:
+            self._mirror(worker, "seqs", {owner: last})
+
     def _send_add(self, worker: int, owner: str, autos) -> None:
         if worker != ALL:
             self._mirror(worker, "add", owner, autos)
+            self._seed(worker, owner)
             return
         key, n = self.placement.rows[owner], len(self.links)
         for w in range(n):  # each worker's copy starts instances only for its key group's values
@@ -185,6 +197,7 @@ class MirroredEngine(Engine):
             self._shapes[(id(shape), worker)] = known = (shape, self._numbers)
             self._mirror(worker, "shape", known[1], shape.dump())
         self._mirror(worker, "add_bound", owner, known[1], bq.values, bq.names, bq.prefix)
+        self._seed(worker, owner)
         self.reads_of[owner] = frozenset(bq.reads())
         self.recipes[owner] = [("shape", (known[1], shape)), ("add_bound", (owner, known[1], bq.values, bq.names,
                                                                            bq.prefix))]

@@ -260,6 +260,7 @@ class Restarter:
                 link.stop(timeout=5)
             return True
         self.catching_up.pop(w, None)
+        t.seed(w)  # it numbered what it caught up on from 0: on from the delivered witnesses now
         for f in t.in_flight:  # the batches it had not answered: answered now, their witnesses delivered once
             catch_up.install_until(f.fed - f.events)  # (one registered while they were in flight, at its point)
             if w in f.workers:

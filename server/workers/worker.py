@@ -297,6 +297,12 @@ class Worker:
         self.engine.remove(owner)
         self.check.forget(owner)
         self.rows.discard(owner)
+        self.numbered.forget(owner)
+
+    def cmd_seqs(self, seqs: dict[str, int]) -> None:
+        """Where the numbering of these subscriptions stands (their last seq: the main process's,
+        with none of their witnesses on their way): the next of each is numbered on from it."""
+        self.numbered.seed(seqs)
 
     def cmd_set_cap(self, sid: str, cap: tuple) -> None:
         self.check.set_cap(sid, Cap(*cap))

@@ -9,6 +9,7 @@ import pytest
 from clients.client import CayugaClient
 from clients.testing import WaitTimeout, server_settings, wait_until
 from clients.testing import collect, stock  # noqa: F401  (the tests of this folder take them from here)
+from server.observability.counters import Count
 from server.serve import RunningServer
 
 
@@ -29,9 +30,17 @@ def make_settings(tmp_path, **kw):
     return server_settings(kw.pop("data_dir", tmp_path / "data"), **kw)
 
 
+def assert_numbered_alike(srv: RunningServer) -> None:
+    """Every first seq the server's engine workers gave their subscriptions' witnesses was the one
+    the main process gave them (server/delivery/witnesses.py's ``_check_told``)."""
+    wrong = srv.daemon.counters.get(Count.WORKER_SEQS_TOLD_WRONG)
+    assert wrong == 0, f"an engine worker numbered {wrong} subscriptions' batches otherwise than the main process"
+
+
 @pytest.fixture
 def start_server(tmp_path):
-    """Start servers with setting overrides; all are stopped after the test."""
+    """Start servers with setting overrides; all are stopped after the test, which checks that
+    they left no thread behind and that their workers numbered witnesses as the main process did."""
     started: list[RunningServer] = []
 
     def start(**kw) -> RunningServer:
@@ -43,6 +52,8 @@ def start_server(tmp_path):
     for srv in started:
         srv.stop()
     assert_no_cayuga_threads()
+    for srv in started:
+        assert_numbered_alike(srv)
 
 
 @pytest.fixture

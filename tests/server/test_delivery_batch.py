@@ -24,7 +24,7 @@ from server.delivery.encoding import EncodedBatch, LocalNumbers, pack_columns
 from server.delivery.witnesses import NumberMap, Witnesses
 from server.durability.witlog import WitnessLog
 from server.durability.witrecords import pack_seqs, unpack_batch
-from server.observability.counters import Counters
+from server.observability.counters import Count, Counters
 from server.serve import RunningServer
 from server.workers import codec
 from tests.server.conftest import make_settings
@@ -241,6 +241,49 @@ def test_a_batch_of_one_subscription_on_one_stream_is_logged_and_offered_as_the_
     packed_ch.loop.close()
 
 
+def test_a_worker_numbers_its_subscriptions_witnesses_and_the_main_process_checks_each_batch(tmp_path):
+    """An engine worker numbers the witnesses of the subscriptions placed whole on it
+    (:attr:`LocalNumbers.last`, each batch's first seq of each owner in :attr:`Columns.firsts`),
+    on from where the main process told it each stands (:meth:`LocalNumbers.seed`); the main
+    process checks every batch's against its own numbering, on both ways (several subscriptions,
+    and one alone). One told otherwise (a worker that was not told) changes nothing written or
+    offered: the main process's numbers stand, the batch is counted, and the subscription is
+    marked to be told again (``Witnesses.reseed``)."""
+    general, general_log, general_ch = _witnesses(tmp_path, "general")
+    packed, packed_log, packed_ch = _witnesses(tmp_path, "packed")
+    packed.reseed = set()  # (as server/workers/dispatch.py's loop sets it)
+    wrong = lambda: packed.counters.get(Count.WORKER_SEQS_TOLD_WRONG)  # noqa: E731
+    known, local = NumberMap(), LocalNumbers()
+    for i in range(3):
+        for batch in (_batch(i), [_batch(i)[0]]):  # several subscriptions, then one alone
+            assert general.deliver_encoded(EncodedBatch(batch, []))
+            assert packed.deliver_columns(pack_columns(batch, local), known)
+    assert local.last == packed.seq == general.seq == {"s1": 18, "s2": 9, "s3": 3}
+    assert wrong() == 0 and packed.reseed == set()
+
+    restarted = LocalNumbers()  # numbers from 0: never told where s1 and s2 stand
+    restarted.seed({"s3": 3})
+    for batch in (_batch(3), [_batch(3)[0]]):
+        assert general.deliver_encoded(EncodedBatch(batch, []))
+        assert packed.deliver_columns(pack_columns(batch, restarted), known)
+    assert wrong() == 3 and packed.reseed == {"s1", "s2"}  # s1 in both batches, s2 once; s3 was told
+    assert packed.seq == general.seq == {"s1": 24, "s2": 12, "s3": 4}
+    restarted.seed({sid: packed.seq[sid] for sid in sorted(packed.reseed)})  # (what dispatch.py's seed sends)
+    assert general.deliver_encoded(EncodedBatch(_batch(4), []))
+    assert packed.deliver_columns(pack_columns(_batch(4), restarted), known)
+    assert wrong() == 3 and restarted.last == packed.seq == general.seq == {"s1": 27, "s2": 15, "s3": 5}
+    general_log.close()
+    packed_log.close()
+    assert [p.read_bytes() for p in sorted((tmp_path / "general").glob("wit-*.log"))] == \
+        [p.read_bytes() for p in sorted((tmp_path / "packed").glob("wit-*.log"))]
+    got = [(c.sid, list(c.seqs), c.payloads) for c in packed_ch.take_all()[0]]
+    assert got == [(c.sid, list(c.seqs), c.payloads) for c in general_ch.take_all()[0]]
+    restarted.forget("s1")  # removed from the worker: placed again, it starts where it is told
+    assert "s1" not in restarted.last
+    general_ch.loop.close()
+    packed_ch.loop.close()
+
+
 def test_a_batch_crosses_to_a_worker_as_columns_and_comes_back_the_same_events():
     """A ``B`` message (server/workers/codec.py): the events as columns, one stream name where
     all are of one, no t0 column where every t0 is its t1 (points); each event decoded equal to
@@ -392,6 +435,12 @@ def test_a_workers_columns_cross_the_pipe_as_bin_and_their_counts_as_int32():
                               (), 0, [], None, [])
     got = codec.decode_result(msg[1:])[9]
     assert np.frombuffer(got.counts_packed(), np.int32).tolist() == cols.counts == [3, 3, 1]
+    assert got.firsts == b""  # (not numbered by a worker: nothing told)
+    local = LocalNumbers()
+    local.seed({"s2": 2 ** 40})  # (past four billion: int64)
+    msg = codec.encode_result(9, type("E", (), {"groups": _batch(2), "flat": None, "internal": []})(),
+                              (), 0, [], None, [], local=local)
+    assert np.frombuffer(codec.decode_result(msg[1:])[9].firsts, np.int64).tolist() == [1, 2 ** 40 + 1, 1]
     assert got.counts == [3, 3, 1] and got.owner_count() == 3
     assert type(got.sids) is memoryview and bytes(got.sids) == bytes(cols.sids)
     assert got.owners == ["s1", "s2", "s3"] and got.streams == ["A", ["B", "C", "B"], "D"]

@@ -24,7 +24,7 @@ from clients.client import CayugaClient, is_control
 from clients.testing import RISING, ServerProcess, logged_witnesses, wait_until, write_ticks
 from server.serve import RunningServer
 from server.workers import dispatch, link as worker_link, restart
-from tests.server.conftest import assert_no_cayuga_threads, make_settings
+from tests.server.conftest import assert_no_cayuga_threads, assert_numbered_alike, make_settings
 from tests.server.test_crash import BIG, BIG_PAIR, CLIMB, expected_witnesses
 
 #: query file -> the stream its watcher checks (NEXT, FOLD, and a chain that reads another's output)
@@ -175,6 +175,7 @@ def test_a_killed_worker_is_restarted_and_every_witness_arrives_once(tmp_path, m
         held.release()
         d.checkpoints.final = lambda: None  # no shutdown snapshot: as after kill -9 of the server
         srv.stop()
+    assert_numbered_alike(srv)  # (the restarted worker was told where its subscriptions stood)
     srv = RunningServer(s).start()  # the server's own crash after the worker's restart recovers exactly
     try:
         d = srv.daemon
@@ -187,6 +188,7 @@ def test_a_killed_worker_is_restarted_and_every_witness_arrives_once(tmp_path, m
                 assert logged_witnesses(srv.base_url, ids[q], sub["last_seq"]) == logged[q]
     finally:
         srv.stop()
+    assert_numbered_alike(srv)
     assert_no_cayuga_threads()
 
 

@@ -22,7 +22,7 @@ from clients.testing.market import random_walk
 from server.budgetcheck import CAP_CHECK_EVENTS, CHECK_EVENTS
 from server.durability.witside import listing
 from server.serve import RunningServer
-from tests.server.conftest import assert_no_cayuga_threads, make_settings, stock
+from tests.server.conftest import assert_no_cayuga_threads, assert_numbered_alike, make_settings, stock
 
 QUERIES = [
     ("rising", "SELECT Name, Price_1 AS Before, Price AS After FROM Stock NEXT{$1.Name = $2.Name AND "
@@ -58,6 +58,7 @@ def _run(tmp_path, workers: int, events: list[dict], **settings) -> dict:
             # the worker wrote the payloads of its batches of several subscriptions itself, and the
             # witnesses above were read through the records that refer to them (witside.py)
             assert listing(d.witnesses.witlog.dir)
+    assert_numbered_alike(srv)  # (and it numbered them as the main process did)
     return {"witnesses": got, "exact": exact}
 
 
@@ -159,6 +160,7 @@ def test_a_crash_after_a_workers_snapshot_recovers_exactly(tmp_path):
         assert {name: sub["exact"] for name, sub in subs.items()} == expected["exact"]
     finally:
         srv.stop()
+    assert_numbered_alike(srv)  # (the new worker numbered on from the snapshot's seqs, as told)
     assert_no_cayuga_threads()
 
 
@@ -502,6 +504,7 @@ def test_a_restart_keeps_the_partial_matches_across_worker_counts_or_says_it_did
             subs = {name: c.subscription(i) for name, i in ids.items()}
         got = {name: logged_witnesses(srv.base_url, i, subs[name]["last_seq"]) for name, i in ids.items()}
         health = CayugaClient(srv.base_url).health()
+    assert_numbered_alike(srv)  # (moved between workers: numbered on where each stood)
     if (before, after) == (2, 1):
         assert {n for n, s in subs.items() if not s["exact"]} >= {"rising", "soon", "runs"}
         assert "could not be loaded" in health["reason"] and "engine_workers 2" in health["reason"]
