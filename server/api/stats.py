@@ -82,4 +82,7 @@ def get_stats(d: DaemonDep, who: Watch, offset: int = Query(0, ge=0, description
                                        "oldest_batch_s", "busy_in", "cpu_seconds", "cpu_wait_seconds", "cpu_parts",
                                        "restarts")}
                     for w in d.workers()],
+        # a subscription's batches whose first seq a worker numbered otherwise than this process (whose numbers
+        # stand; docs/design/worker-witlog.md, stage 2): 0 unless the two fell out of step
+        "worker_seqs_told_wrong": c[Count.WORKER_SEQS_TOLD_WRONG],
     }

@@ -43,7 +43,7 @@ class EncodedBatch(NamedTuple):
 
 #: An ``array`` type code of a 32-bit signed int (:meth:`Columns.counts_packed`).
 COUNT_CODE = next(code for code in "il" if array(code).itemsize == 4)
-#: An ``array`` type code of a 64-bit signed int (:attr:`Columns.firsts`: seqs).
+#: An ``array`` type code of a 64-bit signed int (:attr:`Columns.befores` past int32's range).
 SEQ_CODE = next(code for code in "lq" if array(code).itemsize == 8)
 
 #: How many places of a batch's subscriptions the names are checked at (witnesses.py's ``NumberMap.take``).
@@ -86,19 +86,20 @@ class Columns:
     ``sizes``: with ``ref``, each payload's length (uint32, the machine's order; empty
     otherwise): where they are in the file, so that the main process reads only those of the
     few subscriptions a client watches (witnesses.py's ``read_parts``).
-    ``firsts``: each owner's first seq as the worker numbered it (int64, the machine's order;
-    empty where nothing numbered them: :attr:`LocalNumbers.last`)."""
+    ``befores``: each owner's last seq before this batch as the worker numbered them (its first
+    is the next), int32 where all fit, else int64 (told apart by the length), the machine's
+    order; empty where nothing numbered them (:attr:`LocalNumbers.last`)."""
 
     __slots__ = ("_owners", "_counts", "_streams", "sids", "rest", "nums", "stream_nums", "fresh", "fresh_streams",
-                 "checks", "ref", "sizes", "firsts", "reader", "_unpacked")
+                 "checks", "ref", "sizes", "befores", "reader", "_unpacked")
 
     def __init__(self, owners: list | bytes | memoryview, counts: list | bytes, streams: list | bytes | memoryview,
                  sids: bytes | memoryview, rest: bytes | memoryview, nums: bytes = b"", stream_nums: bytes = b"",
                  fresh: list | tuple = (), fresh_streams: list | tuple = (), checks: list | tuple = (),
-                 ref: tuple | list | None = None, sizes: bytes = b"", firsts: bytes = b"") -> None:
+                 ref: tuple | list | None = None, sizes: bytes = b"", befores: bytes = b"") -> None:
         self._owners, self._counts, self._streams, self.sids, self.rest = owners, counts, streams, sids, rest
         self.nums, self.stream_nums, self.fresh, self.fresh_streams = nums, stream_nums, fresh, fresh_streams
-        self.checks, self.ref, self.sizes, self.firsts = checks, ref, sizes, firsts
+        self.checks, self.ref, self.sizes, self.befores = checks, ref, sizes, befores
         self.reader: Callable | None = None
         self._unpacked: tuple | None = None
 
@@ -148,7 +149,7 @@ class Columns:
     def packed(self) -> tuple:
         """Its fields as a worker's result sends them: the lists packed, as bin (server/workers/codec.py)."""
         return (self.owners_packed(), self.counts_packed(), self.streams_packed(), self.sids, self.rest, self.nums,
-                self.stream_nums, self.fresh, self.fresh_streams, self.checks, self.ref, self.sizes, self.firsts)
+                self.stream_nums, self.fresh, self.fresh_streams, self.checks, self.ref, self.sizes, self.befores)
 
     def _replace(self, **changes) -> "Columns":
         fields = {name.lstrip("_"): getattr(self, name) for name in self.__slots__[:-2]}
@@ -256,8 +257,8 @@ class LocalNumbers:
     It numbers the witnesses too: :attr:`last` holds the last seq of each
     subscription placed whole on the worker (the main process tells it where each
     stands, :meth:`seed`, before the batches that follow; one it was never told of
-    starts at 0, as a new subscription does), and each batch's columns carry each
-    owner's first seq (:attr:`Columns.firsts`), which the main process checks
+    starts at 0, as a new subscription does), and each batch's columns carry where each
+    owner stood before it (:attr:`Columns.befores`), which the main process checks
     against its own (witnesses.py's ``Witnesses.deliver_columns``): the step before a
     worker writes its own subscriptions' witness log (docs/design/worker-witlog.md)."""
 
@@ -295,9 +296,12 @@ class LocalNumbers:
         checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
         befores = list(map(self.last.get, owners, repeat(0)))  # (an owner comes once a batch)
         self.last.update(zip(owners, map(add, befores, cols.counts)))
+        try:  # (from a list, not an iterator: an array takes it in one C step)
+            told = array(COUNT_CODE, befores)
+        except OverflowError:
+            told = array(SEQ_CODE, befores)
         return cols._replace(nums=array("i", nums).tobytes(), stream_nums=array("i", stream_nums).tobytes(),
-                             fresh=fresh, fresh_streams=fresh_streams, checks=checks,
-                             firsts=array(SEQ_CODE, map((1).__add__, befores)).tobytes())
+                             fresh=fresh, fresh_streams=fresh_streams, checks=checks, befores=told.tobytes())
 
     @staticmethod
     def _new(numbers: dict[str, int], name: str, told: list) -> int:

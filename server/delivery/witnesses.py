@@ -327,8 +327,8 @@ class Witnesses:
         ns = np.frombuffer(cols.counts_packed(), np.int32).astype(np.int64)  # (no list of thousands of ints)
         befores = self.seq.take(nums)
         starts = befores + 1
-        if cols.firsts:
-            self._check_told(cols.firsts, starts, nums)
+        if cols.befores:
+            self._check_told(cols.befores, befores, nums)
         if wlog.holds_any(nums, starts):
             return self.deliver_encoded(EncodedBatch(cols.groups(), []))
         ends = befores + ns
@@ -379,8 +379,8 @@ class Witnesses:
         if known is not None:
             known.learn(cols, wlog)
         before = self.seq.get(sid, 0)
-        if cols.firsts:
-            self._check_told(cols.firsts, np.array([before + 1]), None, sid)
+        if cols.befores:
+            self._check_told(cols.befores, np.array([before]), None, sid)
         if wlog.last_seq(sid) > before:
             return self.deliver_encoded(EncodedBatch(cols.groups(), []))
         first, last = before + 1, before + n
@@ -389,26 +389,27 @@ class Witnesses:
         num, kind = np.array([self.numbers.number(sid)]), np.array([wlog.stream_numbers.number(cols.streams[0])])
         return self._log_columns(cols, num, kind, np.array([first]), np.array([last]), num, kind)
 
-    def _check_told(self, firsts: bytes, starts: np.ndarray, nums: np.ndarray | None, sid: str = "") -> None:
-        """Check the first seqs an engine worker gave its subscriptions (``firsts``: int64,
-        :attr:`Columns.firsts`) against this numbering's (``starts``, of the owners numbered
-        ``nums`` in the witness log, or of ``sid`` alone). This numbering stands; one told
-        otherwise is counted, logged, and the worker is told where it stands (:attr:`reseed`)."""
-        told = np.frombuffer(firsts, np.int64)
-        if len(told) == len(starts) and np.array_equal(told, starts):
+    def _check_told(self, told: bytes, befores: np.ndarray, nums: np.ndarray | None, sid: str = "") -> None:
+        """Check where an engine worker's numbering of its subscriptions stood before this batch
+        (``told``: :attr:`Columns.befores`) against this numbering's (``befores``, of the owners
+        numbered ``nums`` in the witness log, or of ``sid`` alone). This numbering stands; one
+        told otherwise is counted, logged, and the worker is told where it stands (:attr:`reseed`)."""
+        n = len(befores)
+        theirs = np.frombuffer(told, np.int32 if len(told) == 4 * n else np.int64)
+        if len(theirs) == n and np.array_equal(theirs, befores):
             return
-        wrong = np.flatnonzero(told != starts) if len(told) == len(starts) else np.arange(len(starts))
+        wrong = np.flatnonzero(theirs != befores) if len(theirs) == n else np.arange(n)
         names = [sid] if nums is None else [self.witlog.numbers.names[k] for k in nums[wrong].tolist()]
         self.counters.add(Count.WORKER_SEQS_TOLD_WRONG, len(names))
         if self.reseed is not None:
             self.reseed.update(names)
         self._said_wrong += 1
         if self._said_wrong <= 10:  # (a fault would say it every batch: counted in /stats after these)
-            told_at = int(told[wrong[0]]) if len(told) == len(starts) else None
+            at = int(wrong[0])
             log.warning("an engine worker numbered %d subscriptions' witnesses otherwise than the main process "
-                        "(%s: told %s, numbered %d); the main process's numbers stand, and the worker is told them "
-                        "(/stats' worker_seqs_told_wrong counts each)", len(names), names[0], told_at,
-                        int(starts[wrong[0]]))
+                        "(%s: from %s, not %d); the main process's numbers stand, and the worker is told them "
+                        "(/stats' worker_seqs_told_wrong counts each)", len(names), names[0],
+                        int(theirs[at]) + 1 if len(theirs) == n else "?", int(befores[at]) + 1)
 
     def _watched_masks(self) -> tuple[np.ndarray, np.ndarray]:
         """By the witness log's numbers, whether a client watches that subscription, and that

@@ -23,7 +23,7 @@ worker -> main (``R`` and the ``A`` numbered 0 on the results channel, server/wo
 which the engine thread reads; the rest on the pipe, which the link's reader thread reads)
   ``R``  a batch's result: MessagePack ``[events, groups, internal, stats, epoch,
          errors, check, recorded, places, owners, counts, streams, sids, rest,
-         nums, stream_nums, fresh, fresh_streams, checks, ref, sizes, firsts]``: the witnesses encoded
+         nums, stream_nums, fresh, fresh_streams, checks, ref, sizes, befores]``: the witnesses encoded
          as the witness log and the WebSocket frames hold them, the engine's
          running totals, the epoch, the errors of events the engine failed on,
          what the state budget's check found (or nil), the outcomes of
@@ -56,8 +56,9 @@ which the engine thread reads; the rest on the pipe, which the link's reader thr
          per subscription that refers to them (``0x95 + owners + firsts + counts
          + streams + ref``, kind 4: nothing of it a witness); ``sizes``
          is then each payload's length (``Columns.sizes``), for reading only the watched ones.
-         ``firsts``: each owner's first seq as the worker numbered it (int64 bin, the machine's
-         order: ``LocalNumbers.last``), which the main process checks against its own.
+         ``befores``: each owner's last seq before this batch as the worker numbered them
+         (``LocalNumbers.last``; int32 bin where all fit, else int64, the machine's order),
+         which the main process checks against its own.
   ``A``  a command's answer: pickle ``(number, ok, value)``.
   ``S``  a snapshot the worker's child wrote: pickle ``(ok, detail)``.
   ``W``  where its engine is while a batch has run a second or more (server/workers/worker.py's

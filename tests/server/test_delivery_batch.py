@@ -243,7 +243,7 @@ def test_a_batch_of_one_subscription_on_one_stream_is_logged_and_offered_as_the_
 
 def test_a_worker_numbers_its_subscriptions_witnesses_and_the_main_process_checks_each_batch(tmp_path):
     """An engine worker numbers the witnesses of the subscriptions placed whole on it
-    (:attr:`LocalNumbers.last`, each batch's first seq of each owner in :attr:`Columns.firsts`),
+    (:attr:`LocalNumbers.last`; where each stood before a batch in :attr:`Columns.befores`),
     on from where the main process told it each stands (:meth:`LocalNumbers.seed`); the main
     process checks every batch's against its own numbering, on both ways (several subscriptions,
     and one alone). One told otherwise (a worker that was not told) changes nothing written or
@@ -435,12 +435,15 @@ def test_a_workers_columns_cross_the_pipe_as_bin_and_their_counts_as_int32():
                               (), 0, [], None, [])
     got = codec.decode_result(msg[1:])[9]
     assert np.frombuffer(got.counts_packed(), np.int32).tolist() == cols.counts == [3, 3, 1]
-    assert got.firsts == b""  # (not numbered by a worker: nothing told)
+    assert got.befores == b""  # (not numbered by a worker: nothing told)
     local = LocalNumbers()
-    local.seed({"s2": 2 ** 40})  # (past four billion: int64)
-    msg = codec.encode_result(9, type("E", (), {"groups": _batch(2), "flat": None, "internal": []})(),
-                              (), 0, [], None, [], local=local)
-    assert np.frombuffer(codec.decode_result(msg[1:])[9].firsts, np.int64).tolist() == [1, 2 ** 40 + 1, 1]
+    for seed, width in ((2 ** 31 - 1, np.int32), (2 ** 31, np.int64)):  # int32 while all fit
+        local.seed({"s2": seed})
+        msg = codec.encode_result(9, type("E", (), {"groups": _batch(2), "flat": None, "internal": []})(),
+                                  (), 0, [], None, [], local=local)
+        told = codec.decode_result(msg[1:])[9].befores
+        assert len(told) == 3 * np.dtype(width).itemsize and np.frombuffer(told, width).tolist()[1] == seed
+    assert local.last["s2"] == 2 ** 31 + 3
     assert got.counts == [3, 3, 1] and got.owner_count() == 3
     assert type(got.sids) is memoryview and bytes(got.sids) == bytes(cols.sids)
     assert got.owners == ["s1", "s2", "s3"] and got.streams == ["A", ["B", "C", "B"], "D"]

@@ -135,6 +135,7 @@ def test_a_subscription_whose_stream_is_removed_is_kept_broken_and_comes_back(tm
             seq, _, body = ws.recv(timeout=60).partition(" ")
         assert seq == "2" and json.loads(body)["Qty"] == 20  # numbered on after what it had
         wait_until(lambda: last_seq(srv, s2) == 2, what="s2's next witness")
+        assert srv.http_client.get("/stats").json()["worker_seqs_told_wrong"] == 0  # (its worker was told so)
         no_traceback(srv)
     finally:
         srv.stop()
