@@ -30,6 +30,11 @@ def make_settings(tmp_path, **kw):
     return server_settings(kw.pop("data_dir", tmp_path / "data"), **kw)
 
 
+#: What a server logs when an engine worker numbered witnesses otherwise than its main process (witnesses.py's
+#: ``_check_told``): the tests that start servers as processes look for it in their logs, over every restart.
+NUMBERED_OTHERWISE = "witnesses otherwise than the main process"
+
+
 def assert_numbered_alike(srv: RunningServer) -> None:
     """Every first seq the server's engine workers gave their subscriptions' witnesses was the one
     the main process gave them (server/delivery/witnesses.py's ``_check_told``)."""
