@@ -29,7 +29,9 @@ where the witnesses would be, never a silent jump or wait.
 about ``segment_bytes`` (with the workers' payloads its records refer to); the newest is
 appended to. A full one is sealed and gets an index beside it (``.idx``: per subscription
 its first seq and offset and last seq, per stream its publishers, the payload files it
-refers to), so opening the log scans only the newest. Nothing is fsynced on the way (an
+refers to, as MessagePack columns: witrecords.py's ``Segment.index_bytes``; one of the JSON
+the Cayuga before wrote is read too, and a Cayuga before reads this one as no index and scans
+the segment), so opening the log scans only the newest. Nothing is fsynced on the way (an
 fsync of a whole segment held the engine thread for up to a second): :meth:`WitnessLog.sync`
 makes everything appended so far durable, :meth:`WitnessLog.close` too. A torn or corrupt
 tail (a crash in a write, a flipped byte) is found by that scan and cut off there: a record
@@ -77,8 +79,9 @@ from server.durability.witholes import Holes
 from server.durability.witrecords import (BATCH as _BATCH, BODY as _BODY, CHECKPOINT as _CHECKPOINT, GAP_MARK,
                                           MAX_RECORD, NAMES, RUNS as _RUNS, SIDE as _SIDE, Gap, Gone, Record,
                                           Segment as _Segment, Sub as _Sub, body_of as _body, dump_json as _json,
-                                          encode as _encode, encode_parts as _encode_parts, pack_batch as _pack,
-                                          pack_seqs, parse as _parse, runs_checked, unpack_batch as _unpack,
+                                          encode as _encode, encode_parts as _encode_parts, load_index,
+                                          pack_batch as _pack, pack_seqs, parse as _parse, runs_checked,
+                                          unpack_batch as _unpack,
                                           unpack_runs as _unpack_runs, unpack_side as _unpack_side)
 from server.durability.witside import SideFiles, SideReader
 
@@ -167,7 +170,7 @@ class WitnessLog(Holes):
 
     def _load_index(self, seg: _Segment, sizes: dict[str, int]) -> bool:
         try:
-            data = json.loads(seg.index_path.read_bytes())
+            data = load_index(seg.index_path.read_bytes())
             if data["size"] != seg.path.stat().st_size:
                 return False
             seg.take_index(data)
@@ -334,7 +337,7 @@ class WitnessLog(Holes):
         try:
             fsio.write_file(tmp, seg.index_bytes())
             fsio.replace(tmp, seg.index_path)
-        except OSError as exc:  # an index only saves a scan when the log is opened
+        except (OSError, ValueError, KeyError) as exc:  # an index only saves a scan when the log is opened
             fsio.remove(tmp)
             log.warning("witness log %s: its index could not be written (%s); it will be scanned when opened",
                         seg.path.name, exc)

@@ -216,26 +216,79 @@ class Segment:
         return self.path.with_suffix(".idx")
 
     def index_bytes(self) -> bytes:
-        """Its index (a sealed segment's ``.idx``: opening the log then reads no record)."""
+        """Its index (a sealed segment's ``.idx``: opening the log then reads no record), as
+        MessagePack columns (:func:`load_index` reads it, and the JSON of the Cayuga before):
+        ``sids``, and per sid its ``first`` seq, the offset ``off`` of its first record and its
+        ``last`` seq (int64 arrays, little-endian); ``streams``, and the pairs of a stream and a
+        sid that published on it (``pair_streams``, ``pair_sids``: int32 places in the two
+        lists); ``gaps``, ``side``, ``side_end`` as :meth:`take_index` takes them. Of a segment
+        no reader asked of, made from its one merged record by array steps, with no object per
+        subscription: a dict and a sorted list a stream, then JSON, had cost 4.3 ms of the
+        engine thread's 10 ms roll with 10,000 subscriptions (BENCHMARKS.md, round 29)."""
         with self._folding:
             unread = self.sealed and len(self.pending) == 1 and not self._subs and not self._streams
             if unread:  # (a sealed segment no reader asked of: its one merged record, as it is)
-                subs, streams = _index_of(self.pending[0])
+                columns = _columns_of(self.pending[0])
         if not unread:
-            subs = {s: (v.first_seq, v.first_off, v.last_seq) for s, v in self.subs.items()}
-            streams = {s: sorted(v) for s, v in self.streams.items()}
-        return dump_json({"size": self.size, "records": self.records, "subs": subs, "streams": streams,
-                          "gaps": {s: [list(g) for g in v] for s, v in self.gaps.items()}, "side": self.side,
-                          "side_end": self.side_end})
+            subs, streams = self.subs, self.streams
+            sids = list(subs)
+            at = {sid: i for i, sid in enumerate(sids)}
+            kinds = list(streams)
+            pairs = [(k, at[sid]) for k, stream in enumerate(kinds) for sid in sorted(streams[stream])]
+            columns = (sids, [v.first_seq for v in subs.values()], [v.first_off for v in subs.values()],
+                       [v.last_seq for v in subs.values()], kinds, [k for k, _ in pairs], [i for _, i in pairs])
+        sids, firsts, offs, lasts, kinds, pair_streams, pair_sids = columns
+        return _pack_index({"size": self.size, "records": self.records, "sids": sids, "first": _int64s(firsts),
+                            "off": _int64s(offs), "last": _int64s(lasts), "streams": kinds,
+                            "pair_streams": _int32s(pair_streams), "pair_sids": _int32s(pair_sids),
+                            "gaps": {s: [list(g) for g in v] for s, v in self.gaps.items()}, "side": self.side,
+                            "side_end": self.side_end})
 
     def take_index(self, data: dict) -> None:
-        """What :meth:`index_bytes` wrote, read back (KeyError, TypeError: not an index)."""
+        """What :meth:`index_bytes` wrote, read back by :func:`load_index` (KeyError, TypeError,
+        ValueError: not an index)."""
         self.size, self.records = data["size"], data["records"]
-        self.subs = {s: Sub(*v) for s, v in data["subs"].items()}
-        self.streams = {s: set(v) for s, v in data["streams"].items()}
+        if "sids" in data:  # (the columns)
+            sids, kinds = data["sids"], data["streams"]
+            firsts, offs, lasts = (np.frombuffer(data[k], "<i8").tolist() for k in ("first", "off", "last"))
+            if not len(sids) == len(firsts) == len(offs) == len(lasts):
+                raise ValueError("an index's columns differ in length")
+            self.subs = dict(zip(sids, map(Sub, firsts, offs, lasts)))
+            streams: dict[str, set[str]] = {}
+            for k, i in zip(np.frombuffer(data["pair_streams"], "<i4").tolist(),
+                            np.frombuffer(data["pair_sids"], "<i4").tolist()):
+                streams.setdefault(kinds[k], set()).add(sids[i])
+            self.streams = streams
+        else:  # (JSON: {sid: [first, off, last]}, {stream: [sid, ...]})
+            self.subs = {s: Sub(*v) for s, v in data["subs"].items()}
+            self.streams = {s: set(v) for s, v in data["streams"].items()}
         self.gaps = {s: [tuple(g) for g in v] for s, v in data.get("gaps", {}).items()}
         self.side = {str(k): int(v) for k, v in data.get("side", {}).items()}
         self.side_end = {str(k): int(v) for k, v in data.get("side_end", {}).items()}
+
+
+_pack_index = msgspec.msgpack.Encoder().encode
+_unpack_index = msgspec.msgpack.Decoder(dict).decode
+
+
+def _int64s(values) -> bytes:
+    return np.asarray(values, "<i8").tobytes()
+
+
+def _int32s(values) -> bytes:
+    return np.asarray(values, "<i4").tobytes()
+
+
+def load_index(raw: bytes) -> dict:
+    """A sealed segment's ``.idx`` as :meth:`Segment.take_index` takes it: the MessagePack columns
+    :meth:`Segment.index_bytes` writes, or the JSON of the Cayuga before (ValueError: neither)."""
+    if raw[:1] == b"{":
+        return msgspec.json.decode(raw)
+    try:
+        data = _unpack_index(raw)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not an index: {exc}") from None
+    return data
 
 
 def pack_seqs(seqs: np.ndarray) -> bytes:
@@ -294,19 +347,18 @@ def _merged(pending: list, sort: bool = True) -> tuple:
     return (first_off[touched], touched, first[touched], last[touched], pair_nums, pair_streams, numbers)
 
 
-def _index_of(record: tuple) -> tuple[dict, dict]:
-    """The ``subs`` and ``streams`` of an index, from a merged batch record (:func:`_merged`)."""
+def _columns_of(record: tuple) -> tuple:
+    """An index's columns (:meth:`Segment.index_bytes`) from a merged batch record (:func:`_merged`:
+    its pairs sorted by stream), by array steps: the sids and their seqs and offsets, the streams
+    and each pair's places in the two."""
     off, nums, starts, ends, pair_nums, pair_streams, numbers = record
     names, stream_names = numbers[0].names, numbers[1].names
-    subs = dict(zip(map(names.__getitem__, nums.tolist()), zip(starts.tolist(), off.tolist(), ends.tolist())))
-    streams = {}
-    if len(pair_streams):  # (sorted by stream)
-        cuts = (np.flatnonzero(np.diff(pair_streams)) + 1).tolist()
-        firsts = [0, *cuts]
-        sids = list(map(names.__getitem__, pair_nums.tolist()))
-        for a, b, stream in zip(firsts, [*cuts, len(sids)], pair_streams[firsts].tolist()):
-            streams[stream_names[stream]] = sorted(sids[a:b])
-    return subs, streams
+    sids = list(map(names.__getitem__, nums.tolist()))  # (nums ascending: the pairs' sids found by searchsorted)
+    new = np.concatenate(([True], pair_streams[1:] != pair_streams[:-1])) if len(pair_streams) else pair_streams
+    kinds = pair_streams[new]  # (not np.unique: it imports numpy.ma at its first call, on the engine thread)
+    places = np.cumsum(new) - 1
+    return (sids, starts, off, ends, list(map(stream_names.__getitem__, kinds.tolist())), places,
+            np.searchsorted(nums, pair_nums))
 
 
 def runs_columns(runs: tuple) -> tuple[list[str], list[int], list[str], tuple]:

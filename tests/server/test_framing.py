@@ -24,6 +24,7 @@ from server.durability.framing import VERSIONS, FramingError, Scan, frame
 from server.durability.journal import Journal, segment_name
 from server.durability.snapshot import MAGIC, SnapshotError, SnapshotStore, decode, encode
 from server.durability.witlog import WitnessLog
+from server.durability.witrecords import Segment, load_index
 from tests.conftest import examples
 
 # --------------------------------------------------------------------------- the older framings, by hand
@@ -361,11 +362,13 @@ def to_older_framing(data_dir) -> int:
         if data[:8] in (b"CAYUGAW\x02", b"CAYUGAW\x03", b"CAYUGAW\x04"):  # (none of its records of kind 3 or 4 here)
             p.write_bytes(data[8:])  # the same records, without the file header
             idx = p.with_suffix(".idx")
-            if idx.exists():  # offsets as they were without the header
-                index = json.loads(idx.read_text())
-                index["size"] -= 8
-                index["subs"] = {s: [first, off - 8, last] for s, (first, off, last) in index["subs"].items()}
-                idx.write_text(json.dumps(index))
+            if idx.exists():  # offsets as they were without the header, in the JSON index of then
+                seg = Segment(0, p)
+                seg.take_index(load_index(idx.read_bytes()))
+                idx.write_text(json.dumps({
+                    "size": seg.size - 8, "records": seg.records,
+                    "subs": {s: [v.first_seq, v.first_off - 8, v.last_seq] for s, v in seg.subs.items()},
+                    "streams": {k: sorted(v) for k, v in seg.streams.items()}}))
             done += 1
     for p in (data_dir / "snapshots").glob("snapshot-*.bin"):
         data = p.read_bytes()
