@@ -183,7 +183,7 @@ class WitnessLog(Holes):
                 self._merge_checkpoint(self._checkpoint_of(seg))
             seg.sealed = True
             return True
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, IndexError):  # (not an index: the segment is scanned)
             return False
 
     def _checkpoint_of(self, seg: _Segment) -> dict[str, int]:

@@ -418,6 +418,40 @@ def test_an_index_and_a_checkpoint_of_non_ascii_names_are_read_back(tmp_path, mo
     wl.close()
 
 
+def test_a_damaged_or_older_index_is_read_or_its_segment_scanned(tmp_path, monkeypatch):
+    """A sealed segment's index is MessagePack columns; one of the JSON an earlier version wrote
+    is read as well (no scan), and one that is not an index (cut short, its places out of range,
+    garbage) is left aside: the segment is scanned, and the log reads the same."""
+    import msgspec
+
+    from server.durability.witrecords import Segment, load_index
+
+    wl = WitnessLog(tmp_path, segment_bytes=1024)
+    for k in range(0, 60, 6):
+        wl.append(recs("a", range(k + 1, k + 7), stream="A") + recs("b", [k // 6 + 1], stream="B"))
+    wl.close()
+    first = sorted(tmp_path.glob("*.idx"))[0]
+    columns = first.read_bytes()
+    seg = Segment(0, first.with_suffix(".log"))
+    seg.take_index(load_index(columns))
+    as_json = msgspec.json.encode({"size": seg.size, "records": seg.records,
+                                   "subs": {s: [v.first_seq, v.first_off, v.last_seq] for s, v in seg.subs.items()},
+                                   "streams": {k: sorted(v) for k, v in seg.streams.items()}})
+    out_of_range = msgspec.msgpack.encode({**msgspec.msgpack.decode(columns),
+                                          "pair_sids": np.array([0, 7], "<i4").tobytes()})
+    scanned, scan = [], WitnessLog._scan
+    monkeypatch.setattr(WitnessLog, "_scan", lambda self, seg, *a: scanned.append(seg.path) or scan(self, seg, *a))
+    for index, is_read in ((as_json, True), (columns[: len(columns) // 2], False), (out_of_range, False),
+                           (b"\x00garbage", False)):
+        first.write_bytes(index)
+        scanned.clear()
+        wl = WitnessLog(tmp_path, segment_bytes=1024)
+        assert (first.with_suffix(".log") not in scanned) == is_read, index[:20]
+        assert [n for n, _ in wl.read("a", 1)] == list(range(1, 61)) and wl.last_seqs() == {"a": 60, "b": 10}
+        assert wl.publishers("B") == {"b"}
+        wl.close()
+
+
 def test_writing_and_rolling_the_log_imports_nothing_more(tmp_path):
     """The engine thread writes the witness log and seals its segments mid-run: nothing it
     calls may import a module then (np.unique imported numpy.ma at its first call, 10 ms
