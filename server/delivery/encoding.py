@@ -276,10 +276,10 @@ class LocalNumbers:
         self.last.pop(sid, None)
 
     def number(self, cols: Columns) -> Columns:
-        """``cols`` with its owners' and streams' numbers (and those given now, to tell) and each
-        owner's first seq. Looked up by C-level passes; a Python loop runs only over names not
-        numbered before (a subscription's first witnesses) and over a batch with subscriptions on
-        several streams."""
+        """``cols`` with its owners' and streams' numbers (and those given now, to tell) and where
+        each owner's numbering stood before it (:attr:`Columns.befores`). Looked up by C-level
+        passes; a Python loop runs only over names not numbered before (a subscription's first
+        witnesses) and over a batch with subscriptions on several streams."""
         owners, kinds = cols.owners, cols.streams
         fresh: list = []
         fresh_streams: list = []

@@ -234,7 +234,7 @@ class Segment:
             sids = list(subs)
             at = {sid: i for i, sid in enumerate(sids)}
             kinds = list(streams)
-            pairs = [(k, at[sid]) for k, stream in enumerate(kinds) for sid in sorted(streams[stream])]
+            pairs = [(k, at[sid]) for k, stream in enumerate(kinds) for sid in streams[stream]]
             columns = (sids, [v.first_seq for v in subs.values()], [v.first_off for v in subs.values()],
                        [v.last_seq for v in subs.values()], kinds, [k for k, _ in pairs], [i for _, i in pairs])
         sids, firsts, offs, lasts, kinds, pair_streams, pair_sids = columns
@@ -282,13 +282,7 @@ def _int32s(values) -> bytes:
 def load_index(raw: bytes) -> dict:
     """A sealed segment's ``.idx`` as :meth:`Segment.take_index` takes it: the MessagePack columns
     :meth:`Segment.index_bytes` writes, or the JSON of the Cayuga before (ValueError: neither)."""
-    if raw[:1] == b"{":
-        return msgspec.json.decode(raw)
-    try:
-        data = _unpack_index(raw)
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"not an index: {exc}") from None
-    return data
+    return msgspec.json.decode(raw) if raw[:1] == b"{" else _unpack_index(raw)  # (msgspec.DecodeError: a ValueError)
 
 
 def pack_seqs(seqs: np.ndarray) -> bytes:

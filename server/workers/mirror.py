@@ -61,7 +61,7 @@ class MirroredEngine(Engine):
         self.sent: list[Future] = []
         #: where the witness numbering of a subscription stands (its last seq; server/workers/dispatch.py
         #: sets it once its loop runs): one placed whole is told it after its automata, where it is not 0
-        #: (registered again under an id numbered before, a backfill's hand-over)
+        #: (a backfill's hand-over: its history was numbered first)
         self.seq_of: Callable[[str], int] | None = None
 
     @property
