@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import types
 from array import array
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Callable
 
 import msgspec
@@ -113,8 +113,12 @@ def emissions_to_records(emissions: list, makers: dict, maker: Callable, include
     last = None
     cls = fallback = None
     for em in emissions:
-        stream = em[0]
-        kind = em[2]
+        if COMPILED:  # (an emission is a named tuple: its items read straight, not by the generic protocol)
+            stream = _item(em, 0)  # noqa: F821 - C only (convert.pxd)
+            kind = _item(em, 2)  # noqa: F821
+        else:
+            stream = em[0]
+            kind = em[2]
         if not include_resub and kind != "OUT":
             continue
         if stream is not last:
@@ -123,7 +127,7 @@ def emissions_to_records(emissions: list, makers: dict, maker: Callable, include
                 got = makers[stream] = maker(stream)
             cls, fallback = got
             last = stream
-        ev = em[1]
+        ev = _item(em, 1) if COMPILED else em[1]  # noqa: F821 - C only (convert.pxd)
         if cls is None:
             out.append(fallback(stream, ev))
         elif COMPILED:
@@ -131,6 +135,51 @@ def emissions_to_records(emissions: list, makers: dict, maker: Callable, include
         else:
             out.append(cls(stream, ev.t0, ev.t1, *ev.values))
     return out
+
+
+_OWNER, _KIND, _STREAM = itemgetter(3), itemgetter(2), itemgetter(0)  # of an engine's emission
+_OUT = "OUT"
+
+
+def owners_of(emissions: list) -> tuple:
+    """The subscriptions that made ``emissions`` (the engine's ``(stream, event, kind,
+    owner)`` tuples) in the order they first did (a dict's keys, each None), and whether
+    any emission is of a kind other than ``OUT``. Compiled, one pass that looks an
+    owner up only where it differs from the one before (a batch's emissions come in
+    runs of one subscription's) and compares each kind with ``OUT`` by identity first;
+    plain Python, two C-level passes."""
+    if not COMPILED:
+        return dict.fromkeys(map(_OWNER, emissions)), bool(set(map(_KIND, emissions)) - {_OUT})
+    owners = {}
+    last = None
+    other = False
+    out = _OUT  # (a local: compiled, no lookup an emission)
+    for em in emissions:
+        owner = _item(em, 3)  # noqa: F821 - C only (convert.pxd)
+        if owner is not last:
+            owners[owner] = None  # (one there already keeps its place)
+            last = owner
+        if not other:
+            kind = _item(em, 2)  # noqa: F821
+            other = kind is not out and kind != out
+    return owners, other
+
+
+def one_stream(emissions: list):
+    """The stream of every one of ``emissions`` (the engine's tuples) when they are all
+    of one, else None (and None for none). Compiled, one pass comparing each with the
+    first by identity first; plain Python, a C-level pass that lists them."""
+    if not emissions:
+        return None
+    first = emissions[0][0]
+    if not COMPILED:
+        streams = list(map(_STREAM, emissions))
+        return first if streams.count(first) == len(streams) else None
+    for em in emissions:
+        stream = _item(em, 0)  # noqa: F821 - C only (convert.pxd)
+        if stream is not first and stream != first:
+            return None
+    return first
 
 
 def pack_lines(data: bytes) -> tuple:

@@ -19,11 +19,11 @@ from typing import Callable, NamedTuple, Union
 
 import msgspec
 
-from air.engine.convert import SIZE_CODE, pack_lines
+from air.engine.convert import SIZE_CODE, one_stream, owners_of, pack_lines
 from air.formats import encode_emissions
 from air.model import StreamSchema
 
-_STREAM, _KIND, _OWNER = itemgetter(0), itemgetter(2), itemgetter(3)  # of an Emission
+_STREAM, _OWNER = itemgetter(0), itemgetter(3)  # of an Emission
 _SECOND = itemgetter(1)
 #: the witness log's batch record's packer (server/durability/witrecords.py's ``pack_batch``: MessagePack)
 _pack = msgspec.msgpack.Encoder().encode
@@ -235,9 +235,26 @@ def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable |
             cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
         else:  # (each witness's sid and stream are the owners', counts' and kinds': the main process writes those)
             cols = Columns(owners, counts, kinds, b"", b"", ref=tuple(ref), sizes=payloads.sizes)
+    elif len(owners) == 1 and type(kinds[0]) is str:  # (one subscription on one stream: its name n times)
+        n = counts[0]
+        cols = Columns(owners, counts, kinds, pack_repeated(owners[0], n),
+                       b"\x92" + pack_repeated(kinds[0], n) + packed)
     else:  # (the pair [streams, payloads] as msgspec packs it: an array of two, then each)
         cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
     return cols if local is None else local.number(cols)
+
+
+def pack_repeated(item, n: int) -> bytes:
+    """``_pack([item] * n)``, byte for byte, made as the array's header and ``item`` packed
+    once and repeated (a batch of one subscription's witnesses on one stream: its sid and
+    stream, a witness each; packing the list looked at every item)."""
+    if n < 16:  # (an array: fixarray, array 16, array 32)
+        header = bytes((0x90 | n,))
+    elif n < 0x10000:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    return header + _pack(item) * n
 
 
 class PackedLines(NamedTuple):
@@ -339,8 +356,7 @@ class WitnessEncoder:
         engine worker packs: :func:`pack_flat`)."""
         if not ems:
             return EncodedBatch([], [])
-        owners = dict.fromkeys(map(_OWNER, ems))
-        resub = bool(set(map(_KIND, ems)) - {"OUT"})
+        owners, resub = owners_of(ems)
         if flat:
             ordered = ems if len(owners) == 1 else _by_first(ems, owners)
             outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
@@ -381,11 +397,12 @@ class WitnessEncoder:
         if not outs:
             return None
         payloads = PackedLines(*pack_lines(self._json(outs, False)))
-        streams = list(map(_STREAM, outs))
         n = len(outs)
-        if len(owners) == 1:  # (a heavy query's batch: no pass to count them)
-            sid, first = next(iter(owners)), streams[0]
-            return [sid], [n], [first if streams.count(first) == n else streams], [sid] * n, streams, payloads
+        if len(owners) == 1:  # (a heavy query's batch: no pass to count them, none to list one stream n times)
+            sid, first = next(iter(owners)), one_stream(outs)
+            streams = list(map(_STREAM, outs)) if first is None else [first] * n
+            return [sid], [n], [streams if first is None else first], [sid] * n, streams, payloads
+        streams = list(map(_STREAM, outs))
         sids = list(map(_OWNER, outs))
         counted = Counter(sids)  # (in the order first seen: the subscriptions' order)
         pairs = dict.fromkeys(zip(sids, streams))

@@ -370,7 +370,7 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
     import random
     from array import array
 
-    from air.engine import Event
+    from air.engine import Emission, Event
     from air.model import Attribute, StreamSchema
     from server.delivery.encoding import WitnessEncoder, pack_flat
 
@@ -383,8 +383,8 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
     for batch in range(44):
         ems = []
         if batch >= 40:  # one subscription a batch (a heavy query's): on one stream, then on two
-            on = ["S1", "S1"] + ["S2"] * (batch % 2)
-            ems = [(s, Event(s, ("q1", i), i, i), "OUT", "q1") for i, s in enumerate(on)]
+            on = ["S1"] * (2 + 20 * (batch % 3)) + ["S2"] * (batch % 2)
+            ems = [Emission(s, Event(s, ("q1", i), i, i), "OUT", "q1") for i, s in enumerate(on)]
         for i in range(rnd.randrange(0, 300) if batch < 40 else 0):
             owner = f"q{rnd.randrange(4 * (batch + 1))}"  # (new subscriptions in later batches)
             several = owner.endswith("7")  # these publish on several streams
@@ -392,7 +392,8 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
             kind = "OUT"
             if rnd.random() < 0.1:
                 stream, kind = rnd.choice(["Int0", "Int1"]), "RESUB"
-            ems.append((stream, Event(stream, (owner, i), i, i), kind, owner))
+            items = (stream, Event(stream, (owner, i), i, i), kind, owner)  # (the engine's: named tuples)
+            ems.append(Emission(*items) if i % 2 else items)
         grouped, flat = enc.encode(ems), enc.encode(ems, flat=True)
         assert flat.groups == [] and flat.internal == grouped.internal
         a = pack_columns(grouped.groups, grouped_numbers)

@@ -241,3 +241,53 @@ def test_the_typed_path_converts_in_the_engines_build():
     assert batch.typed and batch.events == [Event("Stock", ("IBM", 84.5, 300), 1, 2)] * 2
     if BUILD == "compiled":
         assert not any(gc.is_tracked(ev) or gc.is_tracked(ev.values) for ev in batch.events)
+
+
+def _plain_convert():
+    """air/engine/convert.py run as plain Python, whichever build this process imports."""
+    import importlib.util
+    from pathlib import Path
+
+    import air.engine.convert as built
+
+    spec = importlib.util.spec_from_file_location("convert_plain", Path(built.__file__).with_name("convert.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.COMPILED is False
+    return built, module
+
+
+@settings(examples(40))
+@given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.sampled_from(["OUT", "RESUB"]),
+                          st.sampled_from(["q1", "q2", "q3"]), st.booleans()), max_size=30))
+def test_the_owners_and_the_one_stream_of_emissions_in_both_builds(spec):
+    """``owners_of`` and ``one_stream`` (compiled: one pass reading each emission's items
+    straight, a named tuple's too) against their definitions, in this process's build and
+    as plain Python: the engine's ``Emission`` named tuples and plain tuples, kind and stream
+    names made apart from the literals (equal, not the same objects)."""
+    from air.engine import Emission
+
+    def fresh(name: str) -> str:  # an equal name, not the same object
+        return "".join(list(name))
+
+    ev = Event("Stock", ("X", 1.0, 1), 1, 1)
+    ems = [(Emission if named else lambda *items: items)(fresh(stream) if i % 2 else stream, ev, fresh(kind), owner)
+           for i, (stream, kind, owner, named) in enumerate(spec)]
+    owners = list(dict.fromkeys(em[3] for em in ems))
+    other = any(em[2] != "OUT" for em in ems)
+    streams = {em[0] for em in ems}
+    for convert in _plain_convert():
+        got, got_other = convert.owners_of(ems)
+        assert list(got) == owners and got_other is other
+        assert convert.one_stream(ems) == (ems[0][0] if len(streams) == 1 else None)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 65535, 65536])
+def test_a_name_repeated_packs_as_msgspec_packs_its_list(n):
+    """``pack_repeated`` (a batch of one subscription on one stream: its sid and stream a
+    witness each, made by repeating one packed name) is msgspec's MessagePack of the list, at
+    each boundary of MessagePack's array headers."""
+    from server.delivery.encoding import pack_repeated
+
+    for name in ("s1", "Rising", "q" * 40):
+        assert pack_repeated(name, n) == msgspec.msgpack.encode([name] * n)
