@@ -175,7 +175,7 @@ class Daemon:
                 link.on_snapshot = self.snapshotter.remote_done
         self.processing.recovery, self.processing.budget = self.recovery, self.budget
         self.processing.witnesses, self.processing.checkpoints = self.witnesses, self.checkpoints
-        self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine.stats,
+        self.health = Health(settings, self.queue, self.disk, self.store, self.counters, self.engine,
                              self.hub, self.snapshotter, self.processing, self.budget, self.recovery,
                              self.witnesses, self.subscriptions)
         self.health.broken = self.broken

@@ -39,6 +39,13 @@ cdef class StreamPlan
 cdef class SortedBucket:
     cdef public list keys, cids, insts, rest
 
+    # (C calls from the engine's epoch end, not method lookups)
+    @cython.locals(i=Py_ssize_t)
+    cpdef add(self, key, cid, list inst)
+
+    @cython.locals(i=Py_ssize_t, cids=list)
+    cpdef remove(self, list inst)
+
 
 @cython.locals(bucket=SortedBucket, insts=list, keys=list)
 cpdef list affectable(iq, bucket, e)

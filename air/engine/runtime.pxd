@@ -109,7 +109,9 @@ cdef _sort_edges(list edges)
 
 
 cdef class Engine:
-    cdef public object functions, on_emit, stats, options, _net
+    cdef public object functions, on_emit, _stats, options, _net
+    # counted by the event loop, not yet added to ``_stats`` (the ``stats`` property adds them)
+    cdef public Py_ssize_t _events_n, _epochs_n, _witnesses_n
     cdef public dict _declared, _published, _loaded, _readers
     cdef public object _gen, _epoch, _installed_t1
     cdef public bint _closed
@@ -122,6 +124,9 @@ cdef class Engine:
 
     @cython.locals(node=Node, buckets=dict, b=SortedBucket, k=Py_ssize_t, pending=list, inst=list)
     cpdef _close_sorted(self, node)
+
+    # (typed: an event's t1 read from its struct, not by a property through the generic attribute lookup)
+    cpdef feed(self, Event event)
 
     @cython.locals(plan=StreamPlan, edges=list, found=list, dirty=list, edge=NEdge, dest=Node, nodes=list,
                    node=Node, k=Py_ssize_t, inst=list, rebind=NEdge, forwards=list, new=list,

@@ -147,7 +147,8 @@ class Engine:
                  fr_index: bool | None = None, sorted_index: bool | None = None) -> None:
         self.functions = functions or FunctionRegistry.default()
         self.on_emit = on_emit
-        self.stats = EngineStats()
+        self._stats = EngineStats()
+        self._events_n = self._epochs_n = self._witnesses_n = 0
         inst = index if instance_index is None else instance_index
         self.options = Options(merge=merge, an_index=inst if an_index is None else an_index,
                                instance_index=inst, fr_index=index if fr_index is None else fr_index,
@@ -167,6 +168,26 @@ class Engine:
         self._dirty: list[Node] = []
         self._resub: deque[Event] = deque()
         self._cids = itertools.count()  # install order of instances in sorted indexes
+
+    @property
+    def stats(self) -> EngineStats:
+        """The running totals. The event loop counts its events, epochs and witnesses in
+        fields of its own (compiled: C integers; an attribute of a Python object read and set
+        three times an event cost 12% of the loop: BENCHMARKS.md, round 30) and they are
+        added to the totals here, whenever they are read: read the totals through this, not
+        by keeping the object they are in."""
+        st = self._stats
+        if self._events_n or self._epochs_n or self._witnesses_n:
+            st.events += self._events_n
+            st.epochs += self._epochs_n
+            st.witnesses += self._witnesses_n
+            self._events_n = self._epochs_n = self._witnesses_n = 0
+        return st
+
+    @stats.setter
+    def stats(self, value: EngineStats) -> None:
+        self._stats = value
+        self._events_n = self._epochs_n = self._witnesses_n = 0
 
     # ------------------------------------------------------------------ catalogue
 
@@ -400,7 +421,7 @@ class Engine:
                 node.plan.set_active(node, node.count > 0)
         self._dirty = []
         if self._epoch is not None:
-            self.stats.epochs += 1
+            self._epochs_n += 1
 
     def _close_sorted(self, node: Node) -> None:
         """End of epoch for a node with a sorted index (see SortedBucket)."""
@@ -463,7 +484,7 @@ class Engine:
         return out
 
     def _process(self, ev: Event) -> None:
-        self.stats.events += 1
+        self._events_n += 1
         self._epoch_events += 1
         if self._epoch_events > MAX_EVENTS_PER_EPOCH:
             raise EngineError(
@@ -608,7 +629,7 @@ class Engine:
             if born < gen:
                 continue  # the run began before this owner subscribed
             wit = Event(name, values, t0, t1)
-            self.stats.witnesses += 1
+            self._witnesses_n += 1
             if self.on_emit is not None:
                 self.on_emit(_make_emission(Emission, (name, wit, kind, owner)))
             if name in self._readers:

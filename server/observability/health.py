@@ -78,7 +78,7 @@ class Health:
     only unless durability is off)."""
 
     def __init__(self, settings: Settings, queue: DelayQueue, disk: DiskState, store: Store, counters: Counters,
-                 engine_stats, hub: NotifierHub, snapshotter: Snapshotter, progress: EngineProgress,
+                 engine, hub: NotifierHub, snapshotter: Snapshotter, progress: EngineProgress,
                  counts: InstanceCounts, replay: Replay, witnesses: WitnessCounts,
                  subscriptions: Mapping[str, object]) -> None:
         self.settings = settings
@@ -87,7 +87,7 @@ class Health:
         self.disk = disk
         self.store = store
         self.counters = counters
-        self.engine_stats = engine_stats  # the engine's running totals (air/engine: EngineStats)
+        self._engine = engine  # its running totals: engine_stats
         self.hub = hub
         self.snapshotter = snapshotter
         self._progress = progress
@@ -101,6 +101,12 @@ class Health:
         self._store_probed = 0.0
 
     # ------------------------------------------------------------------ clock
+
+    @property
+    def engine_stats(self):
+        """The engine's running totals (air/engine's ``EngineStats``), as of now: read through
+        the engine (its event loop adds what it counted when they are read)."""
+        return self._engine.stats
 
     def now(self) -> float:
         """The server clock in stream time units."""

@@ -58,3 +58,31 @@ def test_removing_the_publisher_stops_the_chain():
     eng = engine_with("94.xml", "LONG_MONOTONIC_INC.xml")
     eng.remove("94")
     assert [e for e in eng.run(events()) if e.stream == "LONG_MONOTONIC_INC"] == []
+
+
+def test_the_running_totals_read_after_each_event_or_once_at_the_end_are_the_same():
+    """The event loop counts its events, epochs and witnesses in fields of its own and adds them
+    to ``stats`` when the totals are read: read after every event, or once at the end, they are
+    the same; the resubscribed events count as events, every emission as a witness; totals set
+    anew (a restore) go on from what they were given."""
+    from air.engine import EngineStats
+
+    every, once = engine_with("94.xml", "LONG_MONOTONIC_INC.xml"), engine_with("94.xml", "LONG_MONOTONIC_INC.xml")
+    emitted: list = []
+    every.on_emit = emitted.append
+    read = []
+    for ev in events():
+        every.feed(ev)
+        once.feed(ev)
+        st = every.stats
+        read.append((st.events, st.epochs, st.witnesses))
+    every.flush()
+    once.flush()
+    a, b = every.stats, once.stats
+    assert (a.events, a.epochs, a.witnesses, a.resubscribed) == (b.events, b.epochs, b.witnesses, b.resubscribed)
+    assert a.events == len(events()) + a.resubscribed and a.witnesses == len(emitted) > 0
+    assert a.epochs == len({ev.t1 for ev in events()})
+    assert read == sorted(read) and read[-1][0] == a.events  # (the flush feeds nothing)
+    once.stats = EngineStats(events=5, witnesses=7)
+    once.feed(S("IBM", 40, 5, 14))
+    assert (once.stats.events, once.stats.witnesses) == (6, 7)
