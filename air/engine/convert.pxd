@@ -198,3 +198,16 @@ cpdef tuple pack_lines(bytes data)
 cpdef tuple owners_of(list emissions)
 
 cpdef one_stream(list emissions)
+
+@cython.locals(groups=dict, mine=list, out=list)
+cpdef list by_owner(list emissions, dict owners)
+
+@cython.locals(owners=list, counts=list, kinds=list, n=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, one=bint,
+               i=Py_ssize_t)
+cpdef tuple runs_of(list emissions)
+
+@cython.locals(out=list)
+cpdef list number_names(dict numbers, list names, list told)
+
+@cython.locals(out=list, i=Py_ssize_t)
+cpdef list count_on(dict last, list owners, list counts)

@@ -1,16 +1,18 @@
 """The engine's running totals (``Engine.stats``).
 
-A plain dataclass in both builds (the compiled event loop adds to it as to
-any Python object), kept apart from the event loop (runtime.py) so that the
-modules working beside it (air/engine/enginelike.py) can name it without
-importing that. ``air.engine`` and ``air.engine.runtime`` export it."""
+A plain dataclass in both builds, kept apart from the event loop (runtime.py)
+so that the modules working beside it (air/engine/enginelike.py) can name it
+without importing that. ``air.engine`` and ``air.engine.runtime`` export it.
+The event loop counts its events, epochs and witnesses in fields of the
+engine's own (C integers, compiled) and ``Engine.stats`` adds them here each
+time it is read: read the totals through it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 
-@dataclass(slots=True)  # the engine adds to three of these per event: a slot is read and set faster
+@dataclass(slots=True)
 class EngineStats:
     events: int = 0
     epochs: int = 0

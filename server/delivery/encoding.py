@@ -12,19 +12,20 @@ the witness log's payloads and the clients' frames); a worker sends them as
 from __future__ import annotations
 
 from array import array
-from collections import Counter, deque
+from collections import Counter
 from itertools import accumulate, chain, groupby, repeat
-from operator import add, itemgetter
+from operator import itemgetter
 from typing import Callable, NamedTuple, Union
 
 import msgspec
 
-from air.engine.convert import SIZE_CODE, one_stream, owners_of, pack_lines
+from air.engine.convert import (
+    SIZE_CODE, by_owner, count_on, number_names, one_stream, owners_of, pack_lines, runs_of,
+)
 from air.formats import encode_emissions
 from air.model import StreamSchema
 
 _STREAM, _OWNER = itemgetter(0), itemgetter(3)  # of an Emission
-_SECOND = itemgetter(1)
 #: the witness log's batch record's packer (server/durability/witrecords.py's ``pack_batch``: MessagePack)
 _pack = msgspec.msgpack.Encoder().encode
 
@@ -218,7 +219,9 @@ def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
 def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable | None = None) -> Columns:
     """:func:`pack_columns` of witnesses given as :attr:`EncodedBatch.flat`: ``(owners, counts,
     kinds, sids, streams, payloads)``, per subscription and per witness, in one order: packed
-    as they are, no pass per subscription. ``payloads``: a list, or already packed with their
+    as they are, no pass per subscription. ``sids`` and ``streams`` (each witness's) may be
+    None: the encoder leaves them out, and they are made from the rest only where packed (a
+    batch whose payloads went to a file beside the log needs neither). ``payloads``: a list, or already packed with their
     sizes (:class:`PackedLines`, what :meth:`WitnessEncoder.encode` gives). ``side``: what
     writes the packed payloads to a file of the worker's own and says where
     (server/durability/witside.py's ``SideWriter.write``), for a batch of several
@@ -232,16 +235,27 @@ def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable |
         try:
             ref = side(packed)
         except OSError:
-            cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
+            cols = _each_packed(owners, counts, kinds, sids, streams, packed)
         else:  # (each witness's sid and stream are the owners', counts' and kinds': the main process writes those)
             cols = Columns(owners, counts, kinds, b"", b"", ref=tuple(ref), sizes=payloads.sizes)
     elif len(owners) == 1 and type(kinds[0]) is str:  # (one subscription on one stream: its name n times)
         n = counts[0]
         cols = Columns(owners, counts, kinds, pack_repeated(owners[0], n),
                        b"\x92" + pack_repeated(kinds[0], n) + packed)
-    else:  # (the pair [streams, payloads] as msgspec packs it: an array of two, then each)
-        cols = Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
+    else:
+        cols = _each_packed(owners, counts, kinds, sids, streams, packed)
     return cols if local is None else local.number(cols)
+
+
+def _each_packed(owners: list, counts: list, kinds: list, sids: list | None, streams: list | None,
+                 packed: bytes) -> Columns:
+    """The columns with each witness's sid and stream packed (made from the owners, counts and
+    kinds where the encoder left them out: None), the pair [streams, payloads] as msgspec
+    packs it (an array of two, then each)."""
+    if sids is None:
+        sids = list(chain.from_iterable(map(repeat, owners, counts)))
+        streams = list(chain.from_iterable(repeat(k, n) if type(k) is str else k for k, n in zip(kinds, counts)))
+    return Columns(owners, counts, kinds, _pack(sids), b"\x92" + _pack(streams) + packed)
 
 
 def pack_repeated(item, n: int) -> bytes:
@@ -294,25 +308,15 @@ class LocalNumbers:
 
     def number(self, cols: Columns) -> Columns:
         """``cols`` with its owners' and streams' numbers (and those given now, to tell) and where
-        each owner's numbering stood before it (:attr:`Columns.befores`). Looked up by C-level
-        passes; a Python loop runs only over names not numbered before (a subscription's first
-        witnesses) and over a batch with subscriptions on several streams."""
+        each owner's numbering stood before it (:attr:`Columns.befores`): air/engine/convert.py's
+        ``number_names`` and ``count_on`` (compiled, one pass each; plain Python, C-level passes)."""
         owners, kinds = cols.owners, cols.streams
         fresh: list = []
         fresh_streams: list = []
-        nums = list(map(self.subs.get, owners))
-        if None in nums:
-            nums = [self._new(self.subs, sid, fresh) if k is None else k for sid, k in zip(owners, nums)]
-        try:
-            stream_nums = list(map(self.streams.get, kinds))  # (a list, of one on several streams, raises)
-        except TypeError:
-            stream_nums = [self.streams.get(kind, None) if type(kind) is str else -1 for kind in kinds]
-        if None in stream_nums:
-            stream_nums = [self._new(self.streams, kind, fresh_streams) if t is None else t
-                           for kind, t in zip(kinds, stream_nums)]
+        nums = number_names(self.subs, owners, fresh)
+        stream_nums = number_names(self.streams, kinds, fresh_streams)
         checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
-        befores = list(map(self.last.get, owners, repeat(0)))  # (an owner comes once a batch)
-        self.last.update(zip(owners, map(add, befores, cols.counts)))
+        befores = count_on(self.last, owners, cols.counts)  # (an owner comes once a batch)
         try:  # (from a list, not an iterator: an array takes it in one C step)
             told = array(COUNT_CODE, befores)
         except OverflowError:
@@ -320,14 +324,6 @@ class LocalNumbers:
         return cols._replace(nums=array("i", nums).tobytes(), stream_nums=array("i", stream_nums).tobytes(),
                              fresh=fresh, fresh_streams=fresh_streams, checks=checks, befores=told.tobytes())
 
-    @staticmethod
-    def _new(numbers: dict[str, int], name: str, told: list) -> int:
-        """``name``'s number, given now if it has none (a stream may come twice in a batch)."""
-        k = numbers.get(name)
-        if k is None:
-            k = numbers[name] = len(numbers)
-            told += (k, name)
-        return k
 
 
 class WitnessEncoder:
@@ -358,7 +354,7 @@ class WitnessEncoder:
             return EncodedBatch([], [])
         owners, resub = owners_of(ems)
         if flat:
-            ordered = ems if len(owners) == 1 else _by_first(ems, owners)
+            ordered = ems if len(owners) == 1 else by_owner(ems, owners)
             outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
             return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs, owners))
         ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
@@ -400,21 +396,9 @@ class WitnessEncoder:
         n = len(outs)
         if len(owners) == 1:  # (a heavy query's batch: no pass to count them, none to list one stream n times)
             sid, first = next(iter(owners)), one_stream(outs)
-            streams = list(map(_STREAM, outs)) if first is None else [first] * n
-            return [sid], [n], [streams if first is None else first], [sid] * n, streams, payloads
-        streams = list(map(_STREAM, outs))
-        sids = list(map(_OWNER, outs))
-        counted = Counter(sids)  # (in the order first seen: the subscriptions' order)
-        pairs = dict.fromkeys(zip(sids, streams))
-        if len(pairs) == len(counted):  # each on one stream
-            kinds = list(map(_SECOND, pairs))
-        else:
-            kinds, at = [], 0
-            for k in counted.values():
-                sts = streams[at:at + k]
-                kinds.append(sts[0] if sts.count(sts[0]) == k else sts)
-                at += k
-        return list(counted), list(counted.values()), kinds, sids, streams, payloads
+            return [sid], [n], [list(map(_STREAM, outs)) if first is None else first], None, None, payloads
+        owners, counts, kinds = runs_of(outs)
+        return owners, counts, kinds, None, None, payloads  # (each witness's sid and stream: only if packed)
 
     def _json(self, emissions: list, include_resub: bool) -> bytes:
         """The witnesses of ``emissions`` (kind OUT, or all) as JSON lines, a newline after
@@ -434,12 +418,3 @@ class WitnessEncoder:
         else:
             streams = [em[0] for em in emissions if em[2] == "OUT"]
         return payloads, streams
-
-
-def _by_first(ems: list, owners: dict) -> list:
-    """``ems`` grouped by subscription in the order they first emitted (``owners``), each
-    one's in the engine's order: each put on its subscription's list by ``map`` of
-    ``list.append`` (C-level, no sort: a stable sort by each one's place cost a third more)."""
-    groups = {owner: [] for owner in owners}
-    deque(map(list.append, map(groups.__getitem__, map(_OWNER, ems)), ems), 0)
-    return list(chain.from_iterable(groups.values()))

@@ -3,6 +3,7 @@ refuse exactly the same lines, with the same events and the same errors."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import msgspec
@@ -243,8 +244,9 @@ def test_the_typed_path_converts_in_the_engines_build():
         assert not any(gc.is_tracked(ev) or gc.is_tracked(ev.values) for ev in batch.events)
 
 
+@functools.cache
 def _plain_convert():
-    """air/engine/convert.py run as plain Python, whichever build this process imports."""
+    """air/engine/convert.py run as plain Python, whichever build this process imports (and that build)."""
     import importlib.util
     from pathlib import Path
 
@@ -257,7 +259,7 @@ def _plain_convert():
     return built, module
 
 
-@settings(examples(40))
+@settings(examples(0.5))
 @given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.sampled_from(["OUT", "RESUB"]),
                           st.sampled_from(["q1", "q2", "q3"]), st.booleans()), max_size=30))
 def test_the_owners_and_the_one_stream_of_emissions_in_both_builds(spec):
@@ -276,10 +278,39 @@ def test_the_owners_and_the_one_stream_of_emissions_in_both_builds(spec):
     owners = list(dict.fromkeys(em[3] for em in ems))
     other = any(em[2] != "OUT" for em in ems)
     streams = {em[0] for em in ems}
+    grouped = [em for owner in owners for em in ems if em[3] == owner]
+    runs = [(o, [em[0] for em in grouped if em[3] == o]) for o in owners]
     for convert in _plain_convert():
         got, got_other = convert.owners_of(ems)
         assert list(got) == owners and got_other is other
         assert convert.one_stream(ems) == (ems[0][0] if len(streams) == 1 else None)
+        assert [tuple(em) for em in convert.by_owner(ems, got)] == [tuple(em) for em in grouped]
+        assert convert.runs_of(grouped) == ([o for o, _ in runs], [len(sts) for _, sts in runs],
+                                           [sts[0] if len(set(sts)) == 1 else sts for _, sts in runs])
+
+
+@settings(examples(0.5))
+@given(st.lists(st.sampled_from(["q1", "q2", "q3", "q4"]), max_size=8, unique=True),
+       st.lists(st.one_of(st.sampled_from(["q1", "q2", "q3", "q4", "q5"]), st.just(["S", "T"])), max_size=12))
+def test_names_are_numbered_once_and_owners_counted_on_in_both_builds(known, names):
+    """``number_names`` (a worker's numbers of its subscriptions and streams: each name's,
+    the next given to a new one and told once, -1 for a list of streams) and ``count_on``
+    (where each owner's numbering stood, moved on by its count), in this process's build and
+    as plain Python, against their definitions."""
+    for convert in _plain_convert():
+        numbers = {name: i for i, name in enumerate(known)}
+        told: list = []
+        got = convert.number_names(numbers, names, told)
+        given = dict(zip(told[1::2], told[::2]))
+        assert len(given) == len(told) // 2 and not set(given) & set(known)
+        assert list(given.values()) == list(range(len(known), len(known) + len(given)))
+        assert got == [-1 if type(n) is not str else numbers[n] for n in names]
+        owners = list(dict.fromkeys(n for n in names if type(n) is str))
+        last = {o: 10 * i for i, o in enumerate(known)}
+        counts = list(range(1, len(owners) + 1))
+        before = dict(last)
+        assert convert.count_on(last, owners, counts) == [before.get(o, 0) for o in owners]
+        assert last == {**before, **{o: before.get(o, 0) + c for o, c in zip(owners, counts)}}
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 65535, 65536])
