@@ -324,6 +324,8 @@ class Engine:
     def feed(self, event: Event) -> None:
         """Process one event. Events must come in non-decreasing ``t1``; an event
         with a larger ``t1`` than the current epoch closes that epoch first."""
+        if event is None:  # (compiled, the argument is typed: its fields would be read from nothing)
+            raise TypeError("Engine.feed takes an Event, not None")
         t1 = event.t1
         if self._closed and t1 == self._epoch:
             self.stats.late += 1

@@ -173,6 +173,17 @@ def test_late_event_is_refused():
     assert eng.stats.late == 1
 
 
+def test_what_is_not_an_event_is_refused_and_the_engine_goes_on():
+    """``feed`` takes an Event (compiled, a typed argument): None or anything else is a
+    TypeError, never a read of fields that are not there, and the engine goes on after it."""
+    eng = engine_with("T1.xml")
+    for bad in (None, "IBM", ("Stock", ("IBM", 1.0, 1), 1, 1)):
+        with pytest.raises((TypeError, AttributeError)):
+            eng.feed(bad)
+    eng.feed(S("IBM", 1, 1, 5))
+    assert eng.stats.events == 1 and eng.stats.late == 0
+
+
 def test_remove_takes_exactly_the_owners_work_and_new_subscriptions_start_empty():
     eng = engine_with("T5.xml")
     eng.feed(S("IBM", 1, 1, 1))
