@@ -221,10 +221,10 @@ def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable |
     kinds, sids, streams, payloads)``, per subscription and per witness, in one order: packed
     as they are, no pass per subscription. ``sids`` and ``streams`` (each witness's) may be
     None: the encoder leaves them out, and they are made from the rest only where packed (a
-    batch whose payloads went to a file beside the log needs neither). ``payloads``: a list, or already packed with their
-    sizes (:class:`PackedLines`, what :meth:`WitnessEncoder.encode` gives). ``side``: what
-    writes the packed payloads to a file of the worker's own and says where
-    (server/durability/witside.py's ``SideWriter.write``), for a batch of several
+    batch whose payloads went to a file beside the log needs neither). ``payloads``: a list,
+    or already packed with their sizes (:class:`PackedLines`, what :meth:`WitnessEncoder.encode`
+    gives). ``side``: what writes the packed payloads to a file of the worker's own and says
+    where (server/durability/witside.py's ``SideWriter.write``), for a batch of several
     subscriptions (one's batches are few witnesses); where it raises OSError (a full disk)
     they go in ``rest`` as without it."""
     owners, counts, kinds, sids, streams, payloads = flat
@@ -323,7 +323,6 @@ class LocalNumbers:
             told = array(SEQ_CODE, befores)
         return cols._replace(nums=array("i", nums).tobytes(), stream_nums=array("i", stream_nums).tobytes(),
                              fresh=fresh, fresh_streams=fresh_streams, checks=checks, befores=told.tobytes())
-
 
 
 class WitnessEncoder:
