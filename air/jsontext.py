@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Mapping
 
 import msgspec
 
+from air.engine.convert import times_given
+
 if TYPE_CHECKING:
     from air.engine.convert import Layout
 
@@ -50,7 +52,7 @@ def keys_as_decoded(data: bytes, records: list, layouts: Mapping[type, Layout]) 
     width = {t: layout.n + 1 for t, layout in layouts.items()}  # stream + attributes (ta, tb: below)
     expected = (len(records) * next(iter(width.values())) if len(width) == 1
                 else sum(map(width.__getitem__, map(type, records))))
-    expected += sum((r.ta is not None) + (r.tb is not None) for r in records)
+    expected += times_given(records, layouts)
     return at_most_keys(data, expected)
 
 

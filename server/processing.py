@@ -14,19 +14,17 @@ import queue as stdqueue
 import sys
 import threading
 import time
-from collections import Counter
 from concurrent.futures import Future
-from operator import attrgetter
 from typing import Callable
 
 from air.engine import Engine, LateEvent
+from air.engine.convert import stream_counts
 from server.config import Settings
 from server.ingest.queue import DelayQueue
 from server.observability.counters import Count
 
 log = logging.getLogger("cayuga.daemon")
 
-_STREAM_OF = attrgetter("stream")
 #: Seconds the in-process engine may be on one batch before /health names where it is (:meth:`EngineThread.trouble`;
 #: server/workers/restart.py says the same of a worker that owes a batch that long).
 BUSY_SECONDS = 15.0
@@ -166,10 +164,10 @@ class EngineThread:
                 self._apply_commands()
                 return
 
-    def _count_batch(self, batch: list) -> Counter:
+    def _count_batch(self, batch: list) -> dict[str, int]:
         """Add a batch's events per stream to the console's totals (engine thread); returns them."""
         totals = self._stream_events
-        counted = Counter(map(_STREAM_OF, batch))
+        counted = stream_counts(batch)
         for name, n in counted.items():
             totals[name] = totals.get(name, 0) + n
         return counted

@@ -211,3 +211,21 @@ cpdef list number_names(dict numbers, list names, list told)
 
 @cython.locals(out=list, i=Py_ssize_t)
 cpdef list count_on(dict last, list owners, list counts)
+
+@cython.locals(layout=Layout, count=Py_ssize_t, n=Py_ssize_t)
+cpdef Py_ssize_t times_given(list records, dict layouts) except -1
+
+@cython.locals(ev=Event)
+cpdef list event_rows(events)
+
+@cython.locals(ev=Event)
+cpdef tuple t1_span(events)
+
+@cython.locals(ev=Event)
+cpdef bint t1_ordered(events) except -1
+
+@cython.locals(ev=Event, values=list, t1s=list, t0s=list, streams=list, same=bint, i=Py_ssize_t)
+cpdef tuple event_columns(events)
+
+@cython.locals(ev=Event, counts=dict, run=Py_ssize_t)
+cpdef dict stream_counts(events)

@@ -19,7 +19,7 @@ import types
 from array import array
 from collections import Counter, deque
 from itertools import chain, repeat
-from operator import add, attrgetter, itemgetter
+from operator import add, attrgetter, is_, itemgetter, le
 from typing import Callable
 
 import msgspec
@@ -86,8 +86,8 @@ def records_to_events(records: list, layouts: dict, times: Callable) -> list:
             t1 = v[n + 1]
         if type(t1) is not int or (t0 is not None and (type(t0) is not int or t0 > t1)):
             t0, t1 = times(t0, t1)
-        elif t0 is None:
-            t0 = t1
+        elif t0 is None or t0 == t1:
+            t0 = t1  # a point event: one object for both (what a worker's batch leaves out)
         out.append(_event(layout.stream, values, t0, t1))
     return out
 
@@ -103,6 +103,152 @@ def _event(stream, values, t0, t1):
         _untrack(ev, values)  # noqa: F821 - C only (convert.pxd)
         return ev
     return Event(stream, values, t0, t1)
+
+
+def times_given(records: list, layouts: dict) -> int:
+    """How many times (t0 and t1) ``records`` name, those that are not None: what a
+    block's text names beside their attributes (air/jsontext.py's ``keys_as_decoded``).
+    Compiled, one pass reading the two slots; plain Python, each record's two
+    attributes."""
+    if not COMPILED:
+        return sum(map(_times_of, records))
+    count = 0
+    last = None
+    layout = None
+    for r in records:
+        cls = type(r)
+        if cls is not last:
+            layout = layouts[cls]
+            last = cls
+        n = layout.n
+        if layout.offsets is not None:
+            t0 = _slot(r, layout.offsets, n)  # noqa: F821 - C only (convert.pxd)
+            t1 = _slot(r, layout.offsets, n + 1)  # noqa: F821
+        else:
+            v = layout.getter(r)
+            t0 = v[n]
+            t1 = v[n + 1]
+        count += (t0 is not None) + (t1 is not None)
+    return count
+
+
+def _times_of(r) -> int:
+    return (r.ta is not None) + (r.tb is not None)
+
+
+_FIELDS = attrgetter("stream", "values", "t0", "t1")
+_STREAM_OF, _VALUES_OF, _T0_OF = attrgetter("stream"), attrgetter("values"), attrgetter("t0")
+
+
+def event_rows(events: list) -> list:
+    """Each of ``events`` as the tuple ``(stream, values, t0, t1)``: a journal record's
+    events. Compiled, one pass reading each event's fields from its struct; plain
+    Python, an ``attrgetter`` of the four."""
+    if not COMPILED:
+        return list(map(_FIELDS, events))
+    return [(ev.stream, ev.values, ev.t0, ev.t1) for ev in events]
+
+
+def t1_span(events: list) -> tuple:
+    """The least and the greatest t1 of ``events`` (as ``min`` and ``max`` find them:
+    the first of equals), or ``(None, None)`` for none."""
+    if not events:
+        return None, None
+    if not COMPILED:
+        ts = list(map(_t1, events))
+        return min(ts), max(ts)
+    lo = hi = None
+    for ev in events:
+        t1 = ev.t1
+        if lo is None:
+            lo = hi = t1
+            continue
+        if t1 < lo:
+            lo = t1
+        if t1 > hi:
+            hi = t1
+    return lo, hi
+
+
+def t1_ordered(events: list) -> bool:
+    """Whether ``events`` are in non-decreasing t1 order (each t1 ``<=`` the next)."""
+    if not COMPILED:
+        ts = list(map(_t1, events))
+        return all(map(le, ts, ts[1:]))
+    prev = None
+    for ev in events:
+        t1 = ev.t1
+        if prev is not None and not prev <= t1:
+            return False
+        prev = t1
+    return True
+
+
+def stream_counts(events: list) -> dict:
+    """How many of ``events`` each stream has, in the order each first came (what
+    ``collections.Counter`` of their streams holds). Compiled, one pass that looks a
+    stream up only where it differs from the one before (a batch's events come in
+    runs of one stream's, or are all of one)."""
+    if not COMPILED:
+        return dict(Counter(map(_STREAM_OF, events)))
+    counts = {}
+    last = None
+    run = 0
+    for ev in events:
+        stream = ev.stream
+        if stream is not last:
+            if run:
+                counts[last] = counts.get(last, 0) + run
+            last = stream
+            run = 0
+        run += 1
+    if run:
+        counts[last] = counts.get(last, 0) + run
+    return counts
+
+
+def event_columns(events: list) -> tuple:
+    """``events`` as the columns of :class:`Event`'s arguments, an engine worker's batch
+    (server/workers/codec.py): their streams (the one name, where every one's equals the
+    first's; a list otherwise, and for none), their values, their t0 (None where each is
+    its t1: the same object, so an int t0 beside an equal float t1 is kept) and their t1.
+    Compiled, one pass reading each event's fields from its struct; plain Python, a
+    C-level pass a column."""
+    if not COMPILED:
+        streams = list(map(_STREAM_OF, events))
+        t0s, t1s = list(map(_T0_OF, events)), list(map(_t1, events))
+        if all(map(is_, t0s, t1s)):
+            t0s = None
+        if streams and streams.count(streams[0]) == len(streams):
+            streams = streams[0]
+        return streams, list(map(_VALUES_OF, events)), t0s, t1s
+    values = []
+    t1s = []
+    t0s = None
+    first = streams = None
+    same = True
+    i = 0
+    for ev in events:
+        stream = ev.stream
+        if i == 0:
+            first = stream
+        elif same and stream is not first and stream != first:
+            same = False
+            streams = [first] * i
+        if not same:
+            streams.append(stream)
+        values.append(ev.values)
+        t1 = ev.t1
+        t1s.append(t1)
+        t0 = ev.t0
+        if t0s is None and t0 is not t1:
+            t0s = t1s[:i]  # (each one before: its t0 was its t1)
+        if t0s is not None:
+            t0s.append(t0)
+        i += 1
+    if i == 0:
+        return [], values, None, t1s
+    return (first if same else streams), values, t0s, t1s
 
 
 def emissions_to_records(emissions: list, makers: dict, maker: Callable, include_resub: bool) -> list:

@@ -26,9 +26,9 @@ import gc
 import tempfile
 import time
 from collections import Counter
-from operator import attrgetter
 from pathlib import Path
 
+from air.engine.convert import stream_counts
 from air.engine.memory import raise_young_threshold
 from air.formats import make_decoder
 from clients.testing.market import STOCK, write_ticks
@@ -39,7 +39,6 @@ from server.ingest.queue import DelayQueue
 from server.ingest.tcp import RECV_BYTES, value_bound
 from server.workers import codec
 
-_STREAM = attrgetter("stream")
 STEPS = ("decode", "limits", "queue_and_journal", "take", "encode")
 
 
@@ -109,7 +108,7 @@ def _through(blocks: list[bytes], st: Settings, journal: Journal) -> tuple[Count
             t4 = clock()
             out = queue.get_batch(st.batch_size, timeout=0)
             t5 = clock()
-            counted = Counter(map(_STREAM, out))
+            counted = stream_counts(out)
             sent_bytes += len(codec.encode_batch(taken + len(out), [], out, counted))
             taken += len(out)
             spent["take"] += t5 - t4

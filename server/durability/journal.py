@@ -92,13 +92,13 @@ import os
 import threading
 import time
 from bisect import bisect_left
-from operator import attrgetter
 from pathlib import Path
 from typing import Iterator, Optional
 
 import msgspec
 
 from air.engine import Event
+from air.engine.convert import event_rows, t1_span
 from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import Scan, walk
@@ -110,8 +110,6 @@ MODES = ("fsync", "write")
 SUFFIX = ".journal"
 NAMES = framing.SegmentNames("", 20, SUFFIX)
 _NEW = ".new"
-_FIELDS = attrgetter("stream", "values", "t0", "t1")
-_T1 = attrgetter("t1")
 #: Buckets of the sync latency histogram (seconds).
 SYNC_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 _ARRAY3 = 0x93  # MessagePack fixarray of 3: an event record
@@ -365,10 +363,8 @@ class Journal(RetainedHistory):
     def append(self, events: list[Event], sender: str | None = None, lines_done: int | None = None) -> int:
         """Append one record (written whole, or cut back and refused with
         :class:`DiskFull`); returns its position."""
-        record = framing.frame(_encode((sender, lines_done, list(map(_FIELDS, events)))))
-        if events:
-            ts = list(map(_T1, events))
-            lo, hi = min(ts), max(ts)
+        record = framing.frame(_encode((sender, lines_done, event_rows(events))))
+        lo, hi = t1_span(events)
         with self._lock:
             if self._closed:
                 raise ValueError("the journal is closed")

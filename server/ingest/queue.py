@@ -47,10 +47,11 @@ import time
 import weakref
 from bisect import bisect_left
 from collections import deque
-from operator import attrgetter, itemgetter, le
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from air.engine import Event, untrack_events
+from air.engine.convert import t1_ordered
 from server.durability.diskfull import DiskFull
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -183,7 +184,7 @@ class DelayQueue:
         What is kept is journaled first, as one record with ``record``'s
         (sender, lines_done); a journal that fails leaves the queue as it was."""
         floor = self.last_released
-        ordered = _ordered(part)
+        ordered = t1_ordered(part)
         if floor is not None and part and (part[0].t1 if ordered else min(map(_t1, part))) < floor:
             kept = []
             for i, ev in enumerate(part):
@@ -459,11 +460,3 @@ class DelayQueue:
 def _close_all(*fds: int) -> None:
     for fd in fds:
         os.close(fd)
-
-
-def _ordered(events: Sequence[Event]) -> bool:
-    """Whether ``events`` are in non-decreasing t1 order."""
-    if len(events) < 2:
-        return True
-    ts = [e.t1 for e in events]
-    return all(map(le, ts, ts[1:]))

@@ -69,12 +69,12 @@ which the engine thread reads; the rest on the pipe, which the link's reader thr
 from __future__ import annotations
 
 from itertools import repeat
-from operator import attrgetter, is_
 from typing import Any, Callable, Optional, Union
 
 import msgspec
 
 from air.engine import Event
+from air.engine.convert import event_columns
 from server.delivery.encoding import Columns, LocalNumbers, pack_columns, pack_flat
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
@@ -86,7 +86,6 @@ CPU_PARTS = ("decode", "engine", "witnesses")
 _encode = msgspec.msgpack.Encoder().encode
 _batch = msgspec.msgpack.Decoder(tuple[int, list, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],
                                        Optional[dict[str, int]]])
-_STREAM, _VALUES, _T0, _T1 = (attrgetter(a) for a in ("stream", "values", "t0", "t1"))
 #: the columns' ``owners``, ``streams`` (thousands of names), ``sids`` and ``rest`` (megabytes of
 #: witnesses) are taken as memoryviews of the message: no copy until the witness log's record is made
 #: of them, the names unpacked only when read. They cross as bin holding the packed arrays: the decoder
@@ -100,16 +99,8 @@ _result = msgspec.msgpack.Decoder(tuple[(Any,) * 9 + (memoryview, bytes, memoryv
 def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, int] | None = None) -> bytes:
     """A ``B`` message of ``events`` (:class:`air.engine.Event`), with their number per stream
     when the sender has counted them (the worker counts them itself otherwise)."""
-    t0s, t1s = list(map(_T0, events)), list(map(_T1, events))
-    if all(map(is_, t0s, t1s)):  # point events (the same object: an int t0 beside a float t1 is kept apart)
-        t0s = None
-    if per_stream is not None and len(per_stream) == 1:
-        streams = next(iter(per_stream))
-    else:
-        streams = list(map(_STREAM, events))
-        if streams and streams.count(streams[0]) == len(streams):
-            streams = streams[0]
-    return BATCH + _encode((fed, recorded, streams, list(map(_VALUES, events)), t0s, t1s, per_stream))
+    streams, values, t0s, t1s = event_columns(events)  # (t0s None: point events, each t0 its t1)
+    return BATCH + _encode((fed, recorded, streams, values, t0s, t1s, per_stream))
 
 
 def decode_batch(body: bytes) -> tuple[int, list, list[Event], dict[str, int] | None]:

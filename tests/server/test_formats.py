@@ -313,6 +313,77 @@ def test_names_are_numbered_once_and_owners_counted_on_in_both_builds(known, nam
         assert last == {**before, **{o: before.get(o, 0) + c for o, c in zip(owners, counts)}}
 
 
+@settings(examples(0.5))
+@given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.booleans(), st.sampled_from([1, 1.0, 2, 2.0, 3, 700]),
+                          st.sampled_from(["same", "equal", "earlier"])), max_size=24))
+def test_the_columns_rows_span_order_and_counts_of_events_in_both_builds(spec):
+    """The passes over a block's or a batch's events (compiled: each event's fields read from
+    its struct) against their definitions, in this process's build and as plain Python:
+    ``event_rows`` (a journal record's), ``t1_span`` (``min``/``max``: the first of equals, an
+    int beside an equal float), ``t1_ordered``, ``stream_counts`` (``Counter``'s, in order) and
+    ``event_columns`` (a worker's batch: one stream where all are equal, no t0 column where each
+    t0 is its t1, the same object). Stream names made apart from the literals now and then
+    (equal, not the same objects); t0 the same object as t1, an equal one, or an earlier one."""
+    from collections import Counter
+
+    def fresh(name: str) -> str:
+        return "".join(list(name))
+
+    events = []
+    for stream, apart, t1, how in spec:
+        t0 = t1 if how == "same" else (int(t1) + 0 if how == "equal" else t1 - 1)
+        events.append(Event(fresh(stream) if apart else stream, (stream, t1), t0, t1))
+    streams = [e.stream for e in events]
+    t0s, t1s = [e.t0 for e in events], [e.t1 for e in events]
+    for convert in _plain_convert():
+        rows = convert.event_rows(events)
+        assert rows == [(e.stream, e.values, e.t0, e.t1) for e in events]
+        assert all(r[k] is getattr(e, a) for r, e in zip(rows, events) for k, a in enumerate(("stream", "values",
+                                                                                            "t0", "t1")))
+        lo, hi = convert.t1_span(events)
+        assert (lo, hi) == ((min(t1s), max(t1s)) if events else (None, None))
+        if events:
+            assert lo is min(t1s) and hi is max(t1s)
+        assert convert.t1_ordered(events) is all(a <= b for a, b in zip(t1s, t1s[1:]))
+        counts = convert.stream_counts(events)
+        assert type(counts) is dict and list(counts.items()) == list(Counter(streams).items())
+        got_streams, values, got_t0s, got_t1s = convert.event_columns(events)
+        one = bool(streams) and streams.count(streams[0]) == len(streams)
+        assert got_streams == (streams[0] if one else streams)
+        assert got_streams is streams[0] if one else type(got_streams) is list
+        assert values == [e.values for e in events] and got_t1s == t1s
+        assert all(map(lambda a, b: a is b, got_t1s, t1s))
+        if all(a is b for a, b in zip(t0s, t1s)):
+            assert got_t0s is None
+        else:
+            assert got_t0s == t0s and all(map(lambda a, b: a is b, got_t0s, t0s))
+
+
+@pytest.mark.parametrize("lines", [
+    [b'{"stream": "Stock", "t0": 900, "t1": 900, "Name": "A", "Price": 1.5, "Volume": 2}',
+     b'{"stream": "Stock", "t1": 901, "Name": "B", "Price": 2.5, "Volume": 3}',
+     b'{"stream": "Stock", "t0": 800, "t1": 902, "Name": "C", "Price": 3.5, "Volume": 4}',
+     b'{"stream": "Stock", "t0": null, "t1": 903, "Name": "D", "Price": 4.5, "Volume": 5}'],
+])
+def test_a_point_event_holds_one_time_object_and_a_block_names_its_times_once_in_both_builds(lines):
+    """A decoded line whose t0 equals its t1 (integers) is a point event as one without t0
+    is: its t0 is its t1, the same object (a worker's batch then leaves the t0 column out);
+    an earlier t0 stays its own. ``times_given`` counts the times a block's records name
+    (not null), what ``keys_as_decoded`` adds to their attributes, in both builds."""
+    dec = JsonDecoder(CATALOG, streams=["Stock"])
+    for block in (lines[:3], lines):  # typed records (a block's usual way), then line by line (a null time)
+        batch = dec.decode_batch(b"\n".join(block) + b"\n")
+        assert not batch.errors and [e.values[0] for e in batch.events] == ["A", "B", "C", "D"][:len(block)]
+        assert batch.typed is (block is not lines)
+        a, b, c = batch.events[:3]
+        assert a.t0 is a.t1 == 900 and b.t0 is b.t1 == 901 and (c.t0, c.t1) == (800, 902)
+        assert all(e.t0 is e.t1 for e in batch.events[3:])
+    records = dec._block.decode_lines(b"\n".join(lines))
+    for convert in _plain_convert():
+        layouts = {type(r): convert.Layout(type(r), "Stock", type(r).__struct_fields__) for r in records}
+        assert convert.times_given(records, layouts) == 2 + 1 + 2 + 1
+
+
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 65535, 65536])
 def test_a_name_repeated_packs_as_msgspec_packs_its_list(n):
     """``pack_repeated`` (a batch of one subscription on one stream: its sid and stream a
