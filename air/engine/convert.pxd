@@ -197,8 +197,6 @@ cpdef tuple pack_lines(bytes data)
 @cython.locals(owners=dict, other=bint)
 cpdef tuple owners_of(list emissions)
 
-cpdef one_stream(list emissions)
-
 @cython.locals(groups=dict, mine=list, out=list)
 cpdef list by_owner(list emissions, dict owners)
 

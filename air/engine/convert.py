@@ -313,23 +313,6 @@ def owners_of(emissions: list) -> tuple:
     return owners, other
 
 
-def one_stream(emissions: list):
-    """The stream of every one of ``emissions`` (the engine's tuples) when they are all
-    of one, else None (and None for none). Compiled, one pass comparing each with the
-    first by identity first; plain Python, a C-level pass that lists them."""
-    if not emissions:
-        return None
-    first = emissions[0][0]
-    if not COMPILED:
-        streams = list(map(_STREAM, emissions))
-        return first if streams.count(first) == len(streams) else None
-    for em in emissions:
-        stream = _item(em, 0)  # noqa: F821 - C only (convert.pxd)
-        if stream is not first and stream != first:
-            return None
-    return first
-
-
 def by_owner(emissions: list, owners: dict) -> list:
     """``emissions`` grouped by subscription in the order of ``owners`` (each one's
     first emission's: :func:`owners_of`), each one's in the engine's order. Compiled,
@@ -358,10 +341,14 @@ def runs_of(emissions: list) -> tuple:
     """Of ``emissions`` grouped by subscription (:func:`by_owner`): each subscription,
     its number of emissions and their stream (one name where all are on one, else the
     list of each one's), in order. Compiled, one pass comparing each owner and stream
-    with the one before, by identity first; plain Python, C-level passes."""
+    with the one before, by identity first; plain Python, C-level passes (two where all
+    are of one subscription: a heavy query's batch)."""
     if not COMPILED:
         sids = list(map(_OWNER, emissions))
         streams = list(map(_STREAM, emissions))
+        if sids and sids.count(sids[0]) == len(sids):
+            first = streams[0]
+            return [sids[0]], [len(sids)], [first if streams.count(first) == len(streams) else streams]
         counted = Counter(sids)  # (in the order first seen: the subscriptions' order)
         pairs = dict.fromkeys(zip(sids, streams))
         if len(pairs) == len(counted):  # each on one stream

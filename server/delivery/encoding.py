@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple, Union
 import msgspec
 
 from air.engine.convert import (
-    SIZE_CODE, by_owner, count_on, number_names, one_stream, owners_of, pack_lines, runs_of,
+    SIZE_CODE, by_owner, count_on, number_names, owners_of, pack_lines, runs_of,
 )
 from air.formats import encode_emissions
 from air.model import StreamSchema
@@ -202,17 +202,15 @@ _kinds = msgspec.msgpack.Decoder(list[Union[str, list[str]]]).decode
 
 def pack_columns(groups: list, local: "LocalNumbers | None" = None) -> Columns:
     """Per subscription ``(sid, streams, payloads)`` as :class:`Columns` (numbered by ``local`` when given)."""
-    owners, counts, kinds, sids, streams, payloads = [], [], [], [], [], []
+    owners, counts, kinds, payloads = [], [], [], []
     for sid, sts, pls in groups:
         n = len(pls)
         first = sts[0]
         owners.append(sid)
         counts.append(n)
         kinds.append(first if sts.count(first) == n else sts)
-        sids += repeat(sid, n)
-        streams += sts
         payloads += pls
-    cols = Columns(owners, counts, kinds, _pack(sids), _pack((streams, payloads)))
+    cols = _each_packed(owners, counts, kinds, None, None, _pack(payloads))
     return cols if local is None else local.number(cols)
 
 
@@ -355,7 +353,7 @@ class WitnessEncoder:
         if flat:
             ordered = ems if len(owners) == 1 else by_owner(ems, owners)
             outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
-            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs, owners))
+            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs))
         ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         out = []
@@ -386,16 +384,12 @@ class WitnessEncoder:
                 internal.append((owner, streams, payloads))
         return internal
 
-    def _flat(self, outs: list, owners: dict) -> tuple | None:
+    def _flat(self, outs: list) -> tuple | None:
         """``outs`` (grouped by subscription, in the order they first emitted) as
         :attr:`EncodedBatch.flat`; None when there are none."""
         if not outs:
             return None
         payloads = PackedLines(*pack_lines(self._json(outs, False)))
-        n = len(outs)
-        if len(owners) == 1:  # (a heavy query's batch: no pass to count them, none to list one stream n times)
-            sid, first = next(iter(owners)), one_stream(outs)
-            return [sid], [n], [list(map(_STREAM, outs)) if first is None else first], None, None, payloads
         owners, counts, kinds = runs_of(outs)
         return owners, counts, kinds, None, None, payloads  # (each witness's sid and stream: only if packed)
 

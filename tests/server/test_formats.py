@@ -262,11 +262,12 @@ def _plain_convert():
 @settings(examples(0.5))
 @given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.sampled_from(["OUT", "RESUB"]),
                           st.sampled_from(["q1", "q2", "q3"]), st.booleans()), max_size=30))
-def test_the_owners_and_the_one_stream_of_emissions_in_both_builds(spec):
-    """``owners_of`` and ``one_stream`` (compiled: one pass reading each emission's items
-    straight, a named tuple's too) against their definitions, in this process's build and
-    as plain Python: the engine's ``Emission`` named tuples and plain tuples, kind and stream
-    names made apart from the literals (equal, not the same objects)."""
+def test_the_owners_groups_and_runs_of_emissions_in_both_builds(spec):
+    """``owners_of``, ``by_owner`` and ``runs_of`` (compiled: one pass reading each emission's
+    items straight, a named tuple's too) against their definitions, in this process's build
+    and as plain Python: the engine's ``Emission`` named tuples and plain tuples, kind and
+    stream names made apart from the literals (equal, not the same objects); ``runs_of`` of
+    all the emissions and of one subscription's alone (a heavy query's batch)."""
     from air.engine import Emission
 
     def fresh(name: str) -> str:  # an equal name, not the same object
@@ -277,16 +278,17 @@ def test_the_owners_and_the_one_stream_of_emissions_in_both_builds(spec):
            for i, (stream, kind, owner, named) in enumerate(spec)]
     owners = list(dict.fromkeys(em[3] for em in ems))
     other = any(em[2] != "OUT" for em in ems)
-    streams = {em[0] for em in ems}
     grouped = [em for owner in owners for em in ems if em[3] == owner]
     runs = [(o, [em[0] for em in grouped if em[3] == o]) for o in owners]
     for convert in _plain_convert():
         got, got_other = convert.owners_of(ems)
         assert list(got) == owners and got_other is other
-        assert convert.one_stream(ems) == (ems[0][0] if len(streams) == 1 else None)
         assert [tuple(em) for em in convert.by_owner(ems, got)] == [tuple(em) for em in grouped]
         assert convert.runs_of(grouped) == ([o for o, _ in runs], [len(sts) for _, sts in runs],
                                            [sts[0] if len(set(sts)) == 1 else sts for _, sts in runs])
+        for o, sts in runs[:1]:
+            one = [em for em in grouped if em[3] == o]
+            assert convert.runs_of(one) == ([o], [len(sts)], [sts[0] if len(set(sts)) == 1 else sts])
 
 
 @settings(examples(0.5))
