@@ -162,6 +162,34 @@ cdef inline tuple _pack_lines(bytes data):
     return out, sizes
 
 
+cdef inline bytes _numbered(bytes prefix, object seq, bytes payload):
+    """``prefix + b"%d " % seq + payload``, made at its length and copied into."""
+    cdef long long v = seq
+    cdef unsigned long long u
+    cdef char digits[21]
+    cdef int nd = 0
+    cdef Py_ssize_t np = len(prefix), nl = len(payload), size
+    cdef char *q
+    u = <unsigned long long>(-(v + 1)) + 1 if v < 0 else <unsigned long long>v
+    while True:
+        digits[20 - nd] = <char>(48 + u % 10)
+        nd += 1
+        u //= 10
+        if u == 0:
+            break
+    if v < 0:
+        digits[20 - nd] = b'-'
+        nd += 1
+    size = np + nd + 1 + nl
+    out = PyBytes_FromStringAndSize(NULL, size)
+    q = PyBytes_AS_STRING(out)
+    memcpy(q, PyBytes_AS_STRING(prefix), np)
+    memcpy(q + np, digits + 21 - nd, nd)
+    q[np + nd] = b' '
+    memcpy(q + np + nd + 1, PyBytes_AS_STRING(payload), nl)
+    return out
+
+
 cdef inline object _item(object t, Py_ssize_t i):
     """``t[i]``; read straight from a tuple's items, a named tuple's too (an engine's
     emission: Cython indexes a tuple's subclass by the generic protocol, 40 times slower)."""
@@ -227,3 +255,6 @@ cpdef tuple event_columns(events)
 
 @cython.locals(ev=Event, counts=dict, run=Py_ssize_t)
 cpdef dict stream_counts(events)
+
+@cython.locals(out=list)
+cpdef list numbered_lines(bytes prefix, seqs, payloads)

@@ -38,7 +38,10 @@ import itertools
 import json
 import threading
 from collections import deque
+from itertools import repeat
 from typing import Callable
+
+from air.engine.convert import numbered_lines
 
 SLOW_CLIENT_CLOSE = 1013
 SHUTDOWN_CLOSE = 1001
@@ -97,12 +100,9 @@ class Chunk:
             return self.payloads
         got = self._lines.get(fmt)
         if got is None:
-            seqs = self.seq_list()
-            if fmt == "seq":
-                got = list(map(b"%d %s".__mod__, zip(seqs, self.payloads)))
-            else:
-                got = list(map((self.sid.replace("%", "%%") + ":%d %s").encode().__mod__, zip(seqs, self.payloads)))
-            self._lines[fmt] = got
+            seqs = repeat(0, len(self.payloads)) if self.seqs is None else self.seqs
+            got = self._lines[fmt] = numbered_lines(b"" if fmt == "seq" else f"{self.sid}:".encode(), seqs,
+                                                    self.payloads)
         return got
 
     def frame(self, fmt: str) -> bytes:

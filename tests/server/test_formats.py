@@ -386,6 +386,22 @@ def test_a_point_event_holds_one_time_object_and_a_block_names_its_times_once_in
         assert convert.times_given(records, layouts) == 2 + 1 + 2 + 1
 
 
+@settings(examples(0.5))
+@given(st.sampled_from([b"", b"s1:", b"q%d:", "caf\u00e9 %s:".encode()]),
+       st.lists(st.tuples(st.one_of(st.integers(min_value=-2 ** 63, max_value=2 ** 63 - 1), st.booleans()),
+                          st.binary(max_size=40)), max_size=20),
+       st.booleans())
+def test_numbered_lines_are_the_prefix_the_seq_and_the_payload_in_both_builds(prefix, items, as_range):
+    """``numbered_lines`` (a client's witnesses with their seqs: compiled, each line made at
+    its length) against ``%``-formatting, in this process's build and as plain Python: a
+    prefix holding ``%``, seqs of every size and sign (a bool among them), a range of seqs."""
+    seqs = range(7, 7 + len(items)) if as_range else [s for s, _ in items]
+    payloads = [p for _, p in items]
+    want = [prefix + b"%d " % s + p for s, p in zip(seqs, payloads)]
+    for convert in _plain_convert():
+        assert convert.numbered_lines(prefix, seqs, payloads) == want
+
+
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 65535, 65536])
 def test_a_name_repeated_packs_as_msgspec_packs_its_list(n):
     """``pack_repeated`` (a batch of one subscription on one stream: its sid and stream a
