@@ -260,8 +260,6 @@ class Decoder:
             t1 = t0
         if t0 > t1:
             raise LineError(f"t0 ({t0}) is after t1 ({t1}); an event needs t0 <= t1")
-        if t0 is not t1 and type(t0) is int and type(t1) is int and t0 == t1:
-            t0 = t1  # a point event: one object for both, as without t0 (air/engine/convert.py)
         return t0, t1
 
 

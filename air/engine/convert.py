@@ -19,7 +19,7 @@ import types
 from array import array
 from collections import Counter, deque
 from itertools import chain, repeat
-from operator import add, attrgetter, is_, itemgetter, le
+from operator import add, attrgetter, itemgetter, le
 from typing import Callable
 
 import msgspec
@@ -86,8 +86,8 @@ def records_to_events(records: list, layouts: dict, times: Callable) -> list:
             t1 = v[n + 1]
         if type(t1) is not int or (t0 is not None and (type(t0) is not int or t0 > t1)):
             t0, t1 = times(t0, t1)
-        elif t0 is None or t0 == t1:
-            t0 = t1  # a point event: one object for both (what a worker's batch leaves out)
+        elif t0 is None:
+            t0 = t1
         out.append(_event(layout.stream, values, t0, t1))
     return out
 
@@ -207,17 +207,23 @@ def stream_counts(events: list) -> dict:
     return counts
 
 
+def _point(t0, t1) -> bool:
+    """Whether an event of times ``t0``, ``t1`` is a point: the same object, or equal ints (a
+    decoded line gives each its own; an int and an equal float are two types, kept apart)."""
+    return t0 is t1 or (type(t0) is int and type(t1) is int and t0 == t1)
+
+
 def event_columns(events: list) -> tuple:
     """``events`` as the columns of :class:`Event`'s arguments, an engine worker's batch
     (server/workers/codec.py): their streams (the one name, where every one's equals the
     first's; a list otherwise, and for none), their values, their t0 (None where each is
-    its t1: the same object, so an int t0 beside an equal float t1 is kept) and their t1.
-    Compiled, one pass reading each event's fields from its struct; plain Python, a
-    C-level pass a column."""
+    a point's: its t1, the same object or an equal int, so that an int t0 beside an equal
+    float t1 is kept) and their t1. Compiled, one pass reading each event's fields from its
+    struct; plain Python, a C-level pass a column."""
     if not COMPILED:
         streams = list(map(_STREAM_OF, events))
         t0s, t1s = list(map(_T0_OF, events)), list(map(_t1, events))
-        if all(map(is_, t0s, t1s)):
+        if all(map(_point, t0s, t1s)):
             t0s = None
         if streams and streams.count(streams[0]) == len(streams):
             streams = streams[0]
@@ -241,8 +247,8 @@ def event_columns(events: list) -> tuple:
         t1 = ev.t1
         t1s.append(t1)
         t0 = ev.t0
-        if t0s is None and t0 is not t1:
-            t0s = t1s[:i]  # (each one before: its t0 was its t1)
+        if t0s is None and t0 is not t1 and not (type(t0) is int and type(t1) is int and t0 == t1):
+            t0s = t1s[:i]  # (each one before: its t0 was its t1, or equal to it)
         if t0s is not None:
             t0s.append(t0)
         i += 1
