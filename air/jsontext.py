@@ -52,7 +52,7 @@ def keys_as_decoded(data: bytes, records: list, layouts: Mapping[type, Layout]) 
     width = {t: layout.n + 1 for t, layout in layouts.items()}  # stream + attributes (ta, tb: below)
     expected = (len(records) * next(iter(width.values())) if len(width) == 1
                 else sum(map(width.__getitem__, map(type, records))))
-    expected += times_given(records, layouts)
+    expected += times_given(records)
     return at_most_keys(data, expected)
 
 

@@ -238,8 +238,8 @@ cpdef list number_names(dict numbers, list names, list told)
 @cython.locals(out=list, i=Py_ssize_t)
 cpdef list count_on(dict last, list owners, list counts)
 
-@cython.locals(layout=Layout, count=Py_ssize_t, n=Py_ssize_t)
-cpdef Py_ssize_t times_given(list records, dict layouts) except -1
+@cython.locals(count=Py_ssize_t)
+cpdef Py_ssize_t times_given(list records) except -1
 
 @cython.locals(ev=Event)
 cpdef list event_rows(events)

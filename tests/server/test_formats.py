@@ -384,8 +384,7 @@ def test_a_block_of_points_crosses_to_a_worker_without_t0_and_its_times_are_coun
         assert back == events and all(type(e.t0) is int and type(e.t1) is int for e in back)
     records = dec._block.decode_lines(b"\n".join(lines))
     for convert in _plain_convert():
-        layouts = {type(r): convert.Layout(type(r), "Stock", type(r).__struct_fields__) for r in records}
-        assert convert.times_given(records, layouts) == 2 + 1 + 2 + 1
+        assert convert.times_given(records) == 2 + 1 + 2 + 1
 
 
 @settings(examples(0.5))
