@@ -440,6 +440,8 @@ def pack_lines(data: bytes) -> tuple:
 
 
 _msgpack = msgspec.msgpack.Encoder().encode
+#: an ``array`` type code of a 4-byte unsigned int (the lengths :func:`pack_lines` gives)
+SIZE_CODE = next(code for code in "IL" if array(code).itemsize == 4)
 
 
 def numbered_lines(prefix: bytes, seqs, payloads: list) -> list:
@@ -456,8 +458,6 @@ def numbered_lines(prefix: bytes, seqs, payloads: list) -> list:
         else:
             out.append(prefix + b"%d %s" % (seq, payload))
     return out
-#: an ``array`` type code of a 4-byte unsigned int (the lengths :func:`pack_lines` gives)
-SIZE_CODE = next(code for code in "IL" if array(code).itemsize == 4)
 
 
 _NONBLANK = re.compile(rb"^[ \t\r]*[^ \t\r\n]", re.M)
