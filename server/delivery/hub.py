@@ -80,9 +80,6 @@ class Chunk:
     def first_seq(self) -> int:
         return self.seqs[0] if self.seqs else 0
 
-    def seq_list(self) -> list[int]:
-        return [0] * len(self.payloads) if self.seqs is None else list(self.seqs)
-
     def after(self, seq: int) -> "Chunk | None":
         """The witnesses above ``seq`` (None when none is); self when all are."""
         seqs = self.seqs

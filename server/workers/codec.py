@@ -11,7 +11,7 @@ main -> worker
          the events as columns of :class:`air.engine.Event`'s arguments (one
          C-level call makes them all): their streams (one name where they are
          all of one stream), their values (``[[values...], ...]``), their
-         ``t0`` (nil where each is its ``t1``: point events) and their ``t1``;
+         ``t0`` (nil where each is its ``t1``, or an int equal to it: point events) and their ``t1``;
          decoded once, in the main process, and not pickled (MessagePack of
          plain values); ``per_stream`` their number per stream where the main
          process counted them (nil: the worker counts them).
