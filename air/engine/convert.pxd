@@ -3,7 +3,10 @@
 
 import cython
 
-from cpython.ref cimport PyObject, Py_INCREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem, PyDict_Clear, PyDict_Size
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_GET_LENGTH
 from libc.string cimport memchr, memcpy
 from libc.stdint cimport uint32_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
@@ -21,6 +24,7 @@ cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
     bint PyObject_IS_GC(object)
     object PyObject_Vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
+    Py_ssize_t Py_REFCNT(PyObject *)
 
 
 #: A witness record made by one vectorcall: stream, t0, t1 and up to this many values.
@@ -51,6 +55,34 @@ cdef inline tuple _slots(object r, tuple offsets, Py_ssize_t n):
         Py_INCREF(v)
         PyTuple_SET_ITEM(out, i, v)
     return out
+
+
+cdef inline void _share_items(tuple t, dict strings, Py_ssize_t longest, Py_ssize_t most):
+    """convert.py's ``shared_values`` in place: ``t`` is a tuple no one else holds yet (made here,
+    or decoded and held by one list only). Each exact str of at most ``longest`` characters becomes
+    the equal one ``strings`` holds, or is added to it (emptied first when it holds ``most``)."""
+    cdef Py_ssize_t j
+    cdef PyObject *old
+    cdef PyObject *hit
+    for j in range(PyTuple_GET_SIZE(t)):
+        old = PyTuple_GET_ITEM(t, j)
+        if not PyUnicode_CheckExact(<object>old) or PyUnicode_GET_LENGTH(<object>old) > longest:
+            continue
+        hit = PyDict_GetItem(strings, <object>old)
+        if hit == NULL:
+            if PyDict_Size(strings) >= most:
+                PyDict_Clear(strings)
+            PyDict_SetItem(strings, <object>old, <object>old)
+        elif hit != old:
+            Py_INCREF(<object>hit)
+            PyTuple_SET_ITEM(t, j, <object>hit)
+            Py_DECREF(<object>old)
+
+
+cdef inline bint _sole_tuple(list values, Py_ssize_t i):
+    """Whether ``values[i]`` is an exact tuple that ``values`` alone holds (free to share in place)."""
+    cdef PyObject *p = PyList_GET_ITEM(values, i)
+    return Py_REFCNT(p) == 1 and PyTuple_CheckExact(<object>p)
 
 
 cdef inline void _untrack(Event ev, values):
@@ -203,12 +235,18 @@ cdef inline object _t1_of(Event ev):
 
 
 cdef class Layout:
-    cdef public object stream, getter, offsets
+    cdef public object stream, getter, offsets, strings
     cdef public Py_ssize_t n
 
 
-@cython.locals(layout=Layout, n=Py_ssize_t, out=list)
+@cython.locals(layout=Layout, n=Py_ssize_t, out=list, longest=Py_ssize_t, most=Py_ssize_t)
 cpdef list records_to_events(list records, dict layouts, times)
+
+@cython.locals(out=list)
+cpdef tuple shared_values(values, dict strings)
+
+@cython.locals(out=list, i=Py_ssize_t, n=Py_ssize_t, longest=Py_ssize_t, most=Py_ssize_t)
+cpdef list events_of(streams, list values, t0s, list t1s, dict strings)
 
 @cython.locals(ev=Event)
 cdef object _event(stream, values, t0, t1)

@@ -8,8 +8,9 @@ slots (a msgspec struct keeps them where member descriptors say), an event is
 made without calling ``Event.__init__`` and is taken out of the cyclic
 collector at once (as :func:`air.engine.untrack_events` would: an event holds a
 name, a tuple of atomic values and two times), and a witness record is made by
-one vectorcall. Both builds give the same events and records
-(``tests/server/test_formats.py``, ``tests/test_cli_run.py``).
+one vectorcall. An event's short strings are shared with the equal ones
+decoded before it (:func:`shared_values`). Both builds give the same events
+and records (``tests/server/test_formats.py``, ``tests/test_cli_run.py``).
 """
 
 from __future__ import annotations
@@ -39,15 +40,17 @@ class Layout:
     """How to read one record type: the stream its records are events of, how
     many attributes they hold, and its fields (the attributes in schema order,
     then t0 and t1) as a getter, and compiled, as slot offsets (None where a
-    field is not a plain slot: the getter reads those records then)."""
+    field is not a plain slot: the getter reads those records then), and the
+    table its events' strings are shared by (:func:`shared_values`)."""
 
-    __slots__ = ("stream", "n", "getter", "offsets")
+    __slots__ = ("stream", "n", "getter", "offsets", "strings")
 
     def __init__(self, cls: type, stream: str, fields: tuple) -> None:
         self.stream = stream
         self.n = len(fields) - 2
         self.getter = attrgetter(*fields)  # two or more names: always a tuple
         self.offsets = None
+        self.strings = {}  # its events' short strings, shared (:func:`shared_values`)
         if COMPILED:
             offsets = []
             for name in fields:
@@ -65,10 +68,12 @@ class Layout:
 def records_to_events(records: list, layouts: dict, times: Callable) -> list:
     """One event per record, in order. ``layouts``: record type -> :class:`Layout`.
     Times that are not both integers in order (or t1 alone) go through
-    ``times(t0, t1)``, which returns them converted or raises."""
+    ``times(t0, t1)``, which returns them converted or raises. Each event's short
+    strings are those its layout has seen before (:func:`shared_values`)."""
     out = []
     last = None
     layout = None
+    longest, most = SHARED_MAX_LENGTH, SHARED_MAX_STRINGS
     for r in records:
         cls = type(r)
         if cls is not last:
@@ -77,11 +82,12 @@ def records_to_events(records: list, layouts: dict, times: Callable) -> list:
         n = layout.n
         if COMPILED and layout.offsets is not None:
             values = _slots(r, layout.offsets, n)  # noqa: F821 - C only (convert.pxd)
+            _share_items(values, layout.strings, longest, most)  # noqa: F821 - (a tuple made here: shared in place)
             t0 = _slot(r, layout.offsets, n)  # noqa: F821
             t1 = _slot(r, layout.offsets, n + 1)  # noqa: F821
         else:
             v = layout.getter(r)
-            values = v[:n]
+            values = shared_values(v[:n], layout.strings)
             t0 = v[n]
             t1 = v[n + 1]
         if type(t1) is not int or (t0 is not None and (type(t0) is not int or t0 > t1)):
@@ -89,6 +95,57 @@ def records_to_events(records: list, layouts: dict, times: Callable) -> list:
         elif t0 is None:
             t0 = t1
         out.append(_event(layout.stream, values, t0, t1))
+    return out
+
+
+#: A string value of more characters than this is not shared by :func:`shared_values`: text, not a name.
+SHARED_MAX_LENGTH = 64
+#: The strings a table of :func:`shared_values` holds at most: one that holds as many is emptied
+#: before the next is added (a field of ids never seen twice costs a lookup a value, never memory past it).
+SHARED_MAX_STRINGS = 1 << 16
+
+
+def shared_values(values: tuple, strings: dict) -> tuple:
+    """``values`` with each string of at most :data:`SHARED_MAX_LENGTH` characters (an exact str) replaced by
+    the equal one ``strings`` holds, or added to it. An event's values are decoded afresh, each name a new
+    object; shared, the events of one symbol, sensor or host hold one: the engine compares and hashes
+    them by identity first, and the instances it keeps hold one string a name, not one an event
+    (BENCHMARKS.md, "Engine workers, round 32"). A new tuple, of values equal to ``values``'. Compiled,
+    :func:`records_to_events` and :func:`events_of` share the tuples only they hold in place instead."""
+    out = []
+    for v in values:
+        if type(v) is str and len(v) <= SHARED_MAX_LENGTH:
+            got = strings.get(v)
+            if got is None:
+                if len(strings) >= SHARED_MAX_STRINGS:
+                    strings.clear()
+                strings[v] = got = v
+            v = got
+        out.append(v)
+    return tuple(out)
+
+
+def events_of(streams, values: list, t0s, t1s: list, strings: dict) -> list:
+    """The events of an engine worker's batch (server/workers/codec.py, :func:`event_columns`'
+    columns decoded): ``streams`` one name or a list, ``t0s`` None for points (each t0 its t1),
+    their values' short strings shared by ``strings`` (:func:`shared_values`). Compiled, each
+    decoded tuple that only ``values`` holds is shared in place, and the events are made bare."""
+    n = len(values)
+    if not COMPILED:
+        names = repeat(streams, n) if isinstance(streams, str) else streams
+        return list(map(Event, names, [shared_values(v, strings) for v in values],
+                        t1s if t0s is None else t0s, t1s))
+    one = isinstance(streams, str)
+    longest, most = SHARED_MAX_LENGTH, SHARED_MAX_STRINGS
+    out = []
+    for i in range(n):
+        if _sole_tuple(values, i):  # noqa: F821 - C only (convert.pxd): a tuple only ``values`` holds
+            v = values[i]
+            _share_items(v, strings, longest, most)  # noqa: F821
+        else:
+            v = shared_values(values[i], strings)
+        t1 = t1s[i]
+        out.append(_event(streams if one else streams[i], v, t1 if t0s is None else t0s[i], t1))
     return out
 
 

@@ -68,13 +68,12 @@ which the engine thread reads; the rest on the pipe, which the link's reader thr
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import Any, Callable, Optional, Union
 
 import msgspec
 
 from air.engine import Event
-from air.engine.convert import event_columns
+from air.engine.convert import event_columns, events_of
 from server.delivery.encoding import Columns, LocalNumbers, pack_columns, pack_flat
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
@@ -103,11 +102,11 @@ def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, i
     return BATCH + _encode((fed, recorded, streams, values, t0s, t1s, per_stream))
 
 
-def decode_batch(body: bytes) -> tuple[int, list, list[Event], dict[str, int] | None]:
+def decode_batch(body: bytes, strings: dict | None = None) -> tuple[int, list, list[Event], dict[str, int] | None]:
+    """A ``B`` message's fields, its events made (their short strings shared by ``strings``, a worker's
+    table across its batches: air/engine/convert.py's ``events_of``)."""
     fed, recorded, streams, values, t0s, t1s, per_stream = _batch.decode(body)
-    if isinstance(streams, str):
-        streams = repeat(streams, len(values))
-    return fed, recorded, list(map(Event, streams, values, t1s if t0s is None else t0s, t1s)), per_stream
+    return fed, recorded, events_of(streams, values, t0s, t1s, {} if strings is None else strings), per_stream
 
 
 def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,

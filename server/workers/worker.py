@@ -94,6 +94,7 @@ class Worker:
                                  settings["max_instances_per_subscription"],
                                  lambda sid: workers if sid in self.rows else 1)  # a row-scaled one: 1/N of its cap
         self.stream_events: dict[str, int] = {}
+        self.strings: dict[str, str] = {}  # the short strings of its events, shared across batches (codec.decode_batch)
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
         self.waiting = False  # decisions sent: nothing but their answer is taken
         self.snapshot_child: int | None = None
@@ -169,7 +170,7 @@ class Worker:
 
     def _batch(self, body: bytes) -> None:
         parts, start = self.cpu_parts, _cpu()
-        batch = codec.decode_batch(body)
+        batch = codec.decode_batch(body, self.strings)
         parts[0] += _cpu() - start
         msg = self._feed(*batch)
         start = _cpu()

@@ -403,6 +403,107 @@ def test_numbered_lines_are_the_prefix_the_seq_and_the_payload_in_both_builds(pr
         assert convert.numbered_lines(prefix, seqs, payloads) == want
 
 
+class _Tagged(str):
+    """A str subclass: never shared (whoever made it may tell its values apart by their type)."""
+
+
+def _shared_model(rows: list, table: dict, longest: int, most: int) -> list:
+    """What sharing makes of ``rows``' values: the object each item becomes, by definition."""
+    out = []
+    for row in rows:
+        got = []
+        for v in row:
+            if type(v) is str and len(v) <= longest:
+                if v in table:
+                    v = table[v]
+                else:
+                    if len(table) >= most:
+                        table.clear()
+                    table[v] = v
+            got.append(v)
+        out.append(got)
+    return out
+
+
+@settings(examples(0.5))
+@given(st.lists(st.lists(st.one_of(st.sampled_from(["IBM", "MSFT", "", "tagged"]), st.text(min_size=62, max_size=66),
+                                   st.floats(allow_nan=False), st.integers(), st.booleans(), st.none()), max_size=5),
+                max_size=16),
+       st.sampled_from([2, 1 << 16]), st.booleans(), st.booleans())
+def test_the_short_strings_of_events_are_shared_and_their_values_kept_in_both_builds(rows, most, held, points):
+    """``events_of`` (a worker's batch decoded into events) and ``shared_values``, in this process's
+    build and as plain Python, against their definition: each exact str of at most
+    ``SHARED_MAX_LENGTH`` characters becomes the first equal one the table holds (the table emptied
+    when full: ``SHARED_MAX_STRINGS`` made 2 now and then), longer strings, a str subclass and
+    every other value stay the objects they were, and the values are equal to what was sent. Each
+    string is made apart (equal, not the same object). Tuples the caller holds too are left as they
+    were (compiled, those only the decoded list holds are shared in place)."""
+    def fresh(v):
+        if v == "tagged":
+            return _Tagged("IBM")
+        return "".join(list(v)) if type(v) is str else v
+
+    for convert in _plain_convert():
+        longest = convert.SHARED_MAX_LENGTH
+        assert 62 < longest < 66  # (the long strings drawn straddle it)
+        saved = convert.SHARED_MAX_STRINGS
+        convert.SHARED_MAX_STRINGS = most
+        try:
+            made = [[fresh(v) for v in row] for row in rows]
+            items = [list(r) for r in made]  # (the items, not the tuples: the tuples only ``values`` holds)
+            values = [tuple(r) for r in made]
+            others = list(values) if held else None
+            del made
+            want = _shared_model(items, {}, longest, most)
+            t1s = list(range(1, len(rows) + 1))
+            t0s = None if points else [t - 1 for t in t1s]
+            streams = "Stock" if len(rows) % 2 else ["Stock"] * len(rows)
+            table: dict = {}
+            events = convert.events_of(streams, values, t0s, t1s, table)
+            assert [e.stream for e in events] == ["Stock"] * len(rows)
+            assert [e.t1 for e in events] == t1s and [e.t0 for e in events] == (t1s if points else t0s)
+            for ev, row, orig in zip(events, want, items):
+                assert type(ev.values) is tuple and ev.values == tuple(orig)
+                assert all(a is b for a, b in zip(ev.values, row))
+                assert [type(v) for v in ev.values] == [type(v) for v in orig]
+            if held:
+                assert all(all(a is b for a, b in zip(t, orig)) for t, orig in zip(others, items))
+            assert len(table) <= most
+            again = _shared_model([list(t) for t in others or []], dict(table), longest, most) if held else []
+            for t, row in zip(others or [], again):  # shared_values: a new tuple, the caller's kept
+                got = convert.shared_values(t, table)
+                assert got == t and all(a is b for a, b in zip(got, row))
+            if held:
+                assert all(all(a is b for a, b in zip(t, orig)) for t, orig in zip(others, items))
+        finally:
+            convert.SHARED_MAX_STRINGS = saved
+
+
+def test_decoded_events_share_their_short_strings_across_blocks_and_batches():
+    """The names of JSON lines decoded in two blocks are one object a name (air/formats.py's
+    records, each a fresh string), a name longer than ``SHARED_MAX_LENGTH`` is not; and a
+    worker's batches decoded with one table share theirs too (server/workers/codec.py)."""
+    from air.engine.convert import SHARED_MAX_LENGTH
+    from server.workers import codec
+
+    long_name = "N" * (SHARED_MAX_LENGTH + 1)
+
+    def line(t, name):
+        return b'{"stream": "Stock", "t1": %d, "Name": "%s", "Price": 1.5, "Volume": 2}' % (t, name.encode())
+
+    dec = JsonDecoder(CATALOG, streams=["Stock"])
+    first = dec.decode_batch(line(1, "IBM") + b"\n" + line(2, long_name) + b"\n").events
+    second = dec.decode_batch(line(3, "IBM") + b"\n" + line(4, long_name) + b"\n").events
+    assert first[0].values[0] is second[0].values[0] == "IBM"
+    assert first[1].values[0] == second[1].values[0] == long_name and first[1].values[0] is not second[1].values[0]
+    table: dict = {}
+    body = codec.encode_batch(0, [], first + second)[1:]
+    one, two = (codec.decode_batch(body, table)[2] for _ in range(2))
+    assert one == two == first + second
+    assert one[0].values[0] is one[2].values[0] is two[0].values[0] is table["IBM"]
+    assert one[1].values[0] is not two[1].values[0] and long_name not in table
+
+
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 65535, 65536])
 def test_a_name_repeated_packs_as_msgspec_packs_its_list(n):
     """``pack_repeated`` (a batch of one subscription on one stream: its sid and stream a
