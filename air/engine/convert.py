@@ -50,7 +50,7 @@ class Layout:
         self.n = len(fields) - 2
         self.getter = attrgetter(*fields)  # two or more names: always a tuple
         self.offsets = None
-        self.strings = {}  # its events' short strings, shared (:func:`shared_values`)
+        self.strings = STRINGS  # the table its events' short strings are shared by (:func:`shared_values`)
         if COMPILED:
             offsets = []
             for name in fields:
@@ -103,6 +103,12 @@ SHARED_MAX_LENGTH = 64
 #: The strings a table of :func:`shared_values` holds at most: one that holds as many is emptied
 #: before the next is added (a field of ids never seen twice costs a lookup a value, never memory past it).
 SHARED_MAX_STRINGS = 1 << 16
+#: The process's table: every :class:`Layout`'s (each decoder's, each stream's), and an engine worker's
+#: (server/workers/worker.py), so that however many connections and streams a server has, the strings it
+#: keeps for sharing are at most :data:`SHARED_MAX_STRINGS` (9.3 MB at most, each string of 64 ASCII characters).
+#: Its lookups and additions run under the interpreter's lock (compiled, one C call a tuple; plain, a
+#: race only loses a sharing, never a value).
+STRINGS: dict = {}
 
 
 def shared_values(values: tuple, strings: dict) -> tuple:

@@ -45,6 +45,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from air.engine import Engine, EngineError, LateEvent
+from air.engine.convert import STRINGS
 from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
 from server.budgetcheck import COUNT_BUDGET_SECONDS, BudgetCheck, Cap, Counting, Decision
@@ -94,7 +95,7 @@ class Worker:
                                  settings["max_instances_per_subscription"],
                                  lambda sid: workers if sid in self.rows else 1)  # a row-scaled one: 1/N of its cap
         self.stream_events: dict[str, int] = {}
-        self.strings: dict[str, str] = {}  # the short strings of its events, shared across batches (codec.decode_batch)
+        self.strings = STRINGS  # the short strings of its events, shared across batches (codec.decode_batch)
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
         self.waiting = False  # decisions sent: nothing but their answer is taken
         self.snapshot_child: int | None = None

@@ -480,9 +480,10 @@ def test_the_short_strings_of_events_are_shared_and_their_values_kept_in_both_bu
 
 
 def test_decoded_events_share_their_short_strings_across_blocks_and_batches():
-    """The names of JSON lines decoded in two blocks are one object a name (air/formats.py's
-    records, each a fresh string), a name longer than ``SHARED_MAX_LENGTH`` is not; and a
-    worker's batches decoded with one table share theirs too (server/workers/codec.py)."""
+    """The names of JSON lines decoded by two decoders (two connections: one table a process,
+    ``STRINGS``) are one object a name (air/formats.py's records, each a fresh string), a name
+    longer than ``SHARED_MAX_LENGTH`` is not; and a worker's batches decoded with one table
+    share theirs too (server/workers/codec.py; a worker's table is the process's)."""
     from air.engine.convert import SHARED_MAX_LENGTH
     from server.workers import codec
 
@@ -491,9 +492,10 @@ def test_decoded_events_share_their_short_strings_across_blocks_and_batches():
     def line(t, name):
         return b'{"stream": "Stock", "t1": %d, "Name": "%s", "Price": 1.5, "Volume": 2}' % (t, name.encode())
 
-    dec = JsonDecoder(CATALOG, streams=["Stock"])
-    first = dec.decode_batch(line(1, "IBM") + b"\n" + line(2, long_name) + b"\n").events
-    second = dec.decode_batch(line(3, "IBM") + b"\n" + line(4, long_name) + b"\n").events
+    first = JsonDecoder(CATALOG, streams=["Stock"]).decode_batch(line(1, "IBM") + b"\n" + line(2, long_name)
+                                                                 + b"\n").events
+    second = JsonDecoder(CATALOG, streams=["Stock"]).decode_batch(line(3, "IBM") + b"\n" + line(4, long_name)
+                                                                  + b"\n").events  # (another connection's)
     assert first[0].values[0] is second[0].values[0] == "IBM"
     assert first[1].values[0] == second[1].values[0] == long_name and first[1].values[0] is not second[1].values[0]
     table: dict = {}
@@ -502,6 +504,13 @@ def test_decoded_events_share_their_short_strings_across_blocks_and_batches():
     assert one == two == first + second
     assert one[0].values[0] is one[2].values[0] is two[0].values[0] is table["IBM"]
     assert one[1].values[0] is not two[1].values[0] and long_name not in table
+    from air.engine.convert import STRINGS
+    from server.config import Settings
+    from server.workers.link import worker_settings
+    from server.workers.worker import Worker
+
+    worker = Worker(None, worker_settings(Settings(engine_workers=1)), None)
+    assert first[0].values[0] is STRINGS["IBM"] and worker.strings is STRINGS
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 65535, 65536])
