@@ -5,7 +5,7 @@ import cython
 
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem, PyDict_Clear, PyDict_Size
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_GET_LENGTH
 from libc.string cimport memchr, memcpy
 from libc.stdint cimport uint32_t

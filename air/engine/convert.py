@@ -69,7 +69,8 @@ def records_to_events(records: list, layouts: dict, times: Callable) -> list:
     """One event per record, in order. ``layouts``: record type -> :class:`Layout`.
     Times that are not both integers in order (or t1 alone) go through
     ``times(t0, t1)``, which returns them converted or raises. Each event's short
-    strings are those its layout has seen before (:func:`shared_values`)."""
+    strings are the equal ones decoded before it (its layout's table, the process's
+    :data:`STRINGS`: :func:`shared_values`)."""
     out = []
     last = None
     layout = None

@@ -103,8 +103,8 @@ def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, i
 
 
 def decode_batch(body: bytes, strings: dict | None = None) -> tuple[int, list, list[Event], dict[str, int] | None]:
-    """A ``B`` message's fields, its events made (their short strings shared by ``strings``, a worker's
-    table across its batches: air/engine/convert.py's ``events_of``)."""
+    """A ``B`` message's fields, its events made (their short strings shared by ``strings``: a worker
+    passes its process's table, air/engine/convert.py's ``STRINGS``, kept across its batches; ``events_of``)."""
     fed, recorded, streams, values, t0s, t1s, per_stream = _batch.decode(body)
     return fed, recorded, events_of(streams, values, t0s, t1s, {} if strings is None else strings), per_stream
 
