@@ -73,7 +73,7 @@ from typing import Any, Callable, Optional, Union
 import msgspec
 
 from air.engine import Event
-from air.engine.convert import event_columns, events_of
+from air.engine.convert import STRINGS, event_columns, events_of
 from server.delivery.encoding import Columns, LocalNumbers, pack_columns, pack_flat
 
 BATCH, COMMAND, APPLY = b"B", b"C", b"P"
@@ -102,11 +102,11 @@ def encode_batch(fed: int, recorded: list, events: list, per_stream: dict[str, i
     return BATCH + _encode((fed, recorded, streams, values, t0s, t1s, per_stream))
 
 
-def decode_batch(body: bytes, strings: dict | None = None) -> tuple[int, list, list[Event], dict[str, int] | None]:
-    """A ``B`` message's fields, its events made (their short strings shared by ``strings``: a worker
-    passes its process's table, air/engine/convert.py's ``STRINGS``, kept across its batches; ``events_of``)."""
+def decode_batch(body: bytes, strings: dict = STRINGS) -> tuple[int, list, list[Event], dict[str, int] | None]:
+    """A ``B`` message's fields, its events made (their short strings shared by ``strings``: the
+    process's table, air/engine/convert.py's ``STRINGS``, kept across a worker's batches; ``events_of``)."""
     fed, recorded, streams, values, t0s, t1s, per_stream = _batch.decode(body)
-    return fed, recorded, events_of(streams, values, t0s, t1s, {} if strings is None else strings), per_stream
+    return fed, recorded, events_of(streams, values, t0s, t1s, strings), per_stream
 
 
 def encode_result(events: int, encoded, stats: tuple, epoch, errors: list, check, recorded: list,

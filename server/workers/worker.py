@@ -45,7 +45,6 @@ from operator import attrgetter
 from pathlib import Path
 
 from air.engine import Engine, EngineError, LateEvent
-from air.engine.convert import STRINGS
 from air.engine.memory import raise_young_threshold
 from air.partitioning import KEY_GROUP_FUNCTION, key_group
 from server.budgetcheck import COUNT_BUDGET_SECONDS, BudgetCheck, Cap, Counting, Decision
@@ -95,7 +94,6 @@ class Worker:
                                  settings["max_instances_per_subscription"],
                                  lambda sid: workers if sid in self.rows else 1)  # a row-scaled one: 1/N of its cap
         self.stream_events: dict[str, int] = {}
-        self.strings = STRINGS  # the short strings of its events, shared across batches (codec.decode_batch)
         self.held: deque[bytes] = deque()  # messages that wait while decisions wait for the main process
         self.waiting = False  # decisions sent: nothing but their answer is taken
         self.snapshot_child: int | None = None
@@ -171,7 +169,7 @@ class Worker:
 
     def _batch(self, body: bytes) -> None:
         parts, start = self.cpu_parts, _cpu()
-        batch = codec.decode_batch(body, self.strings)
+        batch = codec.decode_batch(body)
         parts[0] += _cpu() - start
         msg = self._feed(*batch)
         start = _cpu()
