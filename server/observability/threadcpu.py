@@ -58,27 +58,38 @@ def role(name: str) -> str:
     return (m.group(1) or m.group(2)) if m else _NUMBERED.sub("", name)
 
 
-def cpu_wait(path: str) -> float | None:
-    """Seconds the thread of a ``schedstat`` file (``/proc/PID/task/TID/schedstat``) has waited for a
-    CPU while ready to run (its second field, in nanoseconds); None where there is none (not Linux, a
-    kernel without it, or the thread has ended)."""
+def cpu_wait_ns(path: str) -> int | None:
+    """Nanoseconds the thread of a ``schedstat`` file (``/proc/PID/task/TID/schedstat``) has waited
+    for a CPU while ready to run (its second field); None where there is none (not Linux, a kernel
+    without it, or the thread has ended)."""
     try:
         with open(path, "rb") as f:
-            return int(f.read().split()[1]) / 1e9
+            return int(f.read().split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def cpu_wait(path: str) -> float | None:
+    """:func:`cpu_wait_ns` in seconds."""
+    ns = cpu_wait_ns(path)
+    return None if ns is None else ns / 1e9
 
 
 class _Kept:
     """Per-thread figures (a CPU clock, a wait) summed by group, as counters that never go back: a
     thread gone since the last reading keeps the figure it had then, and one that took a gone one's
-    key is told apart by its smaller figure. Its caller reads one reading at a time (its lock)."""
+    key is told apart by its smaller figure. Its caller reads one reading at a time (its lock).
+
+    The figures are integer nanoseconds, so a sum is the same in whatever order its parts are added:
+    in floating seconds, a gone thread's figure moved from the live threads' sum to the kept one
+    could make the total a rounding step smaller than the reading before, and a counter that goes
+    back is a reset to Prometheus (rate() would count all of it again)."""
 
     def __init__(self) -> None:
         self._last: dict = {}  # thread's key -> (group, figure) at the last reading
         self.ended: Counter = Counter()  # group -> what its gone threads had at their last reading
 
-    def add_ended(self, group: str, figure: float) -> None:
+    def add_ended(self, group: str, figure: int) -> None:
         self.ended[group] += figure
 
     def update(self, now: dict) -> Counter:
@@ -92,6 +103,11 @@ class _Kept:
         for group, figure in now.values():
             totals[group] += figure
         return totals
+
+    def seconds(self, now: dict) -> dict[str, float]:
+        """:meth:`update`'s totals in seconds (each the one float nearest its sum: never smaller
+        than the reading before)."""
+        return {group: ns / 1e9 for group, ns in self.update(now).items()}
 
 
 class ProcessCpuWait:
@@ -110,11 +126,12 @@ class ProcessCpuWait:
             tids = os.listdir(f"/proc/{self.pid}/task")
         except OSError:
             return None
-        now = {tid: ("", w) for tid in tids if (w := cpu_wait(f"/proc/{self.pid}/task/{tid}/schedstat")) is not None}
+        now = {tid: ("", w) for tid in tids
+               if (w := cpu_wait_ns(f"/proc/{self.pid}/task/{tid}/schedstat")) is not None}
         if not now:
             return None
         with self._lock:
-            return self._kept.update(now)[""]
+            return self._kept.seconds(now)[""]
 
 
 class _ByRole(_Kept):
@@ -125,9 +142,9 @@ class _ByRole(_Kept):
 
     def __init__(self, read) -> None:
         super().__init__()
-        self._read = read  # Thread -> its figure now (None: not known)
+        self._read = read  # Thread -> its figure now, in nanoseconds (None: not known)
 
-    def add_ended(self, group: str, figure: float) -> None:
+    def add_ended(self, group: str, figure: int) -> None:
         """An ended thread's figure, to its role's (one of other names than the server's own past
         MAX_ENDED_ROLES of them, to ENDED_OTHERS)."""
         if group not in self.ended and not _OWN.match(group):
@@ -140,6 +157,7 @@ class _ByRole(_Kept):
         self._last.pop((me.ident, me.native_id, me.name), None)
 
     def totals(self) -> dict[str, float]:
+        """Seconds by role."""
         with _lock:
             now = {}
             for t in threading.enumerate():
@@ -148,18 +166,18 @@ class _ByRole(_Kept):
                 got = self._read(t)
                 if got is not None:
                     now[(t.ident, t.native_id, t.name)] = (role(t.name), got)
-            return dict(self.update(now))
+            return self.seconds(now)
 
 
-def _thread_cpu(t: threading.Thread) -> float | None:
+def _thread_cpu(t: threading.Thread) -> int | None:
     try:
-        return time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        return time.clock_gettime_ns(time.pthread_getcpuclockid(t.ident))
     except (OSError, AttributeError):  # it ended since enumerate(), or no such clock on this platform
         return None
 
 
-def _thread_wait(t: threading.Thread) -> float | None:
-    return None if t.native_id is None else cpu_wait(f"/proc/{os.getpid()}/task/{t.native_id}/schedstat")
+def _thread_wait(t: threading.Thread) -> int | None:
+    return None if t.native_id is None else cpu_wait_ns(f"/proc/{os.getpid()}/task/{t.native_id}/schedstat")
 
 
 _cpu = _ByRole(_thread_cpu)
@@ -170,9 +188,9 @@ def thread_ended() -> None:
     """Add the calling thread's CPU (and its wait for a CPU) to its role's total: the last thing a
     per-item thread does."""
     me = threading.current_thread()
-    waited = cpu_wait("/proc/thread-self/schedstat")
+    waited = cpu_wait_ns("/proc/thread-self/schedstat")
     with _lock:
-        _cpu.add_ended(role(me.name), time.thread_time())
+        _cpu.add_ended(role(me.name), time.thread_time_ns())
         if waited is not None:
             _wait.add_ended(role(me.name), waited)
         _reported.add(me)
