@@ -11,6 +11,9 @@ Receivers hand over whole decoded blocks (:meth:`DelayQueue.put_batch`). A
 block already in ``t1`` order that starts no earlier than the queue's newest
 in-order event -- what a live feed or a replayed file sends -- is appended as
 it is to a FIFO of *runs*, and released by slicing: no per-event heap work.
+A producer that finds the queue full waits for room for the rest of its block
+(at most a quarter of the queue), not for the first event to leave: the rest
+goes in as one part, one journal record and one wake-up (:data:`ROOM_PARTS`).
 Only events that arrive out of order go through a heap: ``heapq``, which
 takes less than half the time of ``sortedcontainers.SortedList`` on nearly
 ordered input (BENCHMARKS.md, "The event queue: heapq against SortedList").
@@ -46,7 +49,7 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
-from collections import deque
+from collections import Counter, deque
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -59,6 +62,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: ``meta(end)`` -> (sender, lines_done) of the record of a part ending at input index ``end``.
 Meta = Callable[[int], "tuple[str | None, int | None]"]
+
+
+#: A producer blocked on a full queue waits for room for the rest of its block, or for 1/ROOM_PARTS
+#: of the queue if that is less (the rest then waits again): a bigger part is one journal record
+#: and one wake-up, and a smaller want wakes it sooner. (4: at most a quarter of the queue held
+#: back for one producer.) Only while the engine thread is taking events: once it waits for more
+#: (or for the head's time), a producer takes what room there is, as the events it holds may be
+#: what lets the queue's go (``time: event``, where the newest t1 received is the clock).
+ROOM_PARTS = 4
 
 
 class QueueClosed(Exception):
@@ -86,6 +98,8 @@ class DelayQueue:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
+        self._wants: Counter = Counter()  # room each producer waiting on _not_full waits for: _pop_ready wakes them
+        self._engine_idle = False  # the engine thread waits in get_batch: a producer takes what room there is
         self._not_empty = threading.Condition(self._lock)
         self._closed = False
         self._draining = False
@@ -152,13 +166,24 @@ class DelayQueue:
         n = len(events)
         while done < n:
             with self._not_full:
-                while self._size >= self.capacity and not self._closed:
+                # a full queue takes the rest of the block at once when room for it (or for a quarter
+                # of the queue) has come, not a batch's worth at a time: one journal record and one
+                # wake-up where there were several (BENCHMARKS.md, round 33)
+                want = min(n - done, max(1, self.capacity // ROOM_PARTS))
+                while not self._closed and (self._size >= self.capacity
+                                            or self.capacity - self._size < want and not self._engine_idle):
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise TimeoutError("the event queue stayed full")
                     if cancel is not None and cancel.is_set():
                         raise QueueClosed("stopped while the queue was full")
-                    self._not_full.wait(min(remaining, 0.25) if remaining is not None else 0.25)
+                    self._wants[want] += 1
+                    try:
+                        self._not_full.wait(min(remaining, 0.25) if remaining is not None else 0.25)
+                    finally:
+                        self._wants[want] -= 1
+                        if not self._wants[want]:
+                            del self._wants[want]
                 if self._closed:
                     raise QueueClosed("the server is shutting down")
                 room = self.capacity - self._size
@@ -295,10 +320,16 @@ class DelayQueue:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                if fds:
-                    ready = self._wait_on(fds, remaining if wait is None else min(wait, remaining))
-                else:
-                    self._not_empty.wait(remaining if wait is None else min(wait, remaining))
+                if self._wants and self._size < self.capacity:  # nothing leaves until more comes or time passes
+                    self._not_full.notify_all()
+                self._engine_idle = True
+                try:
+                    if fds:
+                        ready = self._wait_on(fds, remaining if wait is None else min(wait, remaining))
+                    else:
+                        self._not_empty.wait(remaining if wait is None else min(wait, remaining))
+                finally:
+                    self._engine_idle = False
 
     def _wait_on(self, fds: Sequence[int], timeout: float) -> bool:
         """Under the lock: release it until :meth:`_notify`, one of ``fds`` is readable (True)
@@ -401,7 +432,8 @@ class DelayQueue:
             self.last_released = out[-1].t1
             if not runs:
                 self._tail_t1 = None
-            self._not_full.notify_all()
+            if self._wants and self.capacity - self._size >= min(self._wants):
+                self._not_full.notify_all()
         return out
 
     def nudge(self) -> None:

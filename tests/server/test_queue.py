@@ -153,6 +153,81 @@ def test_a_full_queue_blocks_producers_until_there_is_room():
     assert done.is_set() and len(q) == 2
 
 
+def test_a_blocked_producer_takes_the_rest_of_its_block_in_one_part_when_there_is_room_for_it():
+    """A producer blocked on a full queue is not woken for each batch that leaves: it waits for
+    room for the rest of its block, which then goes in as one part (one journal record, one
+    wake-up), in order."""
+    q = DelayQueue(capacity=40, delay=0, clock=Clock(1000.0))
+    q.put_batch([ev(t) for t in range(40)])
+    parts: list[int] = []
+    t = threading.Thread(target=q.put_batch, args=([ev(t) for t in range(40, 46)],),
+                         kwargs={"timeout": 60, "on_accepted": parts.append})
+    t.start()
+    try:
+        wait_until(lambda: q._wants == {6: 1}, what="the producer waiting for room for its 6 events")
+        assert [e.t1 for e in q.get_batch(2, timeout=0.01)] == [0, 1]
+        assert q._wants == {6: 1} and len(q) == 38 and parts == []  # room for 2 of its 6: not woken
+        assert [e.t1 for e in q.get_batch(4, timeout=0.01)] == [2, 3, 4, 5]
+        wait_until(lambda: parts == [6], what="the rest of the block in one part")
+    finally:
+        t.join(30)
+    assert len(q) == 40 and not q._wants
+    assert [e.t1 for e in q.get_batch(100, timeout=0.01)] == list(range(6, 46))
+
+
+def test_a_block_larger_than_the_queue_goes_in_by_parts_of_a_quarter_of_it():
+    """A block larger than the queue waits for a quarter of it at a time (ROOM_PARTS), never for
+    room the queue cannot have, and every event goes through in order."""
+    q = DelayQueue(capacity=8, delay=0, clock=Clock(1000.0))
+    q.put_batch([ev(t) for t in range(8)])
+    parts: list[int] = []
+    t = threading.Thread(target=q.put_batch, args=([ev(t) for t in range(8, 28)],),
+                         kwargs={"timeout": 60, "on_accepted": parts.append})
+    t.start()
+    got: list[float] = []
+    try:
+        wait_until(lambda: q._wants == {2: 1}, what="the producer waiting for a quarter of the queue")
+
+        def take_one() -> bool:  # one at a time: the producer wakes at 2
+            got.extend(e.t1 for e in q.get_batch(1, timeout=0.01))
+            assert len(q) <= 8
+            return len(got) == 28
+
+        wait_until(take_one, timeout=60, what="every event through")
+    finally:
+        t.join(30)
+    assert got == list(range(28)) and sum(parts) == 20 and min(parts[:-1]) >= 2
+
+
+def test_with_event_time_a_producer_takes_any_room_once_nothing_can_leave_without_its_events():
+    """With ``time: event`` the newest t1 received is the clock: here the queue's last 35 events
+    wait for newer ones, and the room left (5) is less than a quarter of the queue. The engine
+    thread, with nothing it may take, waits; the producer then puts in what fits, which lets
+    more go, and so on: it does not wait for room that only its own events can make."""
+    q = DelayQueue(capacity=40, delay=35, clock=Clock(0.0), event_time=True)
+    q.put_batch([ev(t) for t in range(100, 140)])  # newest 139: up to 104 may leave
+    got: list[float] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            q.put_batch([ev(t) for t in range(140, 160)], timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        def take() -> bool:
+            got.extend(e.t1 for e in q.get_batch(100, timeout=0.05))
+            return len(got) == 25 or bool(errors)  # (events after 159 - 35 = 124 wait for newer ones)
+
+        wait_until(take, timeout=60, what="the producer's events letting the queue's go")
+    finally:
+        t.join(60)
+    assert errors == [] and got == list(range(100, 125)) and len(q) == 35
+
+
 def test_close_with_drain_releases_everything_and_refuses_new_events():
     q = DelayQueue(capacity=5, delay=1e9, clock=Clock(0.0))
     q.put(ev(10))
