@@ -79,6 +79,12 @@ cdef inline void _share_items(tuple t, dict strings, Py_ssize_t longest, Py_ssiz
             Py_DECREF(<object>old)
 
 
+cdef inline bint _sole_item(tuple row, Py_ssize_t i):
+    """Whether ``row[i]`` is an exact tuple that ``row`` alone holds (free to share in place)."""
+    cdef PyObject *p = PyTuple_GET_ITEM(row, i)
+    return Py_REFCNT(p) == 1 and PyTuple_CheckExact(<object>p)
+
+
 cdef inline bint _sole_tuple(list values, Py_ssize_t i):
     """Whether ``values[i]`` is an exact tuple that ``values`` alone holds (free to share in place)."""
     cdef PyObject *p = PyList_GET_ITEM(values, i)
@@ -247,6 +253,11 @@ cpdef tuple shared_values(values, dict strings)
 
 @cython.locals(out=list, i=Py_ssize_t, n=Py_ssize_t, longest=Py_ssize_t, most=Py_ssize_t)
 cpdef list events_of(streams, list values, t0s, list t1s, dict strings)
+
+@cython.locals(out=list, row=tuple, longest=Py_ssize_t, most=Py_ssize_t)
+cpdef list events_of_rows(list rows, dict strings=*)
+
+cdef object _shared_name(name, dict strings)
 
 @cython.locals(ev=Event)
 cdef object _event(stream, values, t0, t1)

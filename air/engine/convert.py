@@ -156,6 +156,41 @@ def events_of(streams, values: list, t0s, t1s: list, strings: dict) -> list:
     return out
 
 
+def events_of_rows(rows: list, strings: dict | None = None) -> list:
+    """The events of rows ``(stream, values, t0, t1)`` (a journal record's, server/durability/journal.py,
+    decoded), their streams' names and their values' short strings shared by ``strings`` (the process's
+    table by default: :func:`shared_values`), so that a recovery's replay or a backfill's history gives
+    the engine what the live path gives it (BENCHMARKS.md, "Engine workers, round 33"). Compiled, a
+    values tuple that only its row holds is shared in place, and the events are made bare."""
+    if strings is None:
+        strings = STRINGS
+    if not COMPILED:
+        return [Event(_shared_name(s, strings), shared_values(v, strings), t0, t1) for s, v, t0, t1 in rows]
+    longest, most = SHARED_MAX_LENGTH, SHARED_MAX_STRINGS
+    out = []
+    for row in rows:
+        stream = _shared_name(row[0], strings)  # (first, as the plain build does)
+        if _sole_item(row, 1):  # noqa: F821 - C only (convert.pxd): a tuple only its row holds
+            v = row[1]
+            _share_items(v, strings, longest, most)  # noqa: F821
+        else:
+            v = shared_values(row[1], strings)
+        out.append(_event(stream, v, row[2], row[3]))
+    return out
+
+
+def _shared_name(name, strings: dict):
+    """``name`` as :func:`shared_values` shares a value (a stream's name: short)."""
+    if type(name) is not str or len(name) > SHARED_MAX_LENGTH:
+        return name
+    got = strings.get(name)
+    if got is None:
+        if len(strings) >= SHARED_MAX_STRINGS:
+            strings.clear()
+        strings[name] = got = name
+    return got
+
+
 def _event(stream, values, t0, t1):
     """``Event(stream, values, t0, t1)``; compiled, a bare one, untracked."""
     if COMPILED:

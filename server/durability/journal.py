@@ -98,7 +98,7 @@ from typing import Iterator, Optional
 import msgspec
 
 from air.engine import Event
-from air.engine.convert import event_rows, t1_span
+from air.engine.convert import event_rows, events_of_rows, t1_span
 from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import Scan, walk
@@ -619,7 +619,7 @@ class Journal(RetainedHistory):
                     return
                 if pos > after:
                     sender, done, evs = _record(payload)
-                    yield JournalRecord(pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done)
+                    yield JournalRecord(pos, events_of_rows(evs), sender, done)
 
     def truncate_before(self, pos: int) -> int:
         """Records before ``pos`` are covered by a snapshot: recovery no longer

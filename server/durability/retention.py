@@ -19,6 +19,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 import msgspec
 
 from air.engine import Event
+from air.engine.convert import events_of_rows
 from server.durability import fsio
 from server.durability.framing import FRAME, walk
 
@@ -182,4 +183,4 @@ def follow_segments(segs: list[tuple], after: int, upto: int, cursor: list) -> I
             cursor[:] = [first, off + i, pos]
             if pos > after:
                 sender, done, evs = _record(payload)
-                yield JournalRecord(pos, [Event(s, v, t0, t1) for s, v, t0, t1 in evs], sender, done)
+                yield JournalRecord(pos, events_of_rows(evs), sender, done)

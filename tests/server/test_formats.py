@@ -479,6 +479,48 @@ def test_the_short_strings_of_events_are_shared_and_their_values_kept_in_both_bu
             convert.SHARED_MAX_STRINGS = saved
 
 
+@settings(examples(0.5))
+@given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade", "S" * 65]),
+                          st.lists(st.one_of(st.sampled_from(["IBM", "MSFT", "", "tagged"]),
+                                             st.text(min_size=62, max_size=66), st.floats(allow_nan=False),
+                                             st.integers(), st.booleans(), st.none()), max_size=5),
+                          st.booleans()), max_size=16),
+       st.sampled_from([2, 1 << 16]))
+def test_the_events_of_journal_rows_share_names_and_short_strings_in_both_builds(rows, most):
+    """``events_of_rows`` (a journal record's rows, as a recovery's replay and a backfill's history
+    read them) in this process's build and as plain Python, against the definition: each row's
+    stream name, then its values' exact strs of at most ``SHARED_MAX_LENGTH`` characters, become
+    the first equal one the table holds (emptied when full); the rest stay the objects they were;
+    the values are equal to the row's; a values tuple something else holds too is left as it was."""
+    def fresh(v):
+        if v == "tagged":
+            return _Tagged("IBM")
+        return "".join(list(v)) if type(v) is str else v
+
+    for convert in _plain_convert():
+        longest = convert.SHARED_MAX_LENGTH
+        saved = convert.SHARED_MAX_STRINGS
+        convert.SHARED_MAX_STRINGS = most
+        try:
+            made = [(fresh(stream), [fresh(v) for v in vals], held) for stream, vals, held in rows]
+            flat = [[stream, *vals] for stream, vals, _ in made]  # (what the model shares, in order)
+            data = [(stream, tuple(vals), t, t + 1) for t, (stream, vals, _) in enumerate(made)]
+            others = [row[1] if held else None for row, (_, _, held) in zip(data, made)]
+            want = _shared_model(flat, {}, longest, most)
+            table: dict = {}
+            events = convert.events_of_rows(data, table)
+            for ev, row, orig, t in zip(events, want, flat, range(len(rows))):
+                assert ev.stream == orig[0] and ev.stream is row[0] and (ev.t0, ev.t1) == (t, t + 1)
+                assert type(ev.values) is tuple and ev.values == tuple(orig[1:])
+                assert all(a is b for a, b in zip(ev.values, row[1:]))
+            for held_tuple, orig in zip(others, flat):
+                if held_tuple is not None:  # (shared into a new tuple: the holder's is as it was)
+                    assert all(a is b for a, b in zip(held_tuple, orig[1:]))
+            assert len(table) <= most
+        finally:
+            convert.SHARED_MAX_STRINGS = saved
+
+
 def test_decoded_events_share_their_short_strings_across_blocks_and_batches():
     """The names of JSON lines decoded by two decoders (two connections: one table a process,
     ``STRINGS``) are one object a name (air/formats.py's records, each a fresh string), a name

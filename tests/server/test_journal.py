@@ -265,6 +265,24 @@ def test_sync_makes_every_record_durable_in_each_mode(tmp_path, monkeypatch):
     f.close()
 
 
+def test_replayed_and_followed_events_share_their_names_as_decoded_ones_do(tmp_path):
+    """A journal's events come back with one object a stream name and a short string value
+    (air/engine/convert.py's ``events_of_rows``): a recovery's replay and a backfill's history give
+    the engine what the live decoder gives it, not a fresh string an event; a long one is not shared."""
+    from air.engine.convert import SHARED_MAX_LENGTH
+
+    long_name = "N" * (SHARED_MAX_LENGTH + 1)
+    j = Journal(tmp_path / "j", "write")
+    for t in range(4):  # (each record's names made apart: equal, not the same objects)
+        j.append([Event("".join(["St", "ock"]), ("".join(["I", "BM"]), 1.5, "".join(list(long_name))), t, t)])
+    for got in (list(j.replay(0)), list(j.follow(0, j.appended, []))):
+        evs = [e for r in got for e in r.events]
+        assert len(evs) == 4 and all(e == Event("Stock", ("IBM", 1.5, long_name), t, t) for t, e in enumerate(evs))
+        assert all(e.stream is evs[0].stream and e.values[0] is evs[0].values[0] for e in evs)
+        assert evs[0].values[2] is not evs[1].values[2]
+    j.close()
+
+
 def test_replay_works_before_new_appends(tmp_path):
     j = Journal(tmp_path / "j", "fsync", segment_bytes=4096)
     for i in range(100):
