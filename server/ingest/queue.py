@@ -150,8 +150,9 @@ class DelayQueue:
         """Enqueue ``events`` (in the order given), blocking while the queue is
         full; returns the indexes of those refused as late (older than an
         event already released; counted). ``on_accepted(n)`` is called as each
-        part of the block is accepted. Raises TimeoutError when the queue stayed
-        full for ``timeout`` seconds (the part before stays queued) and
+        part of the block is accepted. While the queue is full it waits for room
+        for the rest of the block (:data:`ROOM_PARTS`). Raises TimeoutError when
+        no such room came for ``timeout`` seconds (the part before stays queued) and
         QueueClosed when the server is shutting down or ``cancel`` is set while
         waiting for room; :class:`~server.durability.diskfull.DiskFull` when the journal
         cannot be written: its ``first_refused`` is the index of the first
