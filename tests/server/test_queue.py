@@ -166,7 +166,8 @@ def test_a_blocked_producer_takes_the_rest_of_its_block_in_one_part_when_there_i
     try:
         wait_until(lambda: q._wants == {6: 1}, what="the producer waiting for room for its 6 events")
         assert [e.t1 for e in q.get_batch(2, timeout=0.01)] == [0, 1]
-        assert q._wants == {6: 1} and len(q) == 38 and parts == []  # room for 2 of its 6: not woken
+        with q._lock:  # (as the producer changes them: under the lock)
+            assert q._wants == {6: 1} and len(q) == 38 and parts == []  # room for 2 of its 6: not woken
         assert [e.t1 for e in q.get_batch(4, timeout=0.01)] == [2, 3, 4, 5]
         wait_until(lambda: parts == [6], what="the rest of the block in one part")
     finally:
