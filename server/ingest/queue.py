@@ -11,9 +11,10 @@ Receivers hand over whole decoded blocks (:meth:`DelayQueue.put_batch`). A
 block already in ``t1`` order that starts no earlier than the queue's newest
 in-order event -- what a live feed or a replayed file sends -- is appended as
 it is to a FIFO of *runs*, and released by slicing: no per-event heap work.
-A producer that finds the queue full waits for room for the rest of its block
+A producer that finds too little room waits for room for the rest of its block
 (at most a quarter of the queue), not for the first event to leave: the rest
 goes in as one part, one journal record and one wake-up (:data:`ROOM_PARTS`).
+Producers that wait go in the order they came.
 Only events that arrive out of order go through a heap: ``heapq``, which
 takes less than half the time of ``sortedcontainers.SortedList`` on nearly
 ordered input (BENCHMARKS.md, "The event queue: heapq against SortedList").
@@ -49,7 +50,7 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
-from collections import Counter, deque
+from collections import deque
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -64,12 +65,13 @@ if TYPE_CHECKING:  # pragma: no cover
 Meta = Callable[[int], "tuple[str | None, int | None]"]
 
 
-#: A producer blocked on a full queue waits for room for the rest of its block, or for 1/ROOM_PARTS
-#: of the queue if that is less (the rest then waits again): a bigger part is one journal record
-#: and one wake-up, and a smaller want wakes it sooner. (4: at most a quarter of the queue held
-#: back for one producer.) Only while the engine thread is taking events: once it waits for more
-#: (or for the head's time), a producer takes what room there is, as the events it holds may be
-#: what lets the queue's go (``time: event``, where the newest t1 received is the clock).
+#: A producer that finds less room than the rest of its block waits for room for it, or for
+#: 1/ROOM_PARTS of the queue if that is less (the rest then waits again), after those that waited
+#: before it: a bigger part is one journal record and one wake-up, and a smaller want wakes it
+#: sooner. (4: at most a quarter of the queue held back for one producer.) Only while the engine
+#: thread is taking events: once it waits for more (or for the head's time), the first producer
+#: takes what room there is, as the events it holds may be what lets the queue's go (``time:
+#: event``, where the newest t1 received is the clock).
 ROOM_PARTS = 4
 
 
@@ -98,7 +100,7 @@ class DelayQueue:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
-        self._wants: Counter = Counter()  # room each producer waiting on _not_full waits for: _pop_ready wakes them
+        self._waiting: deque[list] = deque()  # producers waiting for room, oldest first: [want] each (_wait_for_room)
         self._engine_idle = False  # the engine thread waits in get_batch: a producer takes what room there is
         self._not_empty = threading.Condition(self._lock)
         self._closed = False
@@ -171,20 +173,8 @@ class DelayQueue:
                 # of the queue) has come, not a batch's worth at a time: one journal record and one
                 # wake-up where there were several (BENCHMARKS.md, round 33)
                 want = min(n - done, max(1, self.capacity // ROOM_PARTS))
-                while not self._closed and (self._size >= self.capacity
-                                            or self.capacity - self._size < want and not self._engine_idle):
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise TimeoutError("the event queue stayed full")
-                    if cancel is not None and cancel.is_set():
-                        raise QueueClosed("stopped while the queue was full")
-                    self._wants[want] += 1
-                    try:
-                        self._not_full.wait(min(remaining, 0.25) if remaining is not None else 0.25)
-                    finally:
-                        self._wants[want] -= 1
-                        if not self._wants[want]:
-                            del self._wants[want]
+                if self._waiting or not self._room_for(want):
+                    self._wait_for_room(want, deadline, cancel)
                 if self._closed:
                     raise QueueClosed("the server is shutting down")
                 room = self.capacity - self._size
@@ -203,6 +193,32 @@ class DelayQueue:
             if on_accepted is not None and accepted:
                 on_accepted(accepted)
         return late
+
+    def _room_for(self, want: int) -> bool:
+        """Under the lock: room for ``want`` events, or for some while the engine thread waits for
+        events (it takes none until more come or time passes: with ``time: event`` the events a
+        producer holds may be what lets the queue's go)."""
+        room = self.capacity - self._size
+        return room >= want or room > 0 and self._engine_idle
+
+    def _wait_for_room(self, want: int, deadline: float | None, cancel: threading.Event | None) -> None:
+        """Under the lock: wait until this producer is the first of those waiting and there is
+        :meth:`_room_for` its ``want`` (or the queue is closed). First come, first in: one that came
+        later, or wants less, does not take the room the first is waiting for."""
+        ticket = [want]
+        self._waiting.append(ticket)
+        try:
+            while not self._closed and not (self._waiting[0] is ticket and self._room_for(want)):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("the event queue stayed full")
+                if cancel is not None and cancel.is_set():
+                    raise QueueClosed("stopped while the queue was full")
+                self._not_full.wait(min(remaining, 0.25) if remaining is not None else 0.25)
+        finally:
+            self._waiting.remove(ticket)
+            if self._waiting:  # the next one may go now (it is first, and may find room left)
+                self._not_full.notify_all()
 
     def _insert(self, part: Sequence[Event], offset: int, late: list[int],
                 record: tuple[str | None, int | None] | None = None) -> int:
@@ -321,7 +337,7 @@ class DelayQueue:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                if self._wants and self._size < self.capacity:  # nothing leaves until more comes or time passes
+                if self._waiting and self._size < self.capacity:  # nothing leaves until more comes or time passes
                     self._not_full.notify_all()
                 self._engine_idle = True
                 try:
@@ -433,7 +449,7 @@ class DelayQueue:
             self.last_released = out[-1].t1
             if not runs:
                 self._tail_t1 = None
-            if self._wants and self.capacity - self._size >= min(self._wants):
+            if self._waiting and self.capacity - self._size >= self._waiting[0][0]:
                 self._not_full.notify_all()
         return out
 

@@ -164,16 +164,47 @@ def test_a_blocked_producer_takes_the_rest_of_its_block_in_one_part_when_there_i
                          kwargs={"timeout": 60, "on_accepted": parts.append})
     t.start()
     try:
-        wait_until(lambda: q._wants == {6: 1}, what="the producer waiting for room for its 6 events")
+        wait_until(lambda: [w for w, in q._waiting] == [6], what="the producer waiting for room for its 6 events")
         assert [e.t1 for e in q.get_batch(2, timeout=0.01)] == [0, 1]
         with q._lock:  # (as the producer changes them: under the lock)
-            assert q._wants == {6: 1} and len(q) == 38 and parts == []  # room for 2 of its 6: not woken
+            assert [w for w, in q._waiting] == [6] and len(q) == 38 and parts == []  # room for 2 of its 6
         assert [e.t1 for e in q.get_batch(4, timeout=0.01)] == [2, 3, 4, 5]
         wait_until(lambda: parts == [6], what="the rest of the block in one part")
     finally:
         t.join(30)
-    assert len(q) == 40 and not q._wants
+    assert len(q) == 40 and not q._waiting
     assert [e.t1 for e in q.get_batch(100, timeout=0.01)] == list(range(6, 46))
+
+
+def test_producers_waiting_for_room_go_in_the_order_they_came():
+    """A producer that came later, wanting less, does not take the room the first is waiting
+    for (else a big block could wait forever behind a stream of small ones): each goes in
+    whole, first come first in (their events share a t1: ties leave in arrival order)."""
+    q = DelayQueue(capacity=40, delay=0, clock=Clock(1000.0))
+    q.put_batch([ev(t) for t in range(40)])
+
+    def block(who: str, n: int) -> list:
+        return [Event("Stock", (who, 1.0, i), 50, 50) for i in range(n)]
+
+    first = threading.Thread(target=q.put_batch, args=(block("first", 6),), kwargs={"timeout": 60})
+    later = threading.Thread(target=q.put_batch, args=(block("later", 2),), kwargs={"timeout": 60})
+    first.start()
+    try:
+        wait_until(lambda: [w for w, in q._waiting] == [6], what="the first producer waiting")
+        later.start()
+        wait_until(lambda: [w for w, in q._waiting] == [6, 2], what="the later one waiting behind it")
+        assert [e.t1 for e in q.get_batch(2, timeout=0.01)] == [0, 1]  # room for the later one's 2 only
+        with q._lock:
+            assert [w for w, in q._waiting] == [6, 2] and len(q) == 38
+        assert [e.t1 for e in q.get_batch(6, timeout=0.01)] == list(range(2, 8))  # room for both
+        wait_until(lambda: len(q) == 40 and not q._waiting, what="both blocks in")
+    finally:
+        first.join(30)
+        later.join(30)
+    got = q.get_batch(100, timeout=0.01)
+    assert [e.t1 for e in got] == [*range(8, 40), *[50] * 8]
+    assert [(e.values[0], e.values[2]) for e in got[-8:]] == [*[("first", i) for i in range(6)],
+                                                              ("later", 0), ("later", 1)]
 
 
 def test_a_block_larger_than_the_queue_goes_in_by_parts_of_a_quarter_of_it():
@@ -187,7 +218,7 @@ def test_a_block_larger_than_the_queue_goes_in_by_parts_of_a_quarter_of_it():
     t.start()
     got: list[float] = []
     try:
-        wait_until(lambda: q._wants == {2: 1}, what="the producer waiting for a quarter of the queue")
+        wait_until(lambda: [w for w, in q._waiting] == [2], what="the producer waiting for a quarter of the queue")
 
         def take_one() -> bool:  # one at a time: the producer wakes at 2
             got.extend(e.t1 for e in q.get_batch(1, timeout=0.01))
