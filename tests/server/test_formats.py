@@ -407,6 +407,19 @@ class _Tagged(str):
     """A str subclass: never shared (whoever made it may tell its values apart by their type)."""
 
 
+#: Values of an event as sharing sees them: names, the empty string, a str subclass ("tagged"),
+#: strings on both sides of SHARED_MAX_LENGTH, and values that are not strings.
+_VALUES = st.one_of(st.sampled_from(["IBM", "MSFT", "", "tagged"]), st.text(min_size=62, max_size=66),
+                    st.floats(allow_nan=False), st.integers(), st.booleans(), st.none())
+
+
+def _fresh(v):
+    """``v`` made apart (equal, not the same object; "tagged" a :class:`_Tagged` "IBM")."""
+    if v == "tagged":
+        return _Tagged("IBM")
+    return "".join(list(v)) if type(v) is str else v
+
+
 def _shared_model(rows: list, table: dict, longest: int, most: int) -> list:
     """What sharing makes of ``rows``' values: the object each item becomes, by definition."""
     out = []
@@ -426,9 +439,7 @@ def _shared_model(rows: list, table: dict, longest: int, most: int) -> list:
 
 
 @settings(examples(0.5))
-@given(st.lists(st.lists(st.one_of(st.sampled_from(["IBM", "MSFT", "", "tagged"]), st.text(min_size=62, max_size=66),
-                                   st.floats(allow_nan=False), st.integers(), st.booleans(), st.none()), max_size=5),
-                max_size=16),
+@given(st.lists(st.lists(_VALUES, max_size=5), max_size=16),
        st.sampled_from([2, 1 << 16]), st.booleans(), st.booleans())
 def test_the_short_strings_of_events_are_shared_and_their_values_kept_in_both_builds(rows, most, held, points):
     """``events_of`` (a worker's batch decoded into events) and ``shared_values``, in this process's
@@ -438,18 +449,13 @@ def test_the_short_strings_of_events_are_shared_and_their_values_kept_in_both_bu
     every other value stay the objects they were, and the values are equal to what was sent. Each
     string is made apart (equal, not the same object). Tuples the caller holds too are left as they
     were (compiled, those only the decoded list holds are shared in place)."""
-    def fresh(v):
-        if v == "tagged":
-            return _Tagged("IBM")
-        return "".join(list(v)) if type(v) is str else v
-
     for convert in _plain_convert():
         longest = convert.SHARED_MAX_LENGTH
         assert 62 < longest < 66  # (the long strings drawn straddle it)
         saved = convert.SHARED_MAX_STRINGS
         convert.SHARED_MAX_STRINGS = most
         try:
-            made = [[fresh(v) for v in row] for row in rows]
+            made = [[_fresh(v) for v in row] for row in rows]
             items = [list(r) for r in made]  # (the items, not the tuples: the tuples only ``values`` holds)
             values = [tuple(r) for r in made]
             others = list(values) if held else None
@@ -480,11 +486,8 @@ def test_the_short_strings_of_events_are_shared_and_their_values_kept_in_both_bu
 
 
 @settings(examples(0.5))
-@given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade", "S" * 65]),
-                          st.lists(st.one_of(st.sampled_from(["IBM", "MSFT", "", "tagged"]),
-                                             st.text(min_size=62, max_size=66), st.floats(allow_nan=False),
-                                             st.integers(), st.booleans(), st.none()), max_size=5),
-                          st.booleans()), max_size=16),
+@given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade", "S" * 65]), st.lists(_VALUES, max_size=5), st.booleans()),
+                max_size=16),
        st.sampled_from([2, 1 << 16]))
 def test_the_events_of_journal_rows_share_names_and_short_strings_in_both_builds(rows, most):
     """``events_of_rows`` (a journal record's rows, as a recovery's replay and a backfill's history
@@ -492,17 +495,12 @@ def test_the_events_of_journal_rows_share_names_and_short_strings_in_both_builds
     stream name, then its values' exact strs of at most ``SHARED_MAX_LENGTH`` characters, become
     the first equal one the table holds (emptied when full); the rest stay the objects they were;
     the values are equal to the row's; a values tuple something else holds too is left as it was."""
-    def fresh(v):
-        if v == "tagged":
-            return _Tagged("IBM")
-        return "".join(list(v)) if type(v) is str else v
-
     for convert in _plain_convert():
         longest = convert.SHARED_MAX_LENGTH
         saved = convert.SHARED_MAX_STRINGS
         convert.SHARED_MAX_STRINGS = most
         try:
-            made = [(fresh(stream), [fresh(v) for v in vals], held) for stream, vals, held in rows]
+            made = [(_fresh(stream), [_fresh(v) for v in vals], held) for stream, vals, held in rows]
             flat = [[stream, *vals] for stream, vals, _ in made]  # (what the model shares, in order)
             data = [(stream, tuple(vals), t, t + 1) for t, (stream, vals, _) in enumerate(made)]
             others = [row[1] if held else None for row, (_, _, held) in zip(data, made)]
