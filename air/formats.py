@@ -634,16 +634,28 @@ encode_witnesses = msgspec.json.Encoder().encode_lines
 
 
 def encode_emissions(emissions: list, schema_of: Callable[[str], StreamSchema],
-                     include_resub: bool = False) -> tuple[bytes, int]:
+                     include_resub: bool = False, makers: dict | None = None) -> tuple[bytes, int]:
     """The witnesses among ``emissions`` (the engine's ``(stream, event, kind,
     owner)`` tuples) as :func:`encode_witnesses` writes them, and how many:
     those of kind ``OUT``, or all with ``include_resub``. One loop, in order
     (compiled with the engine: :mod:`air.engine.convert`), the record type
-    looked up once per stream."""
+    looked up once per stream. ``makers``: a dict the caller keeps from call to
+    call (for one ``schema_of``): each stream's record type is made once, not once
+    a call, and made again when the stream's schema changes. Without, once a call."""
 
     def maker(stream: str) -> tuple:
         schema = schema_of(stream)
-        return _witness_type(schema), lambda s, ev: witness_dict(s, ev, schema)
+        return _witness_type(schema), lambda s, ev: witness_dict(s, ev, schema), schema
 
-    records = emissions_to_records(emissions, {}, maker, include_resub)
+    if makers is None:
+        records = emissions_to_records(emissions, {}, maker, include_resub)
+    else:
+        if len(makers) > MAX_KEPT_MAKERS:  # (the streams of subscriptions long gone)
+            makers.clear()
+        records = emissions_to_records(emissions, makers, maker, include_resub, schema_of)
     return encode_witnesses(records), len(records)
+
+
+#: The streams a kept ``makers`` of :func:`encode_emissions` holds at most before it is emptied:
+#: those of subscriptions long removed go then (each stream's is a few hundred bytes).
+MAX_KEPT_MAKERS = 100_000

@@ -286,9 +286,10 @@ def run_offline(streams: list[StreamSchema], queries: list[str | Path], events_i
         # encoded at once: no Python call per witness.
         pending: list = []
         engine.on_emit = pending.append
+        makers: dict = {}  # (each stream's record type, made once for the run)
 
         def flush() -> None:
-            data, count = encode_emissions(pending, schema, include_resub)
+            data, count = encode_emissions(pending, schema, include_resub, makers)
             out.write(data)
             result.witness_count += count
             pending.clear()

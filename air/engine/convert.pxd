@@ -263,7 +263,7 @@ cdef object _shared_name(name, dict strings)
 cdef object _event(stream, values, t0, t1)
 
 @cython.locals(out=list, got=tuple)
-cpdef list emissions_to_records(list emissions, dict makers, maker, bint include_resub)
+cpdef list emissions_to_records(list emissions, dict makers, maker, bint include_resub, schema_of=*)
 
 cpdef Py_ssize_t nonblank_lines(bytes data)
 

@@ -335,12 +335,16 @@ def event_columns(events: list) -> tuple:
     return (first if same else streams), values, t0s, t1s
 
 
-def emissions_to_records(emissions: list, makers: dict, maker: Callable, include_resub: bool) -> list:
+def emissions_to_records(emissions: list, makers: dict, maker: Callable, include_resub: bool,
+                         schema_of: Callable | None = None) -> list:
     """The witness records of ``emissions`` (the engine's ``(stream, event,
     kind, owner)`` tuples) of kind ``OUT``, or all with ``include_resub``, in
-    order. ``makers``: stream -> ``(cls, fallback)``; a record is ``cls(stream,
+    order. ``makers``: stream -> ``(cls, fallback, schema)``; a record is ``cls(stream,
     t0, t1, *values)``, or where ``cls`` is None, ``fallback(stream, event)``.
-    A stream not in ``makers`` is added as ``maker(stream)`` gives it."""
+    A stream not in ``makers`` is added as ``maker(stream)`` gives it. With
+    ``schema_of`` (the streams' schemas now), ``makers`` may be kept from call to call:
+    one whose schema is no longer the stream's (``is``: one lookup where the stream
+    differs from the emission's before) is made again."""
     out = []
     last = None
     cls = fallback = None
@@ -355,9 +359,10 @@ def emissions_to_records(emissions: list, makers: dict, maker: Callable, include
             continue
         if stream is not last:
             got = makers.get(stream)
-            if got is None:
+            if got is None or schema_of is not None and schema_of(stream) is not got[2]:
                 got = makers[stream] = maker(stream)
-            cls, fallback = got
+            cls = got[0]
+            fallback = got[1]
             last = stream
         ev = _item(em, 1) if COMPILED else em[1]  # noqa: F821 - C only (convert.pxd)
         if cls is None:
@@ -474,8 +479,8 @@ def number_names(numbers: dict, names: list, told: list) -> list:
     """The number of each of ``names`` in ``numbers`` (-1 for one that is not a name: a
     list of streams), the next (``len(numbers)``) given now to one that has none and told
     (``number, name`` appended to ``told``; a name twice in ``names`` is given one). Compiled,
-    one pass; plain Python, a C-level pass of lookups, and a Python one only where one has
-    no number or is not a name."""
+    one pass, looking a name up only where it is not the one before; plain Python, a C-level
+    pass of lookups, and a Python one only where one has no number or is not a name."""
     if not COMPILED:
         try:
             nums = list(map(numbers.get, names))  # (a list among them, a subscription on several streams, raises)
@@ -485,7 +490,12 @@ def number_names(numbers: dict, names: list, told: list) -> list:
             nums = [_new(numbers, name, told) if k is None else k for name, k in zip(names, nums)]
         return nums
     out = []
+    last = None
+    k = -1
     for name in names:
+        if name is last:  # (a stream that several subscriptions in a row publish: no lookup)
+            out.append(k)
+            continue
         if type(name) is not str:
             out.append(-1)
             continue
@@ -496,6 +506,7 @@ def number_names(numbers: dict, names: list, told: list) -> list:
             told.append(k)
             told.append(name)
         out.append(k)
+        last = name
     return out
 
 

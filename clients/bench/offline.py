@@ -146,7 +146,7 @@ def phase_figures(path: Path, out_path: Path) -> dict:
 
     def maker(stream):
         schema = engine.schema(stream)
-        return _witness_type(schema), lambda s, ev: witness_dict(s, ev, schema)
+        return _witness_type(schema), lambda s, ev: witness_dict(s, ev, schema), schema
 
     digest = hashlib.sha256()
     witnesses = 0

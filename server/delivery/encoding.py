@@ -335,6 +335,9 @@ class WitnessEncoder:
         self.watched = watched
         #: A backfill's engine: output witnesses marked ``"replay": true`` (one C pass over the batch's JSON).
         self.replay = False
+        #: Each stream's record type, kept from batch to batch (air/formats.py's ``encode_emissions``):
+        #: a batch of thousands of subscriptions made one a stream every batch.
+        self._makers: dict = {}
 
     def encode(self, ems: list, flat: bool = False) -> EncodedBatch:
         """Per subscription (in the order they first emitted), its emissions in the
@@ -396,7 +399,7 @@ class WitnessEncoder:
     def _json(self, emissions: list, include_resub: bool) -> bytes:
         """The witnesses of ``emissions`` (kind OUT, or all) as JSON lines, a newline after
         each, by the batch encoder ``cayuga run`` uses (one call)."""
-        data, _n = encode_emissions(emissions, self._schema, include_resub)
+        data, _n = encode_emissions(emissions, self._schema, include_resub, self._makers)
         if self.replay and not include_resub:  # (one JSON object a line, no raw newline inside)
             data = data.replace(b"}\n", _REPLAY)
         return data

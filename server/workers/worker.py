@@ -212,7 +212,7 @@ class Worker:
         outcomes = [tuple(self.check.apply(Decision(*r[:4]))) for r in recorded]
         if any(o[1] for o in outcomes):
             self.check.after_shedding()
-        result = None if self.unchecked else self.check.check(fed, counts, eng.owners)
+        result = None if self.unchecked else self.check.check(fed, counts, _OwnersOf(eng))
         if result is not None and result.decisions:
             self.waiting = True
         msg = codec.encode_result(len(events), encoded, self._stats(eng.stats), eng.epoch, errors, result,
@@ -484,6 +484,19 @@ class Watch:
                 except (OSError, ValueError):
                     return  # the main process has gone
                 told = where
+
+
+class _OwnersOf:
+    """An engine's subscriptions, listed when iterated: by a state budget's check that is due, not
+    every batch (a list of 10,000 a batch was 1% of the worker's CPU: BENCHMARKS.md, round 34)."""
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __iter__(self):
+        return iter(self.engine.owners)
 
 
 def _places(ems: list, marks: list[int], rows: set[str]) -> list:

@@ -230,6 +230,29 @@ def test_emissions_are_encoded_as_each_witness_would_be():
         assert data == b"".join(witness_bytes(em.stream, em.event, schemas[em.stream]) + b"\n" for em in wanted)
 
 
+def test_record_types_kept_from_call_to_call_follow_a_changed_schema():
+    """A ``makers`` kept from call to call (a worker's encoder, ``cayuga run``) makes a stream's record
+    type once, and again when the stream's schema changes: a stream removed and published again with
+    other attributes, or with an attribute named ``t0`` (a dict then), is encoded as its schema now says."""
+    from air.engine import Emission
+    from air.formats import encode_emissions
+
+    kept: dict = {}
+    schemas = {"Rise": parse_stream_decl("Rise(name string, price float)")}
+    first = [Emission("Rise", Event("Rise", ("IBM", 1.5), 1, 2), "OUT", "q")]
+    wanted = b'{"stream":"Rise","t0":1,"t1":2,"name":"IBM","price":1.5}\n'
+    assert encode_emissions(first, schemas.get, False, kept)[0] == wanted
+    made = kept["Rise"]
+    assert encode_emissions(first, schemas.get, False, kept)[0] == wanted
+    assert kept["Rise"] is made  # (made once)
+    for decl in ("Rise(volume int, gone string)", "Rise(t0 int, volume int)"):
+        schemas["Rise"] = parse_stream_decl(decl)
+        again = [Emission("Rise", Event("Rise", (7, 8) if "t0" in decl else (7, "x"), 3, 4), "OUT", "q")]
+        data, count = encode_emissions(again, schemas.get, False, kept)
+        assert count == 1 and data == witness_bytes("Rise", again[0].event, schemas["Rise"]) + b"\n"
+        assert data == encode_emissions(again, schemas.get)[0]  # (as a call that keeps none)
+
+
 def test_the_typed_path_converts_in_the_engines_build():
     """air.engine.convert is compiled with the engine (or not at all): compiled,
     decoded events and their values leave the cyclic collector at once."""
