@@ -277,6 +277,9 @@ cpdef tuple owners_of(list emissions)
 @cython.locals(groups=dict, mine=list, out=list)
 cpdef list by_owner(list emissions, dict owners)
 
+@cython.locals(groups=dict, mine=list, grouped=list, other=bint)
+cpdef tuple grouped_by_owner(list emissions)
+
 @cython.locals(owners=list, counts=list, kinds=list, n=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, one=bint,
                i=Py_ssize_t)
 cpdef tuple runs_of(list emissions)

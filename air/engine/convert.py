@@ -426,6 +426,38 @@ def by_owner(emissions: list, owners: dict) -> list:
     return out
 
 
+def grouped_by_owner(emissions: list) -> tuple:
+    """:func:`by_owner` and :func:`owners_of` at once: ``(grouped, owners, other)``, ``emissions``
+    grouped by subscription, the subscriptions in the order they first emitted (a dict's keys;
+    compiled, each one's emissions its value) and whether any emission is of a kind other than
+    ``OUT``. Compiled, one pass that looks an owner up only where it differs from the one before
+    (the two passes took 60% longer for a batch of thousands of subscriptions: BENCHMARKS.md,
+    round 34); plain Python, the two."""
+    if not COMPILED:
+        owners, other = owners_of(emissions)
+        return by_owner(emissions, owners), owners, other
+    groups = {}
+    last = None
+    mine = None
+    other = False
+    out = _OUT  # (a local: compiled, no lookup an emission)
+    for em in emissions:
+        owner = _item(em, 3)  # noqa: F821 - C only (convert.pxd)
+        if owner is not last:
+            mine = groups.get(owner)
+            if mine is None:
+                mine = groups[owner] = []
+            last = owner
+        mine.append(em)
+        if not other:
+            kind = _item(em, 2)  # noqa: F821
+            other = kind is not out and kind != out
+    grouped = []
+    for mine in groups.values():
+        grouped += mine
+    return grouped, groups, other
+
+
 def runs_of(emissions: list) -> tuple:
     """Of ``emissions`` grouped by subscription (:func:`by_owner`): each subscription,
     its number of emissions and their stream (one name where all are on one, else the

@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple, Union
 import msgspec
 
 from air.engine.convert import (
-    SIZE_CODE, by_owner, count_on, number_names, owners_of, pack_lines, runs_of,
+    SIZE_CODE, count_on, grouped_by_owner, number_names, owners_of, pack_lines, runs_of,
 )
 from air.formats import encode_emissions
 from air.model import StreamSchema
@@ -352,11 +352,11 @@ class WitnessEncoder:
         engine worker packs: :func:`pack_flat`)."""
         if not ems:
             return EncodedBatch([], [])
-        owners, resub = owners_of(ems)
         if flat:
-            ordered = ems if len(owners) == 1 else by_owner(ems, owners)
+            ordered, owners, resub = grouped_by_owner(ems)
             outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
             return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs))
+        owners, resub = owners_of(ems)
         ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         out = []

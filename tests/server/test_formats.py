@@ -286,8 +286,9 @@ def _plain_convert():
 @given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.sampled_from(["OUT", "RESUB"]),
                           st.sampled_from(["q1", "q2", "q3"]), st.booleans()), max_size=30))
 def test_the_owners_groups_and_runs_of_emissions_in_both_builds(spec):
-    """``owners_of``, ``by_owner`` and ``runs_of`` (compiled: one pass reading each emission's
-    items straight, a named tuple's too) against their definitions, in this process's build
+    """``owners_of``, ``by_owner``, the two at once (``grouped_by_owner``) and ``runs_of`` (compiled:
+    one pass reading each emission's items straight, a named tuple's too) against their
+    definitions, in this process's build
     and as plain Python: the engine's ``Emission`` named tuples and plain tuples, kind and
     stream names made apart from the literals (equal, not the same objects); ``runs_of`` of
     all the emissions and of one subscription's alone (a heavy query's batch)."""
@@ -307,6 +308,9 @@ def test_the_owners_groups_and_runs_of_emissions_in_both_builds(spec):
         got, got_other = convert.owners_of(ems)
         assert list(got) == owners and got_other is other
         assert [tuple(em) for em in convert.by_owner(ems, got)] == [tuple(em) for em in grouped]
+        together, got, got_other = convert.grouped_by_owner(ems)  # (the two at once)
+        assert [tuple(em) for em in together] == [tuple(em) for em in grouped]
+        assert list(got) == owners and got_other is other
         assert convert.runs_of(grouped) == ([o for o, _ in runs], [len(sts) for _, sts in runs],
                                            [sts[0] if len(set(sts)) == 1 else sts for _, sts in runs])
         for o, sts in runs[:1]:
