@@ -287,8 +287,8 @@ cpdef tuple runs_of(list emissions)
 @cython.locals(out=list)
 cpdef list number_names(dict numbers, list names, list told)
 
-@cython.locals(out=list, i=Py_ssize_t)
-cpdef list count_on(dict last, list owners, list counts)
+@cython.locals(out=list, i=Py_ssize_t, k=Py_ssize_t)
+cpdef list count_on(list lasts, list nums, list counts)
 
 @cython.locals(count=Py_ssize_t)
 cpdef Py_ssize_t times_given(list records) except -1

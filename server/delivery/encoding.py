@@ -289,20 +289,38 @@ class LocalNumbers:
     starts at 0, as a new subscription does), and each batch's columns carry where each
     owner stood before it (:attr:`Columns.befores`), which the main process checks
     against its own (witnesses.py's ``Witnesses.deliver_columns``): the step before a
-    worker writes its own subscriptions' witness log (docs/design/worker-witlog.md)."""
+    worker writes its own subscriptions' witness log (docs/design/worker-witlog.md).
+    Each numbered subscription's last seq is kept by its number (a list), those told of
+    before their first batch by name until they have one."""
 
     def __init__(self) -> None:
         self.subs: dict[str, int] = {}
         self.streams: dict[str, int] = {}
-        self.last: dict[str, int] = {}
+        self._lasts: list[int] = []  # by the subscription's number
+        self._waiting: dict[str, int] = {}  # seeded, not numbered yet
+
+    @property
+    def last(self) -> dict[str, int]:
+        """Each subscription's last seq, by name (numbered or only told of)."""
+        return {**{sid: self._lasts[k] for sid, k in self.subs.items()}, **self._waiting}
 
     def seed(self, seqs: dict[str, int]) -> None:
         """Where the main process says these subscriptions' numbering stands (their last seq)."""
-        self.last.update(seqs)
+        subs, lasts = self.subs, self._lasts
+        for sid, seq in seqs.items():
+            k = subs.get(sid)
+            if k is None:
+                self._waiting[sid] = seq
+            else:
+                lasts[k] = seq
 
     def forget(self, sid: str) -> None:
         """A subscription removed from the worker: placed again, it is seeded again (0 unless told)."""
-        self.last.pop(sid, None)
+        k = self.subs.get(sid)
+        if k is None:
+            self._waiting.pop(sid, None)
+        else:
+            self._lasts[k] = 0
 
     def number(self, cols: Columns) -> Columns:
         """``cols`` with its owners' and streams' numbers (and those given now, to tell) and where
@@ -312,9 +330,11 @@ class LocalNumbers:
         fresh: list = []
         fresh_streams: list = []
         nums = number_names(self.subs, owners, fresh)
+        if fresh:  # (numbered now, in order: each one's last seq goes at its number)
+            self._lasts += map(self._waiting.pop, fresh[1::2], repeat(0))
         stream_nums = number_names(self.streams, kinds, fresh_streams)
         checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
-        befores = count_on(self.last, owners, cols.counts)  # (an owner comes once a batch)
+        befores = count_on(self._lasts, nums, cols.counts)  # (an owner comes once a batch)
         try:  # (from a list, not an iterator: an array takes it in one C step)
             told = array(COUNT_CODE, befores)
         except OverflowError:

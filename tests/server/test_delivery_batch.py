@@ -278,8 +278,13 @@ def test_a_worker_numbers_its_subscriptions_witnesses_and_the_main_process_check
         [p.read_bytes() for p in sorted((tmp_path / "packed").glob("wit-*.log"))]
     got = [(c.sid, list(c.seqs), c.payloads) for c in packed_ch.take_all()[0]]
     assert got == [(c.sid, list(c.seqs), c.payloads) for c in general_ch.take_all()[0]]
-    restarted.forget("s1")  # removed from the worker: placed again, it starts where it is told
-    assert "s1" not in restarted.last
+    restarted.forget("s1")  # removed from the worker: placed again, it starts where it is told (0 until then)
+    assert restarted.last["s1"] == 0
+    restarted.seed({"s1": 40, "s9": 7})  # (s9: told of before its first batch)
+    assert restarted.last == {"s1": 40, "s2": 15, "s3": 5, "s9": 7}
+    told = pack_columns([("s9", ["D"], [b"{}"]), ("s1", ["A", "A"], [b"{}", b"{}"])], restarted).befores
+    assert np.frombuffer(told, np.int32).tolist() == [7, 40]
+    assert restarted.last == {"s1": 42, "s2": 15, "s3": 5, "s9": 8}
     general_ch.loop.close()
     packed_ch.loop.close()
 

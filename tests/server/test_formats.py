@@ -324,7 +324,7 @@ def test_the_owners_groups_and_runs_of_emissions_in_both_builds(spec):
 def test_names_are_numbered_once_and_owners_counted_on_in_both_builds(known, names):
     """``number_names`` (a worker's numbers of its subscriptions and streams: each name's,
     the next given to a new one and told once, -1 for a list of streams) and ``count_on``
-    (where each owner's numbering stood, moved on by its count), in this process's build and
+    (where each owner's numbering stood, by its number, moved on by its count), in this process's build and
     as plain Python, against their definitions."""
     for convert in _plain_convert():
         numbers = {name: i for i, name in enumerate(known)}
@@ -335,11 +335,12 @@ def test_names_are_numbered_once_and_owners_counted_on_in_both_builds(known, nam
         assert list(given.values()) == list(range(len(known), len(known) + len(given)))
         assert got == [-1 if type(n) is not str else numbers[n] for n in names]
         owners = list(dict.fromkeys(n for n in names if type(n) is str))
-        last = {o: 10 * i for i, o in enumerate(known)}
+        lasts = [10 * k for k in range(len(numbers))]
+        nums = [numbers[o] for o in owners]
         counts = list(range(1, len(owners) + 1))
-        before = dict(last)
-        assert convert.count_on(last, owners, counts) == [before.get(o, 0) for o in owners]
-        assert last == {**before, **{o: before.get(o, 0) + c for o, c in zip(owners, counts)}}
+        before = list(lasts)
+        assert convert.count_on(lasts, nums, counts) == [before[k] for k in nums]
+        assert lasts == [x + dict(zip(nums, counts)).get(k, 0) for k, x in enumerate(before)]
 
 
 @settings(examples(0.5))
