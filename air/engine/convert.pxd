@@ -271,12 +271,6 @@ cpdef sort_by_t1(list events)
 
 cpdef tuple pack_lines(bytes data)
 
-@cython.locals(owners=dict, other=bint)
-cpdef tuple owners_of(list emissions)
-
-@cython.locals(groups=dict, mine=list, out=list)
-cpdef list by_owner(list emissions, dict owners)
-
 @cython.locals(groups=dict, mine=list, grouped=list, other=bint)
 cpdef tuple grouped_by_owner(list emissions)
 

@@ -378,64 +378,19 @@ _OWNER, _KIND, _STREAM = itemgetter(3), itemgetter(2), itemgetter(0)  # of an en
 _OUT = "OUT"
 
 
-def owners_of(emissions: list) -> tuple:
-    """The subscriptions that made ``emissions`` (the engine's ``(stream, event, kind,
-    owner)`` tuples) in the order they first did (a dict's keys, each None), and whether
-    any emission is of a kind other than ``OUT``. Compiled, one pass that looks an
-    owner up only where it differs from the one before (a batch's emissions come in
-    runs of one subscription's) and compares each kind with ``OUT`` by identity first;
-    plain Python, two C-level passes."""
-    if not COMPILED:
-        return dict.fromkeys(map(_OWNER, emissions)), bool(set(map(_KIND, emissions)) - {_OUT})
-    owners = {}
-    last = None
-    other = False
-    out = _OUT  # (a local: compiled, no lookup an emission)
-    for em in emissions:
-        owner = _item(em, 3)  # noqa: F821 - C only (convert.pxd)
-        if owner is not last:
-            owners[owner] = None  # (one there already keeps its place)
-            last = owner
-        if not other:
-            kind = _item(em, 2)  # noqa: F821
-            other = kind is not out and kind != out
-    return owners, other
-
-
-def by_owner(emissions: list, owners: dict) -> list:
-    """``emissions`` grouped by subscription in the order of ``owners`` (each one's
-    first emission's: :func:`owners_of`), each one's in the engine's order. Compiled,
-    one pass that puts each on its owner's list, looked up only where the owner
-    differs from the one before; plain Python, C-level passes (``map`` of
-    ``list.append``: a stable sort by each one's place cost a third more)."""
-    groups = {owner: [] for owner in owners}
-    if not COMPILED:
-        deque(map(list.append, map(groups.__getitem__, map(_OWNER, emissions)), emissions), 0)
-        return list(chain.from_iterable(groups.values()))
-    last = None
-    mine = None
-    for em in emissions:
-        owner = _item(em, 3)  # noqa: F821 - C only (convert.pxd)
-        if owner is not last:
-            mine = groups[owner]
-            last = owner
-        mine.append(em)
-    out = []
-    for mine in groups.values():
-        out += mine
-    return out
-
-
 def grouped_by_owner(emissions: list) -> tuple:
-    """:func:`by_owner` and :func:`owners_of` at once: ``(grouped, owners, other)``, ``emissions``
-    grouped by subscription, the subscriptions in the order they first emitted (a dict's keys;
-    compiled, each one's emissions its value) and whether any emission is of a kind other than
-    ``OUT``. Compiled, one pass that looks an owner up only where it differs from the one before
-    (the two passes took 60% longer for a batch of thousands of subscriptions: BENCHMARKS.md,
-    round 34); plain Python, the two."""
+    """``(grouped, owners, other)``: ``emissions`` (the engine's ``(stream, event, kind, owner)``
+    tuples) grouped by subscription, each one's in the engine's order; the subscriptions in the
+    order they first emitted (a dict's keys, each one's emissions its value); and whether any
+    emission is of a kind other than ``OUT``. Compiled, one pass that looks an owner up only
+    where it differs from the one before and compares each kind with ``OUT`` by identity first
+    (two passes, one finding the subscriptions and one grouping, took 60% longer for a batch of
+    thousands of subscriptions: BENCHMARKS.md, round 34); plain Python, C-level passes (``map``
+    of ``list.append``: a stable sort by each one's place cost a third more)."""
     if not COMPILED:
-        owners, other = owners_of(emissions)
-        return by_owner(emissions, owners), owners, other
+        groups = {owner: [] for owner in map(_OWNER, emissions)}
+        deque(map(list.append, map(groups.__getitem__, map(_OWNER, emissions)), emissions), 0)
+        return list(chain.from_iterable(groups.values())), groups, bool(set(map(_KIND, emissions)) - {_OUT})
     groups = {}
     last = None
     mine = None
@@ -459,7 +414,7 @@ def grouped_by_owner(emissions: list) -> tuple:
 
 
 def runs_of(emissions: list) -> tuple:
-    """Of ``emissions`` grouped by subscription (:func:`by_owner`): each subscription,
+    """Of ``emissions`` grouped by subscription (:func:`grouped_by_owner`): each subscription,
     its number of emissions and their stream (one name where all are on one, else the
     list of each one's), in order. Compiled, one pass comparing each owner and stream
     with the one before, by identity first; plain Python, C-level passes (two where all

@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple, Union
 import msgspec
 
 from air.engine.convert import (
-    SIZE_CODE, count_on, grouped_by_owner, number_names, owners_of, pack_lines, runs_of,
+    SIZE_CODE, count_on, grouped_by_owner, number_names, pack_lines, runs_of,
 )
 from air.formats import encode_emissions
 from air.model import StreamSchema
@@ -362,23 +362,19 @@ class WitnessEncoder:
     def encode(self, ems: list, flat: bool = False) -> EncodedBatch:
         """Per subscription (in the order they first emitted), its emissions in the
         order the engine made them. One call of the batch encoder for the whole
-        batch's output witnesses, sorted by subscription (a stable sort: the
-        engine's order kept within each), then cut per subscription: a batch has
-        thousands of subscriptions with a few witnesses each, and a call per
-        subscription cost more than the encoding. C-level passes
-        (``sorted``/``Counter`` over item getters); a Python loop runs only over
-        RESUB emissions, and only in a batch that has some. ``flat``: the output
+        batch's output witnesses, grouped by subscription (air/engine/convert.py's
+        ``grouped_by_owner``: the engine's order kept within each), then cut per
+        subscription: a batch has thousands of subscriptions with a few witnesses
+        each, and a call per subscription cost more than the encoding. A Python
+        loop runs only over RESUB emissions, and only in a batch that has some. ``flat``: the output
         witnesses as :attr:`EncodedBatch.flat`, not cut per subscription (what an
         engine worker packs: :func:`pack_flat`)."""
         if not ems:
             return EncodedBatch([], [])
-        if flat:
-            ordered, owners, resub = grouped_by_owner(ems)
-            outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
-            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs))
-        owners, resub = owners_of(ems)
-        ordered = ems if len(owners) == 1 else sorted(ems, key=_OWNER)
+        ordered, owners, resub = grouped_by_owner(ems)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
+        if flat:
+            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs))
         out = []
         if outs:
             payloads, streams = self._encode(outs, False)
@@ -386,7 +382,7 @@ class WitnessEncoder:
             if len(owners) == 1:  # (the common case of a heavy query: no pass to count them)
                 spans[next(iter(owners))] = (0, len(outs))
             else:
-                for owner, n in Counter(map(_OWNER, outs)).items():  # (in the sorted order: first seen first)
+                for owner, n in Counter(map(_OWNER, outs)).items():  # (in the grouped order: first seen first)
                     spans[owner] = (at, at + n)
                     at += n
             for owner in owners:

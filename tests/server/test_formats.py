@@ -286,9 +286,9 @@ def _plain_convert():
 @given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.sampled_from(["OUT", "RESUB"]),
                           st.sampled_from(["q1", "q2", "q3"]), st.booleans()), max_size=30))
 def test_the_owners_groups_and_runs_of_emissions_in_both_builds(spec):
-    """``owners_of``, ``by_owner``, the two at once (``grouped_by_owner``) and ``runs_of`` (compiled:
-    one pass reading each emission's items straight, a named tuple's too) against their
-    definitions, in this process's build
+    """``grouped_by_owner`` (a batch grouped by subscription, its subscriptions in the order they first
+    emitted, and whether any is not ``OUT``) and ``runs_of`` (compiled: one pass each, reading each
+    emission's items straight, a named tuple's too) against their definitions, in this process's build
     and as plain Python: the engine's ``Emission`` named tuples and plain tuples, kind and
     stream names made apart from the literals (equal, not the same objects); ``runs_of`` of
     all the emissions and of one subscription's alone (a heavy query's batch)."""
@@ -305,10 +305,7 @@ def test_the_owners_groups_and_runs_of_emissions_in_both_builds(spec):
     grouped = [em for owner in owners for em in ems if em[3] == owner]
     runs = [(o, [em[0] for em in grouped if em[3] == o]) for o in owners]
     for convert in _plain_convert():
-        got, got_other = convert.owners_of(ems)
-        assert list(got) == owners and got_other is other
-        assert [tuple(em) for em in convert.by_owner(ems, got)] == [tuple(em) for em in grouped]
-        together, got, got_other = convert.grouped_by_owner(ems)  # (the two at once)
+        together, got, got_other = convert.grouped_by_owner(ems)
         assert [tuple(em) for em in together] == [tuple(em) for em in grouped]
         assert list(got) == owners and got_other is other
         assert convert.runs_of(grouped) == ([o for o, _ in runs], [len(sts) for _, sts in runs],
