@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 from xml.etree import ElementTree
@@ -38,6 +39,16 @@ NOT_ENGINE = ["tests/server/test_journal.py", "tests/server/test_witlog.py", "te
               "tests/server/test_resume.py", "tests/server/test_crash.py", "tests/server/test_recovery_property.py",
               "tests/server/test_diskfull.py", "tests/server/test_diskfull_serve.py",
               "tests/server/test_http_limits.py", "tests/server/test_send_cli.py"]
+#: SUITES in two nested runs side by side, of about the same length: one alone used 0.5-0.8 of the
+#: machine's two cores (its tests wait on the servers and workers they start) for 11-16 minutes, the
+#: longest test of the suite (BENCHMARKS.md, "The test suite, run by run"). The second takes the
+#: server's suites named here, the first the rest of them; every Spark test is in the second (one
+#: Spark session at a time). Their times in the nested run of 2026-12-07, seconds: the server's 508
+#: (these four 148), Spark 122, the engine's 36, the benchmarks' 34, the rest 15.
+SERVER_SECOND = ["tests/server/test_worker_restart.py", "tests/server/test_names.py",
+                 "tests/server/test_hostile.py", "tests/server/test_end_to_end.py"]
+PARTS = [["tests/server"],
+         [*SERVER_SECOND, *(s for s in SUITES if s != "tests/server")]]
 
 
 def _run(args, cwd, timeout, **env):
@@ -165,8 +176,13 @@ def test_the_suites_pass_against_the_other_build(compiled_tree):
         tree, env = ROOT, {"CAYUGA_ENGINE": "python", "CAYUGA_EXPECT_ENGINE": "python"}
     else:
         tree, env = compiled_tree, {"CAYUGA_EXPECT_ENGINE": "compiled"}
-    run = nested_pytest(["-x", *SUITES, "--ignore=tests/engine/test_compiled_build.py",
-                         "--ignore=tests/engine/test_builds_agree.py", *[f"--ignore={p}" for p in NOT_ENGINE]],
-                        tree, 1800, **env, PYTHONPATH=str(tree))  # also for the processes the suites start
-    print(run.report())
-    assert not run.problems(), f"{'; '.join(run.problems())}\n{run.report()}\n{run.tail}"
+    ignored = ["tests/engine/test_compiled_build.py", "tests/engine/test_builds_agree.py", *NOT_ENGINE]
+    args = [["-x", *part, *[f"--ignore={p}" for p in ignored + (SERVER_SECOND if i == 0 else [])]]
+            for i, part in enumerate(PARTS)]  # (the first leaves the second's server suites out: each runs once)
+    with ThreadPoolExecutor(len(PARTS)) as pool:  # also PYTHONPATH for the processes the suites start
+        runs = list(pool.map(lambda a: nested_pytest(a, tree, 1800, **env, PYTHONPATH=str(tree)), args))
+    problems = []
+    for part, run in zip(PARTS, runs):
+        print(f"{' '.join(part)}: {run.report()}")
+        problems += [f"{' '.join(part)}: {p}\n{run.report()}\n{run.tail}" for p in run.problems()]
+    assert not problems, "\n".join(problems)
