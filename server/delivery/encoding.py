@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from itertools import accumulate, chain, groupby, repeat
+from itertools import accumulate, chain, repeat
 from operator import itemgetter
 from typing import Callable, NamedTuple, Union
 
@@ -374,30 +374,29 @@ class WitnessEncoder:
         ordered, owners, resub = grouped_by_owner(ems)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         if flat:
-            return EncodedBatch([], self._internal(ordered, owners) if resub else [], self._flat(outs))
+            return EncodedBatch([], self._internal(owners) if resub else [], self._flat(outs))
         out = []
         if outs:
             payloads, streams = self._encode(outs, False)
             spans, at = {}, 0
-            if len(owners) == 1:  # (the common case of a heavy query: no pass to count them)
-                spans[next(iter(owners))] = (0, len(outs))
-            else:
-                for owner, n in Counter(map(_OWNER, outs)).items():  # (in the grouped order: first seen first)
-                    spans[owner] = (at, at + n)
-                    at += n
+            # each one's output witnesses: its group's length where all are (no pass to count them)
+            counted = Counter(map(_OWNER, outs)).items() if resub else ((o, len(g)) for o, g in owners.items())
+            for owner, n in counted:  # (in the grouped order: first seen first)
+                spans[owner] = (at, at + n)
+                at += n
             for owner in owners:
                 span = spans.get(owner)
                 if span is not None:
                     out.append((owner, streams[span[0]:span[1]], payloads[span[0]:span[1]]))
-        return EncodedBatch(out, self._internal(ordered, owners) if resub else [])
+        return EncodedBatch(out, self._internal(owners) if resub else [])
 
-    def _internal(self, ordered: list, owners: dict) -> list:
-        """The RESUB emissions of ``ordered`` (grouped by subscription) a client watches, per subscription."""
+    def _internal(self, owners: dict) -> list:
+        """The RESUB emissions a client watches, per subscription (``owners``: each one's emissions,
+        ``grouped_by_owner``'s)."""
         internal = []
         watched = self.watched
-        by = {o: list(g) for o, g in groupby(ordered, _OWNER)}
-        for owner in owners:
-            mine = [em for em in by[owner] if em[2] != "OUT" and watched(owner, em[0])]
+        for owner, ems in owners.items():
+            mine = [em for em in ems if em[2] != "OUT" and watched(owner, em[0])]
             if mine:
                 payloads, streams = self._encode(mine, True)
                 internal.append((owner, streams, payloads))
