@@ -176,28 +176,30 @@ class BudgetCheck:
         full, capped = self.due(fed)
         if not (full or capped):
             return None
-        owners = [o for o in owners if self.engine.has_owner(o)]
+        # (listed only by a step that needs them: with 10,000 subscriptions the list and its set were
+        # two thirds of a check whose survey found nothing to shed; BENCHMARKS.md, round 35)
+        listed = _Listed(owners, self.engine)
         decisions: list[Decision] = []
         expired = 0
         if full:
-            expired, decisions = self._check_budget(stream_events, owners)
+            expired, decisions = self._check_budget(stream_events, listed)
         if capped:
             shed = {d.sid for d in decisions}
-            decisions += [d for d in self._check_caps(fed, owners) if d.sid not in shed]
+            decisions += [d for d in self._check_caps(fed, listed.list()) if d.sid not in shed]
         return CheckResult(tuple(self.footprint), expired, dict(self.runaways), decisions)
 
-    def _check_budget(self, events: Mapping[str, int], owners: list[str]) -> tuple[int, list[Decision]]:
+    def _check_budget(self, events: Mapping[str, int], owners: "_Listed") -> tuple[int, list[Decision]]:
         eng = self.engine
         weights = {s: n - self._stream_prev.get(s, 0) for s, n in events.items()}
         found = footprint.survey(eng, expire=True, heavy=RUNAWAY_VISITS / 2)  # candidates, to see them grow
         self.footprint = found.footprint
-        self._find_runaways(found.heavy, events, weights, set(owners))
+        self._find_runaways(found.heavy, events, weights, owners)
         self._stream_prev = dict(events)
         if found.footprint.bytes <= self.max_bytes:
             return found.expired, []
         need = found.footprint.bytes - int(self.max_bytes * SHED_TO)
         sizes = []
-        for i, sid in enumerate(owners):
+        for i, sid in enumerate(owners.list()):
             n, b = footprint.owner_footprint(eng, sid)
             if n:
                 sizes.append((-b, i, sid, n, b))
@@ -248,7 +250,7 @@ class BudgetCheck:
         return out
 
     def _find_runaways(self, heavy: list, events: Mapping[str, int], weights: Mapping[str, int],
-                       owners: set[str]) -> None:
+                       owners: "_Listed") -> None:
         """The subscriptions whose nodes every event of their stream visits by the thousand and
         which grow with those events (``heavy``: the survey's costly nodes)."""
         found: dict[str, dict] = {}
@@ -269,7 +271,7 @@ class BudgetCheck:
                 total_work = footprint.survey(self.engine, weights=weights).work + sum(weights.values())
             work = cost.visits * weights.get(node.stream, 0)
             for owner in node.owners:
-                if owner not in owners:
+                if owner not in owners.set():
                     continue
                 got = found.setdefault(owner, {"instances": 0, "visits_per_event": 0.0, "growth_per_event": 0.0,
                                                "work": 0.0, "stream": node.stream, "state": node.label})
@@ -308,6 +310,29 @@ class BudgetCheck:
         self.footprint = footprint.measure(self.engine)
         for key, (node, seen) in self._heavy_nodes.items():
             self._heavy_prev[key] = (node.count + len(node.pending), seen)
+
+
+class _Listed:
+    """The subscriptions a check is of (those of ``owners`` the engine holds), listed when a step
+    first asks (:meth:`list`, in their order; :meth:`set`), not at every check."""
+
+    __slots__ = ("owners", "engine", "_list", "_set")
+
+    def __init__(self, owners: Iterable[str], engine: Engine) -> None:
+        self.owners, self.engine = owners, engine
+        self._list: list[str] | None = None
+        self._set: set[str] | None = None
+
+    def list(self) -> list[str]:
+        if self._list is None:
+            has = self.engine.has_owner
+            self._list = [o for o in self.owners if has(o)]
+        return self._list
+
+    def set(self) -> set[str]:
+        if self._set is None:
+            self._set = set(self.list())
+        return self._set
 
 
 def _share(share, parts: int) -> str:
