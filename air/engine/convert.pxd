@@ -278,6 +278,10 @@ cpdef tuple grouped_by_owner(list emissions)
                i=Py_ssize_t)
 cpdef tuple runs_of(list emissions)
 
+@cython.locals(slots=list, fresh=dict, groups=list, nums=list, mine=list, grouped=list, owners=list, counts=list,
+               kinds=list, k=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, one=bint)
+cpdef tuple numbered_runs(list emissions, dict numbers, list told)
+
 @cython.locals(out=list)
 cpdef list number_names(dict numbers, list names, list told)
 

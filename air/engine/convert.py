@@ -462,6 +462,81 @@ def runs_of(emissions: list) -> tuple:
     return owners, counts, kinds
 
 
+def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple | None:
+    """What :func:`grouped_by_owner`, :func:`runs_of` and :func:`number_names` of the owners make
+    of a batch whose emissions are all ``OUT`` (an engine worker's, server/delivery/encoding.py):
+    ``(grouped, owners, counts, kinds, nums)``, each subscription numbered in ``numbers`` (a new one
+    given the next number, in the order they first emitted, and told: ``number, name`` appended to
+    ``told``). None, with ``numbers`` and ``told`` as they were, where one is not ``OUT`` (the caller
+    goes the general way). Compiled, one pass that groups by the subscriptions' kept numbers (a
+    list's place each, not a dict made every batch) and one over the subscriptions; plain Python,
+    the three functions."""
+    if not COMPILED:
+        grouped, _groups, other = grouped_by_owner(emissions)
+        if other:
+            return None
+        owners, counts, kinds = runs_of(grouped)
+        return grouped, owners, counts, kinds, number_names(numbers, owners, told)
+    slots = [None] * len(numbers)  # each known subscription's emissions in this batch, by its number
+    fresh = {}  # those of subscriptions not numbered yet (numbered once every emission is seen to be OUT)
+    groups = []  # every subscription's emissions, in the order they first emitted
+    nums = []  # their numbers (-1: not numbered yet)
+    last = None
+    mine = None
+    out = _OUT
+    for em in emissions:
+        kind = _item(em, 2)  # noqa: F821 - C only (convert.pxd)
+        if kind is not out and kind != out:
+            return None
+        owner = _item(em, 3)  # noqa: F821
+        if owner is not last:
+            got = numbers.get(owner)
+            if got is not None:
+                k = got
+                if k >= len(slots):  # (numbers are dense, from 0: never, but not an error for it)
+                    slots.extend([None] * (k + 1 - len(slots)))
+                mine = slots[k]
+                if mine is None:
+                    mine = slots[k] = []
+                    groups.append(mine)
+                    nums.append(k)
+            else:
+                mine = fresh.get(owner)
+                if mine is None:
+                    mine = fresh[owner] = []
+                    groups.append(mine)
+                    nums.append(-1)
+            last = owner
+        mine.append(em)
+    grouped = []
+    owners = []
+    counts = []
+    kinds = []
+    for i in range(len(groups)):
+        mine = groups[i]
+        first = mine[0]
+        owner = _item(first, 3)  # noqa: F821
+        stream = _item(first, 0)  # noqa: F821
+        n = len(mine)
+        one = True
+        for j in range(1, n):
+            other = _item(mine[j], 0)  # noqa: F821
+            if other is not stream and other != stream:
+                one = False
+                break
+        if nums[i] < 0:
+            k = len(numbers)
+            numbers[owner] = k
+            nums[i] = k
+            told.append(k)
+            told.append(owner)
+        owners.append(owner)
+        counts.append(n)
+        kinds.append(stream if one else [_item(em, 0) for em in mine])  # noqa: F821
+        grouped += mine
+    return grouped, owners, counts, kinds, nums
+
+
 def number_names(numbers: dict, names: list, told: list) -> list:
     """The number of each of ``names`` in ``numbers`` (-1 for one that is not a name: a
     list of streams), the next (``len(numbers)``) given now to one that has none and told

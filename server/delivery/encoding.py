@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple, Union
 import msgspec
 
 from air.engine.convert import (
-    SIZE_CODE, count_on, grouped_by_owner, number_names, pack_lines, runs_of,
+    SIZE_CODE, count_on, grouped_by_owner, number_names, numbered_runs, pack_lines, runs_of,
 )
 from air.formats import encode_emissions
 from air.model import StreamSchema
@@ -36,7 +36,8 @@ class EncodedBatch(NamedTuple):
     order the engine made them, and the same for the internal (RESUB) streams'
     witnesses a client watches (not numbered nor logged). ``flat``: instead of
     ``groups`` (then empty), the same witnesses as :func:`pack_flat` takes them
-    (:meth:`WitnessEncoder.encode` with ``flat``)."""
+    (:meth:`WitnessEncoder.encode` with ``flat``; with ``local``, the subscriptions
+    already numbered, a seventh item)."""
     groups: list
     internal: list
     flat: tuple | None = None
@@ -224,8 +225,10 @@ def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable |
     gives). ``side``: what writes the packed payloads to a file of the worker's own and says
     where (server/durability/witside.py's ``SideWriter.write``), for a batch of several
     subscriptions (one's batches are few witnesses); where it raises OSError (a full disk)
-    they go in ``rest`` as without it."""
-    owners, counts, kinds, sids, streams, payloads = flat
+    they go in ``rest`` as without it. A seventh item of ``flat``: the owners' numbers in ``local``
+    and those given now (``(nums, fresh)``: :meth:`WitnessEncoder.encode` numbered them as it grouped
+    the batch)."""
+    owners, counts, kinds, sids, streams, payloads, *numbered = flat
     if not isinstance(payloads, PackedLines):
         payloads = PackedLines(_pack(payloads), array(SIZE_CODE, map(len, payloads)).tobytes())
     packed = payloads.packed
@@ -242,7 +245,7 @@ def pack_flat(flat: tuple, local: "LocalNumbers | None" = None, side: Callable |
                        b"\x92" + pack_repeated(kinds[0], n) + packed)
     else:
         cols = _each_packed(owners, counts, kinds, sids, streams, packed)
-    return cols if local is None else local.number(cols)
+    return cols if local is None else local.number(cols, *numbered)
 
 
 def _each_packed(owners: list, counts: list, kinds: list, sids: list | None, streams: list | None,
@@ -322,16 +325,38 @@ class LocalNumbers:
         else:
             self._lasts[k] = 0
 
-    def number(self, cols: Columns) -> Columns:
+    def runs(self, ems: list) -> tuple | None:
+        """A batch of output witnesses only, grouped by subscription as :meth:`WitnessEncoder.encode`
+        groups it, with its runs, each subscription numbered here as it is grouped (air/engine/convert.py's
+        ``numbered_runs``): ``(grouped, owners, counts, kinds, (nums, told))``, ``told`` the numbers given
+        now (``number, name``: :meth:`number` takes the pair as ``given``). None (nothing numbered) where
+        some emission is not ``OUT``."""
+        told: list = []
+        got = numbered_runs(ems, self.subs, told)
+        if got is None:
+            return None
+        self._numbered(told)
+        grouped, owners, counts, kinds, nums = got
+        return grouped, owners, counts, kinds, (nums, told)
+
+    def _numbered(self, told: list) -> None:
+        """Subscriptions numbered now (``number, name``, in order): each one's last seq goes at its number."""
+        if told:
+            self._lasts += map(self._waiting.pop, told[1::2], repeat(0))
+
+    def number(self, cols: Columns, given: tuple | None = None) -> Columns:
         """``cols`` with its owners' and streams' numbers (and those given now, to tell) and where
         each owner's numbering stood before it (:attr:`Columns.befores`): air/engine/convert.py's
-        ``number_names`` and ``count_on`` (compiled, one pass each; plain Python, C-level passes)."""
+        ``number_names`` and ``count_on`` (compiled, one pass each; plain Python, C-level passes).
+        ``given``: the owners' numbers and those given now, where :meth:`runs` numbered them."""
         owners, kinds = cols.owners, cols.streams
-        fresh: list = []
         fresh_streams: list = []
-        nums = number_names(self.subs, owners, fresh)
-        if fresh:  # (numbered now, in order: each one's last seq goes at its number)
-            self._lasts += map(self._waiting.pop, fresh[1::2], repeat(0))
+        if given is None:
+            fresh: list = []
+            nums = number_names(self.subs, owners, fresh)
+            self._numbered(fresh)
+        else:
+            nums, fresh = given
         stream_nums = number_names(self.streams, kinds, fresh_streams)
         checks = [x for i in check_places(len(owners)) for x in (owners[i], kinds[i])]
         befores = count_on(self._lasts, nums, cols.counts)  # (an owner comes once a batch)
@@ -359,7 +384,7 @@ class WitnessEncoder:
         #: a batch of thousands of subscriptions made one a stream every batch.
         self._makers: dict = {}
 
-    def encode(self, ems: list, flat: bool = False) -> EncodedBatch:
+    def encode(self, ems: list, flat: bool = False, local: "LocalNumbers | None" = None) -> EncodedBatch:
         """Per subscription (in the order they first emitted), its emissions in the
         order the engine made them. One call of the batch encoder for the whole
         batch's output witnesses, grouped by subscription (air/engine/convert.py's
@@ -368,9 +393,17 @@ class WitnessEncoder:
         each, and a call per subscription cost more than the encoding. A Python
         loop runs only over RESUB emissions, and only in a batch that has some. ``flat``: the output
         witnesses as :attr:`EncodedBatch.flat`, not cut per subscription (what an
-        engine worker packs: :func:`pack_flat`)."""
+        engine worker packs: :func:`pack_flat`); with ``local`` (its :class:`LocalNumbers`), a batch of
+        output witnesses only is grouped by the numbers the subscriptions keep there, and numbered so
+        (:meth:`LocalNumbers.runs`: no dict made a batch, nor a pass to number them)."""
         if not ems:
             return EncodedBatch([], [])
+        if flat and local is not None:
+            got = local.runs(ems)
+            if got is not None:
+                outs, owners, counts, kinds, numbered = got
+                payloads = PackedLines(*pack_lines(self._json(outs, False)))
+                return EncodedBatch([], [], (owners, counts, kinds, None, None, payloads, numbered))
         ordered, owners, resub = grouped_by_owner(ems)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         if flat:

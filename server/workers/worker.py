@@ -207,7 +207,8 @@ class Worker:
         parts[1] += fed_at - start
         ems = self.outbox[:]
         del self.outbox[:]
-        encoded = self.encoder.encode(ems, flat=not self.rows)  # (a row-scaled one's witnesses are merged by groups)
+        # (a row-scaled one's witnesses are merged by groups; the others' grouped by the numbers they keep)
+        encoded = self.encoder.encode(ems, flat=not self.rows, local=self.numbered)
         places = _places(ems, marks, self.rows) if marks is not None and ems else []
         outcomes = [tuple(self.check.apply(Decision(*r[:4]))) for r in recorded]
         if any(o[1] for o in outcomes):

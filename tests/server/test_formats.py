@@ -316,6 +316,42 @@ def test_the_owners_groups_and_runs_of_emissions_in_both_builds(spec):
 
 
 @settings(examples(0.5))
+@given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.sampled_from(["OUT", "OUT", "OUT", "RESUB"]),
+                          st.sampled_from(["q1", "q2", "q3", "q4"]), st.booleans()), max_size=30),
+       st.lists(st.sampled_from(["q1", "q2", "q3", "q4"]), max_size=4, unique=True))
+def test_a_batch_grouped_by_its_owners_numbers_in_both_builds(spec, known):
+    """``numbered_runs`` (an engine worker's batch of output witnesses grouped by the numbers its
+    subscriptions keep, and numbered as it goes: compiled, no dict made a batch) is
+    ``grouped_by_owner``, ``runs_of`` and ``number_names`` of the owners together, in this process's
+    build and as plain Python; a batch with an emission not ``OUT`` gives None and numbers nothing.
+    The engine's ``Emission`` named tuples and plain tuples, names made apart from the literals
+    (equal, not the same objects), some subscriptions numbered before."""
+    from air.engine import Emission
+
+    def fresh(name: str) -> str:
+        return "".join(list(name))
+
+    ev = Event("Stock", ("X", 1.0, 1), 1, 1)
+    ems = [(Emission if named else lambda *items: items)(fresh(stream) if i % 2 else stream, ev,
+                                                          fresh(kind) if i % 3 else kind,
+                                                          fresh(owner) if i % 5 else owner)
+           for i, (stream, kind, owner, named) in enumerate(spec)]
+    for convert in _plain_convert():
+        numbers = {name: i for i, name in enumerate(known)}
+        told: list = []
+        got = convert.numbered_runs(ems, numbers, told)
+        if any(em[2] != "OUT" for em in ems):
+            assert got is None and numbers == {name: i for i, name in enumerate(known)} and told == []
+            continue
+        grouped, _groups, _other = convert.grouped_by_owner(ems)
+        want_numbers, want_told = {name: i for i, name in enumerate(known)}, []
+        owners, counts, kinds = convert.runs_of(grouped)
+        want = (grouped, owners, counts, kinds, convert.number_names(want_numbers, owners, want_told))
+        assert got[0] == want[0] and all(x is y for x, y in zip(got[0], want[0]))
+        assert got[1:] == want[1:] and numbers == want_numbers and told == want_told
+
+
+@settings(examples(0.5))
 @given(st.lists(st.sampled_from(["q1", "q2", "q3", "q4"]), max_size=8, unique=True),
        st.lists(st.one_of(st.sampled_from(["q1", "q2", "q3", "q4", "q5"]), st.just(["S", "T"])), max_size=12))
 def test_names_are_numbered_once_and_owners_counted_on_in_both_builds(known, names):
