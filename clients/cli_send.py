@@ -397,8 +397,9 @@ def _collect(lines: list[str], errors: dict[int, str], other: list[str]) -> None
 def _send_blocks(data: bytes, rate: float | None, pos: int = 0, size: int = 1 << 18):
     """``(block, lines)`` pieces of ``data`` from byte ``pos`` on that end at line ends: about
     ``size`` bytes each, or about a hundredth of a second's worth at ``rate``. Views of ``data``,
-    not copies (a file of 110 MB was copied twice on its way: a tenth of cayuga send's CPU); the
-    last line, where it has no newline, is sent with one."""
+    not copies (the file was copied twice on its way: the rest after ``pos``, then each block); the
+    last line, where it has no newline, is sent with one. (Each block's lines are still counted
+    here, a second pass over the file after the count of them all.)"""
     per = max(int(rate / 100), 1) if rate else None
     view = memoryview(data)
     while pos < len(data):
