@@ -278,8 +278,8 @@ cpdef tuple grouped_by_owner(list emissions)
                i=Py_ssize_t)
 cpdef tuple runs_of(list emissions)
 
-@cython.locals(slots=list, fresh=dict, groups=list, nums=list, mine=list, grouped=list, owners=list, counts=list,
-               kinds=list, k=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, one=bint)
+@cython.locals(slots=list, fresh=dict, groups=list, nums=list, others=list, numbered=list, mine=list, grouped=list,
+               owners=list, counts=list, kinds=list, k=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, one=bint)
 cpdef tuple numbered_runs(list emissions, dict numbers, list told)
 
 @cython.locals(out=list)

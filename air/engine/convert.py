@@ -462,33 +462,32 @@ def runs_of(emissions: list) -> tuple:
     return owners, counts, kinds
 
 
-def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple | None:
+def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple:
     """What :func:`grouped_by_owner`, :func:`runs_of` and :func:`number_names` of the owners make
-    of a batch whose emissions are all ``OUT`` (an engine worker's, server/delivery/encoding.py):
-    ``(grouped, owners, counts, kinds, nums)``, each subscription numbered in ``numbers`` (a new one
-    given the next number, in the order they first emitted, and told: ``number, name`` appended to
-    ``told``). None, with ``numbers`` and ``told`` as they were, where one is not ``OUT`` (the caller
-    goes the general way). Compiled, one pass that groups by the subscriptions' kept numbers (a
-    list's place each, not a dict made every batch) and one over the subscriptions; plain Python,
-    the three functions."""
+    of a batch's ``OUT`` emissions (an engine worker's, server/delivery/encoding.py):
+    ``(grouped, owners, counts, kinds, nums, others)``, each subscription with output witnesses (in
+    the order they first emitted, of any kind) numbered in ``numbers`` (a new one given the next number, and
+    told: ``number, name`` appended to ``told``); ``others`` the emissions of other kinds (RESUB), in
+    the engine's order (the caller groups them: few batches have any). Compiled, one pass that groups
+    by the subscriptions' kept numbers (a list's place each, not a dict made every batch) and one
+    over the subscriptions; plain Python, the three functions."""
     if not COMPILED:
         grouped, _groups, other = grouped_by_owner(emissions)
+        others = [em for em in emissions if em[2] != _OUT] if other else []
         if other:
-            return None
+            grouped = [em for em in grouped if em[2] == _OUT]
         owners, counts, kinds = runs_of(grouped)
-        return grouped, owners, counts, kinds, number_names(numbers, owners, told)
+        return grouped, owners, counts, kinds, number_names(numbers, owners, told), others
     slots = [None] * len(numbers)  # each known subscription's emissions in this batch, by its number
-    fresh = {}  # those of subscriptions not numbered yet (numbered once every emission is seen to be OUT)
+    fresh = {}  # those of subscriptions not numbered yet (numbered in the order they first emitted)
     groups = []  # every subscription's emissions, in the order they first emitted
     nums = []  # their numbers (-1: not numbered yet)
+    others = []
     last = None
     mine = None
     out = _OUT
     for em in emissions:
-        kind = _item(em, 2)  # noqa: F821 - C only (convert.pxd)
-        if kind is not out and kind != out:
-            return None
-        owner = _item(em, 3)  # noqa: F821
+        owner = _item(em, 3)  # noqa: F821 - C only (convert.pxd)
         if owner is not last:
             got = numbers.get(owner)
             if got is not None:
@@ -507,13 +506,19 @@ def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple | None:
                     groups.append(mine)
                     nums.append(-1)
             last = owner
-        mine.append(em)
+        kind = _item(em, 2)  # noqa: F821
+        if kind is out or kind == out:
+            mine.append(em)
+        else:
+            others.append(em)
     grouped = []
     owners = []
     counts = []
     kinds = []
     for i in range(len(groups)):
         mine = groups[i]
+        if not mine:  # (RESUB emissions only: not numbered)
+            continue
         first = mine[0]
         owner = _item(first, 3)  # noqa: F821
         stream = _item(first, 0)  # noqa: F821
@@ -534,7 +539,13 @@ def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple | None:
         counts.append(n)
         kinds.append(stream if one else [_item(em, 0) for em in mine])  # noqa: F821
         grouped += mine
-    return grouped, owners, counts, kinds, nums
+    if others and len(owners) < len(groups):  # (some had RESUB emissions only: their numbers left out)
+        numbered = []
+        for i in range(len(groups)):
+            if groups[i]:
+                numbered.append(nums[i])
+        nums = numbered
+    return grouped, owners, counts, kinds, nums, others
 
 
 def number_names(numbers: dict, names: list, told: list) -> list:

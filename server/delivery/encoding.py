@@ -325,19 +325,16 @@ class LocalNumbers:
         else:
             self._lasts[k] = 0
 
-    def runs(self, ems: list) -> tuple | None:
-        """A batch of output witnesses only, grouped by subscription as :meth:`WitnessEncoder.encode`
-        groups it, with its runs, each subscription numbered here as it is grouped (air/engine/convert.py's
-        ``numbered_runs``): ``(grouped, owners, counts, kinds, (nums, told))``, ``told`` the numbers given
-        now (``number, name``: :meth:`number` takes the pair as ``given``). None (nothing numbered) where
-        some emission is not ``OUT``."""
+    def runs(self, ems: list) -> tuple:
+        """A batch's output witnesses grouped by subscription as :meth:`WitnessEncoder.encode` groups
+        them, with their runs, each subscription numbered here as it is grouped (air/engine/convert.py's
+        ``numbered_runs``): ``(grouped, owners, counts, kinds, (nums, told), others)``, ``told`` the
+        numbers given now (``number, name``: :meth:`number` takes the pair as ``given``), ``others`` the
+        emissions not ``OUT`` (RESUB), in the engine's order."""
         told: list = []
-        got = numbered_runs(ems, self.subs, told)
-        if got is None:
-            return None
+        grouped, owners, counts, kinds, nums, others = numbered_runs(ems, self.subs, told)
         self._numbered(told)
-        grouped, owners, counts, kinds, nums = got
-        return grouped, owners, counts, kinds, (nums, told)
+        return grouped, owners, counts, kinds, (nums, told), others
 
     def _numbered(self, told: list) -> None:
         """Subscriptions numbered now (``number, name``, in order): each one's last seq goes at its number."""
@@ -393,17 +390,20 @@ class WitnessEncoder:
         each, and a call per subscription cost more than the encoding. A Python
         loop runs only over RESUB emissions, and only in a batch that has some. ``flat``: the output
         witnesses as :attr:`EncodedBatch.flat`, not cut per subscription (what an
-        engine worker packs: :func:`pack_flat`); with ``local`` (its :class:`LocalNumbers`), a batch of
-        output witnesses only is grouped by the numbers the subscriptions keep there, and numbered so
-        (:meth:`LocalNumbers.runs`: no dict made a batch, nor a pass to number them)."""
+        engine worker packs: :func:`pack_flat`); with ``local`` (its :class:`LocalNumbers`), the batch's
+        output witnesses are grouped by the numbers the subscriptions keep there, and numbered so
+        (:meth:`LocalNumbers.runs`: no dict made a batch, nor a pass to number them), and its RESUB
+        emissions, where it has some, grouped apart (the watched ones' groups in the order of each
+        subscription's first RESUB emission)."""
         if not ems:
             return EncodedBatch([], [])
         if flat and local is not None:
-            got = local.runs(ems)
-            if got is not None:
-                outs, owners, counts, kinds, numbered = got
-                payloads = PackedLines(*pack_lines(self._json(outs, False)))
-                return EncodedBatch([], [], (owners, counts, kinds, None, None, payloads, numbered))
+            outs, owners, counts, kinds, numbered, others = local.runs(ems)
+            internal = self._internal(grouped_by_owner(others)[1]) if others else []
+            if not outs:
+                return EncodedBatch([], internal)
+            payloads = PackedLines(*pack_lines(self._json(outs, False)))
+            return EncodedBatch([], internal, (owners, counts, kinds, None, None, payloads, numbered))
         ordered, owners, resub = grouped_by_owner(ems)
         outs = [em for em in ordered if em[2] == "OUT"] if resub else ordered
         if flat:

@@ -371,7 +371,9 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
     they tell, and the watched internal witnesses, are those of the grouped encoding packed per
     subscription, batch after batch, over random emissions: subscriptions on one stream and on
     several, streams many subscriptions share and first seen in the batch, RESUB ones watched
-    or not."""
+    or not. With the worker's numbers (``local``: grouped by the numbers it keeps, RESUB emissions
+    apart), the same columns and numbers, and the same watched internal groups, in the order of each
+    subscription's first RESUB emission."""
     import random
     from array import array
 
@@ -383,7 +385,7 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
     schemas = {s: StreamSchema(s, (Attribute("Name", "string"), Attribute("N", "int"))) for s in streams}
     enc = WitnessEncoder(schemas.get, lambda owner, stream: stream == "Int0" or owner == "q3")
     rnd = random.Random(7)
-    grouped_numbers, flat_numbers = LocalNumbers(), LocalNumbers()
+    grouped_numbers, flat_numbers, runs_numbers = LocalNumbers(), LocalNumbers(), LocalNumbers()
     told: tuple[dict, dict] = ({}, {})  # number -> name, as the main process learns them
     for batch in range(44):
         ems = []
@@ -403,9 +405,14 @@ def test_a_workers_flat_encoding_packs_the_columns_and_numbers_of_the_grouped_on
         assert flat.groups == [] and flat.internal == grouped.internal
         a = pack_columns(grouped.groups, grouped_numbers)
         b = pack_flat(flat.flat, flat_numbers) if flat.flat is not None else pack_columns([], flat_numbers)
+        numbered = enc.encode(ems, flat=True, local=runs_numbers)
+        c = pack_flat(numbered.flat, runs_numbers) if numbered.flat is not None else pack_columns([], runs_numbers)
+        first_resub = list(dict.fromkeys(em[3] for em in ems if em[2] == "RESUB"))
+        assert numbered.internal == sorted(grouped.internal, key=lambda g: first_resub.index(g[0]))
         for field in ("owners", "counts", "streams", "nums", "stream_nums", "fresh", "fresh_streams", "checks"):
-            assert getattr(a, field) == getattr(b, field), (batch, field)
+            assert getattr(a, field) == getattr(b, field) == getattr(c, field), (batch, field)
         assert bytes(a.sids) == bytes(b.sids) and bytes(a.rest) == bytes(b.rest)
+        assert a.befores == c.befores and (a.befores or not a.owners), batch
         for names, fresh in zip(told, (b.fresh, b.fresh_streams)):  # each name told once, each number once
             pairs = dict(zip(fresh[::2], fresh[1::2]))
             assert len(pairs) == len(fresh) // 2 and not set(pairs) & set(names)
