@@ -11,6 +11,7 @@
 # every row shares the two cores with the sender and the watchers.
 #   server_rising_{1,2,3}  bench server --queries rising (target: server / cayuga run <= 1.0)
 #   server_two_{1,2}       bench server --queries rising,runup, 2 watchers (>= 100K events/s)
+#   w2_server_two_{1,2}    the same at engine_workers 2 (a query a worker), each after one at 1
 #   workers10k             10,000 per-symbol queries at engine_workers 1,2,1,2 (2 over 1 >= 1.5)
 #   latency_{1,0}_{1,2}    bench latency at 50K and 100K events/s, 1 worker and in-process,
 #                          alternating (p99 <= 1 ms at 50K, <= 5 ms at 100K at 1 worker)
@@ -47,6 +48,7 @@ for i in 1 2 3; do
 done
 for i in 1 2; do
   run "server_two_$i" -- server --queries rising,runup --watchers 2 --events "$TICKS"
+  run "w2_server_two_$i" CAYUGA_ENGINE_WORKERS=2 -- server --queries rising,runup --watchers 2 --events "$TICKS"
 done
 run workers10k -- workers --workers 1,2,1,2 --queries "$QUERIES" --events "$EVENTS"
 echo "done $(date -u +%T)" >> "$OUT/log.txt"

@@ -235,7 +235,7 @@ def test_latency_reports_percentiles_of_every_event(monkeypatch, tmp_path):
     at_50k = result.output.replace('"rate_events_per_s": 400', '"rate_events_per_s": 50000')
     (tmp_path / "latency_1_1.json").write_text(at_50k)
     (tmp_path / "latency_0_1.json").write_text(at_50k)
-    at50k = rows.summarize(tmp_path)[3]
+    at50k = rows.summarize(tmp_path)[4]
     assert at50k.figures == at50k.beside == [f"{run['p99_ms']:.2f} (p50 {run['p50_ms']:.2f})"]
     assert at50k.met == [run["p99_ms"] <= 1.0]
 
@@ -454,7 +454,7 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
         threads = r["main_threads_us_per_event"]
         assert {"cayuga-engine", "cayuga-tcp"} <= set(threads) and all(v > 0 for v in threads.values())
     (tmp_path / "workers10k.json").write_text(out_line := result.output.strip().splitlines()[-1])
-    many = rows.summarize(tmp_path)[2]  # clients/bench/rows.py: 2 over 1, issue 32's row
+    many = rows.summarize(tmp_path)[3]  # clients/bench/rows.py: 2 over 1, issue 32's row
     one, two = json.loads(out_line)["runs"]
     assert many.met == [two["events_per_second"] / one["events_per_second"] >= 1.5] and len(many.figures) == 1
 
@@ -470,12 +470,15 @@ def test_rows_table_says_per_row_in_how_many_runs_the_target_was_met(tmp_path, c
     (tmp_path / "workers10k.json").write_text(json.dumps({"runs": [
         {"engine_workers": 1, "events_per_second": 20000}, {"engine_workers": 2, "events_per_second": 32000},
         {"engine_workers": 1, "events_per_second": 20000}, {"engine_workers": 2, "events_per_second": 28000}]}))
-    rising, two, many, at50k, at100k = rows.summarize(tmp_path)
+    (tmp_path / "w2_server_two_1.json").write_text(json.dumps({"events_per_second": 116_294,
+                                                                "every_witness_delivered": True}))
+    rising, two, two_w2, many, at50k, at100k = rows.summarize(tmp_path)
+    assert two_w2.figures == ["116,294"] and two_w2.verdict() == "yes"  # (not read as a run at the default)
     assert rising.figures == ["0.95", "1.20", "0.90 (witnesses missing)"] and rising.verdict() == "in 1 of 3"
     assert many.figures == ["20,000 -> 32,000 (1.60)", "20,000 -> 28,000 (1.40)"] and many.verdict() == "in 1 of 2"
     assert two.verdict() == at50k.verdict() == "not measured"
     assert rows.main([str(tmp_path)]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == "| row | runs | target | met |" and len(printed) == 7
+    assert printed[0] == "| row | runs | target | met |" and len(printed) == 8
     assert "| 0.95, 1.20, 0.90 (witnesses missing) | <= 1.0 | in 1 of 3 |" in printed[2]
     assert rows.main([str(tmp_path / "nowhere")]) == 2
