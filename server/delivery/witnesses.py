@@ -22,6 +22,7 @@ batch cost this process a few C-level passes, not a loop per witness.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from itertools import repeat
 from typing import Callable, Mapping, MutableMapping, NamedTuple
@@ -344,20 +345,30 @@ class Witnesses:
         return self._log_columns(cols, nums, kinds, starts, ends, pair_nums, pair_streams)
 
     def _log_columns(self, cols: Columns, nums: np.ndarray, kinds: np.ndarray | None, starts: np.ndarray,
-                     ends: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray) -> bool:
+                     ends: np.ndarray, pair_nums: np.ndarray, pair_streams: np.ndarray, one: int = 0) -> bool:
         """Write ``cols``, each owner's numbered ``starts[i]`` to ``ends[i]``, as the record the worker
         packed, with the index's numbers (:meth:`WitnessLog.append_packed`), then offer the watched
         subscriptions' groups (``nums``, ``kinds``: the owners' numbers and their streams', -1 or None:
         by the names). Where the worker wrote the payloads, the record is told per subscription (its
         first seq and count): nothing of it a witness; else each witness's seq is packed from an array
-        (witrecords.py's ``pack_seqs``), not made a list first."""
+        (witrecords.py's ``pack_seqs``), not made a list first. ``one``: the number of witnesses where
+        they are of one subscription (:meth:`_deliver_one`: its seqs one range, no pass over the counts)."""
         wlog, side = self.witlog, cols.ref
-        counts = ends - starts + 1
-        n = int(counts.sum())
+        if one:
+            n, counts = one, None
+        else:
+            counts = ends - starts + 1
+            n = int(counts.sum())
         if side is None:  # ([sids, seqs, streams, payloads])
-            seqs = np.arange(n) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
-            body = (b"\x94", cols.sids, pack_seqs(seqs), memoryview(cols.rest)[1:])
+            if one:
+                first, last = int(starts[0]), int(ends[0])
+                packed = pack_seqs(np.arange(first, last + 1), (first, last))
+            else:
+                packed = pack_seqs(np.arange(n) + np.repeat(starts - (np.cumsum(counts) - counts), counts))
+            body = (b"\x94", cols.sids, packed, memoryview(cols.rest)[1:])
         else:  # ([owners, firsts, counts, streams, where the worker wrote the payloads]: witrecords.py's kind 4)
+            if counts is None:
+                counts = ends - starts + 1
             body = (b"\x95", cols.owners_packed(), pack_seqs(starts), pack_seqs(counts), cols.streams_packed(),
                     _pack(side))
 
@@ -379,15 +390,16 @@ class Witnesses:
         if known is not None:
             known.learn(cols, wlog)
         before = self.seq.get(sid, 0)
-        if cols.befores:
-            self._check_told(cols.befores, np.array([before]), None, sid)
+        told = cols.befores  # (int32 or int64, the machine's order: compared as one int, no array made)
+        if told and (len(told) not in (4, 8) or int.from_bytes(told, sys.byteorder, signed=True) != before):
+            self._check_told(told, np.array([before]), None, sid)
         if wlog.last_seq(sid) > before:
             return self.deliver_encoded(EncodedBatch(cols.groups(), []))
         first, last = before + 1, before + n
         self.seq[sid] = last
         self.owner_witnesses[sid] = self.owner_witnesses.get(sid, 0) + n
         num, kind = np.array([self.numbers.number(sid)]), np.array([wlog.stream_numbers.number(cols.streams[0])])
-        return self._log_columns(cols, num, kind, np.array([first]), np.array([last]), num, kind)
+        return self._log_columns(cols, num, kind, np.array([first]), np.array([last]), num, kind, n)
 
     def _check_told(self, told: bytes, befores: np.ndarray, nums: np.ndarray | None, sid: str = "") -> None:
         """Check where an engine worker's numbering of its subscriptions stood before this batch
@@ -434,12 +446,17 @@ class Witnesses:
         by_owner, by_stream = self._watched_masks()
         if kinds is None:  # (the streams not numbered: each owner's by its names)
             kinds = np.full(len(nums), -1, np.intp)
-        maybe = kinds < 0  # (several streams, or not numbered)
-        mine = nums < len(by_owner)
-        maybe[mine] |= by_owner[nums[mine]]
-        single = ~maybe & (kinds < len(by_stream))
-        maybe[single] |= by_stream[kinds[single]]
-        places = np.flatnonzero(maybe).tolist()
+        if len(nums) == 1:  # (one subscription's batch: scalars, no array pass)
+            k, kind = int(nums[0]), int(kinds[0])
+            places = [0] if (kind < 0 or k < len(by_owner) and by_owner[k]
+                             or kind < len(by_stream) and by_stream[kind]) else []
+        else:
+            maybe = kinds < 0  # (several streams, or not numbered)
+            mine = nums < len(by_owner)
+            maybe[mine] |= by_owner[nums[mine]]
+            single = ~maybe & (kinds < len(by_stream))
+            maybe[single] |= by_stream[kinds[single]]
+            places = np.flatnonzero(maybe).tolist()
         if not places:
             return []
         route, is_output = self.hub.route, self._is_output

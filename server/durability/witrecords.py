@@ -285,11 +285,12 @@ def load_index(raw: bytes) -> dict:
     return msgspec.json.decode(raw) if raw[:1] == b"{" else _unpack_index(raw)  # (msgspec.DecodeError: a ValueError)
 
 
-def pack_seqs(seqs: np.ndarray) -> bytes:
+def pack_seqs(seqs: np.ndarray, bounds: tuple[int, int] | None = None) -> bytes:
     """The MessagePack array of ``seqs`` (non-negative ints) that ``pack_batch(seqs.tolist())``
     would read back as, each packed as a uint32 (uint64 past it) by one array pass: a batch of a
     worker's has thousands of witnesses, and a list of their seqs and its packing cost the engine
-    thread more than the rest of their numbering (BENCHMARKS.md, "Engine workers, round 22")."""
+    thread more than the rest of their numbering (BENCHMARKS.md, "Engine workers, round 22").
+    ``bounds``: their least and greatest where the caller knows them (a range: no pass to find them)."""
     n = len(seqs)
     if n < 16:
         head = bytes((0x90 | n,))
@@ -299,9 +300,10 @@ def pack_seqs(seqs: np.ndarray) -> bytes:
         head = b"\xdd" + n.to_bytes(4, "big")
     if not n:
         return head
-    if int(seqs.min()) < 0:
+    low, high = bounds if bounds is not None else (int(seqs.min()), int(seqs.max()))
+    if low < 0:
         raise ValueError("a seq is never negative")
-    wide = int(seqs.max()) > 0xFFFFFFFF
+    wide = high > 0xFFFFFFFF
     out = np.empty(n, _UINT64 if wide else _UINT32)
     out["tag"] = 0xCF if wide else 0xCE
     out["value"] = seqs

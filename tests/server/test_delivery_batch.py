@@ -272,6 +272,15 @@ def test_a_worker_numbers_its_subscriptions_witnesses_and_the_main_process_check
     assert general.deliver_encoded(EncodedBatch(_batch(4), []))
     assert packed.deliver_columns(pack_columns(_batch(4), restarted), known)
     assert wrong() == 3 and restarted.last == packed.seq == general.seq == {"s1": 27, "s2": 15, "s3": 5}
+    general.seq["s1"] = packed.seq["s1"] = 2**31 + 5  # past int32: one alone, told as an int64
+    for told_s1, counted in ((2**31 + 5, 3), (2**31 + 7, 4)):  # right, then wrong (it stands at 2**31 + 8)
+        restarted.seed({"s1": told_s1})
+        one = [_batch(5)[0]]
+        assert general.deliver_encoded(EncodedBatch(one, []))
+        assert packed.deliver_columns(pack_columns(one, restarted), known)
+        assert wrong() == counted and packed.seq == general.seq
+    assert packed.seq["s1"] == 2**31 + 11
+    restarted.seed({"s1": packed.seq["s1"]})
     general_log.close()
     packed_log.close()
     assert [p.read_bytes() for p in sorted((tmp_path / "general").glob("wit-*.log"))] == \
