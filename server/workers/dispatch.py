@@ -537,14 +537,18 @@ class WorkerEngineThread(EngineThread):
         worker sees of the same input is counted once (the events: those taken, plus the
         resubscribed; epochs and late events: the most any worker counted)."""
         st, stats = self.engine.stats, list(self._stats.values())
-        for i, name in enumerate(self._fields):
-            values = [s[i] for s in stats]
-            if values and isinstance(values[0], str):
-                setattr(st, name, next((v for v in reversed(values) if v), ""))
-            elif name in ("epochs", "late"):
-                setattr(st, name, max(values, default=0))
-            else:
-                setattr(st, name, sum(values))
+        if len(stats) == 1:  # (one worker: its totals are the engine's, as they are)
+            for name, value in zip(self._fields, stats[0]):
+                setattr(st, name, value)
+        else:
+            for i, name in enumerate(self._fields):
+                values = [s[i] for s in stats]
+                if values and isinstance(values[0], str):
+                    setattr(st, name, next((v for v in reversed(values) if v), ""))
+                elif name in ("epochs", "late"):
+                    setattr(st, name, max(values, default=0))
+                else:
+                    setattr(st, name, sum(values))
         if len(self.links) > 1:
             st.events = self.processed + delivering + st.resubscribed
         epochs = [e for e in self._epochs.values() if e is not None]
