@@ -369,15 +369,20 @@ class DelayQueue:
         poller = self._poller[1]
         self._fd_waiting = True
         self._lock.release()
+        got: list = []
         try:
             got = poller.poll(timeout * 1000)
         finally:
             self._lock.acquire()
             self._fd_waiting = False
-            try:
-                os.read(waker, 512)  # (under the lock: every write to it came before, under it too)
-            except BlockingIOError:
-                pass
+            # read only where the poll saw it written: a read is a call that lets go of the interpreter
+            # lock, on the path of every batch. A write after the poll ended (under the lock, before it
+            # was taken again here) is read by the next wait, which then ends at once, as it should.
+            if any(fd == waker for fd, _ in got):
+                try:
+                    os.read(waker, 512)  # (under the lock: every write to it came before, under it too)
+                except BlockingIOError:
+                    pass
         return any(fd != waker for fd, _ in got)
 
     def _notify(self, everyone: bool = False) -> None:

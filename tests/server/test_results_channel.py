@@ -10,9 +10,12 @@ descriptor as it does for events."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import threading
+
+import pytest
 
 from air.cel.compiler import compile_cel
 from air.engine import Event
@@ -167,6 +170,16 @@ def test_the_queues_wait_ends_for_a_readable_descriptor_for_events_and_for_wake(
                                             Event("Stock", ("A", 2.0, 1), 2, 2)]))
     assert [e.values[1] for e in got] == [1.0, 2.0]
     assert wait_then(q.wake) == []
+    # a wake written after a wait's poll ended (before the lock was taken again) is left for the
+    # next wait, which reads it, and is not read by one whose poll did not see it
+    with q._lock:
+        q._fd_waiting = True
+        q._notify()
+    assert wait_then(lambda: w.send(b"!")) == []
+    r.recv(1)
+    with pytest.raises(BlockingIOError):
+        os.read(q._waker[0], 1)
+    assert [e.values[1] for e in wait_then(lambda: q.put_batch([Event("Stock", ("A", 3.0, 1), 3, 3)]))] == [3.0]
     q.close()
     r.close()
     w.close()
