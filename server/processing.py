@@ -113,6 +113,10 @@ class EngineThread:
         return fut
 
     def _apply_commands(self) -> None:
+        # none waiting, seen without the queue's lock (twice a batch: get_nowait raised Empty each time);
+        # one put meanwhile is taken at the next call, and its wake() ends any wait for events
+        if not self._commands.queue:
+            return
         while True:
             try:
                 fn, fut = self._commands.get_nowait()
