@@ -539,7 +539,7 @@ def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple:
         counts.append(n)
         kinds.append(stream if one else [_item(em, 0) for em in mine])  # noqa: F821
         grouped += mine
-    if others and len(owners) < len(groups):  # (some had RESUB emissions only: their numbers left out)
+    if len(owners) < len(groups):  # (some had RESUB emissions only: their numbers left out)
         numbered = []
         for i in range(len(groups)):
             if groups[i]:

@@ -352,13 +352,10 @@ class Witnesses:
         by the names). Where the worker wrote the payloads, the record is told per subscription (its
         first seq and count): nothing of it a witness; else each witness's seq is packed from an array
         (witrecords.py's ``pack_seqs``), not made a list first. ``one``: the number of witnesses where
-        they are of one subscription (:meth:`_deliver_one`: its seqs one range, no pass over the counts)."""
+        they are of one subscription (:meth:`_deliver_one`: its seqs one range, no sum nor pass over the counts)."""
         wlog, side = self.witlog, cols.ref
-        if one:
-            n, counts = one, None
-        else:
-            counts = ends - starts + 1
-            n = int(counts.sum())
+        counts = ends - starts + 1
+        n = one or int(counts.sum())
         if side is None:  # ([sids, seqs, streams, payloads])
             if one:
                 first, last = int(starts[0]), int(ends[0])
@@ -367,8 +364,6 @@ class Witnesses:
                 packed = pack_seqs(np.arange(n) + np.repeat(starts - (np.cumsum(counts) - counts), counts))
             body = (b"\x94", cols.sids, packed, memoryview(cols.rest)[1:])
         else:  # ([owners, firsts, counts, streams, where the worker wrote the payloads]: witrecords.py's kind 4)
-            if counts is None:
-                counts = ends - starts + 1
             body = (b"\x95", cols.owners_packed(), pack_seqs(starts), pack_seqs(counts), cols.streams_packed(),
                     _pack(side))
 

@@ -170,8 +170,8 @@ def test_the_queues_wait_ends_for_a_readable_descriptor_for_events_and_for_wake(
                                             Event("Stock", ("A", 2.0, 1), 2, 2)]))
     assert [e.values[1] for e in got] == [1.0, 2.0]
     assert wait_then(q.wake) == []
-    # a wake written after a wait's poll ended (before the lock was taken again) is left for the
-    # next wait, which reads it, and is not read by one whose poll did not see it
+    # a wake written after a wait's poll ended (before the lock was taken again, so not read then) is
+    # read by the next wait, and does not stay to end later waits at once
     with q._lock:
         q._fd_waiting = True
         q._notify()
