@@ -5,9 +5,10 @@ import cython
 
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem, PyDict_Clear, PyDict_Size
-from cpython.list cimport PyList_GET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_New, PyList_SET_ITEM
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_GET_LENGTH
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcpy, memset
+from libc.stdlib cimport malloc, calloc, free
 from libc.stdint cimport uint32_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.tuple cimport (PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_ITEM, PyTuple_Check, PyTuple_CheckExact,
@@ -236,6 +237,129 @@ cdef inline object _item(object t, Py_ssize_t i):
     return t[i]
 
 
+cdef inline tuple _runs_by_numbers(list emissions, dict numbers, list told, object out):
+    """numbered_runs' compiled body (convert.py): a counting sort of the ``OUT`` emissions by the
+    group of their subscription's number (C arrays, two passes over the batch; no list made a
+    subscription). None where an owner's number is past ``numbers``' size (never: numbers are dense
+    from 0), for the plain way."""
+    cdef Py_ssize_t n = len(emissions), nk = len(numbers), ng = 0, total = 0, cur = -1, i, g, k, c, pos, j
+    cdef Py_ssize_t *gid = NULL  # each emission's group, -1 for one of another kind
+    cdef Py_ssize_t *slot = NULL  # each known number's group in this batch, -1 for none yet
+    cdef Py_ssize_t *gcount = NULL  # each group's OUT emissions
+    cdef Py_ssize_t *gfirst = NULL  # where its first OUT emission lies
+    cdef Py_ssize_t *gnum = NULL  # its subscription's number, -1 for one not numbered yet
+    cdef Py_ssize_t *gpos = NULL  # where its emissions go in ``grouped``
+    cdef char *gone = NULL  # whether they are all on one stream
+    cdef PyObject *last = NULL
+    cdef PyObject *got
+    cdef bint bad = False
+    cdef dict fresh = {}
+    cdef list others = [], grouped, owners = [], counts = [], kinds = [], nums = []
+    cdef object em, owner, kind, stream, first
+    if n == 0:
+        return [], owners, counts, kinds, nums, others
+    try:
+        gid = <Py_ssize_t *>malloc(n * sizeof(Py_ssize_t))
+        slot = <Py_ssize_t *>malloc((nk + 1) * sizeof(Py_ssize_t))
+        gcount = <Py_ssize_t *>calloc(n, sizeof(Py_ssize_t))
+        gfirst = <Py_ssize_t *>malloc(n * sizeof(Py_ssize_t))
+        gnum = <Py_ssize_t *>malloc(n * sizeof(Py_ssize_t))
+        gpos = <Py_ssize_t *>malloc(n * sizeof(Py_ssize_t))
+        gone = <char *>malloc(n)
+        if not (gid and slot and gcount and gfirst and gnum and gpos and gone):
+            raise MemoryError()
+        memset(slot, 0xff, (nk + 1) * sizeof(Py_ssize_t))
+        for i in range(n):
+            em = <object>PyList_GET_ITEM(emissions, i)
+            owner = _item(em, 3)
+            if <PyObject *>owner != last:
+                got = PyDict_GetItem(numbers, owner)
+                if got != NULL:
+                    k = <object>got
+                    if k < 0 or k >= nk:
+                        bad = True
+                        break
+                    cur = slot[k]
+                    if cur < 0:
+                        cur = slot[k] = ng
+                        gnum[ng] = k
+                        ng += 1
+                else:
+                    got = PyDict_GetItem(fresh, owner)
+                    if got != NULL:
+                        cur = <object>got
+                    else:
+                        cur = ng
+                        fresh[owner] = ng
+                        gnum[ng] = -1
+                        ng += 1
+                last = <PyObject *>owner
+            kind = _item(em, 2)
+            if kind is out or kind == out:
+                gid[i] = cur
+                if gcount[cur] == 0:
+                    gfirst[cur] = i
+                    gone[cur] = 1
+                elif gone[cur]:
+                    stream = _item(em, 0)
+                    first = _item(<object>PyList_GET_ITEM(emissions, gfirst[cur]), 0)
+                    if stream is not first and stream != first:
+                        gone[cur] = 0
+                gcount[cur] += 1
+                total += 1
+            else:
+                gid[i] = -1
+                others.append(em)
+        if bad:
+            return None
+        pos = 0
+        for g in range(ng):  # the subscriptions with OUT emissions, in the order they first emitted
+            c = gcount[g]
+            gpos[g] = pos
+            if c == 0:  # (RESUB emissions only: not numbered)
+                continue
+            first = <object>PyList_GET_ITEM(emissions, gfirst[g])
+            owner = _item(first, 3)
+            k = gnum[g]
+            if k < 0:
+                k = len(numbers)
+                numbers[owner] = k
+                told.append(k)
+                told.append(owner)
+            owners.append(owner)
+            counts.append(c)
+            nums.append(k)
+            kinds.append(_item(first, 0) if gone[g] else None)
+            pos += c
+        grouped = PyList_New(total)
+        for i in range(n):
+            g = gid[i]
+            if g >= 0:
+                em = <object>PyList_GET_ITEM(emissions, i)
+                Py_INCREF(em)
+                PyList_SET_ITEM(grouped, gpos[g], em)
+                gpos[g] += 1
+        pos = 0
+        j = 0
+        for g in range(ng):  # (a subscription on several streams: its emissions' each)
+            c = gcount[g]
+            if c == 0:
+                continue
+            if not gone[g]:
+                kinds[j] = [_item(<object>PyList_GET_ITEM(grouped, i), 0) for i in range(pos, pos + c)]
+            j += 1
+            pos += c
+        return grouped, owners, counts, kinds, nums, others
+    finally:
+        free(gid)
+        free(slot)
+        free(gcount)
+        free(gfirst)
+        free(gnum)
+        free(gpos)
+        free(gone)
+
+
 cdef inline object _t1_of(Event ev):
     return ev.t1
 
@@ -278,8 +402,7 @@ cpdef tuple grouped_by_owner(list emissions)
                i=Py_ssize_t)
 cpdef tuple runs_of(list emissions)
 
-@cython.locals(slots=list, fresh=dict, groups=list, nums=list, others=list, numbered=list, mine=list, grouped=list,
-               owners=list, counts=list, kinds=list, k=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, one=bint)
+@cython.locals(got=tuple)
 cpdef tuple numbered_runs(list emissions, dict numbers, list told)
 
 @cython.locals(out=list)

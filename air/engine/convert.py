@@ -468,84 +468,20 @@ def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple:
     ``(grouped, owners, counts, kinds, nums, others)``, each subscription with output witnesses (in
     the order they first emitted, of any kind) numbered in ``numbers`` (a new one given the next number, and
     told: ``number, name`` appended to ``told``); ``others`` the emissions of other kinds (RESUB), in
-    the engine's order (the caller groups them: few batches have any). Compiled, one pass that groups
-    by the subscriptions' kept numbers (a list's place each, not a dict made every batch) and one
-    over the subscriptions; plain Python, the three functions."""
-    if not COMPILED:
-        grouped, _groups, other = grouped_by_owner(emissions)
-        others = [em for em in emissions if em[2] != _OUT] if other else []
-        if other:
-            grouped = [em for em in grouped if em[2] == _OUT]
-        owners, counts, kinds = runs_of(grouped)
-        return grouped, owners, counts, kinds, number_names(numbers, owners, told), others
-    slots = [None] * len(numbers)  # each known subscription's emissions in this batch, by its number
-    fresh = {}  # those of subscriptions not numbered yet (numbered in the order they first emitted)
-    groups = []  # every subscription's emissions, in the order they first emitted
-    nums = []  # their numbers (-1: not numbered yet)
-    others = []
-    last = None
-    mine = None
-    out = _OUT
-    for em in emissions:
-        owner = _item(em, 3)  # noqa: F821 - C only (convert.pxd)
-        if owner is not last:
-            got = numbers.get(owner)
-            if got is not None:
-                k = got
-                if k >= len(slots):  # (numbers are dense, from 0: never, but not an error for it)
-                    slots.extend([None] * (k + 1 - len(slots)))
-                mine = slots[k]
-                if mine is None:
-                    mine = slots[k] = []
-                    groups.append(mine)
-                    nums.append(k)
-            else:
-                mine = fresh.get(owner)
-                if mine is None:
-                    mine = fresh[owner] = []
-                    groups.append(mine)
-                    nums.append(-1)
-            last = owner
-        kind = _item(em, 2)  # noqa: F821
-        if kind is out or kind == out:
-            mine.append(em)
-        else:
-            others.append(em)
-    grouped = []
-    owners = []
-    counts = []
-    kinds = []
-    for i in range(len(groups)):
-        mine = groups[i]
-        if not mine:  # (RESUB emissions only: not numbered)
-            continue
-        first = mine[0]
-        owner = _item(first, 3)  # noqa: F821
-        stream = _item(first, 0)  # noqa: F821
-        n = len(mine)
-        one = True
-        for j in range(1, n):
-            other = _item(mine[j], 0)  # noqa: F821
-            if other is not stream and other != stream:
-                one = False
-                break
-        if nums[i] < 0:
-            k = len(numbers)
-            numbers[owner] = k
-            nums[i] = k
-            told.append(k)
-            told.append(owner)
-        owners.append(owner)
-        counts.append(n)
-        kinds.append(stream if one else [_item(em, 0) for em in mine])  # noqa: F821
-        grouped += mine
-    if len(owners) < len(groups):  # (some had RESUB emissions only: their numbers left out)
-        numbered = []
-        for i in range(len(groups)):
-            if groups[i]:
-                numbered.append(nums[i])
-        nums = numbered
-    return grouped, owners, counts, kinds, nums, others
+    the engine's order (the caller groups them: few batches have any). Compiled, a counting sort by
+    the subscriptions' kept numbers (convert.pxd's ``_runs_by_numbers``: two passes over C arrays, no
+    list made a subscription: a list each made the collector walk the batch, BENCHMARKS.md round 37);
+    plain Python, the three functions."""
+    if COMPILED:
+        got = _runs_by_numbers(emissions, numbers, told, _OUT)  # noqa: F821 - C only (convert.pxd)
+        if got is not None:
+            return got
+    grouped, _groups, other = grouped_by_owner(emissions)
+    others = [em for em in emissions if em[2] != _OUT] if other else []
+    if other:
+        grouped = [em for em in grouped if em[2] == _OUT]
+    owners, counts, kinds = runs_of(grouped)
+    return grouped, owners, counts, kinds, number_names(numbers, owners, told), others
 
 
 def number_names(numbers: dict, names: list, told: list) -> list:

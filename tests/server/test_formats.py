@@ -351,6 +351,23 @@ def test_a_batch_grouped_by_its_owners_numbers_in_both_builds(spec, known):
         assert got[5] == others and all(x is y for x, y in zip(got[5], others))
 
 
+def test_a_batch_grouped_by_numbers_past_their_count_goes_the_plain_way():
+    """A subscription's kept number past the count of numbers (never made so: they are dense from
+    0) is not a place in the compiled build's arrays: that batch is grouped the plain way, with
+    the same result, and no number given."""
+    from air.engine import Emission
+
+    ev = Event("Stock", ("X", 1.0, 1), 1, 1)
+    ems = [Emission("Stock", ev, kind, owner) for kind, owner in
+           [("OUT", "q2"), ("OUT", "q1"), ("RESUB", "q3"), ("OUT", "q2"), ("OUT", "q3")]]
+    for convert in _plain_convert():
+        numbers, told = {"q1": 0, "q2": 7}, []
+        got = convert.numbered_runs(ems, numbers, told)
+        assert got == ([ems[0], ems[3], ems[1], ems[4]], ["q2", "q1", "q3"], [2, 1, 1], ["Stock"] * 3, [7, 0, 2],
+                       [ems[2]])
+        assert numbers == {"q1": 0, "q2": 7, "q3": 2} and told == [2, "q3"]
+
+
 @settings(examples(0.5))
 @given(st.lists(st.sampled_from(["q1", "q2", "q3", "q4"]), max_size=8, unique=True),
        st.lists(st.one_of(st.sampled_from(["q1", "q2", "q3", "q4", "q5"]), st.just(["S", "T"])), max_size=12))
