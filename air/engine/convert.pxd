@@ -255,7 +255,12 @@ cdef inline tuple _runs_by_numbers(list emissions, dict numbers, list told, obje
     cdef bint bad = False
     cdef dict fresh = {}
     cdef list others = [], grouped, owners = [], counts = [], kinds = [], nums = []
-    cdef object em, owner, kind, stream, first
+    cdef object owner, first
+    cdef PyObject *em  # (borrowed, as the items read in the passes: no count written an emission)
+    cdef PyObject *ownerp
+    cdef PyObject *kindp
+    cdef PyObject *streamp
+    cdef PyObject *firstp
     if n == 0:
         return [], owners, counts, kinds, nums, others
     try:
@@ -270,10 +275,13 @@ cdef inline tuple _runs_by_numbers(list emissions, dict numbers, list told, obje
             raise MemoryError()
         memset(slot, 0xff, (nk + 1) * sizeof(Py_ssize_t))
         for i in range(n):
-            em = <object>PyList_GET_ITEM(emissions, i)
-            owner = _item(em, 3)
-            if <PyObject *>owner != last:
-                got = PyDict_GetItem(numbers, owner)
+            em = PyList_GET_ITEM(emissions, i)
+            if not PyTuple_Check(<object>em) or PyTuple_GET_SIZE(<object>em) < 4:
+                bad = True  # (not an engine's emission: the plain way says what is wrong with it)
+                break
+            ownerp = PyTuple_GET_ITEM(<object>em, 3)
+            if ownerp != last:
+                got = PyDict_GetItem(numbers, <object>ownerp)
                 if got != NULL:
                     k = <object>got
                     if k < 0 or k >= nk:
@@ -285,31 +293,31 @@ cdef inline tuple _runs_by_numbers(list emissions, dict numbers, list told, obje
                         gnum[ng] = k
                         ng += 1
                 else:
-                    got = PyDict_GetItem(fresh, owner)
+                    got = PyDict_GetItem(fresh, <object>ownerp)
                     if got != NULL:
                         cur = <object>got
                     else:
                         cur = ng
-                        fresh[owner] = ng
+                        fresh[<object>ownerp] = ng
                         gnum[ng] = -1
                         ng += 1
-                last = <PyObject *>owner
-            kind = _item(em, 2)
-            if kind is out or kind == out:
+                last = ownerp
+            kindp = PyTuple_GET_ITEM(<object>em, 2)
+            if kindp == <PyObject *>out or <object>kindp == out:
                 gid[i] = cur
                 if gcount[cur] == 0:
                     gfirst[cur] = i
                     gone[cur] = 1
                 elif gone[cur]:
-                    stream = _item(em, 0)
-                    first = _item(<object>PyList_GET_ITEM(emissions, gfirst[cur]), 0)
-                    if stream is not first and stream != first:
+                    streamp = PyTuple_GET_ITEM(<object>em, 0)
+                    firstp = PyTuple_GET_ITEM(<object>PyList_GET_ITEM(emissions, gfirst[cur]), 0)
+                    if streamp != firstp and <object>streamp != <object>firstp:
                         gone[cur] = 0
                 gcount[cur] += 1
                 total += 1
             else:
                 gid[i] = -1
-                others.append(em)
+                others.append(<object>em)
         if bad:
             return None
         pos = 0
@@ -335,9 +343,9 @@ cdef inline tuple _runs_by_numbers(list emissions, dict numbers, list told, obje
         for i in range(n):
             g = gid[i]
             if g >= 0:
-                em = <object>PyList_GET_ITEM(emissions, i)
-                Py_INCREF(em)
-                PyList_SET_ITEM(grouped, gpos[g], em)
+                em = PyList_GET_ITEM(emissions, i)
+                Py_INCREF(<object>em)
+                PyList_SET_ITEM(grouped, gpos[g], <object>em)
                 gpos[g] += 1
         pos = 0
         j = 0
