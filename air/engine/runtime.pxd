@@ -4,8 +4,9 @@
 import cython
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.ref cimport PyObject
-from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
+from cpython.type cimport PyType_GenericAlloc
 
 from air.engine.instance cimport *
 from air.engine.network cimport (EqIndex, NEdge, Node, SortedBucket, StreamPlan, affectable, new_instance,
@@ -99,6 +100,31 @@ cdef inline void _prefetch(list nodes):
 
 cdef class Event:
     cdef public object stream, values, t0, t1
+
+
+cdef inline Event _new_event(object stream, object values, object t0, object t1):
+    """``Event(stream, values, t0, t1)`` without the call of the type (its ``__init__``'s arguments parsed)."""
+    cdef Event ev = Event.__new__(Event)
+    ev.stream = stream
+    ev.values = values
+    ev.t0 = t0
+    ev.t1 = t1
+    return ev
+
+
+cdef inline object _new_emission(object cls, object stream, object ev, object kind, object owner):
+    """``tuple.__new__(cls, (stream, ev, kind, owner))`` (``cls`` a named tuple of four: the engine's
+    ``Emission``) made as ``tuple.__new__`` makes a subclass's, without the tuple of its items first."""
+    cdef object em = PyType_GenericAlloc(cls, 4)
+    Py_INCREF(stream)
+    PyTuple_SET_ITEM(em, 0, stream)
+    Py_INCREF(ev)
+    PyTuple_SET_ITEM(em, 1, ev)
+    Py_INCREF(kind)
+    PyTuple_SET_ITEM(em, 2, kind)
+    Py_INCREF(owner)
+    PyTuple_SET_ITEM(em, 3, owner)
+    return em
 
 
 @cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, node=Node, other=Node)

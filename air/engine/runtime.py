@@ -1,12 +1,10 @@
 """The epoch-based Cayuga query engine (docs/design/semantics.md#automata). No I/O happens here.
 
-Events are fed in order of detection time ``t1``. All events with the same
-``t1`` form an epoch: instances created during an epoch wait on per-state
-*pending* lists and instances affected during it are deleted only when the
-epoch closes, so simultaneous events all see the same instances and the
-result does not depend on their order. Witnesses are emitted at once; a
-witness on a stream that some automaton reads is processed in the same epoch
-(resubscription).
+Events are fed in order of detection time ``t1``. All events with the same ``t1`` form an
+epoch: instances created during an epoch wait on per-state *pending* lists and instances
+affected during it are deleted only when the epoch closes, so simultaneous events all see the
+same instances and the result does not depend on their order. Witnesses are emitted at once; a
+witness on a stream that some automaton reads is processed in the same epoch (resubscription).
 
 The engine is single-threaded by design: exactly one thread may call
 :meth:`Engine.feed`, :meth:`Engine.add` and :meth:`Engine.remove`.
@@ -19,8 +17,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Callable, Iterable, NamedTuple
 
-from air.engine import eviction, introspect
-from air.engine import state as engine_state
+from air.engine import eviction, introspect, state as engine_state
 from air.engine.codegen import BindError
 from air.engine.errors import EngineError, LateEvent
 from air.engine.functions import FunctionRegistry
@@ -625,15 +622,17 @@ class Engine:
                         self._emit(dest, new)
 
     def _emit(self, dest: Node, inst: list) -> None:
-        """Witnesses of an instance that reached ``dest``, one per output stream."""
+        """Witnesses of an instance that reached ``dest``, one per output stream (compiled, each
+        one's event and emission made without a call of their types: runtime.pxd)."""
         values, t0, t1, born = inst[VALUES], inst[T0], inst[T1], inst[BORN]
         for name, kind, owner, gen in dest.outputs:
             if born < gen:
                 continue  # the run began before this owner subscribed
-            wit = Event(name, values, t0, t1)
+            wit = _new_event(name, values, t0, t1) if COMPILED else Event(name, values, t0, t1)  # noqa: F821
             self._witnesses_n += 1
             if self.on_emit is not None:
-                self.on_emit(_make_emission(Emission, (name, wit, kind, owner)))
+                self.on_emit(_new_emission(Emission, name, wit, kind, owner) if COMPILED  # noqa: F821
+                             else _make_emission(Emission, (name, wit, kind, owner)))
             if name in self._readers:
                 self.stats.resubscribed += 1
                 self._resub.append(wit)
