@@ -6,7 +6,6 @@ import cython
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
-from cpython.type cimport PyType_GenericAlloc
 
 from air.engine.instance cimport *
 from air.engine.network cimport (EqIndex, NEdge, Node, SortedBucket, StreamPlan, affectable, new_instance,
@@ -102,20 +101,30 @@ cdef class Event:
     cdef public object stream, values, t0, t1
 
 
-cdef inline Event _new_event(object stream, object values, object t0, object t1):
-    """``Event(stream, values, t0, t1)`` without the call of the type (its ``__init__``'s arguments parsed)."""
-    cdef Event ev = Event.__new__(Event)
-    ev.stream = stream
-    ev.values = values
-    ev.t0 = t0
-    ev.t1 = t1
-    return ev
+cdef extern from *:
+    """
+    /* Python 3.14 keeps a tuple's hash in it, set to "not yet" where tuples are made: there a
+       subclass's tuple is made by tuple.__new__ (_new_emission), not allocated and filled here. */
+    #if PY_VERSION_HEX >= 0x030E0000
+    #define CAYUGA_FILLED_TUPLES 0
+    #else
+    #define CAYUGA_FILLED_TUPLES 1
+    #endif
+    static inline PyObject *cayuga_alloc_tuple(PyObject *cls, Py_ssize_t n) {
+        return PyType_GenericAlloc((PyTypeObject *)cls, n);
+    }
+    """
+    enum: CAYUGA_FILLED_TUPLES
+    object cayuga_alloc_tuple(object cls, Py_ssize_t n)
 
 
 cdef inline object _new_emission(object cls, object stream, object ev, object kind, object owner):
     """``tuple.__new__(cls, (stream, ev, kind, owner))`` (``cls`` a named tuple of four: the engine's
-    ``Emission``) made as ``tuple.__new__`` makes a subclass's, without the tuple of its items first."""
-    cdef object em = PyType_GenericAlloc(cls, 4)
+    ``Emission``) made as ``tuple.__new__`` makes a subclass's, without the tuple of its items first
+    nor a call of ``tuple.__new__`` (90 ns a witness: BENCHMARKS.md, round 37)."""
+    if not CAYUGA_FILLED_TUPLES:
+        return tuple.__new__(cls, (stream, ev, kind, owner))
+    cdef object em = cayuga_alloc_tuple(cls, 4)
     Py_INCREF(stream)
     PyTuple_SET_ITEM(em, 0, stream)
     Py_INCREF(ev)

@@ -97,6 +97,23 @@ def test_compiled_events_are_outside_the_cyclic_collector(compiled_tree):
     assert plain.stdout.split() == ["python", "True", "True", "True"], plain.stderr
 
 
+def test_compiled_emissions_are_the_named_tuples_tuple_new_makes(compiled_tree):
+    """Compiled, the engine allocates each witness's ``Emission`` and fills it (runtime.pxd's
+    ``_new_emission``): the same type, items, equality, hash and collector tracking as
+    ``tuple.__new__`` gives, in both builds, and its ``Event`` as the type's call makes it."""
+    probe = ("import gc, air.engine as e; from air.model import StreamSchema, Attribute; "
+             "from air.cel import compile_cel; out = []; eng = e.Engine(on_emit=out.append); "
+             "s = StreamSchema('S', (Attribute('A', 'int'),)); eng.declare(s); "
+             "eng.add(tuple(compile_cel('SELECT * FROM S PUBLISH T', {'S': s}, name_prefix='q').automata), 'q'); "
+             "eng.feed(e.Event('S', (7,), 1, 1)); eng.flush(); em, = out; "
+             "want = tuple.__new__(e.Emission, tuple(em)); "
+             "print(e.BUILD, type(em) is e.Emission, em == want, hash(em) == hash(want) == hash(tuple(em)), "
+             "gc.is_tracked(em), em.kind, em.owner, em.event == e.Event(em.stream, (7,), 1, 1), len(em))")
+    for env, build in (({}, "compiled"), ({"CAYUGA_ENGINE": "python"}, "python")):
+        r = _run([sys.executable, "-c", probe], compiled_tree, 60, **env)
+        assert r.stdout.split() == [build, "True", "True", "True", "True", "OUT", "q", "True", "4"], r.stderr
+
+
 def _copy_engine(compiled_tree: Path, dst: Path) -> Path:
     skip = shutil.ignore_patterns("__pycache__")
     shutil.copytree(compiled_tree / "air", dst / "air", ignore=skip)
