@@ -240,8 +240,8 @@ cdef inline object _item(object t, Py_ssize_t i):
 cdef inline tuple _runs_by_numbers(list emissions, dict numbers, list told, object out):
     """numbered_runs' compiled body (convert.py): a counting sort of the ``OUT`` emissions by the
     group of their subscription's number (C arrays, two passes over the batch; no list made a
-    subscription). None where an owner's number is past ``numbers``' size (never: numbers are dense
-    from 0), for the plain way."""
+    subscription). None, for the plain way, where an item is not a tuple of four (not an engine's
+    emission) or an owner's number is past ``numbers``' size (never: numbers are dense from 0)."""
     cdef Py_ssize_t n = len(emissions), nk = len(numbers), ng = 0, total = 0, cur = -1, i, g, k, c, pos, j
     cdef Py_ssize_t *gid = NULL  # each emission's group, -1 for one of another kind
     cdef Py_ssize_t *slot = NULL  # each known number's group in this batch, -1 for none yet
