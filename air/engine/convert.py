@@ -470,7 +470,7 @@ def numbered_runs(emissions: list, numbers: dict, told: list) -> tuple:
     told: ``number, name`` appended to ``told``); ``others`` the emissions of other kinds (RESUB), in
     the engine's order (the caller groups them: few batches have any). Compiled, a counting sort by
     the subscriptions' kept numbers (convert.pxd's ``_runs_by_numbers``: two passes over C arrays, no
-    list made a subscription: a list each made the collector walk the batch, BENCHMARKS.md round 37);
+    list made a subscription, of the thousands a batch: BENCHMARKS.md round 37);
     plain Python, the three functions."""
     if COMPILED:
         got = _runs_by_numbers(emissions, numbers, told, _OUT)  # noqa: F821 - C only (convert.pxd)
