@@ -508,6 +508,19 @@ def load_settings(path: str | Path | None = None, **overrides) -> Settings:
 _PORTS = {"http_port": ("HTTP", "--http-port"), "tcp_port": ("TCP event", "--tcp-port")}
 
 
+def port_clash(settings: Settings) -> ConfigError | None:
+    """The refusal when ``http_port`` and ``tcp_port`` name the same port (not 0): the HTTP
+    API and the event port need one each. Both sockets would bind (each allows a port
+    bound but not yet listened on) and the second to listen would fail after the start."""
+    port = settings.http_port
+    if not port or port != settings.tcp_port:
+        return None
+    return ConfigError(f"cannot start: the HTTP port and the TCP event port are both {port} (http_port from "
+                       f"{settings.origin('http_port')}, tcp_port from {settings.origin('tcp_port')}); each needs "
+                       f"a port of its own: give one of them another, e.g. --tcp-port N or {ENV_PREFIX}TCP_PORT=N "
+                       "(0 picks a free one, and --port-file FILE says which)")
+
+
 def port_refusal(exc: OSError, settings: Settings, name: str) -> ConfigError:
     """Why the server cannot listen on its ``http_port`` or ``tcp_port`` (``name``), in
     one line: the port, the setting that chose it, and how to choose another."""

@@ -35,7 +35,7 @@ from air.engine.memory import raise_young_threshold
 from server.api.httpguard import GuardedHttpToolsProtocol, GuardedWebSocketProtocol, HttpGuard
 from server.api.tlsguard import TlsFirst, TlsGate
 from server.app import create_app
-from server.config import Settings, port_refusal
+from server.config import Settings, port_clash, port_refusal
 from server.daemon import Daemon
 from server.observability import redact
 
@@ -224,7 +224,11 @@ def bind_http(host: str, port: int) -> socket.socket:
 def bind_ports(daemon: Daemon, settings: Settings) -> socket.socket:
     """Bind both ports before anything starts; the HTTP port's socket. A port that
     cannot be bound is a ConfigError naming it, the setting that chose it and how to
-    choose another (server/config.py: port_refusal), not a failure of uvicorn's start-up."""
+    choose another (server/config.py: port_refusal), not a failure of uvicorn's start-up;
+    so is one port named for both (port_clash)."""
+    clash = port_clash(settings)
+    if clash is not None:
+        raise clash
     try:
         sock = bind_http(settings.host, settings.http_port)
     except OSError as exc:

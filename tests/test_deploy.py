@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 
@@ -24,7 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from clients.testing import stop_process, wait_until
+from clients.testing import free_port, stop_process, wait_until
 from tests.conftest import ROOT
 from tests.server.conftest import start_server, stock  # noqa: F401  (start_server is a fixture)
 
@@ -238,12 +237,6 @@ def test_the_alerts_inputs_follow_a_real_server(start_server, monkeypatch):  # n
     assert httpx.get(srv.base_url + "/livez", timeout=10).status_code == 503
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_real_prometheus_scrapes_a_server_answers_every_panel_and_evaluates_the_rules(start_server,  # noqa: F811
                                                                                          tmp_path):
     """Debian's prometheus (the package that brings promtool) scrapes a running
@@ -266,7 +259,7 @@ def test_a_real_prometheus_scrapes_a_server_answers_every_panel_and_evaluates_th
               "rule_files": [str(DEPLOY / "alerts.yml")],
               "scrape_configs": [{"job_name": "cayuga", "static_configs": [{"targets": [target]}]}]}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "prometheus.log").open("w")
     prom = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],

@@ -12,7 +12,6 @@ import re
 import selectors
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from clients.testing import wait_until
+from clients.testing import free_ports, wait_until
 from tests.server.test_datadir import reaping_orphans
 
 
@@ -36,17 +35,6 @@ def readme_walkthrough() -> tuple[str, list[str], dict]:
     witnesses = [line[2:] for line in shown.splitlines() if line.startswith("# {")]
     answer = re.search(r"^# -> (\{.*)$", block, re.M).group(1)
     return block, witnesses, json.loads(re.sub(r",\s*\.\.\.\}$", "}", answer))
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def test_the_walkthrough_runs_as_written_on_ports_set_only_in_the_environment(tmp_path):

@@ -17,8 +17,8 @@ import pytest
 import clients.testing
 from clients.client import CayugaClient
 from clients.testing import (
-    RISING, STOCK, ServerProcess, WaitTimeout, cayuga_env, collect, increasing_cel, logged_witnesses, random_walk,
-    running_server, stock, symbols, wait_until, write_queries, write_ticks,
+    RISING, STOCK, ServerProcess, WaitTimeout, cayuga_env, collect, free_ports, increasing_cel, logged_witnesses,
+    random_walk, running_server, stock, symbols, wait_until, write_queries, write_ticks,
 )
 
 
@@ -45,6 +45,21 @@ def test_running_server_serves_on_free_ports_and_stops_its_threads(tmp_path):
                 assert collect(matches, 1) == [{"stream": "Rising", "t0": 1, "t1": 2, "Name": "IBM",
                                                 "Before": 80.0, "After": 85.0}]
     wait_until(lambda: not _cayuga_threads(), 10, what="every cayuga thread to end")
+
+
+def test_free_ports_asked_for_together_are_different_and_a_server_process_gets_two(tmp_path):
+    """Two ports picked one after the other could be the same port (the kernel's pick): a
+    power-cut test's restarted server once got one port for both, and could not start."""
+    for _ in range(50):
+        ports = free_ports(4)
+        assert len(set(ports)) == 4 and all(p > 0 for p in ports)
+    for given in ({}, {"http_port": ports[0]}, {"tcp_port": ports[0]}):
+        srv = ServerProcess(tmp_path / "data", **given)
+        try:
+            assert srv.http_port != srv.tcp_port and srv.http_port > 0 and srv.tcp_port > 0
+            assert all(getattr(srv, k) == v for k, v in given.items())
+        finally:
+            srv.stop()
 
 
 def test_a_server_process_killed_comes_back_on_its_ports_with_its_witnesses(tmp_path):

@@ -51,7 +51,7 @@ import msgspec
 
 from clients.bench.runner import metric, metric_by, percentile, worker_cpu_parts
 from clients.client import CayugaClient
-from clients.testing import cayuga_command, cayuga_env, free_port, write_ticks
+from clients.testing import cayuga_command, cayuga_env, free_ports, write_ticks
 
 QUERIES = Path(__file__).resolve().parent / "queries"
 #: Issue 22's targets on a 2-core machine: one query, one watcher, end to end against `cayuga run` ...
@@ -66,7 +66,7 @@ TARGET_P99_MS = {50_000: 1.0, 100_000: 5.0}
 def server_process(data_dir: Path, tls=None, **settings):
     """``cayuga serve`` in a child process on free loopback ports; yields a client.
     ``tls``: :class:`clients.testing.TlsFiles`, TLS on both ports (the client trusts its CA)."""
-    http, tcp = free_port(), free_port()
+    http, tcp = free_ports(2)
     env = {**cayuga_env(), "CAYUGA_LOG_LEVEL": "warning", **(tls.env() if tls is not None else {}),
            **{f"CAYUGA_{k.upper()}": str(v) for k, v in settings.items()}}
     proc = subprocess.Popen(cayuga_command("serve", "--http-port", str(http), "--tcp-port", str(tcp), "--data-dir",

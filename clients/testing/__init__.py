@@ -5,7 +5,7 @@ collecting witnesses.
 - :mod:`clients.testing.servers`: :func:`running_server` (a server in this
   process), :class:`ServerProcess` (``cayuga serve`` as a child process, to
   kill and restart), :func:`cayuga_command` and :func:`cayuga_env` for other
-  ``cayuga`` commands, :func:`free_port`, :func:`stop_process` (SIGTERM, then
+  ``cayuga`` commands, :func:`free_ports`, :func:`stop_process` (SIGTERM, then
   SIGKILL after a timeout: every child process a test starts ends);
 - :mod:`clients.testing.market`: the ``Stock`` stream (:data:`STOCK`), the
   README's first query (:data:`RISING`), one event
@@ -44,8 +44,8 @@ import importlib
 
 #: Each public name and the submodule that defines it.
 _SOURCES = {
-    **dict.fromkeys(("UP", "ServerProcess", "cayuga_command", "cayuga_env", "free_port", "running_server",
-                     "server_settings", "stop_process"), "servers"),
+    **dict.fromkeys(("UP", "ServerProcess", "cayuga_command", "cayuga_env", "free_port", "free_ports",
+                     "running_server", "server_settings", "stop_process"), "servers"),
     **dict.fromkeys(("RISING", "STOCK", "increasing_cel", "increasing_query", "increasing_stream", "random_walk", "rise_query",
                      "runup_query", "stock", "symbols", "write_queries", "write_ticks"), "market"),
     **dict.fromkeys(("WaitTimeout", "wait_until"), "waiting"),

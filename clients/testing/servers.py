@@ -31,12 +31,21 @@ IMPORT_ROOT = Path(__file__).resolve().parents[2]
 UP = ("ok", "warning")
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` different TCP ports free on 127.0.0.1 now (the kernel's picks; another
+    process may take one before it is bound: start servers with port 0 when you can).
+    Each is held while the next is picked: picked one by one, the kernel may give the
+    same port twice, and a server given one port for both HTTP and events refuses to start."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's pick; another process
-    may take it before it is bound: start servers with port 0 when you can)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 now (:func:`free_ports`: for two ports, ask for both at once)."""
+    return free_ports(1)[0]
 
 
 def cayuga_command(*args: str) -> list[str]:
@@ -117,8 +126,9 @@ class ServerProcess:
                  client_cert: tuple[str | Path, str | Path] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.log = Path(log) if log is not None else self.data_dir.with_name(self.data_dir.name + ".log")
-        self.http_port = http_port or free_port()
-        self.tcp_port = tcp_port or free_port()
+        spare = [p for p in free_ports(2) if p not in (http_port, tcp_port)]  # (at least one is not)
+        self.http_port = http_port or spare.pop()
+        self.tcp_port = tcp_port or spare.pop()
         tls = bool((settings or {}).get("CAYUGA_TLS_CERTFILE"))
         self.base_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.http_port}"
         base = {k: v for k, v in cayuga_env().items() if not k.startswith("CAYUGA_") or k in PASSED_THROUGH}

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from clients.testing import cayuga_command, cayuga_env, running_server
+from clients.testing import cayuga_command, cayuga_env, free_port, running_server
 from server.config import DEFAULT_CONFIG, ConfigError, load_settings
 from server.serve import RunningServer
 from tests.server.conftest import assert_no_cayuga_threads, make_settings
@@ -50,6 +50,23 @@ def test_a_tcp_port_in_use_is_one_line_too_not_a_traceback(tmp_path, taken):
     assert r.stderr.endswith(f"the port comes from CAYUGA_TCP_PORT={taken}: give this server another port: "
                              "--tcp-port N or CAYUGA_TCP_PORT=N (0 picks a free one, and --port-file FILE says "
                              "which)\n")
+
+
+def test_one_port_for_both_is_refused_in_one_line(tmp_path):
+    """Both sockets bound (each lets a port be bound twice until one listens), and the
+    HTTP one failed at uvicorn's listen: ``cannot start: [Errno 9] Bad file descriptor``."""
+    port = free_port()
+    r = serve(tmp_path, "--http-port", str(port), CAYUGA_TCP_PORT=str(port))
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"cayuga: cannot start: the HTTP port and the TCP event port are both {port} (http_port from the flag "
+        f"--http-port, tcp_port from CAYUGA_TCP_PORT={port}); each needs a port of its own: give one of them "
+        "another, e.g. --tcp-port N or CAYUGA_TCP_PORT=N (0 picks a free one, and --port-file FILE says which)\n")
+    with pytest.raises(ConfigError, match=f"the HTTP port and the TCP event port are both {port} "):
+        RunningServer(make_settings(tmp_path, http_port=port, tcp_port=port))
+    with running_server(tmp_path / "data", http_port=port):  # the data directory was let go, and the port
+        pass
+    assert_no_cayuga_threads()
 
 
 def test_a_server_in_this_process_refuses_a_port_in_use_and_lets_the_data_directory_go(tmp_path, taken):
