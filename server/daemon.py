@@ -3,7 +3,8 @@ subscriptions, the witness delivery, recovery and snapshots together, and
 starts and shuts them down in order.
 
 Who does what (each in its own module, holding its own state):
-- TCP receiver threads (server/ingest/tcp.py) decode lines and put events on
+- TCP receiver threads (server/ingest/tcp.py; a connection's reader server/ingest/connection.py,
+  asking the rest through server/ingest/intake.py) decode lines and put events on
   the bounded queue (server/ingest/queue.py);
 - the single engine thread (server/processing.py) is the only one that touches
   the engine once the server is ready: it pops batches, runs them, and between
@@ -45,6 +46,8 @@ from server.durability.journal import SUFFIX as JOURNAL_SUFFIX, Journal
 from server.durability.recovery import Recovery, ServerStarting
 from server.durability.store import Store
 from server.durability.witlog import WitnessLog
+from server.ingest.connection import Limits
+from server.ingest.intake import Intake
 from server.ingest.queue import DelayQueue
 from server.ingest.tcp import TcpReceiver, bind_port
 from server.observability.counters import Counters
@@ -277,13 +280,15 @@ class Daemon:
                 self.store.set_witness_base(self.witnesses.seq)
         if self.links:  # (started first thing above: their interpreters came up meanwhile)
             self.processing.await_workers()  # before events or requests come: the first would wait for them
+        intake = Intake(self.queue, self.engine.schema, self.health.now, self.counters, time_unit_ms=st.time_unit_ms,
+                        streams=lambda: list(self.declared), security=self.security, horizon=self.horizon,
+                        stamp=st.time == "clock")
         self.receiver = self.health.receiver = TcpReceiver(
-            st.host, st.tcp_port, self.queue, self.engine.schema, self.health.now, self.counters,
-            max_connections=st.max_connections, max_line_bytes=st.max_line_bytes,
-            time_unit_ms=st.time_unit_ms, streams=lambda: list(self.declared),
-            max_per_address=st.max_connections_per_address, idle_timeout=st.idle_timeout,
-            security=self.security, horizon=self.horizon, max_value_bytes=st.max_value_bytes,
-            stamp=st.time == "clock", gate=self.accepting, sock=self._tcp_sock)
+            st.host, st.tcp_port, intake, max_connections=st.max_connections,
+            limits=Limits(max_line_bytes=st.max_line_bytes, max_value_bytes=st.max_value_bytes,
+                          idle_timeout=st.idle_timeout),
+            max_per_address=st.max_connections_per_address, security=self.security, gate=self.accepting,
+            sock=self._tcp_sock)
         try:
             self.receiver.start()
         except BaseException:

@@ -3,7 +3,7 @@ step by step (issue 32): ``cayuga bench ingest-path``.
 
 What a TCP receiver thread and the engine thread of ``cayuga serve`` do with
 each block of ``cayuga send``'s ticks, in this process, with the shipped
-settings: the bound on its values' length (:func:`server.ingest.tcp.value_bound`),
+settings: the bound on its values' length (:func:`server.ingest.connection.value_bound`),
 its lines decoded (:class:`air.formats.JsonDecoder`, the receiver's decoder),
 the client limits applied (:func:`server.ingest.limits.refusals`, with the
 ``max_future`` horizon), the block queued (:meth:`DelayQueue.put_batch`: one
@@ -36,7 +36,7 @@ from server.config import Settings
 from server.durability.journal import Journal
 from server.ingest.limits import refusals
 from server.ingest.queue import DelayQueue
-from server.ingest.tcp import RECV_BYTES, value_bound
+from server.ingest.connection import RECV_BYTES, value_bound
 from server.workers import codec
 
 STEPS = ("decode", "limits", "queue_and_journal", "take", "encode")

@@ -1,112 +1,37 @@
 """TCP event receivers: one listener thread, one thread per connection.
 
-Each connection reads header lines (``#token``, ``#format``, ``#sender``,
-``#ack``, ``#from``), then decodes whatever whole lines one read brings as one
-block (``Decoder.decode_batch``), applies the client limits, and queues the
-block (``DelayQueue.put_batch``), blocking while the queue is full so that TCP
-flow control slows the sender. Bad lines get an ``error line N:`` reply and
-the connection goes on; with ``#sender``/``#ack`` the lines are numbered per
-sender across connections and acknowledged once durable.
+The listener accepts connections within the limits (``max_connections``,
+``max_connections_per_address``: a refusal is counted and told in one line) and
+gives each its thread, which runs its reader (server/ingest/connection.py: the
+protocol, from the headers to the last ``#ack``). What a reader asks of the rest
+of the server goes through the receiver's :class:`server.ingest.intake.Intake`.
 
 The protocol a client implements -- headers, formats, every reply and
 refusal, acknowledgements, limits, a full disk -- is docs/protocol.md
-(``tests/server/test_protocol_doc.py`` keeps it in step with this module).
+(``tests/server/test_protocol_doc.py`` keeps it in step with these modules).
 """
 
 from __future__ import annotations
 
 import logging
-import select
 import socket
-import ssl
 import threading
-import time
-from typing import Callable, Iterable
 
-from collections import deque
-
-from air.formats import FORMATS, CsvDecoder, make_decoder
-from server.durability.diskfull import DiskFull
-from server.ingest.limits import AddressSlots, refusals, without
-from server.ingest.protocol import HEADERS, SENDER_ID
-from server.ingest.queue import DelayQueue, QueueClosed
-from server.observability.counters import TCP_REFUSED, TLS_HANDSHAKE_FAILED, TLS_PLAINTEXT, Count, Counters
+from server.ingest.connection import (AUTH_SECONDS, DISK_FULL_DRAIN_SECONDS, FINAL_ACK_SECONDS, POLL, RECV_BYTES,
+                                      Connection, Limits, line_over, value_bound)
+from server.ingest.intake import Intake
+from server.ingest.limits import AddressSlots
+from server.observability.counters import TCP_REFUSED
 from server.observability.threadcpu import thread_ended
-from server.security import AuthRefused
-from server.security.tls import (LINGER_SECONDS, PlainText, accept_tls, close_gently, force_shutdown,
-                                 read_more, write_nowait)
+from server.security.tls import force_shutdown
 
 log = logging.getLogger("cayuga.receivers")
 
-POLL = 0.25  # seconds between checks of the stop flag while blocked
-#: Bytes read from a connection at once: the lines in them are decoded and
-#: queued as one block.
-RECV_BYTES = 1 << 18  # as much as `cayuga send` writes at once: fewer reads, journal records and GIL hand-offs per event
-#: Seconds a client has to send its ``#token`` line when tokens are required.
-AUTH_SECONDS = 10.0
+__all__ = ["AUTH_SECONDS", "DISK_FULL_DRAIN_SECONDS", "FINAL_ACK_SECONDS", "POLL", "RECV_BYTES", "REFUSALS",
+           "TcpReceiver", "bind_port", "line_over", "value_bound"]
+
 #: Why a connection was refused or closed: the label of cayuga_tcp_refusals_total.
 REFUSALS = tuple(TCP_REFUSED)
-#: Seconds the last acknowledgement waits for durability once a client has sent everything.
-FINAL_ACK_SECONDS = 10.0
-#: Seconds a connection refused for a full disk is still read (and discarded) before it is closed.
-DISK_FULL_DRAIN_SECONDS = 2.0
-
-
-
-def _ready(conn: socket.socket, events: int) -> bool:
-    """Whether ``conn`` is readable (POLLIN) or writable (POLLOUT) now, without
-    waiting. poll, not select: select cannot watch a descriptor numbered 1024
-    or more, which a server whose descriptor limit was raised hands out. A TLS
-    connection is readable too while its TLS layer holds decrypted bytes."""
-    if events == select.POLLIN and isinstance(conn, ssl.SSLSocket) and conn.pending():
-        return True
-    p = select.poll()
-    p.register(conn, events)
-    return bool(p.poll(0))
-
-
-def line_over(block: bytes, limit: int) -> bool:
-    """Whether a line of ``block`` is longer than ``limit`` bytes: a window
-    of ``limit + 1`` bytes without a newline, found by one ``rfind`` per
-    window (a few for a 256 KiB block) instead of splitting the block into
-    its lines. Each step starts at a line's start and goes past the last
-    newline in the next ``limit + 1`` bytes: every line it passes fits."""
-    pos, end = 0, len(block)
-    while end - pos > limit:
-        nl = block.rfind(b"\n", pos, pos + limit + 1)
-        if nl < 0:
-            return True
-        pos = nl + 1
-    return False
-
-
-def value_bound(block: bytes, limit: int) -> int:
-    """A bound on the bytes of any value in ``block``'s events, for
-    :func:`server.ingest.limits.refusals`: no value is longer than the longest
-    line, so a block whose lines are all at most ``limit`` bytes gives ``limit``
-    (and is not scanned value by value); any other gives its own length."""
-    return len(block) if len(block) <= limit or line_over(block, limit) else limit
-
-
-class _Session:
-    """One connection's protocol state (touched by its own thread only)."""
-
-    __slots__ = ("sender", "ack", "resume", "base", "headers", "shift", "skip", "pending", "acked", "due",
-                 "unsent", "numbered")
-
-    def __init__(self) -> None:
-        self.sender: str | None = None
-        self.ack = False
-        self.resume = 0  # N of #resume N
-        self.base: int | None = None  # K of #from K
-        self.headers = True  # still reading header lines
-        self.numbered = False  # data lines numbered per sender (with #sender or #ack)
-        self.shift = 0  # sender's line number = connection line number + shift
-        self.skip = 0  # duplicate lines still to drop
-        self.pending: deque[tuple[int, int]] = deque()  # (journal position, lines done) not yet acked
-        self.acked = 0
-        self.due: int | None = None  # an ack not yet written (the socket had no room)
-        self.unsent = b""  # the rest of a line the socket took only part of
 
 
 def bind_port(host: str, port: int) -> socket.socket:
@@ -124,48 +49,28 @@ def bind_port(host: str, port: int) -> socket.socket:
 
 
 class TcpReceiver:
-    def __init__(self, host: str, port: int, queue: DelayQueue, catalog: Callable, clock: Callable[[], float],
-                 counters: Counters, *, max_connections: int = 64, max_line_bytes: int = 1 << 20,
-                 time_unit_ms: float = 1.0, streams: Callable[[], Iterable[str]] = tuple,
-                 max_per_address: int = 16, idle_timeout: float = 300.0, security=None,
-                 horizon: Callable[[], float | None] = lambda: None, max_value_bytes: int = 1 << 16,
-                 stamp: bool = True, gate: threading.Event | None = None,
-                 sock: socket.socket | None = None) -> None:
-        """``catalog`` maps a stream name to its schema (or None); ``streams()``
-        names the streams to prepare typed decoding for on each connection;
-        ``horizon()`` the latest t1 accepted now (None: no bound); ``stamp``
-        whether events without timestamps get the clock's time (else refused);
-        ``gate``: connections are accepted once it is set (they wait in the
-        listen backlog while a recovery puts back the journal's events);
-        ``security`` (server/security: tokens, scopes, TLS), None: open, plain text;
-        ``sock``: the port already bound (:func:`bind_port`), to listen on."""
+    def __init__(self, host: str, port: int, intake: Intake, *, limits: Limits = Limits(),
+                 max_connections: int = 64, max_per_address: int = 16, security=None,
+                 gate: threading.Event | None = None, sock: socket.socket | None = None) -> None:
+        """``intake``: what the connections ask of the server; ``limits``: what
+        each keeps to; ``gate``: connections are accepted once it is set (they
+        wait in the listen backlog while a recovery puts back the journal's
+        events); ``security`` (server/security: tokens, scopes, TLS), None:
+        open, plain text; ``sock``: the port already bound (:func:`bind_port`),
+        to listen on."""
         self.gate = gate
         self.host = host
         self.requested_port = port
-        self.queue = queue
-        self.catalog = catalog
-        self.clock = clock
-        self.counters = counters
-        self.max_line_bytes = max_line_bytes
-        self.time_unit_ms = time_unit_ms
-        self.streams = streams
-        self.idle_timeout = idle_timeout
-        self.security = security
-        self.auth = security is not None and security.enabled  # a #token line with the ingest scope is due
+        self.intake = intake
+        self.limits = limits
         self.tls = security.tls if security is not None else None
-        self.horizon = horizon
-        self.max_value_bytes = max_value_bytes
-        self.stamp = stamp
         self._slots = threading.BoundedSemaphore(max_connections)
         self._addresses = AddressSlots(max_per_address)
         self._stop = threading.Event()
         self._sock: socket.socket | None = sock
         self._bound_port: int | None = None  # kept once the listener is closed (drain): /health reads it
         self._listener: threading.Thread | None = None
-        self._conns: dict[threading.Thread, socket.socket] = {}
-        self._muted: set[socket.socket] = set()  # connections that stopped reading their error lines
-        self._senders: set[str] = set()  # sender ids of the open connections
-        self._sessions: dict[socket.socket, _Session] = {}
+        self._conns: dict[threading.Thread, Connection] = {}
         self._lock = threading.Lock()
 
     @property
@@ -197,7 +102,7 @@ class TcpReceiver:
         for t, c in conns:
             t.join(timeout)
             if t.is_alive():
-                force_shutdown(c)  # under its thread's feet, TLS or not
+                force_shutdown(c.sock)  # under its thread's feet, TLS or not
                 t.join(timeout)
         if self._sock:
             self._sock.close()
@@ -224,43 +129,29 @@ class TcpReceiver:
                 continue
             conn.settimeout(POLL)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # error lines go back at once
-            t = threading.Thread(target=self._serve, args=(conn, addr), name=f"cayuga-tcp-{addr[1]}", daemon=True)
+            reader = Connection(conn, addr[0], self.intake, self.limits, tls=self.tls, stop=self._stop)
+            t = threading.Thread(target=self._serve, args=(reader,), name=f"cayuga-tcp-{addr[1]}", daemon=True)
             with self._lock:
-                self._conns[t] = conn
+                self._conns[t] = reader
             t.start()
 
-    def _serve(self, conn: socket.socket, addr) -> None:
-        st = _Session()
+    def _serve(self, reader: Connection) -> None:
         try:
-            if self.tls is not None:
-                tls = self._start_tls(conn, addr[0])
-                if tls is None:
-                    return
-                conn = tls
-                with self._lock:
-                    self._conns[threading.current_thread()] = conn
-            self._sessions[conn] = st
-            self._read_lines(conn, st, addr[0])
-        except OSError as exc:
-            log.debug("connection %s ended: %s", addr, exc)
+            reader.run()
         finally:
             try:
-                conn.close()
+                reader.sock.close()
             finally:
                 with self._lock:
                     self._conns.pop(threading.current_thread(), None)
-                    self._muted.discard(conn)
-                    self._sessions.pop(conn, None)
-                    if st.sender is not None:
-                        self._senders.discard(st.sender)
                 self._slots.release()
-                self._addresses.release(addr[0])
+                self._addresses.release(reader.address)
                 thread_ended()  # (its CPU kept by role: server/observability/threadcpu.py)
 
     def _refuse(self, conn: socket.socket, reason: str, message: str) -> None:
         """Count a refusal, tell the client why (in plain text: not on a TLS
         port, where the client awaits a handshake and could not read it), close."""
-        self.counters.add(TCP_REFUSED[reason])
+        self.intake.count(TCP_REFUSED[reason])
         log.info("TCP connection refused (%s): %s", reason, message)
         try:
             if self.tls is None:
@@ -270,410 +161,3 @@ class TcpReceiver:
             pass
         finally:
             conn.close()
-
-    def _start_tls(self, conn: socket.socket, address: str) -> ssl.SSLSocket | None:
-        """The connection's TLS side, its handshake done; None when it was
-        refused (plain text: told so in plain text) or the handshake failed
-        (counted, logged). The handshake has the time a ``#token`` line has."""
-        deadline = time.monotonic() + min(self.idle_timeout, AUTH_SECONDS)
-        try:
-            return accept_tls(conn, self.tls.context, deadline, self._stop)
-        except PlainText:
-            self.counters.add(TLS_PLAINTEXT["tcp"])
-            log.info("TCP connection from %s refused: plain text on a TLS port", address)
-            try:
-                conn.settimeout(1.0)
-                conn.sendall(b"error: this port takes TLS only (the server has tls_certfile set): connect with TLS, "
-                             b"e.g. cayuga send --url https://HOST:HTTP_PORT --cacert CA.pem (TcpSender(..., "
-                             b"ssl_context=...)); closing\n")
-                close_gently(conn, LINGER_SECONDS)  # closed at once, what it sent unread, it would be reset first
-            except OSError:
-                pass
-        except (ssl.SSLError, TimeoutError, OSError) as exc:
-            self.counters.add(TLS_HANDSHAKE_FAILED["tcp"])
-            log.info("TLS handshake with %s failed: %s", address, exc)
-        return None
-
-    def _blocks(self, conn: socket.socket, idle_work: Callable[[], bool] | None = None):
-        """Yield ``(first_line_number, block)`` until EOF or stop: ``block`` is
-        whole lines (bytes, newline-terminated but for a final line at EOF), or
-        None for one line longer than ``max_line_bytes`` (skipped to its end).
-        ``idle_work()`` (True when it has work) is run when nothing is there to
-        read yet, before waiting for more (acknowledgements)."""
-        buf = b""
-        number = 1  # of the first line in buf
-        skipping = False
-        limit = self.max_line_bytes
-        idle = min(self.idle_timeout, AUTH_SECONDS) if self.auth else self.idle_timeout
-        tls = isinstance(conn, ssl.SSLSocket)
-        heard = time.monotonic()  # when the last complete line came (or the connection opened)
-        while not self._stop.is_set():
-            if idle_work is not None:
-                idle_work()
-            try:
-                chunk = conn.recv(RECV_BYTES)
-                if tls and chunk:  # one TLS record (16 KiB): take what else has come, as one block
-                    chunk = read_more(conn, chunk, RECV_BYTES)
-            except socket.timeout:
-                if time.monotonic() - heard > idle:
-                    self.counters.add(Count.TCP_REFUSED_IDLE)
-                    log.info("closing idle TCP connection after %.0f s", idle)
-                    conn.sendall(f"error: idle for {idle:g} s without a complete line "
-                                 "(the idle_timeout setting); closing\n".encode())
-                    return
-                continue
-            if not chunk:
-                break
-            if skipping:
-                nl = chunk.find(b"\n")
-                if nl < 0:
-                    continue
-                chunk, skipping = chunk[nl + 1:], False
-                number += 1
-            buf = buf + chunk if buf else chunk
-            last = buf.rfind(b"\n")
-            if last < 0:
-                if len(buf) > limit:
-                    yield number, None
-                    buf, skipping = b"", True
-                continue
-            block, buf = buf[:last + 1], buf[last + 1:]
-            if len(block) > limit and line_over(block, limit):  # rare: a line in it is too long
-                yield from self._split_long(block, number)
-            else:
-                yield number, block
-            heard = time.monotonic()
-            idle = self.idle_timeout  # the token line, if one was due, has come
-            number += block.count(b"\n")
-            if len(buf) > limit:
-                yield number, None
-                buf, skipping = b"", True
-        if buf.strip() and not skipping and not self._stop.is_set():
-            yield number, buf
-
-    def _split_long(self, block: bytes, number: int):
-        lines = block.split(b"\n")[:-1]
-        start = 0
-        for i, line in enumerate(lines):
-            if len(line) > self.max_line_bytes:
-                if i > start:
-                    yield number + start, b"\n".join(lines[start:i]) + b"\n"
-                yield number + i, None
-                start = i + 1
-        if start < len(lines):
-            yield number + start, b"\n".join(lines[start:]) + b"\n"
-
-    def _read_lines(self, conn: socket.socket, st: _Session, address: str = "") -> None:
-        decoder = self._decoder("jsonl")
-        authenticated = not self.auth
-        header_lines = 0  # lines before the first data line
-
-        def idle_work() -> None:
-            if (st.pending or st.due is not None or st.unsent) and not _ready(conn, select.POLLIN):
-                self._acknowledge(conn, st, wait=POLL)
-
-        for number, block in self._blocks(conn, idle_work):
-            if not authenticated:
-                if not self._authenticate(conn, None if block is None else block.partition(b"\n")[0], number,
-                                          address):
-                    return
-                authenticated = True
-                block = block.partition(b"\n")[2]
-                number += 1
-                header_lines = 1
-                if not block:
-                    continue
-            while st.headers and block and block.startswith(HEADERS):
-                line, _, rest = block.partition(b"\n")
-                word, _, arg = line.strip().partition(b" ")
-                if word not in HEADERS:  # e.g. "#formats": a data line (refused by the decoder)
-                    break
-                text = arg.decode("utf-8", "replace").strip()
-                if word == b"#format":
-                    if text.lower() in FORMATS:
-                        decoder = self._decoder(text.lower())
-                    else:
-                        self._reject(conn, number, f"unknown format {text.lower()!r}; use one of {', '.join(FORMATS)}")
-                elif not self._header(conn, st, word, text):
-                    return
-                block, number, header_lines = rest, number + 1, header_lines + 1
-            if st.headers and (block is None or block):
-                self._end_headers(st, header_lines)
-            if block is not None and not block:
-                continue
-            first = number + st.shift
-            if st.sender is not None and block is not None and not block.endswith(b"\n"):
-                # the connection ended inside a line: the sender may have been cut off there (killed in
-                # the middle of a write), so the part is not taken, nor counted: #resume asks for it whole
-                log.info("sender %s: the connection ended inside line %d; that part is not taken", st.sender, first)
-                break
-            if block is None and st.skip:  # a duplicate
-                st.skip -= 1
-                self.counters.add(Count.DUPLICATES_DROPPED)
-                continue
-            if block is None:
-                self._reject(conn, first, f"line longer than {self.max_line_bytes} bytes")
-                if not self._handled_or_refused(conn, st, first, first):
-                    return
-                continue
-            lines = block.count(b"\n") + (not block.endswith(b"\n"))
-            last = first + lines - 1
-            if st.skip:
-                block, first = self._drop_duplicates(st, block, first, decoder)
-                if not block:
-                    continue
-            batch = decoder.decode_batch(block, first)
-            for line, reason in batch.errors:
-                self._reject(conn, line, reason)
-            events = batch.events
-            if not events:
-                if not self._handled_or_refused(conn, st, last, first):
-                    return
-                continue
-            index = None  # position in batch.events of each event queued, when some were refused
-            size = value_bound(block, self.max_value_bytes)
-            refused = refusals(events, size, horizon=self.horizon(), max_value=self.max_value_bytes)
-            if refused:
-                for i, reason in sorted(refused.items()):
-                    self._reject(conn, batch.line_of(i), reason)
-                events, index = without(events, refused)
-                if not events:
-                    if not self._handled_or_refused(conn, st, last, first):
-                        return
-                    continue
-            meta = None
-            if st.sender is not None:
-                # every line of the block an event (the usual case): event i is line first + i, without
-                # Batch.line_of's pass over the block
-                dense = index is None and len(events) == last - first + 1
-
-                def meta(end: int, sender=st.sender, events=events, index=index, batch=batch, last=last,
-                         first=first, dense=dense):
-                    if end >= len(events):
-                        return sender, last
-                    if dense:
-                        return sender, first + end - 1
-                    return sender, batch.line_of(end if index is None else index[end]) - 1
-            try:
-                late = self._enqueue(events, meta)
-            except DiskFull as exc:
-                j = exc.first_refused if index is None else index[exc.first_refused]
-                self._disk_full(conn, st, exc, batch.line_of(j))
-                return
-            for i in late:
-                j = i if index is None else index[i]
-                self._reject(conn, batch.line_of(j), f"late: t1={events[i].t1} is older than events already "
-                             "processed (see the time setting in the README)", counted=False)
-            if st.ack:
-                self._queued(conn, st, last)
-        if st.ack and st.headers is False:
-            self._acknowledge(conn, st, wait=FINAL_ACK_SECONDS)
-
-    # ------------------------------------------------------------------ senders and acknowledgements
-
-    def _header(self, conn: socket.socket, st: _Session, word: bytes, text: str) -> bool:
-        """Apply a ``#sender``/``#ack``/``#from`` line; False when the
-        connection is refused (told why and to be closed)."""
-        if word == b"#ack":
-            st.ack = st.numbered = True
-            return True
-        if word == b"#sender":
-            if st.sender is not None:
-                return self._protocol_error(conn, f"a second #sender line ({text!r}); one per connection")
-            if not SENDER_ID.fullmatch(text):
-                return self._protocol_error(conn, f"sender id {text!r} must be 1-128 characters of "
-                                            "A-Z a-z 0-9 . _ : -")
-            with self._lock:
-                if text in self._senders:
-                    taken = True
-                else:
-                    taken = False
-                    self._senders.add(text)
-            if taken:
-                self.counters.add(Count.TCP_SENDER_TAKEN)
-                return self._protocol_error(conn, f"sender {text} is already connected; the connection that "
-                                            "holds it keeps it until it ends: retry later")
-            st.sender, st.numbered = text, True
-            st.resume = self.queue.progress(text)
-            conn.sendall(f"#resume {st.resume}\n".encode())
-            return True
-        # #from K
-        if st.sender is None:
-            return self._protocol_error(conn, "#from needs a #sender line before it")
-        try:
-            k = int(text)
-            if k < 0:
-                raise ValueError
-        except ValueError:
-            return self._protocol_error(conn, f"#from {text!r}: K must be a whole number of lines >= 0")
-        if k > st.resume:
-            return self._protocol_error(conn, f"#from {k} is beyond the {st.resume} lines of sender {st.sender} "
-                                        f"journaled so far (#resume {st.resume}): lines {st.resume + 1}-{k} "
-                                        "would be missing; send from line " + str(st.resume + 1))
-        st.base = k
-        return True
-
-    def _protocol_error(self, conn: socket.socket, message: str) -> bool:
-        self.counters.add(Count.TCP_PROTOCOL_ERRORS)
-        log.info("TCP connection refused: %s", message)
-        try:
-            conn.sendall(f"error: {message}; closing\n".encode())
-        except OSError:
-            pass
-        return False
-
-    def _end_headers(self, st: _Session, header_lines: int) -> None:
-        """The first data line has come: number the lines from here."""
-        st.headers = False
-        if st.numbered:
-            base = st.resume if st.base is None else st.base
-            st.shift = base - header_lines
-            st.skip = st.resume - base
-
-    def _drop_duplicates(self, st: _Session, block: bytes, first: int, decoder) -> tuple[bytes, int]:
-        """Drop the lines of ``block`` the sender had sent before (``#from``);
-        a CSV decoder still learns its header from them."""
-        cut, k = 0, 0
-        while k < st.skip and cut < len(block):
-            nl = block.find(b"\n", cut)
-            line_end = len(block) if nl < 0 else nl + 1
-            if isinstance(decoder, CsvDecoder) and decoder.header is None and block[cut:line_end].strip():
-                decoder.decode_batch(block[cut:line_end], first + k)  # the header; errors are the old line's
-            cut, k = line_end, k + 1
-        st.skip -= k
-        self.counters.add(Count.DUPLICATES_DROPPED, k)
-        return block[cut:], first + k
-
-    def _handled(self, conn: socket.socket, st: _Session, last: int) -> None:
-        """Lines up to ``last`` are handled with nothing to queue (refused)."""
-        if st.sender is not None:
-            try:
-                self.queue.record_progress(st.sender, last)
-            except QueueClosed:
-                raise OSError("server stopping") from None
-        if st.ack:
-            self._queued(conn, st, last)
-
-    def _handled_or_refused(self, conn: socket.socket, st: _Session, last: int, first: int) -> bool:
-        """:meth:`_handled`; False when the journal could not take the
-        sender's progress (the client was told, the connection is to close)."""
-        try:
-            self._handled(conn, st, last)
-        except DiskFull as exc:
-            self._disk_full(conn, st, exc, first)
-            return False
-        return True
-
-    def _disk_full(self, conn: socket.socket, st: _Session, exc: DiskFull, line: int) -> None:
-        """Tell the client that nothing from ``line`` on was accepted (the
-        disk is full), let it see the line, and end the connection. A sender's
-        line is where its #resume will continue (its journaled progress + 1)."""
-        if st.sender is not None:
-            line = self.queue.progress(st.sender) + 1
-        self.counters.add(Count.DISK_FULL_REFUSALS_TCP)
-        log.debug("TCP connection refused from line %d: %s", line, exc)  # the episode is logged by DiskState
-        if st.ack:
-            self._acknowledge(conn, st, wait=0.0)
-        rest, st.unsent = st.unsent, b""
-        try:
-            conn.settimeout(1.0)
-            conn.sendall(rest + f"error: {exc}; nothing from line {line} on was accepted; retry later\n".encode())
-            conn.shutdown(socket.SHUT_WR)
-            conn.settimeout(POLL)
-            deadline = time.monotonic() + DISK_FULL_DRAIN_SECONDS
-            while time.monotonic() < deadline and not self._stop.is_set():
-                try:
-                    if not conn.recv(RECV_BYTES):
-                        break
-                except socket.timeout:
-                    continue
-        except OSError:
-            pass
-
-    def _queued(self, conn: socket.socket, st: _Session, last: int) -> None:
-        """Lines up to ``last`` are in the journal (or queued): acknowledge
-        them once durable; now, what already is."""
-        journal = self.queue.journal
-        st.pending.append((journal.appended if journal is not None else 0, last))
-        self._acknowledge(conn, st, wait=0.0)
-
-    def _acknowledge(self, conn: socket.socket, st: _Session, wait: float) -> None:
-        """Send ``#ack n`` for what is durable (waiting up to ``wait`` s for the
-        rest), without blocking on the socket."""
-        journal = self.queue.journal
-        pending = st.pending
-        if pending:
-            if journal is None:
-                st.due = pending[-1][1]
-                pending.clear()
-            else:
-                if wait and journal.durable() < pending[-1][0]:
-                    journal.wait_durable(pending[-1][0], wait)
-                durable = journal.durable()
-                while pending and pending[0][0] <= durable:
-                    st.due = pending.popleft()[1]
-        if st.due is not None and st.due > st.acked and not st.unsent:
-            st.unsent = f"#ack {st.due}\n".encode()
-            st.acked = st.due
-            st.due = None
-        if st.unsent:
-            # one write, not poll + send; TLS: one whole record or nothing, retried with the same bytes
-            n = write_nowait(conn, st.unsent)
-            st.unsent = st.unsent[n:]
-
-    def _authenticate(self, conn: socket.socket, line: bytes | None, number: int, address: str) -> bool:
-        """Whether the first line is ``#token <token>`` of a token with the
-        ``ingest`` scope; if not, the client is told why (the connection is
-        to close). A wrong token counts against the address
-        (server/security/throttle.py); while it waits, the token is not
-        looked at."""
-        word, _, token = (line or b"").strip().partition(b" ")
-        try:
-            who = self.security.authenticate(token.strip() if word == b"#token" else None, address, "tcp",
-                                             "sending events over TCP")
-            self.security.authorize(who, "ingest", address, "tcp", "sending events over TCP")
-            return True
-        except AuthRefused as exc:
-            self.counters.add(Count.TCP_REFUSED_AUTH)
-            if exc.reason == "scope":
-                reason = f"forbidden: {exc}; closing"
-            elif exc.reason == "throttled":
-                reason = f"{exc}; closing"
-            else:
-                reason = ("authentication required: the first line must be '#token <token>' with one of the "
-                          "server's auth_tokens; closing")
-            self._reject(conn, number, reason, counted=False)
-            return False
-
-    def _decoder(self, fmt: str):
-        return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,
-                            time_unit_ms=self.time_unit_ms, streams=self.streams())
-
-    def _enqueue(self, events, meta=None) -> list[int]:
-        """Queue a decoded block (blocking while the queue is full); the
-        indexes of late events."""
-        try:
-            return self.queue.put_batch(events, on_accepted=self._count_received, cancel=self._stop, meta=meta)
-        except QueueClosed:
-            raise OSError("server stopping") from None
-
-    def _count_received(self, n: int) -> None:
-        self.counters.add(Count.RECEIVED_TCP, n)
-
-    def _reject(self, conn: socket.socket, number: int, reason: str, counted: bool = True) -> None:
-        if counted:
-            self.counters.add(Count.REJECTED_TCP)
-        log.info("rejected line %d: %s", number, reason)
-        if conn in self._muted:
-            return
-        st = self._sessions.get(conn)
-        rest = b""
-        if st is not None and st.unsent:  # the rest of an ack line goes first
-            rest, st.unsent = st.unsent, b""
-        try:
-            conn.sendall(rest + f"error line {number}: {reason}\n".encode())
-        except OSError:  # the client does not read its error lines: stop sending them (each would wait POLL)
-            with self._lock:
-                self._muted.add(conn)
-            self.counters.add(Count.TCP_ERROR_LINES_MUTED)
-            log.info("a TCP client does not read its error lines; no more are sent on that connection")

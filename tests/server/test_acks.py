@@ -273,7 +273,7 @@ def test_a_block_split_by_a_full_queue_journals_each_parts_progress_without_a_pa
     """A sender's block larger than the queue's room goes in as several parts,
     each journaled with the sender's lines done up to it; when every line of the
     block is an event, that number is known without Batch.line_of's pass over the
-    block's lines (server/ingest/tcp.py)."""
+    block's lines (server/ingest/connection.py)."""
     srv = start_server(queue_capacity=300)
     calls = Counter()
 

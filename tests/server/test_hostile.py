@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from clients.client import CayugaAPIError, CayugaClient, TcpSender
 from clients.testing import wait_until
-from server.ingest.tcp import line_over
+from server.ingest.connection import line_over
 from tests.conftest import examples
 from tests.server.conftest import collect, kept_by_cap, stock
 
@@ -220,7 +220,7 @@ def test_a_block_of_short_lines_longer_than_max_value_bytes_is_not_split_into_li
 
     def profile(frame, event, arg):
         if event == "c_call" and getattr(arg, "__name__", "") == "split" and frame.f_code.co_filename.endswith(
-                "server/ingest/tcp.py"):
+                "server/ingest/connection.py"):
             splits.append(frame.f_lineno)
 
     threading.setprofile(profile)  # the connection's receiver thread starts with it

@@ -111,6 +111,32 @@ def test_the_offline_runner_and_spark_need_the_engine_not_the_server():
     assert not bad, bad
 
 
+
+#: What a TCP connection's reader may import from server/: values, exceptions and functions of
+#: the socket, none of the server's state. Everything else goes through its Intake, the seam a
+#: reader in a process of its own crosses (docs/design/receivers.md).
+READER_MAY_IMPORT = {"server.ingest.intake", "server.ingest.limits", "server.ingest.protocol",
+                     "server.observability.counters", "server.security", "server.security.tls",
+                     "server.durability.diskfull"}
+
+
+def test_a_connections_reader_reaches_the_server_only_through_its_intake():
+    from server.ingest.intake import Intake
+
+    graph = _imports("server/ingest/connection.py")
+    assert list(graph) == ["server.ingest.connection"], graph
+    bad = {imp for imp in graph["server.ingest.connection"] if imp.startswith("server.")} - READER_MAY_IMPORT
+    assert not bad, f"the reader imports more of the server than its intake: {bad}"
+    # every use of the intake is a name Intake has: what a reader in another process is given
+    tree = ast.parse((ROOT / "server/ingest/connection.py").read_text())
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and ((isinstance(node.value, ast.Attribute) and node.value.attr == "intake")
+                 or (isinstance(node.value, ast.Name) and node.value.id == "intake"))}
+    assert {"put", "authenticate", "claim", "durable"} <= used, f"the probe finds too few uses: {used}"
+    public = {n for n in dir(Intake) if not n.startswith("_")}
+    assert used <= public, f"the reader uses what Intake does not offer: {used - public}"
+
+
 #: The most lines a module of air/, server/, clients/ or tests/ may have (issue 32). One that
 #: needs more holds more than one responsibility: split it along a seam (a part with a
 #: job of its own, named for it), keeping its public names importable where they were.

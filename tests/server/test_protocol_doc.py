@@ -1,6 +1,6 @@
 """docs/protocol.md stays true to the receiver: every header word and every
-reply the receiver (server/ingest/tcp.py) and its limits (server/ingest/limits.py)
-can send is described there, word for word apart from the values filled in; and
+reply the receiver (server/ingest/tcp.py, server/ingest/connection.py) and its limits
+(server/ingest/limits.py) can send is described there, word for word apart from the values filled in; and
 the doc's example session, replayed on a real server over a loopback socket,
 gets the replies the doc shows."""
 
@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 
 from clients.testing import wait_until
+import server.ingest.connection as connection
 import server.ingest.limits as limits
 import server.ingest.tcp as tcp
 from server.ingest.protocol import HEADERS
@@ -83,12 +84,12 @@ def test_every_header_line_is_described():
 
 def test_every_reply_the_receiver_sends_is_in_the_doc():
     doc = _doc()
-    fragments = {f for f in _sent_fragments(tcp) | _refusal_fragments() if _meaningful(f)}
+    fragments = {f for f in _sent_fragments(tcp) | _sent_fragments(connection) | _refusal_fragments() if _meaningful(f)}
     # the probe must see the replies it is meant to check, or it checks nothing
     for known in ("#resume", "#ack", "error line", "too many connections; try again later", "is beyond the"):
         assert any(known in f for f in fragments), f"the probe no longer finds {known!r} in the receiver"
     missing = sorted(f for f in fragments if f.strip() not in doc)
-    assert not missing, f"replies of server/ingest/tcp.py or limits.py not in docs/protocol.md: {missing}"
+    assert not missing, f"replies of server/ingest/tcp.py, connection.py or limits.py not in docs/protocol.md: {missing}"
 
 
 def test_every_refusal_reason_and_limit_constant_is_in_the_doc():
