@@ -29,7 +29,7 @@ from typing import Callable
 
 from air.formats import FORMATS, CsvDecoder
 from server.durability.diskfull import DiskFull
-from server.ingest.intake import Intake
+from server.ingest.intake import Intake, Lines
 from server.ingest.limits import refusals, without
 from server.ingest.protocol import HEADERS, SENDER_ID
 from server.observability.counters import TLS_HANDSHAKE_FAILED, TLS_PLAINTEXT, Count
@@ -320,21 +320,15 @@ class Connection:
                     if not self._handled_or_refused(conn, st, last, first):
                         return
                     continue
-            meta = None
+            lines = None
             if st.sender is not None:
                 # every line of the block an event (the usual case): event i is line first + i, without
                 # Batch.line_of's pass over the block
                 dense = index is None and len(events) == last - first + 1
-
-                def meta(end: int, sender=st.sender, events=events, index=index, batch=batch, last=last,
-                         first=first, dense=dense):
-                    if end >= len(events):
-                        return sender, last
-                    if dense:
-                        return sender, first + end - 1
-                    return sender, batch.line_of(end if index is None else index[end]) - 1
+                lines = Lines(st.sender, first, last, None if dense else
+                              [batch.line_of(i) for i in (range(len(events)) if index is None else index)])
             try:
-                late = self.intake.put(events, meta, self._stop)
+                late = self.intake.put(events, lines)
             except DiskFull as exc:
                 j = exc.first_refused if index is None else index[exc.first_refused]
                 self._disk_full(conn, st, exc, batch.line_of(j))

@@ -14,11 +14,30 @@ a connection.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from air.formats import make_decoder
 from server.ingest.queue import DelayQueue, QueueClosed
 from server.observability.counters import Count, Counters
+
+
+class Lines(NamedTuple):
+    """Which of a sender's lines a block's events are (plain values: a reader in
+    another process sends them as they are): event ``i`` is line ``first + i``
+    where ``numbers`` is None (every line of the block an event, the usual
+    case), else line ``numbers[i]``; the block's lines end at ``last``."""
+
+    sender: str
+    first: int
+    last: int
+    numbers: list[int] | None = None
+
+    def done(self, end: int) -> tuple[str, int]:
+        """The sender and its lines done once the events before ``end`` are
+        journaled: what a part of the block ending there records."""
+        if end >= (len(self.numbers) if self.numbers is not None else self.last - self.first + 1):
+            return self.sender, self.last
+        return self.sender, (self.first + end if self.numbers is None else self.numbers[end]) - 1
 
 
 class Intake:
@@ -43,6 +62,7 @@ class Intake:
         self._horizon = horizon
         self.stamp = stamp
         self._senders: set[str] = set()  # sender ids of the open connections
+        self._stopping = threading.Event()  # a put waiting for room gives up once it is set
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ tokens
@@ -94,14 +114,19 @@ class Intake:
         return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,
                             time_unit_ms=self.time_unit_ms, streams=self.streams())
 
-    def put(self, events, meta=None, cancel: threading.Event | None = None) -> list[int]:
-        """Queue a decoded block (blocking while the queue is full, until
-        ``cancel``); the indexes of late events. Raises DiskFull; OSError once
-        the server is stopping."""
+    def put(self, events, lines: Lines | None = None) -> list[int]:
+        """Queue a decoded block (blocking while the queue is full); the indexes
+        of late events. ``lines``: a sender's lines they are (its progress is
+        journaled with them). Raises DiskFull; OSError once the server is stopping."""
         try:
-            return self.queue.put_batch(events, on_accepted=self._count_received, cancel=cancel, meta=meta)
+            return self.queue.put_batch(events, on_accepted=self._count_received, cancel=self._stopping,
+                                        meta=lines.done if lines is not None else None)
         except QueueClosed:
             raise OSError("server stopping") from None
+
+    def stop(self) -> None:
+        """The server stops: a put waiting for room gives up."""
+        self._stopping.set()
 
     def _count_received(self, n: int) -> None:
         self.counters.add(Count.RECEIVED_TCP, n)

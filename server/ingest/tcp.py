@@ -95,6 +95,7 @@ class TcpReceiver:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting, let connection threads finish their current line, join all."""
         self._stop.set()
+        self.intake.stop()
         if self._listener:
             self._listener.join(timeout)
         with self._lock:

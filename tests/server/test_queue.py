@@ -349,3 +349,18 @@ def test_blocks_leave_in_the_order_of_one_heap_entry_per_event(ops, delay):
     q.close(drain=True)
     rest = q.get_batch(10_000, timeout=0)
     assert rest == [e for _, _, e in sorted(ref.heap, key=lambda x: x[:2])]
+
+
+def test_a_blocks_lines_say_each_parts_progress_in_plain_values():
+    """What a reader tells the intake of a sender's block (server/ingest/intake.py's Lines):
+    the lines done once the events before a part's end are journaled, whether every line was
+    an event or some were refused; plain values, as a reader in another process sends them."""
+    import pickle
+
+    from server.ingest.intake import Lines
+
+    dense = Lines("s", 11, 15)  # lines 11-15, five events
+    assert [dense.done(end) for end in (0, 1, 4, 5)] == [("s", 10), ("s", 11), ("s", 14), ("s", 15)]
+    sparse = Lines("s", 11, 15, [11, 13, 15])  # lines 12 and 14 refused
+    assert [sparse.done(end) for end in (0, 1, 2, 3)] == [("s", 10), ("s", 12), ("s", 14), ("s", 15)]
+    assert pickle.loads(pickle.dumps(sparse)) == sparse and tuple(sparse) == ("s", 11, 15, [11, 13, 15])
