@@ -260,13 +260,15 @@ def worker_path(queries, events, batch, workload):
 @bench.command("ingest-path")
 @click.option("--events", type=int, default=500_000, show_default=True, help="Ticks received.")
 @click.option("--symbols", "n_symbols", type=int, default=1000, show_default=True, help="Distinct stock names.")
-def ingest_path(events, n_symbols):
+@click.option("--crossed", is_flag=True, help="Each block's events cross as columns first, as from a reader "
+              "process (docs/design/receivers.md, stage 1): the main process's part then.")
+def ingest_path(events, n_symbols, crossed):
     """The main process's half of each event on its way to a worker, in this process at
     the shipped settings: blocks of ticks decoded, limited, queued and journaled, taken
     in batches and encoded for the worker; each step's CPU per event, and the events
     a second one core doing only this would let through."""
     from clients.bench.ingestpath import run
-    _emit(run(events, n_symbols))
+    _emit(run(events, n_symbols, crossed=crossed))
 
 
 @bench.command()

@@ -18,6 +18,13 @@ Each step's CPU is this thread's (``time.thread_time``: not the journal's
 flusher), per event; ``events_per_core_s`` is what one core doing only this
 half would let through: a ceiling on the events a second the main process can
 hand to any number of workers, whatever they do with them.
+
+``--crossed`` times stage 1 of the receivers' plan (docs/design/receivers.md):
+each block's events, decoded and limited as a reader in a process of its own
+would, cross as a worker's batch columns do (``reader_encode``: that process's
+CPU, not the main process's), and the main process makes them again
+(``crossed_decode``) and queues those. ``main_us_per_event`` is then the main
+process's part: the crossing's decode in place of the lines' decode and the limits.
 """
 
 from __future__ import annotations
@@ -27,19 +34,31 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any, Optional, Union
 
-from air.engine.convert import stream_counts
+import msgspec
+
+from air.engine.convert import STRINGS, event_columns, events_of, stream_counts
 from air.engine.memory import raise_young_threshold
 from air.formats import make_decoder
 from clients.testing.market import STOCK, write_ticks
 from server.config import Settings
 from server.durability.journal import Journal
+from server.ingest.connection import RECV_BYTES, value_bound
 from server.ingest.limits import refusals
 from server.ingest.queue import DelayQueue
-from server.ingest.connection import RECV_BYTES, value_bound
 from server.workers import codec
 
 STEPS = ("decode", "limits", "queue_and_journal", "take", "encode")
+#: The steps of ``--crossed``: a reader process's encoding of each block, the main process's decoding of it.
+CROSSED = ("reader_encode", "crossed_decode")
+#: What stays in the main process once a reader in its own process decodes and limits the lines.
+MAIN_CROSSED = ("crossed_decode", "queue_and_journal", "take", "encode")
+
+
+_encode = msgspec.msgpack.Encoder().encode
+#: (streams, values, t0s, t1s), typed as a worker's batch is (server/workers/codec.py)
+_columns = msgspec.msgpack.Decoder(tuple[Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any]])
 
 
 def blocks_of(data: bytes, size: int = RECV_BYTES) -> list[bytes]:
@@ -53,7 +72,7 @@ def blocks_of(data: bytes, size: int = RECV_BYTES) -> list[bytes]:
     return out
 
 
-def run(events: int = 500_000, n_symbols: int = 1000, seed: int = 1) -> dict:
+def run(events: int = 500_000, n_symbols: int = 1000, seed: int = 1, crossed: bool = False) -> dict:
     st = Settings()
     with tempfile.TemporaryDirectory(prefix="cayuga-bench-ingest-path-") as tmp:
         path = Path(tmp) / "ticks.jsonl"
@@ -64,22 +83,29 @@ def run(events: int = 500_000, n_symbols: int = 1000, seed: int = 1) -> dict:
         journal = Journal(Path(tmp) / "journal", st.durability, st.journal_segment_bytes,
                           sync_interval=st.journal_sync_ms / 1000)
         try:
-            spent, taken, sent_bytes = _through(blocks, st, journal)
+            spent, taken, sent_bytes = _through(blocks, st, journal, crossed)
             records = journal.records
         finally:
             journal.close()
             gc.set_threshold(*old)
-    total = sum(spent.values())
-    return {"benchmark": "ingest_path", "events": events, "blocks": len(blocks), "journal_records": records,
-            "batch_size": st.batch_size, "events_taken": taken, "batch_bytes": sent_bytes,
-            "cpu_s": round(total, 3),
-            "us_per_event": {k: round(spent[k] / events * 1e6, 3) for k in STEPS} | {
-                "all": round(total / events * 1e6, 3)},
-            "events_per_core_s": round(events / max(total, 1e-9))}
+    total = sum(spent[k] for k in STEPS)
+    out = {"benchmark": "ingest_path", "events": events, "blocks": len(blocks), "journal_records": records,
+           "batch_size": st.batch_size, "events_taken": taken, "batch_bytes": sent_bytes,
+           "cpu_s": round(total, 3),
+           "us_per_event": {k: round(spent[k] / events * 1e6, 3) for k in STEPS} | {
+               "all": round(total / events * 1e6, 3)},
+           "events_per_core_s": round(events / max(total, 1e-9))}
+    if crossed:
+        main = sum(spent[k] for k in MAIN_CROSSED)
+        out["crossed_us_per_event"] = {k: round(spent[k] / events * 1e6, 3) for k in CROSSED}
+        out["main_us_per_event"] = round(main / events * 1e6, 3)
+        out["main_events_per_core_s"] = round(events / max(main, 1e-9))
+    return out
 
 
-def _through(blocks: list[bytes], st: Settings, journal: Journal) -> tuple[Counter, int, int]:
-    """Every block received, queued and taken out as the server does; the CPU of each step."""
+def _through(blocks: list[bytes], st: Settings, journal: Journal, crossed: bool = False) -> tuple[Counter, int, int]:
+    """Every block received, queued and taken out as the server does; the CPU of each step
+    (``crossed``: each block's events cross as columns first, and those made again are queued)."""
     decoder = make_decoder("jsonl", {STOCK.name: STOCK}.get, time_unit_ms=st.time_unit_ms, streams=[STOCK.name])
     queue = DelayQueue(st.queue_capacity, st.delay, st.time_unit_ms)
     queue.journal = journal
@@ -98,11 +124,21 @@ def _through(blocks: list[bytes], st: Settings, journal: Journal) -> tuple[Count
         if refused or batch.errors:
             raise RuntimeError(f"a generated tick was refused: {refused or batch.errors}")
         last = line + len(batch.events) - 1
-        queue.put_batch(batch.events, meta=lambda end, last=last: ("bench", last))
+        queued, crossing = batch.events, 0.0
+        if crossed:
+            t3 = clock()
+            message = _encode(event_columns(queued))
+            t4 = clock()
+            queued = events_of(*_columns.decode(message), STRINGS)
+            t5 = clock()
+            spent["reader_encode"] += t4 - t3
+            spent["crossed_decode"] += t5 - t4
+            crossing = t5 - t3
+        queue.put_batch(queued, meta=lambda end, last=last: ("bench", last))
         t3 = clock()
         spent["decode"] += t1 - t0
         spent["limits"] += t2 - t1
-        spent["queue_and_journal"] += t3 - t2
+        spent["queue_and_journal"] += t3 - t2 - crossing
         line = last + 1
         while len(queue):
             t4 = clock()

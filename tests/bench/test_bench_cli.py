@@ -409,6 +409,21 @@ def test_ingest_path_takes_every_tick_through_the_queue_and_journal_once():
     assert out["events_per_core_s"] > 0
 
 
+def test_ingest_path_crossed_times_what_a_reader_process_would_leave_to_the_main_process():
+    """``--crossed`` (the receivers' stage 1): each block's events cross as a worker's batch
+    columns and are made again before they are queued; the main process's part is the
+    crossing's decoding, the queue and journal, the take and the encoding, not the lines'."""
+    result = CliRunner().invoke(main, ["bench", "ingest-path", "--events", "20000", "--crossed"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["events"] == out["events_taken"] == 20000 and out["blocks"] == out["journal_records"]
+    steps, crossed = out["us_per_event"], out["crossed_us_per_event"]
+    assert set(crossed) == {"reader_encode", "crossed_decode"} and all(v > 0 for v in crossed.values())
+    main_part = crossed["crossed_decode"] + steps["queue_and_journal"] + steps["take"] + steps["encode"]
+    assert abs(out["main_us_per_event"] - main_part) < 0.01
+    assert out["main_events_per_core_s"] > 0
+
+
 def test_ingest_path_blocks_end_at_line_ends():
     from clients.bench.ingestpath import blocks_of
 
