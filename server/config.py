@@ -156,6 +156,10 @@ class Settings(BaseModel):
     #: their own, beside this process's interpreter lock, not under it; 0 on an engine thread here;
     #: N (or "auto": the machine's cores but one) partitions the subscriptions over N workers.
     engine_workers: int = Field(1, ge=0, le=MAX_ENGINE_WORKERS, validate_default=True)
+    #: TCP reader processes (server/ingest/readers.py): 1 parses every TCP connection's lines in a
+    #: process of its own, beside this process's interpreter lock, not under it; 0 on a thread here
+    #: each; "auto" (the default) 1 on a machine of 4 cores or more, else 0.
+    receivers: int = Field("auto", ge=0, le=1, validate_default=True)
     #: Row scaling with N > 1 engine workers (server/workers/placement.py): "auto" (the default)
     #: splits a subscription that keeps instances and has a partition key (a NEXT or FOLD on
     #: $1.Name = $2.Name) by its key's value over every worker; "on" splits every subscription
@@ -288,6 +292,13 @@ class Settings(BaseModel):
     def _workers(cls, v):
         if isinstance(v, str) and v.strip().lower() == "auto":
             return max(1, min((os.cpu_count() or 2) - 1, MAX_ENGINE_WORKERS))
+        return v
+
+    @field_validator("receivers", mode="before")
+    @classmethod
+    def _receivers(cls, v):
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return 1 if (os.cpu_count() or 1) >= 4 else 0
         return v
 
     @field_validator("max_state_bytes", mode="before")

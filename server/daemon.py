@@ -49,6 +49,7 @@ from server.durability.witlog import WitnessLog
 from server.ingest.connection import Limits
 from server.ingest.intake import Intake
 from server.ingest.queue import DelayQueue
+from server.ingest.readers import ReaderConfig, ReaderProcess
 from server.ingest.tcp import TcpReceiver, bind_port
 from server.observability.counters import Counters
 from server.observability.health import Health
@@ -283,12 +284,12 @@ class Daemon:
         intake = Intake(self.queue, self.engine.schema, self.health.now, self.counters, time_unit_ms=st.time_unit_ms,
                         streams=lambda: list(self.declared), security=self.security, horizon=self.horizon,
                         stamp=st.time == "clock")
+        limits = Limits(max_line_bytes=st.max_line_bytes, max_value_bytes=st.max_value_bytes,
+                        idle_timeout=st.idle_timeout)
         self.receiver = self.health.receiver = TcpReceiver(
-            st.host, st.tcp_port, intake, max_connections=st.max_connections,
-            limits=Limits(max_line_bytes=st.max_line_bytes, max_value_bytes=st.max_value_bytes,
-                          idle_timeout=st.idle_timeout),
+            st.host, st.tcp_port, intake, max_connections=st.max_connections, limits=limits,
             max_per_address=st.max_connections_per_address, security=self.security, gate=self.accepting,
-            sock=self._tcp_sock)
+            sock=self._tcp_sock, readers=self._readers(st, limits))
         try:
             self.receiver.start()
         except BaseException:
@@ -301,6 +302,15 @@ class Daemon:
         self.started = True
         self.backfills.resume(backfilling)  # listed now, run once the engine thread runs
         self.recovery.start(stored)
+
+    def _readers(self, st: Settings, limits: Limits) -> ReaderProcess | None:
+        """The TCP reader process (``receivers: 1``), or None: a reader thread a connection."""
+        if not st.receivers:
+            return None
+        config = ReaderConfig(limits, time_unit_ms=st.time_unit_ms, stamp=st.time == "clock",
+                              tls_certfile=_path(st.tls_certfile), tls_keyfile=_path(st.tls_keyfile),
+                              tls_client_ca=_path(st.tls_client_ca))
+        return ReaderProcess(config, auth=self.security.enabled, journaled=self.journal is not None)
 
     def _record_schemas(self) -> None:
         """Record this start's configured streams, what it installs afresh and what
@@ -616,3 +626,7 @@ class Daemon:
 
     def activity(self) -> tuple[dict[str, int], dict[str, int]]:
         return self.health.activity()
+
+
+def _path(p) -> str | None:
+    return None if p is None else str(p)

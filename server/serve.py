@@ -196,7 +196,11 @@ class CayugaServer(uvicorn.Server):
         if tls is None:
             log.info("SIGHUP: the server has no tls_certfile; nothing to reload")
             return None
-        return tls.reload()
+        error = tls.reload()
+        receiver = self.daemon.receiver
+        if error is None and receiver is not None and receiver.readers is not None:
+            receiver.readers.reload_tls()  # the reader process's TLS connections: the same files
+        return error
 
 
 def _write_port_file(path: str, http_port: int, tcp_port: int) -> None:

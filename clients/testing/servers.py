@@ -103,8 +103,9 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30) -> int | None:
 
 
 #: The CAYUGA_* variables a ServerProcess keeps from the calling environment: which engine build,
-#: and where the automata run (a test run with CAYUGA_ENGINE_WORKERS=1 runs them in a worker).
-PASSED_THROUGH = ("CAYUGA_ENGINE", "CAYUGA_ENGINE_WORKERS")
+#: where the automata run (a test run with CAYUGA_ENGINE_WORKERS=1 runs them in a worker), and where the
+#: TCP lines are read (CAYUGA_RECEIVERS=1: in a reader process).
+PASSED_THROUGH = ("CAYUGA_ENGINE", "CAYUGA_ENGINE_WORKERS", "CAYUGA_RECEIVERS")
 
 
 class ServerProcess:

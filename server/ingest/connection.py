@@ -148,7 +148,10 @@ class Connection:
             log.debug("connection %s ended: %s", self.address, exc)
         finally:
             if self.st.sender is not None:
-                self.intake.release(self.st.sender)
+                try:
+                    self.intake.release(self.st.sender)
+                except OSError:  # (a reader in another process whose server ended: it holds nothing now)
+                    pass
 
     def _start_tls(self, conn: socket.socket) -> ssl.SSLSocket | None:
         """The connection's TLS side, its handshake done; None when it was

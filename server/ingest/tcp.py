@@ -19,8 +19,10 @@ import threading
 
 from server.ingest.connection import (AUTH_SECONDS, DISK_FULL_DRAIN_SECONDS, FINAL_ACK_SECONDS, POLL, RECV_BYTES,
                                       Connection, Limits, line_over, value_bound)
+from server.ingest import remote
 from server.ingest.intake import Intake
 from server.ingest.limits import AddressSlots
+from server.ingest.readers import ReaderProcess
 from server.observability.counters import TCP_REFUSED
 from server.observability.threadcpu import thread_ended
 from server.security.tls import force_shutdown
@@ -51,26 +53,29 @@ def bind_port(host: str, port: int) -> socket.socket:
 class TcpReceiver:
     def __init__(self, host: str, port: int, intake: Intake, *, limits: Limits = Limits(),
                  max_connections: int = 64, max_per_address: int = 16, security=None,
-                 gate: threading.Event | None = None, sock: socket.socket | None = None) -> None:
+                 gate: threading.Event | None = None, sock: socket.socket | None = None,
+                 readers: ReaderProcess | None = None) -> None:
         """``intake``: what the connections ask of the server; ``limits``: what
         each keeps to; ``gate``: connections are accepted once it is set (they
         wait in the listen backlog while a recovery puts back the journal's
         events); ``security`` (server/security: tokens, scopes, TLS), None:
         open, plain text; ``sock``: the port already bound (:func:`bind_port`),
-        to listen on."""
+        to listen on; ``readers``: the reader process the connections are handed
+        to (server/ingest/readers.py), None: a reader thread each here."""
         self.gate = gate
         self.host = host
         self.requested_port = port
         self.intake = intake
         self.limits = limits
         self.tls = security.tls if security is not None else None
+        self.readers = readers
         self._slots = threading.BoundedSemaphore(max_connections)
         self._addresses = AddressSlots(max_per_address)
         self._stop = threading.Event()
         self._sock: socket.socket | None = sock
         self._bound_port: int | None = None  # kept once the listener is closed (drain): /health reads it
         self._listener: threading.Thread | None = None
-        self._conns: dict[threading.Thread, Connection] = {}
+        self._conns: dict[threading.Thread, Connection | _Handed] = {}
         self._lock = threading.Lock()
 
     @property
@@ -83,6 +88,8 @@ class TcpReceiver:
             return len(self._conns)
 
     def start(self) -> None:
+        if self.readers is not None:
+            self.readers.start()
         sock = self._sock or bind_port(self.host, self.requested_port)
         sock.listen(128)
         sock.settimeout(POLL)
@@ -98,6 +105,8 @@ class TcpReceiver:
         self.intake.stop()
         if self._listener:
             self._listener.join(timeout)
+        if self.readers is not None:  # its connections end at their next line, as the threads' do
+            self.readers.stop(timeout)
         with self._lock:
             conns = list(self._conns.items())
         for t, c in conns:
@@ -130,13 +139,21 @@ class TcpReceiver:
                 continue
             conn.settimeout(POLL)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # error lines go back at once
-            reader = Connection(conn, addr[0], self.intake, self.limits, tls=self.tls, stop=self._stop)
+            if self.readers is not None:
+                channel = self.readers.hand_over(conn, addr[0])
+                if channel is None:
+                    self._slots.release()
+                    self._addresses.release(addr[0])
+                    continue
+                reader = _Handed(channel, addr[0], self.intake)
+            else:
+                reader = Connection(conn, addr[0], self.intake, self.limits, tls=self.tls, stop=self._stop)
             t = threading.Thread(target=self._serve, args=(reader,), name=f"cayuga-tcp-{addr[1]}", daemon=True)
             with self._lock:
                 self._conns[t] = reader
             t.start()
 
-    def _serve(self, reader: Connection) -> None:
+    def _serve(self, reader: Connection | _Handed) -> None:
         try:
             reader.run()
         finally:
@@ -162,3 +179,17 @@ class TcpReceiver:
             pass
         finally:
             conn.close()
+
+
+class _Handed:
+    """A connection handed to the reader process: this process answers its
+    reader's calls on ``sock``, its channel, until the reader ends it."""
+
+    def __init__(self, sock: socket.socket, address: str, intake: Intake) -> None:
+        self.sock, self.address, self.intake = sock, address, intake
+
+    def run(self) -> None:
+        try:
+            remote.serve(self.sock, self.intake)
+        except OSError as exc:
+            log.debug("the channel of a connection from %s ended: %s", self.address, exc)

@@ -273,13 +273,14 @@ def test_a_block_split_by_a_full_queue_journals_each_parts_progress_without_a_pa
     """A sender's block larger than the queue's room goes in as several parts,
     each journaled with the sender's lines done up to it; when every line of the
     block is an event, that number is known without Batch.line_of's pass over the
-    block's lines (server/ingest/connection.py)."""
-    srv = start_server(queue_capacity=300)
+    block's lines (server/ingest/connection.py). The reader runs on a thread here
+    (receivers: 0), where the probe sees it."""
+    srv = start_server(queue_capacity=300, receivers=0)
     calls = Counter()
 
     def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == "line_of":
-            calls["line_of"] += 1
+        if event == "call" and frame.f_code.co_name in ("line_of", "_read_lines"):
+            calls[frame.f_code.co_name] += 1
 
     n = 6000
     threading.setprofile(profile)  # the connection's receiver thread starts with it
@@ -296,4 +297,4 @@ def test_a_block_split_by_a_full_queue_journals_each_parts_progress_without_a_pa
     for events, lines_done in records:
         done += events
         assert lines_done == done
-    assert done == n and calls["line_of"] == 0
+    assert done == n and calls["line_of"] == 0 and calls["_read_lines"] == 1

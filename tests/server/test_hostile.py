@@ -214,14 +214,18 @@ def test_line_over_says_whether_some_line_of_a_block_is_longer_than_the_limit(le
 
 def test_a_block_of_short_lines_longer_than_max_value_bytes_is_not_split_into_lines(start_server):
     """Only a block with a line longer than max_value_bytes is scanned value by
-    value; finding there is none takes a few rfind calls, not a split of the block."""
-    srv = start_server(max_value_bytes=1000)
-    splits = []
+    value; finding there is none takes a few rfind calls, not a split of the block.
+    The reader runs on a thread here (receivers: 0), where the probe sees it."""
+    srv = start_server(max_value_bytes=1000, receivers=0)
+    splits, read = [], []
 
     def profile(frame, event, arg):
-        if event == "c_call" and getattr(arg, "__name__", "") == "split" and frame.f_code.co_filename.endswith(
-                "server/ingest/connection.py"):
+        if not frame.f_code.co_filename.endswith("server/ingest/connection.py"):
+            return
+        if event == "c_call" and getattr(arg, "__name__", "") == "split":
             splits.append(frame.f_lineno)
+        elif event == "call" and frame.f_code.co_name == "_read_lines":
+            read.append(frame.f_lineno)
 
     threading.setprofile(profile)  # the connection's receiver thread starts with it
     try:
@@ -232,7 +236,7 @@ def test_a_block_of_short_lines_longer_than_max_value_bytes_is_not_split_into_li
     finally:
         threading.setprofile(None)
     assert errors == ["error line 200: a string value of 2000 bytes is longer than max_value_bytes (1000)"]
-    assert splits == []
+    assert splits == [] and len(read) == 1
 
 
 def test_text_plain_body_is_415(client):

@@ -1,0 +1,229 @@
+"""The intake's calls over a channel: a connection's reader in the reader process
+(server/ingest/readers.py) and the main process's thread that answers it.
+
+One channel a connection: a stream socket pair, made by the main process when it
+hands the connection over, one end to each side. Each call is one request and one
+answer, in order, MessagePack behind a 4-byte length: ``[op, args...]`` answered
+``[0, value]``, or ``[1, kind, message, arg]`` for what the call raised (``disk``:
+:class:`DiskFull` with its ``first_refused``; ``auth``: :class:`AuthRefused` with
+its reason; ``os``: the server is stopping). A block's events cross as an engine
+worker's batch columns do (:func:`air.engine.convert.event_columns`), and are made
+again in the main process (``events_of``); a stream's declaration crosses pickled
+(this channel joins two processes of one server), and the reader keeps each one it
+was sent while it is unchanged, so that a decoder finds the same object from block to
+block (docs/design/receivers.md, stage 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import socket
+import struct
+from typing import Any, Optional, Union
+
+import msgspec
+
+from air.engine.convert import STRINGS, event_columns, events_of
+from air.formats import make_decoder
+from server.durability.diskfull import DiskFull
+from server.ingest.intake import Intake, Lines
+from server.observability.counters import Count
+from server.security import AuthRefused
+
+log = logging.getLogger("cayuga.receivers")
+
+_LENGTH = struct.Struct("<I")
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+#: a put's arguments: the columns (streams, values, t0s, t1s), then the Lines or nil
+_PUT = b"\x96\xa3put"  # how a put's request begins: an array of 6, "put"
+_put = msgspec.msgpack.Decoder(tuple[str, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],
+                                     Optional[tuple[str, int, int, Optional[list[int]]]]])
+
+
+def send(sock: socket.socket, message: bytes) -> None:
+    """One message: its length, then it (a large one not copied behind its length)."""
+    if len(message) < 1 << 16:
+        sock.sendall(_LENGTH.pack(len(message)) + message)
+    else:
+        sock.sendall(_LENGTH.pack(len(message)))
+        sock.sendall(message)
+
+
+def receive(sock: socket.socket) -> bytes | None:
+    """One message, or None at the end of the channel."""
+    head = _exactly(sock, 4)
+    if head is None:
+        return None
+    body = _exactly(sock, _LENGTH.unpack(head)[0])
+    if body is None:
+        raise ConnectionError("the channel ended inside a message")
+    return bytes(body)
+
+
+def _exactly(sock: socket.socket, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if not k:
+            if got:
+                raise ConnectionError("the channel ended inside a message")
+            return None
+        got += k
+    return buf
+
+
+# ---------------------------------------------------------------------- the main process's side
+
+
+def serve(channel: socket.socket, intake: Intake) -> None:
+    """Answer one connection's calls until its reader closes the channel; then give
+    back the senders it held (a reader process killed does not release them)."""
+    held: set[str] = set()
+    while True:
+        message = receive(channel)
+        if message is None:
+            break
+        if message.startswith(_PUT):  # the hot path: a block's events
+            op, streams, values, t0s, t1s, lines = _put.decode(message)
+            args = (events_of(streams, values, t0s, t1s, STRINGS), Lines(*lines) if lines is not None else None)
+        else:
+            op, *args = _decode(message)
+        try:
+            value = _call(intake, op, args, held)
+            answer = [0, value]
+        except DiskFull as exc:
+            answer = [1, "disk", [exc.part, exc.what, exc.path, exc.reason, exc.kind], exc.first_refused]
+        except AuthRefused as exc:
+            answer = [1, "auth", str(exc), exc.reason]
+        except OSError as exc:
+            answer = [1, "os", str(exc), None]
+        send(channel, _encode(answer))
+    for sender in held:
+        intake.release(sender)
+
+
+def _call(intake: Intake, op: str, args: list, held: set[str]):
+    if op == "put":
+        late = intake.put(*args)
+        return [late, intake.position()]
+    if op == "record_progress":
+        intake.record_progress(*args)
+        return intake.position()
+    if op == "claim":
+        ok = intake.claim(args[0])
+        if ok:
+            held.add(args[0])
+        return ok
+    if op == "release":
+        held.discard(args[0])
+        intake.release(args[0])
+        return None
+    if op == "count":
+        intake.count(Count(args[0]), args[1])
+        return None
+    if op == "authenticate":
+        intake.authenticate(args[0], args[1])
+        return None
+    if op == "schema":
+        schema = intake.catalog(args[0]) if isinstance(args[0], str) else None
+        return None if schema is None else pickle.dumps(schema)
+    if op == "streams":
+        return list(intake.streams())
+    if op in ("progress", "durable", "horizon", "position"):
+        return getattr(intake, op)(*args)
+    if op == "wait_durable":
+        intake.wait_durable(*args)
+        return None
+    raise ValueError(f"unknown call {op!r} on a reader's channel")
+
+
+# ---------------------------------------------------------------------- the reader's side
+
+
+class RemoteIntake:
+    """An :class:`Intake` whose calls cross ``channel`` to the main process (one
+    connection's, used by its reader's thread only). ``auth`` and ``journaled`` are
+    told at the hand-over; ``clock``, ``time_unit_ms`` and ``stamp`` are the server's
+    settings, for the decoders made here."""
+
+    def __init__(self, channel: socket.socket, *, auth: bool, journaled: bool, clock, time_unit_ms: float,
+                 stamp: bool) -> None:
+        self.channel = channel
+        self.auth = auth
+        self.journaled = journaled
+        self.clock = clock
+        self.time_unit_ms = time_unit_ms
+        self.stamp = stamp
+        self._position = 0
+        self._schemas: dict[str, tuple[bytes, Any]] = {}
+
+    def _call(self, *request):
+        send(self.channel, _encode(request))
+        answer = receive(self.channel)
+        if answer is None:
+            raise OSError("the server ended the connection's channel")
+        status, *rest = _decode(answer)
+        if status == 0:
+            return rest[0]
+        kind, message, arg = rest
+        if kind == "disk":
+            raise DiskFull(*message, first_refused=arg)
+        if kind == "auth":
+            raise AuthRefused(arg, message)
+        raise OSError(message)
+
+    def authenticate(self, token: bytes | None, address: str) -> None:
+        self._call("authenticate", token, address)
+
+    def claim(self, sender: str) -> bool:
+        return self._call("claim", sender)
+
+    def release(self, sender: str) -> None:
+        self._call("release", sender)
+
+    def progress(self, sender: str) -> int:
+        return self._call("progress", sender)
+
+    def record_progress(self, sender: str, lines_done: int) -> None:
+        self._position = self._call("record_progress", sender, lines_done)
+
+    def decoder(self, fmt: str):
+        return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,
+                            time_unit_ms=self.time_unit_ms, streams=self._call("streams"))
+
+    def catalog(self, name: str):
+        """The declaration of stream ``name`` now (None: none), the same object while it is unchanged."""
+        data = self._call("schema", name)
+        if data is None:
+            self._schemas.pop(name, None)
+            return None
+        kept = self._schemas.get(name)
+        if kept is None or kept[0] != data:
+            kept = self._schemas[name] = (data, pickle.loads(data))
+        return kept[1]
+
+    def horizon(self) -> float | None:
+        return self._call("horizon")
+
+    def put(self, events, lines: Lines | None = None) -> list[int]:
+        late, self._position = self._call("put", *event_columns(events), tuple(lines) if lines is not None else None)
+        return late
+
+    def count(self, what: Count, n: int = 1) -> None:
+        self._call("count", what.value, n)
+
+    def position(self) -> int:
+        """The journal's position after this connection's last put (or progress)."""
+        return self._position
+
+    def durable(self) -> int:
+        return self._call("durable")
+
+    def wait_durable(self, position: int, wait: float) -> None:
+        self._call("wait_durable", position, wait)
+
+    def stop(self) -> None:
+        """(The main process's intake stops the puts.)"""
