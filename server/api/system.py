@@ -206,7 +206,16 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         "subscriptions": len(d.subscriptions),
         "clients": d.hub.client_count,
         "tcp_port": d.receiver.port if d.receiver else None,
+        # receivers: 1 reads the TCP connections' lines in a process of its own (server/ingest/readers.py):
+        # its pid and how often it was started again (it died: its connections ended, their senders resumed)
+        "receivers": d.settings.receivers,
+        "tcp_reader": _tcp_reader(d),
     })
+
+
+def _tcp_reader(d) -> dict | None:
+    readers = d.receiver.readers if d.receiver else None
+    return None if readers is None else {"pid": readers.pid, "restarts": readers.restarts}
 
 
 @router.get("/livez", summary="Liveness probe (open, no token)", response_model=ProbeOut,

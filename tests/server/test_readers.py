@@ -1,0 +1,134 @@
+"""``receivers: 1``: the TCP connections' lines read in a process of their own
+(server/ingest/readers.py; docs/design/receivers.md, stage 1). What a sender sees
+is what a reader thread gives it -- replies, refusals, acknowledgements, TLS and
+tokens, declarations made while it is connected -- and a reader process killed
+loses no accepted line and takes none twice. (The whole suite runs so with
+``CAYUGA_RECEIVERS=1``; these run at the default too.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from clients.client import CayugaClient, TcpSender
+from clients.testing import ServerProcess, collect, make_tls_files, stock, wait_until
+from server.observability.counters import Count
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "r3ader-token"
+
+
+def _reader(srv) -> dict:
+    return httpx.get(srv.base_url + "/health", timeout=10).json()["tcp_reader"]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def test_the_reader_process_replies_refuses_and_acknowledges_as_a_thread_does(start_server):
+    srv = start_server(receivers=1)
+    reader = _reader(srv)
+    assert reader["restarts"] == 0 and reader["pid"] not in (None, os.getpid()) and not _gone(reader["pid"])
+    s = socket.create_connection(("127.0.0.1", srv.tcp_port), timeout=10)
+    f = s.makefile("rwb")
+    f.write(b"#sender feed\n#ack\n")
+    f.flush()
+    assert f.readline() == b"#resume 0\n"
+    taken = socket.create_connection(("127.0.0.1", srv.tcp_port), timeout=10)  # one connection a sender
+    taken.sendall(b"#sender feed\n")
+    assert taken.makefile("rb").readline().startswith(b"error: sender feed is already connected")
+    taken.close()
+    good = b"".join(json.dumps(stock(f"S{i % 7}", 1.0, i, i)).encode() + b"\n" for i in range(1, 501))
+    f.write(good + b'{"stream": "Nope", "t0": 1, "t1": 1}\n' + b"not json\n")
+    f.flush()
+    replies = [f.readline() for _ in range(3)]
+    assert replies[0] == b"error line 501: unknown stream 'Nope'; declare it first\n"
+    assert replies[1].startswith(b"error line 502: ") and replies[2] == b"#ack 502\n"
+    f.close()
+    s.close()
+    counters = srv.daemon.counters
+    assert counters.get(Count.RECEIVED_TCP) == 500 and counters.get(Count.REJECTED_TCP) == 2
+    assert counters.get(Count.TCP_SENDER_TAKEN) == 1 and srv.daemon.queue.progress("feed") == 502
+    wait_until(lambda: srv.daemon.receiver.connections == 0, 10, "the connections' channels to end")
+
+
+def test_a_stream_declared_while_a_sender_is_connected_is_known_to_its_reader(start_server):
+    srv = start_server(receivers=1)
+    s = socket.create_connection(("127.0.0.1", srv.tcp_port), timeout=10)
+    f = s.makefile("rwb")
+    line = b'{"stream": "Trade", "Sym": "IBM", "t0": 5, "t1": 5}\n'
+    f.write(line)
+    f.flush()
+    assert f.readline() == b"error line 1: unknown stream 'Trade'; declare it first\n"
+    with CayugaClient(srv.base_url) as c:
+        c.declare_stream("Trade", {"Sym": "string"})
+    f.write(line)
+    f.flush()
+    wait_until(lambda: srv.daemon.counters.get(Count.RECEIVED_TCP) == 1, 10, "the declared stream's event")
+    f.close()
+    s.close()
+
+
+def test_kill_9_of_the_reader_process_loses_no_line_and_takes_none_twice(start_server, tmp_path):
+    """``cayuga send`` sees its connection end when the reader process is killed, and resumes
+    from what the journal holds; a new reader process takes it. Every line is accepted once."""
+    srv = start_server(receivers=1, durability="write")
+    n = 60_000
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(stock(f"S{i % 31}", i / 4, i, i // 10)) + "\n" for i in range(1, n + 1)))
+    first = _reader(srv)["pid"]
+    proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "send", str(path), "--url", srv.base_url,
+                             "--port", str(srv.tcp_port), "--rate", "20000", "--retry-for", "60"],
+                            cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: srv.daemon.queue.accepted >= n // 5, 60, f"{n // 5} lines accepted")
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: _reader(srv)["restarts"] == 1, 30, "the reader process to be started again")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert f"sent {n} lines, 0 rejected, {n} acknowledged" in err
+    assert srv.daemon.queue.accepted == n  # every line once
+    assert sum(len(r.events) for r in srv.daemon.journal.replay(0)) == n
+    second = _reader(srv)["pid"]
+    assert second != first and _gone(first) and not _gone(second)
+
+
+def test_tls_and_tokens_through_the_reader_process_and_it_ends_with_its_server(tmp_path):
+    files = make_tls_files(tmp_path / "tls")
+    env = {"CAYUGA_RECEIVERS": "1", "CAYUGA_TLS_CERTFILE": str(files.cert), "CAYUGA_TLS_KEYFILE": str(files.key),
+           "CAYUGA_AUTH_TOKENS": f'["{TOKEN}"]'}
+    with ServerProcess(tmp_path / "data", settings=env, cacert=files.ca) as srv:
+        client = CayugaClient(srv.base_url, token=TOKEN, cacert=str(files.ca))
+        try:
+            reader = client.health()["tcp_reader"]
+            sid = client.subscribe(cel="SELECT * FROM Stock PUBLISH All")["id"]
+            with client.watch(sid, timeout=30) as matches:
+                sender = TcpSender("127.0.0.1", srv.tcp_port, token=TOKEN, ssl_context=client.tcp_ssl_context,
+                                   sender_id="tls-feed", ack=True)
+                sender.send_many(stock("IBM", float(i), i, i + 1) for i in range(50))
+                assert sender.wait_acked(50, 30)
+                assert sender.close(timeout=10) == []
+                assert [w["Volume"] for w in collect(matches, 50)] == list(range(50))
+            wrong = TcpSender("127.0.0.1", srv.tcp_port, token="not-it", ssl_context=client.tcp_ssl_context)
+            wrong.send(stock("IBM", 1.0, 1, 100))
+            assert any("authentication required" in e for e in wrong.close(timeout=10))
+        finally:
+            client.close()
+        srv.proc.send_signal(signal.SIGKILL)
+        srv.proc.wait(10)
+        wait_until(lambda: _gone(reader["pid"]), 10, "the reader process to end with its server")
