@@ -57,6 +57,7 @@ class ReaderConfig:
     tls_certfile: str | None = None
     tls_keyfile: str | None = None
     tls_client_ca: str | None = None
+    log_level: str = "info"
 
 
 class ReaderProcess:
@@ -195,10 +196,11 @@ def main(control_fd: int) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the group: the main process stops us
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s [reader]: %(message)s")
     control = socket.socket(fileno=control_fd)
     raw = _decode(control.recv(1 << 16))
     config = ReaderConfig(**{**raw, "limits": Limits(**raw["limits"])})
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s [reader]: %(message)s")
     tls = None
     if config.tls_certfile is not None:
         from server.security.tls import ServerTls
