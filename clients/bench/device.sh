@@ -12,7 +12,9 @@
 # by default):
 #   workers16    the 10,000 per-symbol queries at 1, 2, 4, 8, 16 workers (target: >= 10x at 16)
 #                (each count's main_cpu_us_per_event and main_events_per_cpu_s: the main process's ceiling)
-#   rising8      the README's Rising, row-scaled, at 1, 2, 4, 8 workers (target: >= 5x at 8)
+#   rising8      the README's Rising, row-scaled, at 1, 2, 4, 8 workers (target: >= 5x at 8); on 16 cores
+#                the TCP lines are read in a reader process (receivers: auto = 1 from 4 cores)
+#   rising8_threads  the same with receivers: 0 (a reader thread a connection): what the reader process gives
 #   latency_1    TCP in -> WebSocket out at the default (1 worker)   (target: p99 <= 5 ms at 50K/s)
 #   latency_auto the same with engine_workers: auto (the cores but one)
 #   latency_write the default with durability: write (no journal fdatasync): whether the syncs make the tail
@@ -49,7 +51,7 @@ if [ "${SMALL:-0}" = 1 ]; then
 else
   QUERIES=10000 EVENTS=${EVENTS:-200000} TICKS=${TICKS:-1000000} PER_RATE=5
 fi
-STEPS=${STEPS:-workers16 rising8 latency_1 latency_write latency_spy main16 server latency_auto}
+STEPS=${STEPS:-workers16 rising8 rising8_threads latency_1 latency_write latency_spy main16 server latency_auto}
 COUNTS=${COUNTS:-0,1,2,4,8,16}
 { echo "cores: $(nproc)"; "$PY" --version; uname -a; uptime; } > "$OUT/machine.txt" 2>&1
 
@@ -119,6 +121,8 @@ wants workers16 && run workers16 -- workers --workers "$COUNTS" --queries "$QUER
 wants columns16 && run columns16 -- workers --workers "${COUNTS#0,}" --queries "$QUERIES" --events "$EVENTS" \
   --row-scaling off
 wants rising8 && run rising8 -- workers --query rising --queries 1 --workers 1,2,4,8 --events "$TICKS"
+wants rising8_threads && run rising8_threads CAYUGA_RECEIVERS=0 -- workers --query rising --queries 1 \
+  --workers 1,2,4,8 --events "$TICKS"
 wants latency_1 && run latency_1 -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 wants latency_write && run latency_write CAYUGA_DURABILITY=write -- latency --rates 10000,50000,100000 --seconds "$PER_RATE"
 wants latency_spy && spy_latency

@@ -89,12 +89,14 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                 threads_before = metric_by(client, "cayuga_thread_cpu_seconds_total", "thread")
                 batches = metric(client, "cayuga_engine_latency_seconds_count")
                 h0 = client.health()
+                reader0 = _reader_cpu(h0)
                 cpu, waits = _cpu(client, h0), _waits(h0)  # (last: the scrapes above not in the main process's figure)
                 start = time.perf_counter()
                 seconds, steady = _send_and_wait(client, ticks, events, start)
                 h = client.health()
                 after = _cpu(client, h)
                 main_cpu, workers_cpu = after[0] - cpu[0], [b - a for a, b in zip(cpu[1], after[1])]
+                reader_cpu = None if reader0 is None or _reader_cpu(h) is None else _reader_cpu(h) - reader0
                 workers_wait = [b - a for a, b in zip(waits, _waits(h))]
                 threads = {k: v - threads_before.get(k, 0.0)
                            for k, v in metric_by(client, "cayuga_thread_cpu_seconds_total", "thread").items()}
@@ -131,6 +133,11 @@ def run(workers: list[int], queries: int, events: int, n_symbols: int, length: i
                                     "main_threads_us_per_event": {k: round(v / events * 1e6, 2) for k, v in
                                                                   sorted(threads.items(), key=lambda kv: -kv[1])
                                                                   if v / events * 1e6 >= 0.01},
+                                    # the TCP reader process's (receivers: 1; None: reader threads in
+                                    # the main process, their CPU in main_cores)
+                                    "reader_cores": None if reader_cpu is None else round(reader_cpu / seconds, 2),
+                                    "reader_cpu_us_per_event": None if reader_cpu is None else round(
+                                        reader_cpu / events * 1e6, 2),
                                     "worker_cores": [round(c / seconds, 2) for c in workers_cpu],
                                     # the share of the run each worker was ready to run and waited for a
                                     # core (Linux's schedstat): beside worker_cores, whether the workers
@@ -220,6 +227,12 @@ def _watch(client, n: int, stack: ExitStack) -> tuple[list[int], list[str]]:
 def _waits(health: dict) -> list[float]:
     """Seconds each engine worker has waited for a core so far, from ``health`` (0 where not known)."""
     return [w.get("cpu_wait_seconds") or 0.0 for w in health["workers"]]
+
+
+def _reader_cpu(health: dict) -> float | None:
+    """CPU seconds so far of the TCP reader process (None without one: receivers 0)."""
+    reader = health.get("tcp_reader")
+    return None if reader is None else reader.get("cpu_seconds")
 
 
 def _cpu(client, health: dict) -> tuple[float, list[float]]:

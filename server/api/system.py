@@ -207,7 +207,8 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
         "clients": d.hub.client_count,
         "tcp_port": d.receiver.port if d.receiver else None,
         # receivers: 1 reads the TCP connections' lines in a process of its own (server/ingest/readers.py):
-        # its pid and how often it was started again (it died: its connections ended, their senders resumed)
+        # its pid, how often it was started again (it died: its connections ended, their senders resumed),
+        # and the CPU the one running now has used
         "receivers": d.settings.receivers,
         "tcp_reader": _tcp_reader(d),
     })
@@ -215,7 +216,8 @@ async def get_health(request: Request, d: DaemonDep) -> JSONResponse:
 
 def _tcp_reader(d) -> dict | None:
     readers = d.receiver.readers if d.receiver else None
-    return None if readers is None else {"pid": readers.pid, "restarts": readers.restarts}
+    return None if readers is None else {"pid": readers.pid, "restarts": readers.restarts,
+                                         "cpu_seconds": readers.cpu_seconds()}
 
 
 @router.get("/livez", summary="Liveness probe (open, no token)", response_model=ProbeOut,

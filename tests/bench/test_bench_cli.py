@@ -452,6 +452,7 @@ def test_bench_workers_says_each_counts_rate_and_the_cores_each_process_used(tmp
         assert 0 < r["taking_s"] <= r["seconds"] and r["taking_events_per_second"] > 0
         assert r["main_cores"] >= 0 and len(r["worker_cores"]) == r["engine_workers"]
         assert all(c >= 0 for c in r["worker_cores"])
+        assert r["reader_cores"] is None or r["reader_cores"] >= 0  # (a reader process: receivers 1)
         assert len(r["worker_waiting"]) == r["engine_workers"] and all(c >= 0 for c in r["worker_waiting"])
         # the main process's CPU an event, and the events/s a core of it carries at that cost
         assert r["main_cpu_us_per_event"] >= 0

@@ -40,6 +40,7 @@ def test_the_reader_process_replies_refuses_and_acknowledges_as_a_thread_does(st
     srv = start_server(receivers=1)
     reader = _reader(srv)
     assert reader["restarts"] == 0 and reader["pid"] not in (None, os.getpid()) and not _gone(reader["pid"])
+    assert reader["cpu_seconds"] >= 0
     s = socket.create_connection(("127.0.0.1", srv.tcp_port), timeout=10)
     f = s.makefile("rwb")
     f.write(b"#sender feed\n#ack\n")
