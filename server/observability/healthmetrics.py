@@ -71,6 +71,15 @@ class HealthCollector:
                 parts.add_metric([*label, part], seconds)
             stopped.add_metric(label, 1 if w["state"] == "stopped" else 0)
         yield from (up, flight, batches, events, instances, cpu, waited, restarts, stopped, collections, parts, oldest)
+        readers = getattr(getattr(d, "receiver", None), "readers", None)
+        if readers is not None:  # receivers: 1 (server/ingest/readers.py)
+            yield CounterMetricFamily("cayuga_tcp_reader_restarts", "Times the TCP reader process died and "
+                                      "another was started (its connections ended; their senders resume)",
+                                      value=readers.restarts)
+            used = readers.cpu_seconds()
+            if used is not None:
+                yield CounterMetricFamily("cayuga_tcp_reader_cpu_seconds", "CPU time the TCP reader process has "
+                                          "used (its current process: a restart starts it again)", value=used)
         yield CounterMetricFamily("cayuga_engine_errors", "Events the engine raised an error on (the thread "
                                   "survived; /health reports the last one and says degraded)",
                                   value=d.counters.get(Count.ENGINE_ERRORS))

@@ -62,6 +62,8 @@ def test_the_reader_process_replies_refuses_and_acknowledges_as_a_thread_does(st
     assert counters.get(Count.RECEIVED_TCP) == 500 and counters.get(Count.REJECTED_TCP) == 2
     assert counters.get(Count.TCP_SENDER_TAKEN) == 1 and srv.daemon.queue.progress("feed") == 502
     wait_until(lambda: srv.daemon.receiver.connections == 0, 10, "the connections' channels to end")
+    text = httpx.get(srv.base_url + "/metrics", timeout=10).text
+    assert "cayuga_tcp_reader_restarts_total 0.0" in text and "cayuga_tcp_reader_cpu_seconds_total " in text
 
 
 def test_a_stream_declared_while_a_sender_is_connected_is_known_to_its_reader(start_server):
