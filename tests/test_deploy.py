@@ -84,7 +84,8 @@ def exported(tmp_path_factory):
     from clients.testing import server_settings
     from server.serve import RunningServer
 
-    srv = RunningServer(server_settings(tmp_path_factory.mktemp("deploy") / "data")).start()
+    # (with a TCP reader process, whose metrics exist only then: receivers is 0 below 4 cores)
+    srv = RunningServer(server_settings(tmp_path_factory.mktemp("deploy") / "data", receivers=1)).start()
     try:
         with httpx.Client(base_url=srv.base_url, timeout=10) as c:
             # a NEXT keeps an instance alive after its first event (cayuga_instances has a value)
