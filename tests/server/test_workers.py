@@ -304,8 +304,9 @@ def test_cayuga_serve_with_a_worker_stops_cleanly_and_leaves_no_process(tmp_path
             sid = c.subscribe(cel="SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH P")["id"]
             c.post_events([stock("A", 1.0, 1, 1), stock("A", 2.0, 1, 2)])
             wait_until(lambda: c.subscription(sid)["last_seq"] == 1, what="the witness")
+            reader = c.health()["tcp_reader"]  # (receivers: 1, as CAYUGA_RECEIVERS=1 runs the suite: a process more)
         children = subprocess.run(["pgrep", "-P", str(srv.proc.pid)], capture_output=True, text=True).stdout.split()
-        assert len(children) == 1  # the engine worker
+        assert len(children) == 1 + (reader is not None)  # the engine worker, and the TCP reader process
     assert srv.proc.returncode == 0
     for child in children:
         with pytest.raises(ProcessLookupError):
