@@ -117,6 +117,8 @@ class ReaderProcess:
         with self._lock:
             self._proc, self._control = proc, mine
         log.info("TCP reader process %d started", proc.pid)
+        if self._stopping.is_set():  # (a stop came while it started: :meth:`stop` waits for it)
+            mine.send(_encode(["stop"]))
 
     def _watch(self) -> None:
         """Start the reader process again when it dies (not when it was told to stop)."""
@@ -170,6 +172,8 @@ class ReaderProcess:
 
     def stop(self, timeout: float = STOP_SECONDS) -> None:
         self._stopping.set()
+        if self._watcher is not None:  # first: a reader process it is starting is then the one to stop
+            self._watcher.join(timeout)
         with self._lock:
             control, self._control = self._control, None
         if control is not None:
@@ -186,8 +190,6 @@ class ReaderProcess:
                 self._proc.wait()
         if control is not None:
             control.close()
-        if self._watcher is not None:
-            self._watcher.join(timeout)
 
 
 # ---------------------------------------------------------------------- the reader process
