@@ -82,27 +82,29 @@ def serve(channel: socket.socket, intake: Intake) -> None:
     """Answer one connection's calls until its reader closes the channel; then give
     back the senders it held (a reader process killed does not release them)."""
     held: set[str] = set()
-    while True:
-        message = receive(channel)
-        if message is None:
-            break
-        if message.startswith(_PUT):  # the hot path: a block's events
-            op, streams, values, t0s, t1s, lines = _put.decode(message)
-            args = (events_of(streams, values, t0s, t1s, STRINGS), Lines(*lines) if lines is not None else None)
-        else:
-            op, *args = _decode(message)
-        try:
-            value = _call(intake, op, args, held)
-            answer = [0, value]
-        except DiskFull as exc:
-            answer = [1, "disk", [exc.part, exc.what, exc.path, exc.reason, exc.kind], exc.first_refused]
-        except AuthRefused as exc:
-            answer = [1, "auth", str(exc), exc.reason]
-        except OSError as exc:
-            answer = [1, "os", str(exc), None]
-        send(channel, _encode(answer))
-    for sender in held:
-        intake.release(sender)
+    try:
+        while True:
+            message = receive(channel)
+            if message is None:
+                break
+            if message.startswith(_PUT):  # the hot path: a block's events
+                op, streams, values, t0s, t1s, lines = _put.decode(message)
+                args = (events_of(streams, values, t0s, t1s, STRINGS), Lines(*lines) if lines is not None else None)
+            else:
+                op, *args = _decode(message)
+            try:
+                value = _call(intake, op, args, held)
+                answer = [0, value]
+            except DiskFull as exc:
+                answer = [1, "disk", [exc.part, exc.what, exc.path, exc.reason, exc.kind], exc.first_refused]
+            except AuthRefused as exc:
+                answer = [1, "auth", str(exc), exc.reason]
+            except OSError as exc:
+                answer = [1, "os", str(exc), None]
+            send(channel, _encode(answer))  # (raises once the reader is gone: a killed reader process)
+    finally:
+        for sender in held:
+            intake.release(sender)
 
 
 def _call(intake: Intake, op: str, args: list, held: set[str]):

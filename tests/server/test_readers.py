@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -135,3 +136,38 @@ def test_tls_and_tokens_through_the_reader_process_and_it_ends_with_its_server(t
         srv.proc.send_signal(signal.SIGKILL)
         srv.proc.wait(10)
         wait_until(lambda: _gone(reader["pid"]), 10, "the reader process to end with its server")
+
+
+def test_a_channel_that_ends_while_its_put_is_answered_gives_back_its_sender():
+    """A reader process killed while the main process queues its block: the answer finds the channel
+    gone, and the sender its reader held is free again for the sender's next connection."""
+    from server.ingest import remote
+    from server.ingest.intake import Intake, Lines
+    from server.ingest.queue import DelayQueue
+    from server.observability.counters import Counters
+    from clients.testing.market import STOCK
+    from air.engine import Event
+
+    intake = Intake(DelayQueue(100), {STOCK.name: STOCK}.get, lambda: 1.0, Counters())
+    ours, theirs = socket.socketpair()
+    reader = remote.RemoteIntake(theirs, auth=False, journaled=False, clock=lambda: 1.0, time_unit_ms=1.0,
+                                 stamp=True)
+    outcome: list = []
+    server = threading.Thread(target=lambda: outcome.append(_serve(remote, ours, intake)))
+    server.start()
+    assert reader.claim("feed") and not intake.claim("feed")
+    events = [Event("Stock", ("IBM", 1.0, i), i, i) for i in range(1, 4)]
+    remote.send(theirs, remote._encode(("put", *remote.event_columns(events), tuple(Lines("feed", 1, 3)))))
+    theirs.close()  # gone before the answer
+    server.join(10)
+    assert outcome and len(intake.queue) == 3 and intake.progress("feed") == 3  # (accepted: the sender resumes after)
+    assert intake.claim("feed")  # given back
+    ours.close()
+
+
+def _serve(remote, channel, intake) -> str:
+    try:
+        remote.serve(channel, intake)
+        return "ended"
+    except OSError as exc:
+        return f"ended: {exc}"
