@@ -37,13 +37,13 @@ import msgspec
 
 from server.ingest import remote
 from server.ingest.connection import POLL, Connection, Limits
+from server.observability.threadcpu import process_cpu, stat_fields
 
 log = logging.getLogger("cayuga.receivers")
 
 #: Seconds a reader process has to start (its imports) and to end once told to stop.
 START_SECONDS = 30.0
 STOP_SECONDS = 10.0
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 
@@ -82,12 +82,8 @@ class ReaderProcess:
 
     def cpu_seconds(self) -> float | None:
         """The CPU the reader process now running has used (Linux's /proc; None elsewhere)."""
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, TypeError):
-            return None
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        fields = None if self.pid is None else stat_fields(self.pid)
+        return None if fields is None else process_cpu(fields)
 
     def start(self) -> None:
         self._spawn()

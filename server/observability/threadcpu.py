@@ -58,6 +58,24 @@ def role(name: str) -> str:
     return (m.group(1) or m.group(2)) if m else _NUMBERED.sub("", name)
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command's name (None where there is no /proc, or the
+    process has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def process_cpu(fields: list[bytes]) -> float:
+    """CPU seconds (user and system) of a process's :func:`stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime (fields 14 and 15)
+
+
 def cpu_wait_ns(path: str) -> int | None:
     """Nanoseconds the thread of a ``schedstat`` file (``/proc/PID/task/TID/schedstat``) has waited
     for a CPU while ready to run (its second field); None where there is none (not Linux, a kernel

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import pickle
 import queue as stdqueue
 import socket
@@ -30,7 +29,7 @@ from concurrent.futures import Future, InvalidStateError
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable
 
-from server.observability.threadcpu import ProcessCpuWait
+from server.observability.threadcpu import ProcessCpuWait, process_cpu, stat_fields
 from server.workers import codec
 from server.workers.channel import ResultReader
 
@@ -44,20 +43,10 @@ COMMAND_TIMEOUT = 60.0
 #: Seconds a worker may stay stopped (SIGSTOP, a debugger) while :meth:`WorkerLink.result` waits for
 #: an answer that only its continuing would bring (a snapshot's): then it is waited for no longer.
 STOPPED_SECONDS = 1.0
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: Seconds a reading of /proc/PID/stat answers for: one ``/health`` asks each worker's state
 #: and CPU three times (43 µs a worker a call at 16 workers, read anew each time: BENCHMARKS.md,
 #: "Engine workers, round 21").
 STAT_FRESH = 0.02
-
-
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """The fields of /proc/PID/stat after the command's name (None where there is no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
 
 
 def worker_settings(settings: Settings, **changes) -> dict:
@@ -151,7 +140,7 @@ class WorkerLink:
     def _stat(self, fresh: bool = False) -> list[bytes] | None:
         """The fields of /proc/PID/stat after the command's name (None where there is no /proc, or
         once the worker has ended); see :meth:`_reading`."""
-        return self._reading("_stat_at", _stat_fields, fresh)
+        return self._reading("_stat_at", stat_fields, fresh)
 
     def cpu_seconds(self) -> float | None:
         """CPU time the worker process has used (user and system, from /proc; None where there is no
@@ -159,7 +148,7 @@ class WorkerLink:
         fields = self._stat()
         if fields is None:
             return None
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime (fields 14 and 15)
+        return process_cpu(fields)
 
     def cpu_wait_seconds(self) -> float | None:
         """Seconds the worker process's threads have waited for a CPU while ready to run (Linux's
