@@ -423,9 +423,6 @@ cpdef list count_on(list lasts, list nums, list counts)
 cpdef Py_ssize_t times_given(list records) except -1
 
 @cython.locals(ev=Event)
-cpdef list event_rows(events)
-
-@cython.locals(ev=Event)
 cpdef tuple t1_span(events)
 
 @cython.locals(ev=Event)

@@ -214,17 +214,7 @@ def times_given(records: list) -> int:
     return count
 
 
-_FIELDS = attrgetter("stream", "values", "t0", "t1")
 _STREAM_OF, _VALUES_OF, _T0_OF = attrgetter("stream"), attrgetter("values"), attrgetter("t0")
-
-
-def event_rows(events: list) -> list:
-    """Each of ``events`` as the tuple ``(stream, values, t0, t1)``: a journal record's
-    events. Compiled, one pass reading each event's fields from its struct; plain
-    Python, an ``attrgetter`` of the four."""
-    if not COMPILED:
-        return list(map(_FIELDS, events))
-    return [(ev.stream, ev.values, ev.t0, ev.t1) for ev in events]
 
 
 def t1_span(events: list) -> tuple:

@@ -21,10 +21,12 @@ hand to any number of workers, whatever they do with them.
 
 ``--crossed`` times stage 1 of the receivers' plan (docs/design/receivers.md):
 each block's events, decoded and limited as a reader in a process of its own
-would, cross as a worker's batch columns do (``reader_encode``: that process's
-CPU, not the main process's), and the main process makes them again
-(``crossed_decode``) and queues those. ``main_us_per_event`` is then the main
-process's part: the crossing's decode in place of the lines' decode and the limits.
+would, cross as a put's request does (:func:`server.ingest.remote.put_request`:
+the journal's columns; ``reader_encode``: that process's CPU, not the main
+process's), and the main process makes them again (``crossed_decode``) and
+queues those, its journal record the columns' bytes as they came.
+``main_us_per_event`` is then the main process's part: the crossing's decode in
+place of the lines' decode and the limits.
 """
 
 from __future__ import annotations
@@ -34,19 +36,18 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional, Union
 
-import msgspec
-
-from air.engine.convert import STRINGS, event_columns, events_of, stream_counts
+from air.engine.convert import stream_counts
 from air.engine.memory import raise_young_threshold
 from air.formats import make_decoder
 from clients.testing.market import STOCK, write_ticks
 from server.config import Settings
 from server.durability.journal import Journal
 from server.ingest.connection import RECV_BYTES, value_bound
+from server.ingest.intake import Lines
 from server.ingest.limits import refusals
 from server.ingest.queue import DelayQueue
+from server.ingest.remote import put_of, put_request
 from server.workers import codec
 
 STEPS = ("decode", "limits", "queue_and_journal", "take", "encode")
@@ -55,10 +56,6 @@ CROSSED = ("reader_encode", "crossed_decode")
 #: What stays in the main process once a reader in its own process decodes and limits the lines.
 MAIN_CROSSED = ("crossed_decode", "queue_and_journal", "take", "encode")
 
-
-_encode = msgspec.msgpack.Encoder().encode
-#: (streams, values, t0s, t1s), typed as a worker's batch is (server/workers/codec.py)
-_columns = msgspec.msgpack.Decoder(tuple[Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any]])
 
 
 def blocks_of(data: bytes, size: int = RECV_BYTES) -> list[bytes]:
@@ -124,17 +121,17 @@ def _through(blocks: list[bytes], st: Settings, journal: Journal, crossed: bool 
         if refused or batch.errors:
             raise RuntimeError(f"a generated tick was refused: {refused or batch.errors}")
         last = line + len(batch.events) - 1
-        queued, crossing = batch.events, 0.0
+        queued, packed, crossing = batch.events, None, 0.0
         if crossed:
             t3 = clock()
-            message = _encode(event_columns(queued))
+            message = put_request(queued, Lines("bench", line, last))
             t4 = clock()
-            queued = events_of(*_columns.decode(message), STRINGS)
+            queued, _lines, packed = put_of(message)
             t5 = clock()
             spent["reader_encode"] += t4 - t3
             spent["crossed_decode"] += t5 - t4
             crossing = t5 - t3
-        queue.put_batch(queued, meta=lambda end, last=last: ("bench", last))
+        queue.put_batch(queued, meta=lambda end, last=last: ("bench", last), packed=packed)
         t3 = clock()
         spent["decode"] += t1 - t0
         spent["limits"] += t2 - t1

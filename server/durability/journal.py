@@ -19,8 +19,12 @@ journal goes on in a new segment. A payload is MessagePack (msgspec):
   table when the segment was started, so that the table can be recovered from
   the remaining segments alone after older ones are deleted; it takes no position;
 - every other record is ``[sender or None, lines_done or None, events]`` with
-  events ``[[stream, values, t0, t1], ...]``; MessagePack keeps ints, floats,
-  bools and strings apart, so values decode back to the same types. Records
+  events as columns, the map ``{"s": stream or [stream, ...], "v": [values, ...],
+  "t1": [t1, ...], "t0": [t0, ...] or None}`` (None: each event a point, its t0 its
+  t1; :class:`~server.durability.retention.Columns`), an empty list for none, or, as
+  written before round 40 and still read, rows ``[[stream, values, t0, t1], ...]``;
+  MessagePack keeps ints, floats, bools and strings apart, so values decode back to
+  the same types. Records
   take positions 1, 2, 3, ... in order: a segment's records are numbered from
   its first position; positions keep increasing across restarts (the newest
   segment is never deleted, so its name and record count give the next one).
@@ -98,11 +102,11 @@ from typing import Iterator, Optional
 import msgspec
 
 from air.engine import Event
-from air.engine.convert import event_rows, events_of_rows, t1_span
+from air.engine.convert import event_columns, t1_span
 from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import Scan, walk
-from server.durability.retention import JournalRecord, RetainedHistory, _record
+from server.durability.retention import Columns, JournalRecord, RetainedHistory, _record, record_events
 
 log = logging.getLogger("cayuga.journal")
 
@@ -129,6 +133,14 @@ class _Header(msgspec.Struct):
 
 
 _header = msgspec.msgpack.Decoder(_Header).decode
+
+
+def _packed(events: list[Event]):
+    """A record's events: their :class:`Columns` (none: an empty list)."""
+    if not events:
+        return []
+    streams, values, t0s, t1s = event_columns(events)
+    return Columns(streams, values, t1s, t0s)
 
 
 def segment_name(first: int) -> str:
@@ -360,10 +372,13 @@ class Journal(RetainedHistory):
         self._dir_dirty = True
         return fd
 
-    def append(self, events: list[Event], sender: str | None = None, lines_done: int | None = None) -> int:
+    def append(self, events: list[Event], sender: str | None = None, lines_done: int | None = None,
+               packed: msgspec.Raw | None = None) -> int:
         """Append one record (written whole, or cut back and refused with
-        :class:`DiskFull`); returns its position."""
-        record = framing.frame(_encode((sender, lines_done, event_rows(events))))
+        :class:`DiskFull`); returns its position. ``packed``: ``events`` as their
+        :class:`~server.durability.retention.Columns` already packed (a reader process's
+        block, server/ingest/remote.py), written as they are."""
+        record = framing.frame(_encode((sender, lines_done, _packed(events) if packed is None else packed)))
         lo, hi = t1_span(events)
         with self._lock:
             if self._closed:
@@ -619,7 +634,7 @@ class Journal(RetainedHistory):
                     return
                 if pos > after:
                     sender, done, evs = _record(payload)
-                    yield JournalRecord(pos, events_of_rows(evs), sender, done)
+                    yield JournalRecord(pos, record_events(evs), sender, done)
 
     def truncate_before(self, pos: int) -> int:
         """Records before ``pos`` are covered by a snapshot: recovery no longer

@@ -14,17 +14,50 @@ segment at once (``Journal._shed_retained``), before the append is tried again.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, Iterator, NamedTuple, Optional, Union
 
 import msgspec
 
 from air.engine import Event
-from air.engine.convert import events_of_rows
+from air.engine.convert import STRINGS, events_of, events_of_rows, shared_values
 from server.durability import fsio
 from server.durability.framing import FRAME, walk
 
-_record = msgspec.msgpack.Decoder(
-    tuple[Optional[str], Optional[int], list[tuple[str, tuple, Any, Any]]]).decode
+
+
+class Columns(msgspec.Struct):
+    """A journal record's events as columns, the arguments of
+    :func:`air.engine.convert.events_of` (an engine worker's batch form, as
+    :func:`~air.engine.convert.event_columns` makes it): their streams (one name, or one
+    an event), values, t1s, and t0s (None: every one a point's, its t1). Packed as a map, so
+    that a record's events are this or the rows of earlier versions, told apart by their
+    MessagePack type. Fewer bytes than the rows, packed and read in about half their time
+    (BENCHMARKS.md, "Engine workers, round 40"), and what a reader process sends
+    (server/ingest/remote.py): the main process writes those bytes as they came."""
+
+    s: Union[str, list[str]]
+    v: list[tuple]
+    t1: list[Any]
+    t0: Optional[list[Any]] = None
+
+
+#: a record's events: :class:`Columns`, or rows ``[stream, values, t0, t1]`` (before round 40; still read)
+_Events = Union[list[tuple[str, tuple, Any, Any]], Columns]
+_record = msgspec.msgpack.Decoder(tuple[Optional[str], Optional[int], _Events]).decode
+
+
+def record_events(evs) -> list[Event]:
+    """The events of a decoded record's third field (columns or rows)."""
+    if isinstance(evs, Columns):  # (the streams' names shared too, as events_of_rows shares them)
+        one = isinstance(evs.s, str)
+        names = shared_values((evs.s,), STRINGS)[0] if one else list(shared_values(tuple(evs.s), STRINGS))
+        return events_of(names, evs.v, evs.t0, evs.t1, STRINGS)
+    return events_of_rows(evs)
+
+
+def record_t1s(evs) -> list:
+    """The t1 of each event of a decoded record's third field."""
+    return evs.t1 if isinstance(evs, Columns) else [row[3] for row in evs]
 
 
 class JournalRecord(NamedTuple):
@@ -50,7 +83,7 @@ class RetainedHistory:
         payloads = walk(data, seg.start, len(data))
         next(payloads, None)  # the header
         for payload in payloads:
-            for _s, _v, _t0, t1 in _record(payload)[2]:
+            for t1 in record_t1s(_record(payload)[2]):
                 if lo is None or t1 < lo:
                     lo = t1
                 if hi is None or t1 > hi:
@@ -183,4 +216,4 @@ def follow_segments(segs: list[tuple], after: int, upto: int, cursor: list) -> I
             cursor[:] = [first, off + i, pos]
             if pos > after:
                 sender, done, evs = _record(payload)
-                yield JournalRecord(pos, events_of_rows(evs), sender, done)
+                yield JournalRecord(pos, record_events(evs), sender, done)

@@ -114,13 +114,15 @@ class Intake:
         return make_decoder(fmt, self.catalog, clock=self.clock if self.stamp else None,
                             time_unit_ms=self.time_unit_ms, streams=self.streams())
 
-    def put(self, events, lines: Lines | None = None) -> list[int]:
+    def put(self, events, lines: Lines | None = None, packed=None) -> list[int]:
         """Queue a decoded block (blocking while the queue is full); the indexes
         of late events. ``lines``: a sender's lines they are (its progress is
-        journaled with them). Raises DiskFull; OSError once the server is stopping."""
+        journaled with them); ``packed``: the events as the journal packs them
+        (a reader process's block, server/ingest/remote.py). Raises DiskFull;
+        OSError once the server is stopping."""
         try:
             return self.queue.put_batch(events, on_accepted=self._count_received, cancel=self._stopping,
-                                        meta=lines.done if lines is not None else None)
+                                        meta=lines.done if lines is not None else None, packed=packed)
         except QueueClosed:
             raise OSError("server stopping") from None
 

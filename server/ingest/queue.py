@@ -148,7 +148,8 @@ class DelayQueue:
 
     def put_batch(self, events: Sequence[Event], timeout: float | None = None,
                   on_accepted: Callable[[int], None] | None = None,
-                  cancel: threading.Event | None = None, meta: Meta | None = None) -> list[int]:
+                  cancel: threading.Event | None = None, meta: Meta | None = None,
+                  packed=None) -> list[int]:
         """Enqueue ``events`` (in the order given), blocking while the queue is
         full; returns the indexes of those refused as late (older than an
         event already released; counted). ``on_accepted(n)`` is called as each
@@ -162,7 +163,10 @@ class DelayQueue:
 
         Each part inserted, ending at input index ``end`` (exclusive), is one
         journal record (under the lock); ``meta(end)`` gives its ``(sender,
-        lines_done)``: the sender's data lines fully handled once that part is in."""
+        lines_done)``: the sender's data lines fully handled once that part is in.
+        ``packed``: ``events`` as the journal packs them, already packed (a reader
+        process's block: :meth:`server.durability.journal.Journal.append`), written as
+        they are when the whole block goes in as one part with none late."""
         deadline = None if timeout is None else time.monotonic() + timeout
         late: list[int] = []
         done = 0
@@ -182,7 +186,8 @@ class DelayQueue:
                 done += len(part)
                 head = self._head_t1()
                 try:
-                    accepted = self._insert(part, done - len(part), late, meta(done) if meta is not None else None)
+                    accepted = self._insert(part, done - len(part), late, meta(done) if meta is not None else None,
+                                            packed if part is events else None)
                 except DiskFull as exc:  # the part is not in (nor any late mark of it)
                     del late[bisect_left(late, done - len(part)):]
                     raise exc.refusing_from(done - len(part)) from None
@@ -221,10 +226,11 @@ class DelayQueue:
                 self._not_full.notify_all()
 
     def _insert(self, part: Sequence[Event], offset: int, late: list[int],
-                record: tuple[str | None, int | None] | None = None) -> int:
+                record: tuple[str | None, int | None] | None = None, packed=None) -> int:
         """Add ``part`` (under the lock); late ones go to ``late`` by index.
         What is kept is journaled first, as one record with ``record``'s
-        (sender, lines_done); a journal that fails leaves the queue as it was."""
+        (sender, lines_done) (and ``packed``, ``part`` packed, unless some are late);
+        a journal that fails leaves the queue as it was."""
         floor = self.last_released
         ordered = t1_ordered(part)
         if floor is not None and part and (part[0].t1 if ordered else min(map(_t1, part))) < floor:
@@ -235,13 +241,13 @@ class DelayQueue:
                 else:
                     kept.append(ev)
             dropped = len(part) - len(kept)
-            part = kept
+            part, packed = kept, None
         else:
             dropped = 0
         sender, lines_done = record if record is not None else (None, None)
         if self.journal is not None:
             if part or sender is not None:
-                self.journal.append(part, sender, lines_done)
+                self.journal.append(part, sender, lines_done, packed)
         elif sender is not None and lines_done is not None:
             self._progress[sender] = lines_done
         self.late += dropped

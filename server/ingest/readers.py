@@ -55,6 +55,8 @@ class ReaderConfig:
     limits: Limits
     time_unit_ms: float = 1.0
     stamp: bool = True
+    #: the latest t1 accepted, in time units past the server's clock (None: no bound; Health.horizon_ahead)
+    horizon_ahead: float | None = None
     tls_certfile: str | None = None
     tls_keyfile: str | None = None
     tls_client_ca: str | None = None
@@ -232,7 +234,8 @@ def main(control_fd: int) -> None:
             conn.settimeout(POLL)  # (a socket made of a descriptor takes its blocking mode, not its timeout)
             channel.settimeout(None)
             intake = remote.RemoteIntake(channel, auth=auth, journaled=journaled, clock=clock,
-                                         time_unit_ms=config.time_unit_ms, stamp=config.stamp)
+                                         time_unit_ms=config.time_unit_ms, stamp=config.stamp,
+                                         horizon_ahead=config.horizon_ahead)
             reader = Connection(conn, address, intake, config.limits, tls=tls, stop=stop)
             t = threading.Thread(target=_run, args=(reader, channel), name="cayuga-reader", daemon=True)
             threads = [x for x in threads if x.is_alive()] + [t]

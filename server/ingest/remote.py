@@ -6,9 +6,11 @@ hands the connection over, one end to each side. Each call is one request and on
 answer, in order, MessagePack behind a 4-byte length: ``[op, args...]`` answered
 ``[0, value]``, or ``[1, kind, message, arg]`` for what the call raised (``disk``:
 :class:`DiskFull` with its ``first_refused``; ``auth``: :class:`AuthRefused` with
-its reason; ``os``: the server is stopping). A block's events cross as an engine
-worker's batch columns do (:func:`air.engine.convert.event_columns`), and are made
-again in the main process (``events_of``); a stream's declaration crosses pickled
+its reason; ``os``: the server is stopping). A block's events cross as the journal
+packs them, an engine worker's batch columns
+(:class:`~server.durability.retention.Columns`): the main process makes them again
+(``events_of``) and writes those bytes as the block's journal record, as they came
+(BENCHMARKS.md, "Engine workers, round 40"); a stream's declaration crosses pickled
 (this channel joins two processes of one server), and the reader keeps each one it
 was sent while it is unchanged, so that a decoder finds the same object from block to
 block (docs/design/receivers.md, stage 1).
@@ -20,13 +22,14 @@ import logging
 import pickle
 import socket
 import struct
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import msgspec
 
 from air.engine.convert import STRINGS, event_columns, events_of
 from air.formats import make_decoder
 from server.durability.diskfull import DiskFull
+from server.durability.retention import Columns
 from server.ingest.intake import Intake, Lines
 from server.observability.counters import Count
 from server.security import AuthRefused
@@ -36,10 +39,10 @@ log = logging.getLogger("cayuga.receivers")
 _LENGTH = struct.Struct("<I")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
-#: a put's arguments: the columns (streams, values, t0s, t1s), then the Lines or nil
-_PUT = b"\x96\xa3put"  # how a put's request begins: an array of 6, "put"
-_put = msgspec.msgpack.Decoder(tuple[str, Union[str, list[str]], list[tuple], Optional[list[Any]], list[Any],
-                                     Optional[tuple[str, int, int, Optional[list[int]]]]])
+#: a put's arguments: the events' Columns (taken as their bytes, the journal's), then the Lines or nil
+_PUT = b"\x93\xa3put"  # how a put's request begins: an array of 3, "put"
+_put = msgspec.msgpack.Decoder(tuple[str, msgspec.Raw, Optional[tuple[str, int, int, Optional[list[int]]]]])
+_columns = msgspec.msgpack.Decoder(Columns)
 
 
 def send(sock: socket.socket, message: bytes) -> None:
@@ -88,8 +91,7 @@ def serve(channel: socket.socket, intake: Intake) -> None:
             if message is None:
                 break
             if message.startswith(_PUT):  # the hot path: a block's events
-                op, streams, values, t0s, t1s, lines = _put.decode(message)
-                args = (events_of(streams, values, t0s, t1s, STRINGS), Lines(*lines) if lines is not None else None)
+                op, args = "put", put_of(message)
             else:
                 op, *args = _decode(message)
             try:
@@ -105,6 +107,15 @@ def serve(channel: socket.socket, intake: Intake) -> None:
     finally:
         for sender in held:
             intake.release(sender)
+
+
+def put_of(message: bytes) -> tuple:
+    """A put's request (:func:`put_request`) as :meth:`Intake.put`'s arguments: the events made
+    again, their Lines, and their columns' bytes (the journal record's events, written as they are)."""
+    _op, packed, lines = _put.decode(message)
+    cols = _columns.decode(packed)
+    return (events_of(cols.s, cols.v, cols.t0, cols.t1, STRINGS), Lines(*lines) if lines is not None else None,
+            packed)
 
 
 def _call(intake: Intake, op: str, args: list, held: set[str]):
@@ -134,7 +145,7 @@ def _call(intake: Intake, op: str, args: list, held: set[str]):
         return None if schema is None else pickle.dumps(schema)
     if op == "streams":
         return list(intake.streams())
-    if op in ("progress", "durable", "horizon", "position"):
+    if op in ("progress", "durable", "position"):
         return getattr(intake, op)(*args)
     if op == "wait_durable":
         intake.wait_durable(*args)
@@ -145,25 +156,37 @@ def _call(intake: Intake, op: str, args: list, held: set[str]):
 # ---------------------------------------------------------------------- the reader's side
 
 
+def put_request(events, lines: Lines | None) -> bytes:
+    """A put's request: ``events`` as the journal packs them (:class:`Columns`), and their ``lines``."""
+    streams, values, t0s, t1s = event_columns(events)
+    return _encode(("put", Columns(streams, values, t1s, t0s), tuple(lines) if lines is not None else None))
+
+
 class RemoteIntake:
     """An :class:`Intake` whose calls cross ``channel`` to the main process (one
     connection's, used by its reader's thread only). ``auth`` and ``journaled`` are
     told at the hand-over; ``clock``, ``time_unit_ms`` and ``stamp`` are the server's
-    settings, for the decoders made here."""
+    settings, for the decoders made here; ``horizon_ahead`` how far past ``clock`` the
+    latest t1 accepted is (None: no bound), so that a block's horizon is reckoned here,
+    a round trip fewer a block."""
 
     def __init__(self, channel: socket.socket, *, auth: bool, journaled: bool, clock, time_unit_ms: float,
-                 stamp: bool) -> None:
+                 stamp: bool, horizon_ahead: float | None = None) -> None:
         self.channel = channel
         self.auth = auth
         self.journaled = journaled
         self.clock = clock
         self.time_unit_ms = time_unit_ms
         self.stamp = stamp
+        self.horizon_ahead = horizon_ahead
         self._position = 0
         self._schemas: dict[str, tuple[bytes, Any]] = {}
 
     def _call(self, *request):
-        send(self.channel, _encode(request))
+        return self._ask(_encode(request))
+
+    def _ask(self, request: bytes):
+        send(self.channel, request)
         answer = receive(self.channel)
         if answer is None:
             raise OSError("the server ended the connection's channel")
@@ -208,10 +231,10 @@ class RemoteIntake:
         return kept[1]
 
     def horizon(self) -> float | None:
-        return self._call("horizon")
+        return None if self.horizon_ahead is None else self.clock() + self.horizon_ahead
 
     def put(self, events, lines: Lines | None = None) -> list[int]:
-        late, self._position = self._call("put", *event_columns(events), tuple(lines) if lines is not None else None)
+        late, self._position = self._ask(put_request(events, lines))
         return late
 
     def count(self, what: Count, n: int = 1) -> None:

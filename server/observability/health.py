@@ -114,10 +114,15 @@ class Health:
 
     def horizon(self) -> float | None:
         """The latest t1 an event may have now (time: clock and max_future > 0), else None."""
+        ahead = self.horizon_ahead()
+        return None if ahead is None else self.now() + ahead
+
+    def horizon_ahead(self) -> float | None:
+        """How far past :meth:`now` the horizon is, in time units (None: no bound)."""
         s = self.settings
         if s.time != "clock" or not s.max_future:
             return None
-        return self.now() + s.max_future * 1000.0 / s.time_unit_ms
+        return s.max_future * 1000.0 / s.time_unit_ms
 
     # ------------------------------------------------------------------ health
 

@@ -396,15 +396,15 @@ def test_names_are_numbered_once_and_owners_counted_on_in_both_builds(known, nam
 @settings(examples(0.5))
 @given(st.lists(st.tuples(st.sampled_from(["Stock", "Trade"]), st.booleans(), st.sampled_from([1, 1.0, 2, 2.0, 3, 700]),
                           st.sampled_from(["same", "equal", "earlier"])), max_size=24))
-def test_the_columns_rows_span_order_and_counts_of_events_in_both_builds(spec):
+def test_the_columns_span_order_and_counts_of_events_in_both_builds(spec):
     """The passes over a block's or a batch's events (compiled: each event's fields read from
     its struct) against their definitions, in this process's build and as plain Python:
-    ``event_rows`` (a journal record's), ``t1_span`` (``min``/``max``: the first of equals, an
-    int beside an equal float), ``t1_ordered``, ``stream_counts`` (``Counter``'s, in order) and
-    ``event_columns`` (a worker's batch: one stream where all are equal, no t0 column where each
-    event is a point: its t0 its t1, the same object or an equal int). Stream names made apart
-    from the literals now and then (equal, not the same objects); t0 the same object as t1, an
-    equal int (beside a float t1: not a point), or an earlier one."""
+    ``t1_span`` (``min``/``max``: the first of equals, an int beside an equal float),
+    ``t1_ordered``, ``stream_counts`` (``Counter``'s, in order) and ``event_columns`` (a
+    worker's batch, a journal record's events: one stream where all are equal, no t0 column
+    where each event is a point: its t0 its t1, the same object or an equal int). Stream names
+    made apart from the literals now and then (equal, not the same objects); t0 the same
+    object as t1, an equal int (beside a float t1: not a point), or an earlier one."""
     from collections import Counter
 
     def fresh(name: str) -> str:
@@ -417,10 +417,6 @@ def test_the_columns_rows_span_order_and_counts_of_events_in_both_builds(spec):
     streams = [e.stream for e in events]
     t0s, t1s = [e.t0 for e in events], [e.t1 for e in events]
     for convert in _plain_convert():
-        rows = convert.event_rows(events)
-        assert rows == [(e.stream, e.values, e.t0, e.t1) for e in events]
-        assert all(r[k] is getattr(e, a) for r, e in zip(rows, events) for k, a in enumerate(("stream", "values",
-                                                                                            "t0", "t1")))
         lo, hi = convert.t1_span(events)
         assert (lo, hi) == ((min(t1s), max(t1s)) if events else (None, None))
         if events:

@@ -423,3 +423,32 @@ def test_copy_of_a_journal_directory_reads_back_the_same(tmp_path):
     j = Journal(tmp_path / "b", "write")
     assert j.appended == 1 and j.senders == {"s": 1}
     j.close()
+
+
+def test_records_are_columns_and_the_rows_of_earlier_versions_still_read(tmp_path):
+    """A record's events are packed as columns (retention.Columns); a journal written before them
+    holds rows, and both are read back alike, every value and time of the same type, by a
+    recovery's replay, a history's follow and retention's reading of a segment's times."""
+    import msgspec
+
+    mixed = [Event("S", ("é", -3, 2.0, True, None), 0, 1), Event("T", (), 1.25, 2.5),
+             Event("S", ("x", 4, 0.5, False, ""), 3, 3)]
+    points = [Event("Stock", ("IBM", 1.5, 7), t, t) for t in (4, 5.0, 6)]
+    rows = [[e.stream, list(e.values), e.t0, e.t1] for e in points]
+    j = Journal(tmp_path / "j", "write")
+    j.append(mixed, "a", 3)
+    j.append(points, "a", 6, packed=msgspec.Raw(msgspec.msgpack.encode(rows)))  # as an earlier version wrote it
+    j.append(points)
+    j.append([], "a", 9)
+    for got in (records(j), list(j.follow(0, j.appended, []))):
+        assert [(r.sender, r.lines_done) for r in got] == [("a", 3), ("a", 6), (None, None), ("a", 9)]
+        for r, want in zip(got, (mixed, points, points, [])):
+            assert r.events == want
+            assert [(type(e.t0), type(e.t1), tuple(map(type, e.values))) for e in r.events] == \
+                   [(type(e.t0), type(e.t1), tuple(map(type, e.values))) for e in want]
+    j.close()
+    again = Journal(tmp_path / "j", "write")  # read on open: every record whole
+    assert [len(r.events) for r in records(again)] == [3, 3, 3, 0] and again.torn == 0
+    times = again._times()  # (a segment opened again is read for its times)
+    assert (times[0].t_lo, times[0].t_hi) == (1, 6)
+    again.close()

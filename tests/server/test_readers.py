@@ -67,6 +67,27 @@ def test_the_reader_process_replies_refuses_and_acknowledges_as_a_thread_does(st
     assert "cayuga_tcp_reader_restarts_total 0.0" in text and "cayuga_tcp_reader_cpu_seconds_total " in text
 
 
+def test_a_reader_process_reckons_the_max_future_horizon_as_the_server_does(start_server, tmp_path):
+    """The reader process reckons each block's horizon itself (no round trip): a time past the
+    server's clock by more than ``max_future`` is refused with the reply a reader thread gives."""
+    import time
+
+    replies = []
+    for receivers in (0, 1):
+        srv = start_server(receivers=receivers, max_future=60, data_dir=tmp_path / f"data{receivers}")
+        now_ms = int(time.time() * 1000)
+        with socket.create_connection(("127.0.0.1", srv.tcp_port), timeout=10) as s:
+            f = s.makefile("rwb")
+            f.write(b"#ack\n" + json.dumps(stock("IBM", 1.0, 1, now_ms + 3_600_000)).encode() + b"\n"
+                    + json.dumps(stock("IBM", 1.0, 2, now_ms + 1_000)).encode() + b"\n")
+            f.flush()
+            replies.append([f.readline(), f.readline()])
+        assert srv.daemon.counters.get(Count.RECEIVED_TCP) == 1 and srv.daemon.counters.get(Count.REJECTED_TCP) == 1
+    for got in replies:
+        assert got[0].startswith(b"error line 1: t1=") and b"too far ahead of the server clock" in got[0]
+        assert got[1] == b"#ack 2\n"
+
+
 def test_a_stream_declared_while_a_sender_is_connected_is_known_to_its_reader(start_server):
     srv = start_server(receivers=1)
     s = socket.create_connection(("127.0.0.1", srv.tcp_port), timeout=10)
@@ -157,7 +178,7 @@ def test_a_channel_that_ends_while_its_put_is_answered_gives_back_its_sender():
     server.start()
     assert reader.claim("feed") and not intake.claim("feed")
     events = [Event("Stock", ("IBM", 1.0, i), i, i) for i in range(1, 4)]
-    remote.send(theirs, remote._encode(("put", *remote.event_columns(events), tuple(Lines("feed", 1, 3)))))
+    remote.send(theirs, remote.put_request(events, Lines("feed", 1, 3)))
     theirs.close()  # gone before the answer
     server.join(10)
     assert outcome and len(intake.queue) == 3 and intake.progress("feed") == 3  # (accepted: the sender resumes after)
@@ -171,3 +192,51 @@ def _serve(remote, channel, intake) -> str:
         return "ended"
     except OSError as exc:
         return f"ended: {exc}"
+
+
+def test_a_reader_processs_block_is_journaled_as_a_reader_thread_journals_it(tmp_path):
+    """The reader process sends a block's events as the journal packs them, and the main process
+    writes those bytes as they came: its journal is the same, byte for byte, as the one a reader
+    thread's puts make, and a block with late events journals only those kept, as a thread's does."""
+    from server.durability.journal import Journal
+    from server.ingest import remote
+    from server.ingest.intake import Intake, Lines
+    from server.ingest.queue import DelayQueue
+    from server.observability.counters import Counters
+    from clients.testing.market import STOCK
+    from air.engine import Event
+
+    blocks = [[Event("Stock", (f"S{i % 3}", 1.5 + i, i), i, i) for i in range(1, 6)],
+              [Event("Stock", ("IBM", 2.0, 7), 6.0, 6.5), Event("Trade", ("x", True), 7, 7)],
+              [Event("Stock", ("IBM", 2.0, 8), 2, 2), Event("Stock", ("IBM", 2.0, 9), 9, 9)]]  # t1 2: late
+    made = []
+    for way in ("thread", "process"):
+        journal = Journal(tmp_path / way, "write")
+        queue = DelayQueue(100)
+        queue.journal = journal
+        intake = Intake(queue, {STOCK.name: STOCK}.get, lambda: 1.0, Counters())
+        target = intake
+        if way == "process":
+            ours, theirs = socket.socketpair()
+            server = threading.Thread(target=_serve, args=(remote, ours, intake))
+            server.start()
+            target = remote.RemoteIntake(theirs, auth=False, journaled=True, clock=lambda: 1.0, time_unit_ms=1.0,
+                                         stamp=True)
+        lates, first = [], 1
+        for block in blocks:
+            if block is blocks[-1]:
+                queue.get_batch(100, timeout=0)  # all taken: t1 up to 7 released, so t1 2 is late
+            lates.append(target.put(block, Lines("feed", first, first + len(block) - 1)))
+            first += len(block)
+        if way == "process":
+            theirs.close()
+            server.join(10)
+            ours.close()
+        made.append((lates, [(r.events, r.lines_done) for r in journal.replay(0)],
+                     [p.read_bytes() for p in sorted((tmp_path / way).iterdir())]))
+        journal.close()
+    assert made[0] == made[1]
+    lates, replayed, files = made[1]
+    _put, packed, _lines = remote._put.decode(remote.put_request(blocks[0], None))
+    assert bytes(packed) in files[0]  # (the block's columns, the record's events as they crossed)
+    assert lates == [[], [], [0]] and replayed[-1] == ([blocks[-1][1]], 9)

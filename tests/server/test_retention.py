@@ -21,7 +21,7 @@ def ev(t1, i=0):
 
 
 def filled(tmp_path, n_records=40, per=5, **kw) -> Journal:
-    j = Journal(tmp_path / "j", "write", segment_bytes=4096, **kw)
+    j = Journal(tmp_path / "j", "write", segment_bytes=2048, **kw)
     for r in range(n_records):
         j.append([ev(r * 10 + k, k) for k in range(per)] * 4)
     return j
