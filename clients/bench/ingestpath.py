@@ -11,6 +11,8 @@ journal record, appended to a real journal in a temporary directory at
 ``durability: fsync``, its flusher syncing behind), then taken out in batches
 of ``batch_size`` (:meth:`DelayQueue.get_batch`), counted per stream and
 encoded as a worker's ``B`` message (:func:`server.workers.codec.encode_batch`).
+At the end the journal is read back as a recovery reads it
+(:meth:`Journal.replay`: ``replay_us_per_event``, ``journal_bytes_per_event``).
 Sockets, the acknowledgements and the witnesses' way back are not in it
 (``cayuga bench worker-path`` times the results' half).
 
@@ -81,13 +83,19 @@ def run(events: int = 500_000, n_symbols: int = 1000, seed: int = 1, crossed: bo
                           sync_interval=st.journal_sync_ms / 1000)
         try:
             spent, taken, sent_bytes = _through(blocks, st, journal, crossed)
-            records = journal.records
+            records, journal_bytes = journal.records, journal.bytes
+            start = time.thread_time()
+            replayed = sum(len(r.events) for r in journal.replay(0))  # as a recovery reads it back
+            replay = time.thread_time() - start
+            if replayed != events:
+                raise RuntimeError(f"the journal gave back {replayed} of {events} ticks")
         finally:
             journal.close()
             gc.set_threshold(*old)
     total = sum(spent[k] for k in STEPS)
     out = {"benchmark": "ingest_path", "events": events, "blocks": len(blocks), "journal_records": records,
-           "batch_size": st.batch_size, "events_taken": taken, "batch_bytes": sent_bytes,
+           "journal_bytes_per_event": round(journal_bytes / events, 1),
+           "replay_us_per_event": round(replay / max(replayed, 1) * 1e6, 3), "batch_size": st.batch_size, "events_taken": taken, "batch_bytes": sent_bytes,
            "cpu_s": round(total, 3),
            "us_per_event": {k: round(spent[k] / events * 1e6, 3) for k in STEPS} | {
                "all": round(total / events * 1e6, 3)},

@@ -407,6 +407,7 @@ def test_ingest_path_takes_every_tick_through_the_queue_and_journal_once():
     assert all(v >= 0 for v in steps.values()) and steps["all"] > 0
     assert abs(sum(v for k, v in steps.items() if k != "all") - steps["all"]) < 0.01
     assert out["events_per_core_s"] > 0
+    assert out["replay_us_per_event"] > 0 and 10 < out["journal_bytes_per_event"] < 100  # (read back: every tick)
 
 
 def test_ingest_path_crossed_times_what_a_reader_process_would_leave_to_the_main_process():
