@@ -39,9 +39,11 @@ log = logging.getLogger("cayuga.receivers")
 _LENGTH = struct.Struct("<I")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
-#: a put's arguments: the events' Columns (taken as their bytes, the journal's), then the Lines or nil
-_PUT = b"\x93\xa3put"  # how a put's request begins: an array of 3, "put"
-_put = msgspec.msgpack.Decoder(tuple[str, msgspec.Raw, Optional[tuple[str, int, int, Optional[list[int]]]]])
+#: How a put's request begins: a byte no MessagePack value begins with (every other request is an
+#: array), then its Lines (or nil) behind their length, then the events' Columns to the end: the
+#: journal's bytes, sliced off as they are, with no pass over them but their decoding.
+_PUT = b"\xc1"
+_lines = msgspec.msgpack.Decoder(Optional[tuple[str, int, int, Optional[list[int]]]])
 _columns = msgspec.msgpack.Decoder(Columns)
 
 
@@ -90,7 +92,7 @@ def serve(channel: socket.socket, intake: Intake) -> None:
             message = receive(channel)
             if message is None:
                 break
-            if message.startswith(_PUT):  # the hot path: a block's events
+            if message[:1] == _PUT:  # the hot path: a block's events
                 op, args = "put", put_of(message)
             else:
                 op, *args = _decode(message)
@@ -112,10 +114,12 @@ def serve(channel: socket.socket, intake: Intake) -> None:
 def put_of(message: bytes) -> tuple:
     """A put's request (:func:`put_request`) as :meth:`Intake.put`'s arguments: the events made
     again, their Lines, and their columns' bytes (the journal record's events, written as they are)."""
-    _op, packed, lines = _put.decode(message)
+    end = 5 + _LENGTH.unpack_from(message, 1)[0]
+    lines = _lines.decode(message[5:end])
+    packed = memoryview(message)[end:]
     cols = _columns.decode(packed)
     return (events_of(cols.s, cols.v, cols.t0, cols.t1, STRINGS), Lines(*lines) if lines is not None else None,
-            packed)
+            msgspec.Raw(packed))
 
 
 def _call(intake: Intake, op: str, args: list, held: set[str]):
@@ -159,7 +163,8 @@ def _call(intake: Intake, op: str, args: list, held: set[str]):
 def put_request(events, lines: Lines | None) -> bytes:
     """A put's request: ``events`` as the journal packs them (:class:`Columns`), and their ``lines``."""
     streams, values, t0s, t1s = event_columns(events)
-    return _encode(("put", Columns(streams, values, t1s, t0s), tuple(lines) if lines is not None else None))
+    head = _encode(tuple(lines) if lines is not None else None)
+    return b"".join((_PUT, _LENGTH.pack(len(head)), head, _encode(Columns(streams, values, t1s, t0s))))
 
 
 class RemoteIntake:

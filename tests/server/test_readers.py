@@ -237,6 +237,6 @@ def test_a_reader_processs_block_is_journaled_as_a_reader_thread_journals_it(tmp
         journal.close()
     assert made[0] == made[1]
     lates, replayed, files = made[1]
-    _put, packed, _lines = remote._put.decode(remote.put_request(blocks[0], None))
+    packed = remote.put_of(remote.put_request(blocks[0], None))[2]
     assert bytes(packed) in files[0]  # (the block's columns, the record's events as they crossed)
     assert lates == [[], [], [0]] and replayed[-1] == ([blocks[-1][1]], 9)
