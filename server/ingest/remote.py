@@ -6,11 +6,11 @@ hands the connection over, one end to each side. Each call is one request and on
 answer, in order, MessagePack behind a 4-byte length: ``[op, args...]`` answered
 ``[0, value]``, or ``[1, kind, message, arg]`` for what the call raised (``disk``:
 :class:`DiskFull` with its ``first_refused``; ``auth``: :class:`AuthRefused` with
-its reason; ``os``: the server is stopping). A block's events cross as the journal
-packs them, an engine worker's batch columns
-(:class:`~server.durability.retention.Columns`): the main process makes them again
-(``events_of``) and writes those bytes as the block's journal record, as they came
-(BENCHMARKS.md, "Engine workers, round 40"); a stream's declaration crosses pickled
+its reason; ``os``: the server is stopping). A put, a block's events, has a form of
+its own (:func:`put_request`): its ``Lines``, then the events as the journal packs
+them, an engine worker's batch columns (:class:`~server.durability.retention.Columns`),
+which the main process makes again (``events_of``) and writes as the block's journal
+record, the bytes as they came (BENCHMARKS.md, "Engine workers, round 40"); a stream's declaration crosses pickled
 (this channel joins two processes of one server), and the reader keeps each one it
 was sent while it is unchanged, so that a decoder finds the same object from block to
 block (docs/design/receivers.md, stage 1).
