@@ -144,9 +144,9 @@ def _call(intake: Intake, op: str, args: list, held: set[str]):
     if op == "authenticate":
         intake.authenticate(args[0], args[1])
         return None
-    if op == "schema":
+    if op == "schema":  # [its declaration pickled or None, whether it is declared: never to change]
         schema = intake.catalog(args[0]) if isinstance(args[0], str) else None
-        return None if schema is None else pickle.dumps(schema)
+        return [None, False] if schema is None else [pickle.dumps(schema), args[0] in intake.streams()]
     if op == "streams":
         return list(intake.streams())
     if op in ("progress", "durable", "position"):
@@ -185,7 +185,8 @@ class RemoteIntake:
         self.stamp = stamp
         self.horizon_ahead = horizon_ahead
         self._position = 0
-        self._schemas: dict[str, tuple[bytes, Any]] = {}
+        self._schemas: dict[str, tuple[bytes, Any]] = {}  # published streams': their bytes and their schema
+        self._declared: dict[str, Any] = {}  # declared streams' schemas
 
     def _call(self, *request):
         return self._ask(_encode(request))
@@ -225,11 +226,22 @@ class RemoteIntake:
                             time_unit_ms=self.time_unit_ms, streams=self._call("streams"))
 
     def catalog(self, name: str):
-        """The declaration of stream ``name`` now (None: none), the same object while it is unchanged."""
-        data = self._call("schema", name)
+        """The declaration of stream ``name`` now (None: none), the same object while it is unchanged.
+        A declared stream's is kept and not asked again: a declaration is never changed nor taken
+        back while the server runs (a second one must be the same, else it is refused). A stream a
+        subscription publishes may go with it, and one not known now may be declared at any time:
+        those are asked each time, once a block."""
+        kept = self._declared.get(name)
+        if kept is not None:
+            return kept
+        data, declared = self._call("schema", name)
         if data is None:
             self._schemas.pop(name, None)
             return None
+        if declared:
+            self._schemas.pop(name, None)
+            kept = self._declared[name] = pickle.loads(data)
+            return kept
         kept = self._schemas.get(name)
         if kept is None or kept[0] != data:
             kept = self._schemas[name] = (data, pickle.loads(data))

@@ -240,3 +240,45 @@ def test_a_reader_processs_block_is_journaled_as_a_reader_thread_journals_it(tmp
     packed = remote.put_of(remote.put_request(blocks[0], None))[2]
     assert bytes(packed) in files[0]  # (the block's columns, the record's events as they crossed)
     assert lates == [[], [], [0]] and replayed[-1] == ([blocks[-1][1]], 9)
+
+
+def test_a_declared_streams_declaration_is_asked_once_and_a_published_ones_each_block():
+    """A declaration never changes while the server runs: the reader process keeps it after the first
+    answer. A stream a subscription publishes may go with it, and a name unknown now may be declared:
+    those are asked at each block, so a sender sees them come and go as a reader thread does."""
+    from air.model import Attribute, StreamSchema
+    from server.ingest import remote
+    from server.ingest.intake import Intake
+    from server.ingest.queue import DelayQueue
+    from server.observability.counters import Counters
+
+    declared = StreamSchema("Stock", (Attribute("Name", "string"),))
+    published = {"Out": StreamSchema("Out", (Attribute("Name", "string"),))}
+    asked: list[str] = []
+
+    def catalog(name):
+        asked.append(name)
+        return declared if name == "Stock" else published.get(name)
+
+    intake = Intake(DelayQueue(100), catalog, lambda: 1.0, Counters(), streams=lambda: ["Stock"])
+    ours, theirs = socket.socketpair()
+    server = threading.Thread(target=_serve, args=(remote, ours, intake))
+    server.start()
+    reader = remote.RemoteIntake(theirs, auth=False, journaled=False, clock=lambda: 1.0, time_unit_ms=1.0,
+                                 stamp=True)
+    try:
+        decoder = reader.decoder("jsonl")
+        block = (b'{"stream": "Stock", "Name": "IBM", "t0": 1, "t1": 1}\n'
+                 b'{"stream": "Out", "Name": "x", "t0": 1, "t1": 1}\n')
+        for _ in range(3):
+            batch = decoder.decode_batch(block, 1)
+            assert not batch.errors and [e.stream for e in batch.events] == ["Stock", "Out"]
+        assert reader.catalog("Stock") is reader.catalog("Stock")
+        del published["Out"]  # its subscription removed
+        batch = decoder.decode_batch(block, 1)
+        assert [e.stream for e in batch.events] == ["Stock"] and "unknown stream 'Out'" in batch.errors[0][1]
+    finally:
+        theirs.close()
+        server.join(10)
+        ours.close()
+    assert asked.count("Stock") == 1 and asked.count("Out") >= 4  # (at every block, as a reader thread's decoder asks)
