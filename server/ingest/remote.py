@@ -123,9 +123,9 @@ def put_of(message: bytes) -> tuple:
 
 
 def _call(intake: Intake, op: str, args: list, held: set[str]):
-    if op == "put":
+    if op == "put":  # with the journal's position after it, and what is durable (an ack's first question)
         late = intake.put(*args)
-        return [late, intake.position()]
+        return [late, intake.position(), intake.durable() if intake.journaled else 0]
     if op == "record_progress":
         intake.record_progress(*args)
         return intake.position()
@@ -185,6 +185,7 @@ class RemoteIntake:
         self.stamp = stamp
         self.horizon_ahead = horizon_ahead
         self._position = 0
+        self._durable: int | None = None  # what the last put's answer said is durable, until asked once
         self._schemas: dict[str, tuple[bytes, Any]] = {}  # published streams': their bytes and their schema
         self._declared: dict[str, Any] = {}  # declared streams' schemas
 
@@ -251,7 +252,7 @@ class RemoteIntake:
         return None if self.horizon_ahead is None else self.clock() + self.horizon_ahead
 
     def put(self, events, lines: Lines | None = None) -> list[int]:
-        late, self._position = self._ask(put_request(events, lines))
+        late, self._position, self._durable = self._ask(put_request(events, lines))
         return late
 
     def count(self, what: Count, n: int = 1) -> None:
@@ -262,7 +263,10 @@ class RemoteIntake:
         return self._position
 
     def durable(self) -> int:
-        return self._call("durable")
+        """What is durable: as the last put's answer said, the first time after it (what its
+        acknowledgement asks at once; a position a moment old only acknowledges later), else asked."""
+        told, self._durable = self._durable, None
+        return told if told is not None else self._call("durable")
 
     def wait_durable(self, position: int, wait: float) -> None:
         self._call("wait_durable", position, wait)

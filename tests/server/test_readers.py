@@ -282,3 +282,64 @@ def test_a_declared_streams_declaration_is_asked_once_and_a_published_ones_each_
         server.join(10)
         ours.close()
     assert asked.count("Stock") == 1 and asked.count("Out") >= 4  # (at every block, as a reader thread's decoder asks)
+
+
+def test_a_block_of_declared_events_with_acks_crosses_the_channel_once(tmp_path, monkeypatch):
+    """Per block, a connection in the reader process asks the main process one thing: its put, whose
+    answer also says what is durable (the acknowledgement's first question). The horizon is reckoned
+    there and a declared stream's declaration kept. A real Connection, RemoteIntake and serve over
+    socket pairs, a real queue and journal (``durability: write``: durable once written); every line
+    acknowledged, with no other call."""
+    from collections import Counter
+
+    from clients.testing.market import STOCK
+    from server.durability.journal import Journal
+    from server.ingest import remote
+    from server.ingest.connection import Connection, Limits
+    from server.ingest.intake import Intake
+    from server.ingest.queue import DelayQueue
+    from server.observability.counters import Counters
+
+    calls: Counter = Counter()
+    answer = remote._call
+
+    def counted(intake, op, args, held):  # each request that crossed the channel
+        calls[op] += 1
+        return answer(intake, op, args, held)
+
+    monkeypatch.setattr(remote, "_call", counted)
+    journal = Journal(tmp_path / "j", "write")
+    queue = DelayQueue(100_000)
+    queue.journal = journal
+    intake = Intake(queue, {STOCK.name: STOCK}.get, lambda: 1.0, Counters(), streams=lambda: [STOCK.name])
+    ours, theirs = socket.socketpair()
+    client, conn = socket.socketpair()
+    conn.settimeout(0.05)
+    server = threading.Thread(target=_serve, args=(remote, ours, intake))
+    server.start()
+    reader = Connection(conn, "test", remote.RemoteIntake(theirs, auth=False, journaled=True, clock=lambda: 1.0,
+                                                          time_unit_ms=1.0, stamp=True, horizon_ahead=1e12),
+                        Limits(), stop=threading.Event())
+    thread = threading.Thread(target=reader.run)
+    thread.start()
+    f = client.makefile("rwb")
+    try:
+        f.write(b"#ack\n")
+        blocks = 20
+        for b in range(blocks):
+            f.write(b"".join(json.dumps(stock("IBM", 1.0, i, b * 100 + i)).encode() + b"\n" for i in range(100)))
+            f.flush()
+            wait_until(lambda b=b: len(queue) == (b + 1) * 100, 10, "the block queued")
+        acked = b""
+        while acked != f"#ack {blocks * 100}\n".encode():
+            acked = f.readline()
+        assert calls == Counter({"put": blocks, "streams": 1, "schema": 1})  # (the decoder's streams, Stock's declaration)
+    finally:
+        f.close()
+        client.close()
+        thread.join(10)
+        conn.close()
+        theirs.close()
+        server.join(10)
+        ours.close()
+        journal.close()
