@@ -309,7 +309,8 @@ class Daemon:
             return None
         config = ReaderConfig(limits, time_unit_ms=st.time_unit_ms, stamp=st.time == "clock",
                               horizon_ahead=self.health.horizon_ahead(), tls_certfile=_path(st.tls_certfile),
-                              tls_keyfile=_path(st.tls_keyfile), tls_client_ca=_path(st.tls_client_ca), log_level=st.log_level)
+                              tls_keyfile=_path(st.tls_keyfile), tls_client_ca=_path(st.tls_client_ca),
+                              log_level=st.log_level)
         return ReaderProcess(config, auth=self.security.enabled, journaled=self.journal is not None)
 
     def _record_schemas(self) -> None:

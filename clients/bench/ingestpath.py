@@ -95,7 +95,8 @@ def run(events: int = 500_000, n_symbols: int = 1000, seed: int = 1, crossed: bo
     total = sum(spent[k] for k in STEPS)
     out = {"benchmark": "ingest_path", "events": events, "blocks": len(blocks), "journal_records": records,
            "journal_bytes_per_event": round(journal_bytes / events, 1),
-           "replay_us_per_event": round(replay / max(replayed, 1) * 1e6, 3), "batch_size": st.batch_size, "events_taken": taken, "batch_bytes": sent_bytes,
+           "replay_us_per_event": round(replay / max(replayed, 1) * 1e6, 3), "batch_size": st.batch_size,
+           "events_taken": taken, "batch_bytes": sent_bytes,
            "cpu_s": round(total, 3),
            "us_per_event": {k: round(spent[k] / events * 1e6, 3) for k in STEPS} | {
                "all": round(total / events * 1e6, 3)},

@@ -24,15 +24,14 @@ from server.durability import fsio
 from server.durability.framing import FRAME, walk
 
 
-
 class Columns(msgspec.Struct):
     """A journal record's events as columns, the arguments of
     :func:`air.engine.convert.events_of` (an engine worker's batch form, as
     :func:`~air.engine.convert.event_columns` makes it): their streams (one name, or one
     an event), values, t1s, and t0s (None: every one a point's, its t1). Packed as a map, so
     that a record's events are this or the rows of earlier versions, told apart by their
-    MessagePack type. Fewer bytes than the rows, packed and read in about half their time
-    (BENCHMARKS.md, "Engine workers, round 40"), and what a reader process sends
+    MessagePack type. A third fewer bytes than the rows for ticks, packed in less time and
+    read back in about 0.4 of it (BENCHMARKS.md, "Engine workers, round 40"); what a reader process sends
     (server/ingest/remote.py): the main process writes those bytes as they came."""
 
     s: Union[str, list[str]]

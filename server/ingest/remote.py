@@ -10,10 +10,11 @@ its reason; ``os``: the server is stopping). A put, a block's events, has a form
 its own (:func:`put_request`): its ``Lines``, then the events as the journal packs
 them, an engine worker's batch columns (:class:`~server.durability.retention.Columns`),
 which the main process makes again (``events_of``) and writes as the block's journal
-record, the bytes as they came (BENCHMARKS.md, "Engine workers, round 40"); a stream's declaration crosses pickled
-(this channel joins two processes of one server), and the reader keeps each one it
-was sent while it is unchanged, so that a decoder finds the same object from block to
-block (docs/design/receivers.md, stage 1).
+record, the bytes as they came (BENCHMARKS.md, "Engine workers, round 40"); its answer
+says what is durable too. A stream's declaration crosses pickled (this channel joins
+two processes of one server); the reader keeps a declared stream's for good (it never
+changes while the server runs) and a published one's while it is unchanged, so that a
+decoder finds the same object from block to block (docs/design/receivers.md, stage 1).
 """
 
 from __future__ import annotations
