@@ -102,7 +102,7 @@ from typing import Iterator, Optional
 import msgspec
 
 from air.engine import Event
-from air.engine.convert import event_columns, t1_span
+from air.engine.convert import t1_span
 from server.durability import framing, fsio
 from server.durability.diskfull import DiskFull, DiskState
 from server.durability.framing import Scan, walk
@@ -137,10 +137,7 @@ _header = msgspec.msgpack.Decoder(_Header).decode
 
 def _packed(events: list[Event]):
     """A record's events: their :class:`Columns` (none: an empty list)."""
-    if not events:
-        return []
-    streams, values, t0s, t1s = event_columns(events)
-    return Columns(streams, values, t1s, t0s)
+    return Columns.of(events) if events else []
 
 
 def segment_name(first: int) -> str:

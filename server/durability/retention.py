@@ -19,7 +19,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Union
 import msgspec
 
 from air.engine import Event
-from air.engine.convert import STRINGS, events_of, events_of_rows, shared_values
+from air.engine.convert import STRINGS, event_columns, events_of, events_of_rows, shared_values
 from server.durability import fsio
 from server.durability.framing import FRAME, walk
 
@@ -38,6 +38,12 @@ class Columns(msgspec.Struct):
     v: list[tuple]
     t1: list[Any]
     t0: Optional[list[Any]] = None
+
+    @classmethod
+    def of(cls, events: list[Event]) -> "Columns":
+        """The columns of ``events`` (:func:`~air.engine.convert.event_columns`)."""
+        streams, values, t0s, t1s = event_columns(events)
+        return cls(streams, values, t1s, t0s)
 
 
 #: a record's events: :class:`Columns`, or rows ``[stream, values, t0, t1]`` (before round 40; still read)

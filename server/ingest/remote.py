@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import msgspec
 
-from air.engine.convert import STRINGS, event_columns, events_of
+from air.engine.convert import STRINGS, events_of
 from air.formats import make_decoder
 from server.durability.diskfull import DiskFull
 from server.durability.retention import Columns
@@ -163,9 +163,8 @@ def _call(intake: Intake, op: str, args: list, held: set[str]):
 
 def put_request(events, lines: Lines | None) -> bytes:
     """A put's request: ``events`` as the journal packs them (:class:`Columns`), and their ``lines``."""
-    streams, values, t0s, t1s = event_columns(events)
     head = _encode(tuple(lines) if lines is not None else None)
-    return b"".join((_PUT, _LENGTH.pack(len(head)), head, _encode(Columns(streams, values, t1s, t0s))))
+    return b"".join((_PUT, _LENGTH.pack(len(head)), head, _encode(Columns.of(events))))
 
 
 class RemoteIntake:
