@@ -314,6 +314,7 @@ def test_a_block_of_declared_events_with_acks_crosses_the_channel_once(tmp_path,
     intake = Intake(queue, {STOCK.name: STOCK}.get, lambda: 1.0, Counters(), streams=lambda: [STOCK.name])
     ours, theirs = socket.socketpair()
     client, conn = socket.socketpair()
+    client.settimeout(10)  # (an acknowledgement that never comes fails the test, not hangs it)
     conn.settimeout(0.05)
     server = threading.Thread(target=_serve, args=(remote, ours, intake))
     server.start()
@@ -333,6 +334,7 @@ def test_a_block_of_declared_events_with_acks_crosses_the_channel_once(tmp_path,
         acked = b""
         while acked != f"#ack {blocks * 100}\n".encode():
             acked = f.readline()
+            assert acked.startswith(b"#ack "), acked  # (every reply an acknowledgement; none lost at an end)
         # (besides the puts: the decoder's streams, and Stock's declaration once)
         assert calls == Counter({"put": blocks, "streams": 1, "schema": 1})
     finally:
